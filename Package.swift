@@ -1,0 +1,29 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+/// Every Swift target builds in Swift 6 mode (strict concurrency as errors) with the same upcoming features.
+let strict: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
+let package = Package(
+    name: "Parley",
+    products: [
+        .executable(name: "parley", targets: ["parley"]),
+        .library(name: "Parley", targets: ["Parley"]),
+    ],
+    targets: [
+        .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .target(name: "CParleyShims", cSettings: [.define("_GNU_SOURCE")]),
+        .target(name: "ParleyHTTP", dependencies: ["CParleyShims", "COpenSSL"], swiftSettings: strict),
+        .target(name: "ParleyPostgres", dependencies: ["CLibPQ", "CParleyShims", "COpenSSL"], swiftSettings: strict),
+        .target(name: "Parley", dependencies: ["ParleyHTTP", "ParleyPostgres", "COpenSSL"], swiftSettings: strict),
+        .executableTarget(name: "parley", dependencies: ["Parley"], swiftSettings: strict),
+        .target(name: "ParleyTesting", dependencies: ["Parley", "ParleyHTTP", "ParleyPostgres"], swiftSettings: strict),
+        .testTarget(name: "ParleyHTTPTests", dependencies: ["ParleyHTTP", "ParleyTesting"], swiftSettings: strict),
+        .testTarget(name: "ParleyPostgresTests", dependencies: ["ParleyPostgres", "ParleyTesting"], swiftSettings: strict),
+        .testTarget(name: "ParleyTests", dependencies: ["Parley", "ParleyTesting"], swiftSettings: strict),
+    ]
+)

@@ -1,0 +1,5 @@
+import ParleyHTTP
+import ParleyPostgres
+
+/// The Parley IM server.
+public enum ParleyModule {}

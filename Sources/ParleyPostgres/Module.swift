@@ -1,0 +1,2 @@
+/// libpq client for Parley (filled by the PostgreSQL layer).
+public enum ParleyPostgresModule {}

@@ -1,0 +1,4 @@
+import Parley
+
+/// Test support for Parley.
+public enum ParleyTestingModule {}
