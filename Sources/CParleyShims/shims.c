@@ -92,3 +92,24 @@ long parley_raise_nofile_limit(void) {
     }
     return (long)rl.rlim_cur;
 }
+
+static volatile int parley_term_fd = -1;
+
+static void parley_term_handler(int sig) {
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    if (parley_term_fd >= 0) { ssize_t r = write(parley_term_fd, &b, 1); (void)r; }
+    errno = saved;
+}
+
+int parley_install_term_handler(int write_fd) {
+    parley_term_fd = write_fd;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = parley_term_handler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    if (sigaction(SIGINT, &sa, NULL) != 0) return -1;
+    if (sigaction(SIGTERM, &sa, NULL) != 0) return -1;
+    return 0;
+}

@@ -134,6 +134,19 @@ extension String {
 
 /// Reason phrases for the statuses Parley sends.
 public enum HTTPStatus {
+    private static let commonStatusLines: [Int: [UInt8]] = {
+        var lines: [Int: [UInt8]] = [:]
+        for status in [100, 200, 201, 202, 204, 304, 400, 401, 403, 404, 405, 408, 409, 413, 415, 422, 429, 431, 500, 501, 503, 505] {
+            lines[status] = Array("HTTP/1.1 \(status) \(reason(status))\r\n".utf8)
+        }
+        return lines
+    }()
+
+    /// `HTTP/1.1 <status> <reason>\r\n`, pre-rendered for the common statuses.
+    public static func statusLine(_ status: Int) -> [UInt8] {
+        commonStatusLines[status] ?? Array("HTTP/1.1 \(status) \(reason(status))\r\n".utf8)
+    }
+
     public static func reason(_ status: Int) -> String {
         switch status {
         case 100: "Continue"

@@ -31,6 +31,7 @@ static const uint32_t PARLEY_EPOLLOUT = EPOLLOUT;
 static const uint32_t PARLEY_EPOLLRDHUP = EPOLLRDHUP;
 static const uint32_t PARLEY_EPOLLERR = EPOLLERR;
 static const uint32_t PARLEY_EPOLLHUP = EPOLLHUP;
+static const uint32_t PARLEY_EPOLLEXCLUSIVE = EPOLLEXCLUSIVE;
 static const int PARLEY_EPOLL_CTL_ADD = EPOLL_CTL_ADD;
 static const int PARLEY_EPOLL_CTL_MOD = EPOLL_CTL_MOD;
 static const int PARLEY_EPOLL_CTL_DEL = EPOLL_CTL_DEL;
@@ -43,5 +44,13 @@ pid_t parley_spawn(const char *path, char *const argv[], char *const envp[], int
 
 /* Raises the soft RLIMIT_NOFILE to the hard limit; returns the new soft limit. */
 long parley_raise_nofile_limit(void);
+
+
+
+/* Installs SIGINT/SIGTERM handlers that write the signal number as one byte to `write_fd`
+   (the self-pipe trick: works whatever the threads' signal masks are). */
+int parley_install_term_handler(int write_fd);
+/* ParleyPostgres (postgres_shims.c): names the calling thread (15 bytes max). */
+void parley_set_current_thread_name(const char *name);
 
 #endif

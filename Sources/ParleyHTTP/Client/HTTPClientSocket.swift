@@ -1,0 +1,184 @@
+import CParleyShims
+import Glibc
+
+/// A blocking TCP socket with deadlines, for the HTTP client.
+///
+/// Owned by one `HTTPClientConnection` and used by one thread at a time. The socket stays in blocking mode with
+/// `SO_RCVTIMEO`/`SO_SNDTIMEO` as a backstop; reads first `poll` until the caller's deadline so that a whole
+/// exchange, not just one `recv`, is bounded.
+final class HTTPClientSocket {
+    private(set) var fd: Int32
+
+    /// Resolves `host` with `getaddrinfo` and connects to the first address that accepts within `connectTimeout`.
+    init(host: String, port: Int, connectTimeout: Duration, ioTimeout: Duration) throws {
+        let deadline = ContinuousClock.now + connectTimeout
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_protocol = Int32(IPPROTO_TCP)
+        hints.ai_flags = AI_NUMERICSERV
+        var list: UnsafeMutablePointer<addrinfo>?
+        let rc = getaddrinfo(host, String(port), &hints, &list)
+        guard rc == 0, let list else {
+            let reason = String(cString: gai_strerror(rc))
+            throw HTTPClientError(.connectFailed, "cannot resolve \(host): \(reason)")
+        }
+        defer { freeaddrinfo(list) }
+
+        var lastError = HTTPClientError(.connectFailed, "no address for \(host)")
+        var next: UnsafeMutablePointer<addrinfo>? = list
+        while let info = next {
+            next = info.pointee.ai_next
+            do {
+                fd = try Self.connect(info.pointee, deadline: deadline, name: "\(host):\(port)")
+                try configure(ioTimeout: ioTimeout)
+                return
+            } catch let error as HTTPClientError {
+                if error.kind == .timeout { throw error }
+                lastError = error
+            }
+        }
+        throw lastError
+    }
+
+    deinit { close() }
+
+    /// Opens a non-blocking socket, connects it with `poll` bounded by `deadline`, then makes it blocking again.
+    private static func connect(_ info: addrinfo, deadline: ContinuousClock.Instant, name: String) throws -> Int32 {
+        let type = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
+        let fd = socket(info.ai_family, type, info.ai_protocol)
+        guard fd >= 0 else { throw HTTPClientError(.connectFailed, "socket(): \(errnoText())") }
+        var ok = false
+        defer { if !ok { _ = Glibc.close(fd) } }
+
+        if Glibc.connect(fd, info.ai_addr, info.ai_addrlen) != 0 {
+            guard errno == EINPROGRESS || errno == EINTR else {
+                throw HTTPClientError(.connectFailed, "connect to \(name): \(errnoText())")
+            }
+            guard try poll(fd, events: Int16(POLLOUT), until: deadline) else {
+                throw HTTPClientError(.timeout, "connect to \(name) timed out")
+            }
+            var error: Int32 = 0
+            var length = socklen_t(MemoryLayout<Int32>.size)
+            guard getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 else {
+                throw HTTPClientError(.connectFailed, "connect to \(name): \(errnoText())")
+            }
+            guard error == 0 else {
+                throw HTTPClientError(.connectFailed, "connect to \(name): \(String(cString: strerror(error)))")
+            }
+        }
+        let flags = fcntl(fd, F_GETFL)
+        guard flags >= 0, fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0 else {
+            throw HTTPClientError(.connectFailed, "fcntl(): \(errnoText())")
+        }
+        ok = true
+        return fd
+    }
+
+    private func configure(ioTimeout: Duration) throws {
+        var one: Int32 = 1
+        var tv = Self.timeval(ioTimeout)
+        let size = socklen_t(MemoryLayout<timeval>.size)
+        guard setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size)) == 0,
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, size) == 0,
+            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, size) == 0
+        else {
+            let text = errnoText()
+            close()
+            throw HTTPClientError(.connectFailed, "setsockopt(): \(text)")
+        }
+    }
+
+    /// Writes every byte, or throws (`.closed` if the peer is gone, `.timeout` past `deadline` or `SO_SNDTIMEO`).
+    func sendAll(_ bytes: [UInt8], deadline: ContinuousClock.Instant) throws {
+        guard fd >= 0 else { throw HTTPClientError(.closed, "connection is closed") }
+        try bytes.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                if ContinuousClock.now >= deadline { throw HTTPClientError(.timeout, "write timed out") }
+                let n = Glibc.send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
+                if n >= 0 {
+                    offset += n
+                    continue
+                }
+                switch errno {
+                case EINTR: continue
+                case EAGAIN, EWOULDBLOCK: throw HTTPClientError(.timeout, "write timed out")
+                case EPIPE, ECONNRESET, ENOTCONN:
+                    throw HTTPClientError(.closed, "peer closed the connection: \(errnoText())")
+                default: throw HTTPClientError(.closed, "send(): \(errnoText())")
+                }
+            }
+        }
+    }
+
+    /// Waits until bytes (or end of stream) can be read; false if `deadline` passed first.
+    func waitReadable(until deadline: ContinuousClock.Instant) throws -> Bool {
+        guard fd >= 0 else { throw HTTPClientError(.closed, "connection is closed") }
+        return try Self.poll(fd, events: Int16(POLLIN), until: deadline)
+    }
+
+    /// Reads what is available (at most `limit` bytes) and appends it; returns the count, 0 at end of stream.
+    ///
+    /// A reset connection counts as end of stream. Call `waitReadable` first to honour a deadline.
+    func receive(appendingTo buffer: inout [UInt8], limit: Int = 64 * 1024) throws -> Int {
+        guard fd >= 0 else { throw HTTPClientError(.closed, "connection is closed") }
+        let old = buffer.count
+        buffer.append(contentsOf: repeatElement(0, count: limit))
+        while true {
+            let n = buffer.withUnsafeMutableBytes { raw in Glibc.recv(fd, raw.baseAddress! + old, limit, 0) }
+            if n >= 0 {
+                buffer.removeLast(limit - n)
+                return n
+            }
+            let code = errno
+            if code == EINTR { continue }
+            buffer.removeLast(limit)
+            switch code {
+            case ECONNRESET, ENOTCONN, EPIPE: return 0
+            case EAGAIN, EWOULDBLOCK: throw HTTPClientError(.timeout, "read timed out")
+            default: throw HTTPClientError(.closed, "recv(): \(String(cString: strerror(code)))")
+            }
+        }
+    }
+
+    /// Closes the descriptor (idempotent).
+    func close() {
+        if fd >= 0 {
+            _ = Glibc.close(fd)
+            fd = -1
+        }
+    }
+
+    /// Polls one descriptor for `events` until `deadline`; true when ready (or in error/hang-up, which the next
+    /// call reports).
+    private static func poll(_ fd: Int32, events: Int16, until deadline: ContinuousClock.Instant) throws -> Bool {
+        while true {
+            let remaining = deadline - ContinuousClock.now
+            let ms = remaining <= .zero ? 0 : Int32(clamping: milliseconds(remaining) + 1)
+            var entry = pollfd(fd: fd, events: events, revents: 0)
+            let n = Glibc.poll(&entry, 1, ms)
+            if n > 0 { return true }
+            if n == 0 {
+                if ContinuousClock.now >= deadline { return false }
+                continue
+            }
+            if errno == EINTR { continue }
+            throw HTTPClientError(.closed, "poll(): \(errnoText())")
+        }
+    }
+
+    private static func milliseconds(_ d: Duration) -> Int64 {
+        let (seconds, attoseconds) = d.components
+        let (ms, overflow) = seconds.multipliedReportingOverflow(by: 1000)
+        return overflow ? Int64.max / 2 : ms + attoseconds / 1_000_000_000_000_000
+    }
+
+    private static func timeval(_ d: Duration) -> Glibc.timeval {
+        let (seconds, attoseconds) = d.components
+        return Glibc.timeval(tv_sec: Int(max(seconds, 0)), tv_usec: Int(max(attoseconds, 0) / 1_000_000_000_000))
+    }
+}
+
+/// The text of the current `errno`.
+private func errnoText() -> String { String(cString: strerror(errno)) }

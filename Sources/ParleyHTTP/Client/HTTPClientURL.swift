@@ -1,0 +1,45 @@
+/// The parts of an absolute `http://host[:port][/path][?query]` URL that the client needs.
+struct HTTPClientURL: Sendable, Equatable {
+    var host: String
+    var port: Int
+    /// The request target: path and query, `/` when the URL has no path; the fragment is dropped.
+    var target: String
+
+    /// Parses `url`; only the `http` scheme is accepted (no TLS yet), with no user information.
+    init(_ url: String) throws {
+        let invalid = HTTPClientError(.invalidRequest, "unsupported URL \(HTTPClientBytes.printable(url.utf8))")
+        guard url.utf8.count > 7, url.prefix(7).lowercased() == "http://" else { throw invalid }
+        var rest = url.dropFirst(7)
+        if let hash = rest.firstIndex(of: "#") { rest = rest[..<hash] }
+        let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex
+        let authority = rest[..<authorityEnd]
+        let path = rest[authorityEnd...]
+        target = path.isEmpty ? "/" : (path.first == "?" ? "/" + path : String(path))
+        guard !authority.isEmpty, !authority.contains("@") else { throw invalid }
+
+        var hostPart: Substring
+        var portPart: Substring?
+        if authority.first == "[" {
+            guard let close = authority.firstIndex(of: "]") else { throw invalid }
+            hostPart = authority[authority.index(after: authority.startIndex)..<close]
+            let after = authority[authority.index(after: close)...]
+            if !after.isEmpty {
+                guard after.first == ":" else { throw invalid }
+                portPart = after.dropFirst()
+            }
+        } else if let colon = authority.lastIndex(of: ":") {
+            hostPart = authority[..<colon]
+            portPart = authority[authority.index(after: colon)...]
+        } else {
+            hostPart = authority
+        }
+        guard !hostPart.isEmpty else { throw invalid }
+        host = String(hostPart)
+        if let portPart {
+            guard let value = Int(portPart), (1...65535).contains(value) else { throw invalid }
+            port = value
+        } else {
+            port = 80
+        }
+    }
+}

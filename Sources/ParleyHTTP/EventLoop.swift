@@ -1,0 +1,231 @@
+import CParleyShims
+import Glibc
+import Synchronization
+
+/// One epoll thread: it owns the sockets registered on it and runs jobs other threads hand it.
+///
+/// Owner: everything but `inbox`/`wakePending` is touched only on the loop thread (`assertInLoop()` checks it
+/// in debug builds). Other threads talk to the loop only through `execute(_:)`.
+public final class EventLoop: @unchecked Sendable {
+    /// Something registered on the loop that wants readiness events.
+    protocol Watcher: AnyObject {
+        func handle(events: UInt32, loop: EventLoop)
+    }
+
+    private struct Registration {
+        var generation: UInt32
+        var watcher: any Watcher
+    }
+
+    let index: Int
+    private let epfd: Int32
+    private let wakeFD: Int32
+    private let inbox = Mutex<[@Sendable (EventLoop) -> Void]>([])
+    private let wakePending = Atomic<Bool>(false)
+    private let stopping = Atomic<Bool>(false)
+    private var registrations: [Int32: Registration] = [:]
+    private var nextGeneration: UInt32 = 1
+    private var tickHandlers: [(EventLoop) -> Void] = []
+    private var thread: pthread_t?
+    private let threadID = Atomic<UInt64>(0)
+    /// Coarse clock (monotonic milliseconds) refreshed once per wake-up; deadlines need no finer grain.
+    private(set) var nowMillis: Int64 = EventLoop.monotonicMillis()
+    private var lastTick: Int64 = 0
+    /// Counter behind generated request ids (loop-owned, so no synchronisation).
+    var requestCounter: UInt64 = 0
+    /// Scratch space for socket reads, shared by the loop's connections (only one reads at a time).
+    private let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+    /// The pre-rendered `Date:` header line, refreshed once per second.
+    private(set) var dateHeader: [UInt8] = EventLoop.renderDateHeader()
+
+    init(index: Int) throws(SystemError) {
+        self.index = index
+        epfd = parley_epoll_create()
+        if epfd < 0 { throw SystemError(function: "epoll_create1") }
+        wakeFD = parley_eventfd()
+        if wakeFD < 0 { throw SystemError(function: "eventfd") }
+        if parley_epoll_ctl(epfd, PARLEY_EPOLL_CTL_ADD, wakeFD, PARLEY_EPOLLIN, UInt64(UInt32.max)) != 0 {
+            throw SystemError(function: "epoll_ctl(eventfd)")
+        }
+    }
+
+    deinit {
+        readBuffer.deallocate()
+        close(epfd)
+        close(wakeFD)
+    }
+
+    /// Runs `job` on the loop thread soon. Safe from any thread; wakes the loop only if no wake-up is pending,
+    /// so a burst of hand-offs costs one eventfd write.
+    public func execute(_ job: @escaping @Sendable (EventLoop) -> Void) {
+        inbox.withLock { $0.append(job) }
+        if !wakePending.exchange(true, ordering: .acquiringAndReleasing) {
+            var one: UInt64 = 1
+            _ = write(wakeFD, &one, 8)
+        }
+    }
+
+    /// True on the loop's own thread.
+    public var inLoop: Bool { threadID.load(ordering: .relaxed) == UInt64(pthread_self()) }
+
+    func assertInLoop() { assert(inLoop, "not on event loop \(index)") }
+
+    /// Registers `fd` for `events` and returns the registration's generation.
+    @discardableResult
+    func register(fd: Int32, events: UInt32, watcher: any Watcher) -> UInt32 {
+        assertInLoop()
+        let generation = nextGeneration
+        nextGeneration &+= 1
+        if nextGeneration == 0 { nextGeneration = 1 }
+        registrations[fd] = Registration(generation: generation, watcher: watcher)
+        if parley_epoll_ctl(epfd, PARLEY_EPOLL_CTL_ADD, fd, events, Self.pack(fd: fd, generation: generation)) != 0 {
+            registrations[fd] = nil
+            return 0
+        }
+        return generation
+    }
+
+    /// Changes the interest set of a registered fd.
+    func modify(fd: Int32, generation: UInt32, events: UInt32) {
+        assertInLoop()
+        _ = parley_epoll_ctl(epfd, PARLEY_EPOLL_CTL_MOD, fd, events, Self.pack(fd: fd, generation: generation))
+    }
+
+    /// Removes `fd` from epoll before the caller closes it (never close first: the fd number may be reused).
+    func deregister(fd: Int32) {
+        assertInLoop()
+        _ = parley_epoll_ctl(epfd, PARLEY_EPOLL_CTL_DEL, fd, 0, 0)
+        registrations[fd] = nil
+    }
+
+    /// The watcher registered for `fd` if its registration still has `generation`.
+    func watcher(fd: Int32, generation: UInt32) -> (any Watcher)? {
+        assertInLoop()
+        guard let registration = registrations[fd], registration.generation == generation else { return nil }
+        return registration.watcher
+    }
+
+    /// Every registered watcher (a snapshot: the body may deregister).
+    var watchers: [any Watcher] { registrations.values.map(\.watcher) }
+
+    /// Adds a callback run on the loop about once per second (deadline sweeps).
+    func onTick(_ handler: @escaping (EventLoop) -> Void) {
+        assertInLoop()
+        tickHandlers.append(handler)
+    }
+
+    /// Starts the loop thread.
+    func start() {
+        let box = Unmanaged.passRetained(self)
+        var tid = pthread_t()
+        let rc = pthread_create(
+            &tid, nil,
+            { arg in
+                let loop = Unmanaged<EventLoop>.fromOpaque(arg!).takeRetainedValue()
+                loop.run()
+                return nil
+            }, box.toOpaque())
+        precondition(rc == 0, "pthread_create failed: \(rc)")
+        thread = tid
+    }
+
+    /// Asks the loop to stop after running the jobs already queued.
+    func stop() {
+        stopping.store(true, ordering: .releasing)
+        execute { _ in }
+    }
+
+    /// Waits for the loop thread to end.
+    func join() {
+        if let thread { pthread_join(thread, nil) }
+        thread = nil
+    }
+
+    private func run() {
+        threadID.store(UInt64(pthread_self()), ordering: .relaxed)
+        let capacity = 256
+        let eventBits = UnsafeMutablePointer<UInt32>.allocate(capacity: capacity)
+        let eventData = UnsafeMutablePointer<UInt64>.allocate(capacity: capacity)
+        defer {
+            eventBits.deallocate()
+            eventData.deallocate()
+        }
+        while true {
+            let n = parley_epoll_wait(epfd, eventBits, eventData, Int32(capacity), 1000)
+            nowMillis = Self.monotonicMillis()
+            if n < 0 && errno != EINTR { fatalError("epoll_wait failed: \(errno)") }
+            var woken = false
+            for i in 0..<max(0, Int(n)) {
+                let data = eventData[i]
+                if data == UInt64(UInt32.max) {
+                    woken = true
+                    continue
+                }
+                let fd = Int32(truncatingIfNeeded: data & 0xFFFF_FFFF)
+                let generation = UInt32(truncatingIfNeeded: data >> 32)
+                // A stale event for an fd that was closed and reused in this batch is dropped.
+                guard let registration = registrations[fd], registration.generation == generation else { continue }
+                registration.watcher.handle(events: eventBits[i], loop: self)
+            }
+            if woken {
+                var value: UInt64 = 0
+                _ = read(wakeFD, &value, 8)
+            }
+            runInbox()
+            if nowMillis - lastTick >= 1000 {
+                lastTick = nowMillis
+                for handler in tickHandlers { handler(self) }
+            }
+            if stopping.load(ordering: .acquiring) {
+                runInbox()
+                break
+            }
+        }
+    }
+
+    private func runInbox() {
+        wakePending.store(false, ordering: .releasing)
+        let jobs = inbox.withLock { queue -> [@Sendable (EventLoop) -> Void] in
+            if queue.isEmpty { return [] }
+            let jobs = queue
+            queue.removeAll(keepingCapacity: true)
+            return jobs
+        }
+        for job in jobs { job(self) }
+    }
+
+    /// Lends the loop's read buffer to `body`.
+    func withReadBuffer<T>(_ body: (UnsafeMutableRawBufferPointer) -> T) -> T {
+        assertInLoop()
+        return body(readBuffer)
+    }
+
+    func refreshDateHeader() { dateHeader = Self.renderDateHeader() }
+
+    private static func renderDateHeader() -> [UInt8] {
+        Array("Date: \(Timestamp.httpDate(seconds: Timestamp.wallMillis() / 1000))\r\n".utf8)
+    }
+
+    static func pack(fd: Int32, generation: UInt32) -> UInt64 {
+        UInt64(generation) << 32 | UInt64(UInt32(bitPattern: fd))
+    }
+
+    public static func monotonicMillis() -> Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+    }
+}
+
+/// A failed system call with its errno.
+public struct SystemError: Error, Sendable, CustomStringConvertible {
+    public var function: String
+    public var errnoCode: Int32
+
+    public init(function: String, errno code: Int32 = errno) {
+        self.function = function
+        self.errnoCode = code
+    }
+
+    public var description: String { "\(function) failed: \(String(cString: strerror(errnoCode))) (errno \(errnoCode))" }
+}

@@ -1,0 +1,562 @@
+import CParleyShims
+import Glibc
+import Synchronization
+
+/// One client connection: reads and parses requests, hands them to handlers, writes responses in order.
+///
+/// Owner: its event loop; every method runs on that loop thread. Handlers on worker threads refer to it only by
+/// `ConnectionID` and deliver responses through `loop.execute`.
+final class HTTPConnection: EventLoop.Watcher {
+    private enum Phase {
+        /// Waiting for (the rest of) a request head.
+        case awaitingHead
+        /// Head parsed, reading the body.
+        case readingBody
+        /// A handler is running; reads are paused so pipelined requests wait in the kernel.
+        case handling
+        /// The response is queued; waiting for it to drain before the next request.
+        case writing
+        /// A streaming response is open.
+        case streaming(ResponseStream)
+        case closed
+    }
+
+    /// What the pending request needs once its body is complete.
+    private struct Pending {
+        var head: HTTPRequestHead
+        var match: Router.Match
+        var requestID: String
+        var startedNanos: UInt64
+        var failure: ServerProblem?
+    }
+
+    let fd: Int32
+    var generation: UInt32 = 0
+    unowned let server: HTTPServer
+    unowned let loop: EventLoop
+    private var parser: HTTPRequestParser
+    private var phase: Phase = .awaitingHead
+    private var pending: Pending?
+    private var output: [UInt8] = []
+    private var outputOffset = 0
+    private var writeInterest = false
+    private var readPaused = false
+    private var closeAfterResponse = false
+    /// Monotonic ms after which the connection is closed (0 = none).
+    private var deadline: Int64
+    private static let readChunk = 64 * 1024
+
+    init(fd: Int32, server: HTTPServer, loop: EventLoop) {
+        self.fd = fd
+        self.server = server
+        self.loop = loop
+        parser = HTTPRequestParser(limits: server.configuration.limits)
+        deadline = loop.nowMillis + server.configuration.headerTimeout.millis
+    }
+
+    var id: ConnectionID { ConnectionID(fd: fd, generation: generation) }
+
+    private var isIdle: Bool {
+        if case .awaitingHead = phase, parser.isIdle, output.count == outputOffset { return true }
+        return false
+    }
+
+    // MARK: - Events
+
+    func handle(events: UInt32, loop: EventLoop) {
+        if events & (PARLEY_EPOLLERR | PARLEY_EPOLLHUP) != 0 {
+            close()
+            return
+        }
+        if events & PARLEY_EPOLLOUT != 0 {
+            flush()
+            if case .closed = phase { return }
+        }
+        if events & (PARLEY_EPOLLIN | PARLEY_EPOLLRDHUP) != 0 { readAvailable() }
+    }
+
+    private func readAvailable() {
+        var budget = 4
+        while budget > 0 {
+            budget -= 1
+            let n = loop.withReadBuffer { buffer -> Int in
+                let n = recv(fd, buffer.baseAddress, buffer.count, 0)
+                if n > 0 {
+                    if case .streaming = phase { return n }  // input during a stream is ignored
+                    parser.append(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+                }
+                return n
+            }
+            if n == 0 {
+                close()  // peer closed; a response still being computed is dropped on delivery
+                return
+            }
+            if n < 0 {
+                if errno == EAGAIN || errno == EWOULDBLOCK { break }
+                if errno == EINTR { continue }
+                close()
+                return
+            }
+            if n < Self.readChunk { break }
+        }
+        process()
+    }
+
+    /// Runs the parser while the connection may start or continue a request.
+    private func process() {
+        while true {
+            switch phase {
+            case .awaitingHead, .readingBody: break
+            default: return
+            }
+            let event: HTTPRequestParser.Event?
+            do {
+                event = try parser.next()
+            } catch {
+                fail(with: error)
+                return
+            }
+            guard let event else {
+                refreshReadDeadline()
+                return
+            }
+            switch event {
+            case .head(let head): begin(head)
+            case .end(let body): dispatch(body: body)
+            }
+        }
+    }
+
+    private func refreshReadDeadline() {
+        let config = server.configuration
+        switch phase {
+        case .awaitingHead:
+            if parser.isIdle {
+                if deadline == 0 { deadline = loop.nowMillis + config.idleTimeout.millis }
+            } else if !headDeadlineArmed {
+                // The first bytes of a new request start the header clock (slow-loris defence).
+                deadline = loop.nowMillis + config.headerTimeout.millis
+                headDeadlineArmed = true
+            }
+        case .readingBody:
+            deadline = loop.nowMillis + config.bodyTimeout.millis
+        default: break
+        }
+    }
+
+    private var headDeadlineArmed = true
+
+    private func begin(_ head: HTTPRequestHead) {
+        phase = .readingBody
+        let requestID: String
+        if let given = head.headers["X-Request-Id"], Self.isAcceptableRequestID(given) {
+            requestID = given
+        } else {
+            requestID = server.nextRequestID(loop: loop)
+        }
+        let match: Router.Match
+        if head.method == .options {
+            match = .notFound  // preflight: answered without routing
+        } else {
+            match = server.router.match(method: head.method, path: head.rawPath)
+        }
+        var pending = Pending(head: head, match: match, requestID: requestID, startedNanos: Self.monotonicNanos())
+        var bodyLimit = server.configuration.limits.maxBodyBytes
+        if case .found(let route, _) = match, let limit = route.options.maxBodyBytes { bodyLimit = limit }
+        parser.setBodyLimit(bodyLimit)
+        if head.expectsContinue {
+            var routable = head.method == .options
+            if case .found = match { routable = true }
+            if routable && (head.contentLength ?? 0) <= bodyLimit {
+                append(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8))
+                flush()
+            } else if !routable {
+                // Do not invite a body we will not use: answer now and close.
+                pending.failure = Self.problem(for: match)
+                self.pending = pending
+                closeAfterResponse = true
+                respond(server.hooks.problem(pending.failure!, requestID), to: pending, request: nil)
+                return
+            }
+        }
+        self.pending = pending
+        refreshReadDeadline()
+    }
+
+    private func dispatch(body: [UInt8]) {
+        guard let pending else { return }
+        if !pending.head.keepAlive || server.draining.load(ordering: .relaxed) { closeAfterResponse = true }
+        if pending.head.method == .options {
+            respond(preflight(), to: pending, request: nil)
+            return
+        }
+        switch pending.match {
+        case .found(let route, let parameters):
+            var query: [(String, String)] = []
+            if let raw = pending.head.rawQuery {
+                guard let parsed = PercentDecoding.parseQuery(raw) else {
+                    respond(server.hooks.problem(.badRequest("malformed query string"), pending.requestID), to: pending, request: nil)
+                    return
+                }
+                query = parsed
+            }
+            let request = Request(
+                head: pending.head, body: body, routeTemplate: route.template, pathParameters: parameters, query: query,
+                requestID: pending.requestID, receivedAtMillis: loop.nowMillis)
+            if route.options.runsOnEventLoop {
+                respond(Self.run(route.handler, request, hooks: server.hooks), to: pending, request: request)
+                return
+            }
+            phase = .handling
+            deadline = 0
+            pauseReading(true)
+            let id = self.id
+            let hooks = server.hooks
+            let server = self.server
+            let loop = self.loop
+            _ = server.inFlightRequests.add(1, ordering: .relaxed)
+            server.executor.execute(
+                {
+                    let response = Self.run(route.handler, request, hooks: hooks)
+                    server.inFlightRequests.subtract(1, ordering: .relaxed)
+                    request.deliver(response, to: id, on: loop)
+                },
+                rejected: {
+                    server.inFlightRequests.subtract(1, ordering: .relaxed)
+                    request.deliver(hooks.problem(.unavailable, request.requestID), to: id, on: loop)
+                })
+        default:
+            respond(server.hooks.problem(Self.problem(for: pending.match), pending.requestID), to: pending, request: nil)
+        }
+    }
+
+    private static func run(_ handler: HTTPHandler, _ request: Request, hooks: HTTPServerHooks) -> Response {
+        do {
+            return try handler(request)
+        } catch {
+            return hooks.handlerError(error, request)
+        }
+    }
+
+    private static func problem(for match: Router.Match) -> ServerProblem {
+        switch match {
+        case .methodNotAllowed(let allow): .methodNotAllowed(allow)
+        case .badPath: .badRequest("malformed percent-encoding in path")
+        default: .notFound
+        }
+    }
+
+    private func preflight() -> Response {
+        Response(status: 204, headers: HTTPHeaders())
+    }
+
+    /// A handler's response arrives from a worker thread.
+    func deliver(_ response: Response) {
+        guard case .handling = phase, let pending else { return }
+        respond(response, to: pending, request: nil)
+    }
+
+    // MARK: - Writing
+
+    private func respond(_ response: Response, to pending: Pending, request: Request?) {
+        self.pending = nil
+        var response = response
+        if response.headers["Connection"]?.equalsASCIICaseInsensitive("close") == true {
+            closeAfterResponse = true
+            response.headers.remove("Connection")
+        }
+        let isHead = pending.head.method == .head
+        let isPreflight = pending.head.method == .options
+        // The head is written straight into the output buffer (no intermediate arrays on the hot path).
+        if outputOffset == output.count {
+            output.removeAll(keepingCapacity: output.capacity <= 64 * 1024)
+            outputOffset = 0
+        }
+        output.append(contentsOf: HTTPStatus.statusLine(response.status))
+        output.append(contentsOf: loop.dateHeader)
+        output.append(contentsOf: server.corsHeaders)
+        if isPreflight && server.configuration.cors { output.append(contentsOf: HTTPServer.preflightBlock.utf8) }
+        output.append(contentsOf: Self.requestIDName)
+        output.append(contentsOf: pending.requestID.utf8)
+        output.append(contentsOf: Self.crlf)
+        for field in response.headers.fields {
+            output.append(contentsOf: field.name.utf8)
+            output.append(contentsOf: [0x3A, 0x20])
+            output.append(contentsOf: field.value.utf8)
+            output.append(contentsOf: [0x0D, 0x0A])
+        }
+        var stream: ResponseStream?
+        switch response.body {
+        case .bytes(let body):
+            if response.status != 204 && response.status != 304 {
+                output.append(contentsOf: Self.contentLengthName)
+                Self.appendDecimal(body.count, to: &output)
+                output.append(contentsOf: Self.crlf)
+            }
+            if closeAfterResponse {
+                output.append(contentsOf: "Connection: close\r\n".utf8)
+            } else if pending.head.version == .http1_0 {
+                output.append(contentsOf: "Connection: keep-alive\r\n".utf8)
+            }
+            output.append(contentsOf: [0x0D, 0x0A])
+            if !isHead && !body.isEmpty { output.append(contentsOf: body) }
+            phase = .writing
+        case .stream(let start):
+            if pending.head.version == .http1_1 {
+                output.append(contentsOf: "Transfer-Encoding: chunked\r\n".utf8)
+            } else {
+                output.append(contentsOf: "Connection: close\r\n".utf8)
+            }
+            output.append(contentsOf: [0x0D, 0x0A])
+            closeAfterResponse = true
+            let s = ResponseStream(loop: loop, connection: id, maxBufferedBytes: server.configuration.streamBufferLimit)
+            stream = s
+            phase = isHead ? .writing : .streaming(s)
+            if isHead { s.markClosed() } else { start(s) }
+        }
+        let elapsed = Double(Self.monotonicNanos() &- pending.startedNanos) / 1e9
+        let record = RequestRecord(
+            method: pending.head.method, route: request?.routeTemplate ?? Self.routeLabel(pending.match),
+            status: response.status, durationSeconds: elapsed, requestID: pending.requestID)
+        server.hooks.requestCompleted(record)
+        if server.logger.level <= .info {
+            var line = "request_id=\(pending.requestID) method=\(pending.head.method) route=\(record.route) status=\(response.status)"
+            line += " duration_ms=\(Self.formatMillis(elapsed))"
+            if let context = response.logContext { line += " " + context }
+            server.logger.info(line)
+        }
+        _ = stream
+        flush()
+    }
+
+    private static func routeLabel(_ match: Router.Match) -> String {
+        if case .found(let route, _) = match { return route.template }
+        return "-"
+    }
+
+    private static func formatMillis(_ seconds: Double) -> String {
+        let micros = Int((seconds * 1_000_000).rounded())
+        let ms = micros / 1000
+        let frac = micros % 1000
+        return "\(ms).\(frac < 10 ? "00" : frac < 100 ? "0" : "")\(frac)"
+    }
+
+    private func append(_ bytes: [UInt8]) {
+        if outputOffset == output.count {
+            output.removeAll(keepingCapacity: output.capacity <= 64 * 1024)
+            outputOffset = 0
+        }
+        output.append(contentsOf: bytes)
+    }
+
+    /// Writes as much queued output as the socket takes; arms EPOLLOUT only while bytes remain.
+    private func flush() {
+        while outputOffset < output.count {
+            let n = output.withUnsafeBytes { raw in
+                send(fd, raw.baseAddress! + outputOffset, raw.count - outputOffset, Int32(MSG_NOSIGNAL))
+            }
+            if n > 0 {
+                outputOffset += n
+                if case .writing = phase { deadline = loop.nowMillis + server.configuration.writeTimeout.millis }
+                continue
+            }
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                setWriteInterest(true)
+                if deadline == 0 { deadline = loop.nowMillis + server.configuration.writeTimeout.millis }
+                return
+            }
+            close()
+            return
+        }
+        setWriteInterest(false)
+        output.removeAll(keepingCapacity: output.capacity <= 64 * 1024)
+        outputOffset = 0
+        switch phase {
+        case .writing: responseDrained()
+        case .streaming: deadline = 0
+        default: break
+        }
+    }
+
+    private func responseDrained() {
+        if closeAfterResponse {
+            close()
+            return
+        }
+        phase = .awaitingHead
+        deadline = 0
+        headDeadlineArmed = false
+        pauseReading(false)
+        process()
+    }
+
+    private func setWriteInterest(_ on: Bool) {
+        guard on != writeInterest else { return }
+        if case .closed = phase { return }
+        writeInterest = on
+        updateInterest()
+    }
+
+    private func pauseReading(_ paused: Bool) {
+        guard paused != readPaused else { return }
+        readPaused = paused
+        updateInterest()
+    }
+
+    private func updateInterest() {
+        var events = PARLEY_EPOLLRDHUP
+        if !readPaused { events |= PARLEY_EPOLLIN }
+        if writeInterest { events |= PARLEY_EPOLLOUT }
+        loop.modify(fd: fd, generation: generation, events: events)
+    }
+
+    private func fail(with error: HTTPParseError) {
+        let problem: ServerProblem
+        switch error.kind {
+        case .badRequest: problem = .badRequest(error.detail)
+        case .headersTooLarge: problem = .headersTooLarge
+        case .payloadTooLarge: problem = .payloadTooLarge
+        case .notImplemented: problem = .notImplemented(error.detail)
+        case .versionNotSupported: problem = .versionNotSupported
+        }
+        closeAfterResponse = true
+        let requestID = pending?.requestID ?? server.nextRequestID(loop: loop)
+        let head = pending?.head ?? HTTPRequestHead(method: .get, target: "/")
+        let p = Pending(head: head, match: .notFound, requestID: requestID, startedNanos: Self.monotonicNanos())
+        respond(server.hooks.problem(problem, requestID), to: p, request: nil)
+    }
+
+    // MARK: - Streams
+
+    func streamWrite(_ bytes: [UInt8]) {
+        guard case .streaming(let stream) = phase else { return }
+        var chunk: [UInt8] = Array(String(bytes.count, radix: 16).utf8)
+        chunk.reserveCapacity(bytes.count + 12)
+        chunk.append(contentsOf: [0x0D, 0x0A])
+        chunk.append(contentsOf: bytes)
+        chunk.append(contentsOf: [0x0D, 0x0A])
+        append(chunk)
+        if output.count - outputOffset > stream.maxBufferedBytes {
+            server.logger.debug("msg=\"slow stream closed\" fd=\(fd)")
+            close()
+            return
+        }
+        flush()
+    }
+
+    func streamFinish() {
+        guard case .streaming = phase else { return }
+        append(Array("0\r\n\r\n".utf8))
+        phase = .writing
+        closeAfterResponse = true
+        flush()
+    }
+
+    // MARK: - Lifecycle
+
+    /// Deadline sweep (once per second): close connections past their deadline.
+    func checkDeadline(now: Int64) {
+        guard deadline != 0, now >= deadline else { return }
+        if case .awaitingHead = phase, !parser.isIdle {
+            // A slow head: tell the client why, then close.
+            closeAfterResponse = true
+            let p = Pending(
+                head: HTTPRequestHead(method: .get, target: "/"), match: .notFound,
+                requestID: server.nextRequestID(loop: loop), startedNanos: Self.monotonicNanos())
+            respond(server.hooks.problem(.requestTimeout, p.requestID), to: p, request: nil)
+            if case .closed = phase { return }
+            deadline = now + 1000  // give the 408 one second to drain
+            return
+        }
+        close()
+    }
+
+    /// Shutdown: idle connections close now; busy ones close after their response; streams end.
+    func drain() {
+        closeAfterResponse = true
+        switch phase {
+        case .awaitingHead where isIdle: close()
+        case .streaming: streamFinish()
+        default: break
+        }
+    }
+
+    func close() {
+        if case .closed = phase { return }
+        let stream: ResponseStream?
+        if case .streaming(let s) = phase { stream = s } else { stream = nil }
+        phase = .closed
+        loop.deregister(fd: fd)
+        Glibc.close(fd)
+        let count = server.openConnections.subtract(1, ordering: .relaxed).newValue
+        server.hooks.connectionsChanged(count)
+        output = []
+        stream?.markClosed()
+    }
+
+    private static let requestIDName = Array("X-Request-Id: ".utf8)
+    private static let contentLengthName = Array("Content-Length: ".utf8)
+    private static let crlf: [UInt8] = [0x0D, 0x0A]
+
+    private static func appendDecimal(_ value: Int, to out: inout [UInt8]) {
+        if value < 10 {
+            out.append(UInt8(ascii: "0") + UInt8(value))
+            return
+        }
+        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var n = value
+        var count = 0
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            while n > 0 {
+                buffer[count] = UInt8(ascii: "0") + UInt8(n % 10)
+                n /= 10
+                count += 1
+            }
+            for i in stride(from: count - 1, through: 0, by: -1) { out.append(buffer[i]) }
+        }
+    }
+
+    private static func isAcceptableRequestID(_ value: String) -> Bool {
+        guard !value.isEmpty, value.utf8.count <= 128 else { return false }
+        return value.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F }
+    }
+
+    static func monotonicNanos() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+}
+
+extension Request {
+    /// Hands a response computed on a worker back to the connection's loop.
+    fileprivate func deliver(_ response: Response, to id: ConnectionID, on loop: EventLoop) {
+        loop.execute { loop in loop.connection(id)?.deliver(response) }
+    }
+}
+
+extension EventLoop {
+    /// The live connection with this id, or nil if it closed (and its fd was perhaps reused).
+    func connection(_ id: ConnectionID) -> HTTPConnection? {
+        watcher(fd: id.fd, generation: id.generation) as? HTTPConnection
+    }
+
+    func sweepConnections() {
+        refreshDateHeader()
+        let now = nowMillis
+        for case let connection as HTTPConnection in watchers { connection.checkDeadline(now: now) }
+    }
+
+    func drainConnections() {
+        for case let connection as HTTPConnection in watchers { connection.drain() }
+    }
+
+    func closeAllConnections() {
+        for case let connection as HTTPConnection in watchers { connection.close() }
+    }
+}
+
+extension Duration {
+    var millis: Int64 { components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000 }
+}

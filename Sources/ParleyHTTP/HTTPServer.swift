@@ -1,0 +1,301 @@
+import CParleyShims
+import Glibc
+import Synchronization
+
+/// Settings of the HTTP server; every limit and timeout a client could otherwise abuse is here.
+public struct HTTPServerConfiguration: Sendable {
+    public var host: String = "127.0.0.1"
+    /// 0 picks a free port (read it back from `HTTPServer.port`).
+    public var port: Int = 8080
+    /// Event-loop threads; default one per core.
+    public var loopCount: Int = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+    /// Open connections beyond this are closed as soon as they are accepted.
+    public var maxConnections: Int = 16_384
+    public var limits = HTTPParserLimits()
+    /// The request line and headers must arrive within this (from the first byte, or from accept).
+    public var headerTimeout: Duration = .seconds(10)
+    /// A request body that makes no progress for this long is cut off.
+    public var bodyTimeout: Duration = .seconds(30)
+    /// A keep-alive connection with no request for this long is closed.
+    public var idleTimeout: Duration = .seconds(60)
+    /// A response (or stream) the client does not read for this long is cut off.
+    public var writeTimeout: Duration = .seconds(30)
+    /// How long shutdown waits for in-flight requests before closing everything.
+    public var shutdownGrace: Duration = .seconds(10)
+    /// Bytes a streaming response may queue for a slow client before the connection is closed.
+    public var streamBufferLimit: Int = 1024 * 1024
+    /// Send the CORS headers of API.md §1.1 and answer preflights.
+    public var cors: Bool = true
+
+    public init() {}
+}
+
+/// Server-generated failures that need a response body in the application's error format.
+public enum ServerProblem: Sendable {
+    case badRequest(String)
+    case notFound
+    case methodNotAllowed([HTTPMethod])
+    case payloadTooLarge
+    case headersTooLarge
+    case notImplemented(String)
+    case versionNotSupported
+    case requestTimeout
+    case unavailable
+    case internalError
+
+    public var status: Int {
+        switch self {
+        case .badRequest: 400
+        case .notFound: 404
+        case .methodNotAllowed: 405
+        case .payloadTooLarge: 413
+        case .headersTooLarge: 431
+        case .notImplemented: 501
+        case .versionNotSupported: 505
+        case .requestTimeout: 408
+        case .unavailable: 503
+        case .internalError: 500
+        }
+    }
+}
+
+/// What the server reports after each response (for logs and metrics).
+public struct RequestRecord: Sendable {
+    public var method: HTTPMethod
+    public var route: String
+    public var status: Int
+    public var durationSeconds: Double
+    public var requestID: String
+}
+
+/// Application callbacks of the server. Defaults produce minimal JSON problems and log nothing extra.
+public struct HTTPServerHooks: Sendable {
+    /// Renders a server-generated failure (parse errors, 404, 405, 503 …).
+    public var problem: @Sendable (ServerProblem, _ requestID: String) -> Response
+    /// Renders an error a handler threw.
+    public var handlerError: @Sendable (any Error, Request) -> Response
+    /// Called on the loop after each response is queued.
+    public var requestCompleted: @Sendable (RequestRecord) -> Void
+    /// Called when the open-connection count changes.
+    public var connectionsChanged: @Sendable (Int) -> Void
+
+    public init(
+        problem: @escaping @Sendable (ServerProblem, String) -> Response = HTTPServerHooks.defaultProblem,
+        handlerError: @escaping @Sendable (any Error, Request) -> Response = { _, r in
+            HTTPServerHooks.defaultProblem(.internalError, r.requestID)
+        },
+        requestCompleted: @escaping @Sendable (RequestRecord) -> Void = { _ in },
+        connectionsChanged: @escaping @Sendable (Int) -> Void = { _ in }
+    ) {
+        self.problem = problem
+        self.handlerError = handlerError
+        self.requestCompleted = requestCompleted
+        self.connectionsChanged = connectionsChanged
+    }
+
+    public static func defaultProblem(_ problem: ServerProblem, _ requestID: String) -> Response {
+        var detail = HTTPStatus.reason(problem.status)
+        switch problem {
+        case .badRequest(let d), .notImplemented(let d): detail = d
+        default: break
+        }
+        var escaped = ""
+        for ch in detail.unicodeScalars {
+            switch ch {
+            case "\"": escaped += "\\\""
+            case "\\": escaped += "\\\\"
+            case _ where ch.value < 0x20: escaped += " "
+            default: escaped.unicodeScalars.append(ch)
+            }
+        }
+        var response = Response(
+            status: problem.status, headers: ["Content-Type": "application/problem+json"],
+            body: Array("{\"status\":\(problem.status),\"detail\":\"\(escaped)\",\"request_id\":\"\(requestID)\"}".utf8))
+        if case .methodNotAllowed(let allow) = problem {
+            response.headers.add("Allow", allow.map(\.rawValue).joined(separator: ", "))
+        }
+        return response
+    }
+}
+
+/// The HTTP/1.1 server: a listening socket shared by `loopCount` epoll loops, handlers run by an executor.
+///
+/// Owner: immutable after `start()` except `state` (guarded by its `Mutex`) and the atomic counters.
+public final class HTTPServer: Sendable {
+    public let configuration: HTTPServerConfiguration
+    public let router: Router
+    let executor: any RequestExecutor
+    let hooks: HTTPServerHooks
+    let logger: Logger
+    let loops: [EventLoop]
+    let openConnections = Atomic<Int>(0)
+    let inFlightRequests = Atomic<Int>(0)
+    let draining = Atomic<Bool>(false)
+    let listenFD: Int32
+    /// The bound port (useful when the configuration asked for port 0).
+    public let port: Int
+    let requestIDPrefix: String
+    let corsHeaders: [UInt8]
+    private let state = Mutex<Bool>(false)  // stopped
+
+    /// Binds the listening socket and starts the loops. Throws when the address cannot be bound.
+    public init(
+        configuration: HTTPServerConfiguration, router: Router, executor: any RequestExecutor,
+        hooks: HTTPServerHooks = HTTPServerHooks(), logger: Logger = Logger(label: "http")
+    ) throws {
+        parley_ignore_sigpipe()
+        _ = parley_raise_nofile_limit()
+        self.configuration = configuration
+        self.router = router
+        self.executor = executor
+        self.hooks = hooks
+        self.logger = logger
+        var random = UInt32.random(in: 0...UInt32.max)
+        requestIDPrefix = "r" + String(random, radix: 16)
+        random = 0
+        corsHeaders = configuration.cors ? Array(HTTPServer.corsBlock.utf8) : []
+        (listenFD, port) = try Self.bind(host: configuration.host, port: configuration.port)
+        var loops: [EventLoop] = []
+        for i in 0..<max(1, configuration.loopCount) { loops.append(try EventLoop(index: i)) }
+        self.loops = loops
+        for loop in loops {
+            loop.start()
+            let fd = listenFD
+            loop.execute { [self] loop in
+                let acceptor = Acceptor(server: self)
+                loop.register(fd: fd, events: PARLEY_EPOLLIN | PARLEY_EPOLLEXCLUSIVE, watcher: acceptor)
+                loop.onTick { loop in loop.sweepConnections() }
+            }
+        }
+        logger.info("msg=listening address=\(configuration.host):\(port) loops=\(loops.count)")
+    }
+
+    static let corsBlock =
+        "Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: X-Request-Id, RateLimit-Limit, RateLimit-Remaining, "
+        + "RateLimit-Reset, Retry-After, WWW-Authenticate, Idempotent-Replayed, Parley-Duplicate, Parley-Last-Event-ID\r\n"
+
+    static let preflightBlock =
+        "Access-Control-Allow-Methods: GET, POST, PUT, PATCH, DELETE, OPTIONS\r\n"
+        + "Access-Control-Allow-Headers: Authorization, Content-Type, Idempotency-Key, Last-Event-ID, Parley-App-Id, X-Request-Id\r\n"
+        + "Access-Control-Max-Age: 86400\r\n"
+
+    /// Number of open client connections.
+    public var connectionCount: Int { openConnections.load(ordering: .relaxed) }
+
+    /// Graceful stop: stop accepting, close idle connections and streams, let in-flight requests finish
+    /// (up to `shutdownGrace`), then close what is left and stop the loops. Returns when everything is closed.
+    public func shutdown() {
+        let already = state.withLock { stopped -> Bool in
+            defer { stopped = true }
+            return stopped
+        }
+        if already { return }
+        draining.store(true, ordering: .releasing)
+        let fd = listenFD
+        for loop in loops {
+            loop.execute { loop in
+                loop.deregister(fd: fd)
+                loop.drainConnections()
+            }
+        }
+        let grace = configuration.shutdownGrace
+        let deadline = EventLoop.monotonicMillis() + grace.components.seconds * 1000
+        while EventLoop.monotonicMillis() < deadline
+            && (openConnections.load(ordering: .acquiring) > 0 || inFlightRequests.load(ordering: .acquiring) > 0)
+        {
+            usleep(10_000)
+        }
+        for loop in loops { loop.execute { loop in loop.closeAllConnections() } }
+        for loop in loops { loop.stop() }
+        for loop in loops { loop.join() }
+        close(listenFD)
+        logger.info("msg=stopped")
+        logger.flush()
+    }
+
+    /// Blocks the calling thread until SIGINT or SIGTERM arrives (self-pipe; works whatever the thread masks).
+    public static func waitForTerminationSignal() -> Int32 {
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { return 0 }
+        _ = parley_install_term_handler(fds[1])
+        var byte: UInt8 = 0
+        while true {
+            let n = read(fds[0], &byte, 1)
+            if n == 1 { return Int32(byte) }
+            if n < 0 && errno == EINTR { continue }
+            return 0
+        }
+    }
+
+    /// A fresh request id: process-random prefix, loop index, per-loop counter.
+    func nextRequestID(loop: EventLoop) -> String {
+        loop.requestCounter &+= 1
+        return "\(requestIDPrefix)-\(loop.index)-\(String(loop.requestCounter, radix: 16))"
+    }
+
+    private static func bind(host: String, port: Int) throws -> (Int32, Int) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        if fd < 0 { throw SystemError(function: "socket") }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = in_port_t(UInt16(port).bigEndian)
+        let resolved = host == "localhost" ? "127.0.0.1" : host
+        if inet_pton(AF_INET, resolved, &addr.sin_addr) != 1 {
+            close(fd)
+            throw SystemError(function: "inet_pton(\(host))", errno: EINVAL)
+        }
+        let rc = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        if rc != 0 {
+            let e = errno
+            close(fd)
+            throw SystemError(function: "bind(\(host):\(port))", errno: e)
+        }
+        if listen(fd, 1024) != 0 {
+            let e = errno
+            close(fd)
+            throw SystemError(function: "listen", errno: e)
+        }
+        var bound = sockaddr_in()
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &bound) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+        }
+        return (fd, Int(UInt16(bigEndian: bound.sin_port)))
+    }
+}
+
+/// Accepts connections on one loop (the listener is shared by all loops with `EPOLLEXCLUSIVE`).
+final class Acceptor: EventLoop.Watcher {
+    let server: HTTPServer
+
+    init(server: HTTPServer) { self.server = server }
+
+    func handle(events: UInt32, loop: EventLoop) {
+        for _ in 0..<64 {
+            let fd = parley_accept4(server.listenFD)
+            if fd < 0 { return }  // EAGAIN (another loop took it), or a transient error
+            if server.openConnections.load(ordering: .relaxed) >= server.configuration.maxConnections
+                || server.draining.load(ordering: .relaxed)
+            {
+                close(fd)
+                continue
+            }
+            var one: Int32 = 1
+            setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+            let connection = HTTPConnection(fd: fd, server: server, loop: loop)
+            let generation = loop.register(
+                fd: fd, events: PARLEY_EPOLLIN | PARLEY_EPOLLRDHUP, watcher: connection)
+            if generation == 0 {
+                close(fd)
+                continue
+            }
+            connection.generation = generation
+            let count = server.openConnections.add(1, ordering: .relaxed).newValue
+            server.hooks.connectionsChanged(count)
+        }
+    }
+}

@@ -1,0 +1,69 @@
+import Synchronization
+
+/// The writable end of a streaming response (SSE). Any thread may write; bytes reach the socket through the
+/// connection's event loop, in call order.
+///
+/// Owner: `state` is guarded by its `Mutex`; the socket side belongs to the connection on `loop`.
+public final class ResponseStream: Sendable {
+    private struct State {
+        var closed = false
+        var closeHandlers: [@Sendable () -> Void] = []
+    }
+
+    let loop: EventLoop
+    let connection: ConnectionID
+    private let state = Mutex(State())
+    /// When the bytes queued for the socket exceed this, the client is too slow: the connection is closed
+    /// (it resumes later, e.g. with `Last-Event-ID`) rather than letting memory grow without bound.
+    public let maxBufferedBytes: Int
+
+    init(loop: EventLoop, connection: ConnectionID, maxBufferedBytes: Int) {
+        self.loop = loop
+        self.connection = connection
+        self.maxBufferedBytes = maxBufferedBytes
+    }
+
+    /// Queues `bytes` as one chunk. Ignored once the stream is closed.
+    public func write(_ bytes: [UInt8]) {
+        if isClosed || bytes.isEmpty { return }
+        let id = connection
+        loop.execute { loop in loop.connection(id)?.streamWrite(bytes) }
+    }
+
+    /// Ends the response (terminating chunk) and closes the connection once everything is flushed.
+    public func close() {
+        let id = connection
+        loop.execute { loop in loop.connection(id)?.streamFinish() }
+    }
+
+    /// True once the connection is gone or the stream was closed.
+    public var isClosed: Bool { state.withLock { $0.closed } }
+
+    /// Runs `handler` once when the stream closes (client gone, server closed it, or shutdown). Runs at once if
+    /// already closed.
+    public func onClose(_ handler: @escaping @Sendable () -> Void) {
+        let runNow = state.withLock { s -> Bool in
+            if s.closed { return true }
+            s.closeHandlers.append(handler)
+            return false
+        }
+        if runNow { handler() }
+    }
+
+    /// Called by the connection when the socket closes.
+    func markClosed() {
+        let handlers = state.withLock { s -> [@Sendable () -> Void] in
+            if s.closed { return [] }
+            s.closed = true
+            defer { s.closeHandlers = [] }
+            return s.closeHandlers
+        }
+        for handler in handlers { handler() }
+    }
+}
+
+/// Identifies a connection on its loop across threads; the generation guards against fd reuse.
+public struct ConnectionID: Sendable, Hashable {
+    let fd: Int32
+    let generation: UInt32
+}

@@ -1,0 +1,229 @@
+/// Per-route settings the server applies before the handler runs.
+public struct RouteOptions: Sendable {
+    /// Largest request body accepted for this route (413 beyond it); nil = the server default (1 MiB).
+    public var maxBodyBytes: Int?
+    /// The handler never blocks, so it may run on the event loop itself (no hand-off to a worker).
+    public var runsOnEventLoop: Bool
+    /// Stable name of the operation (the OpenAPI `operationId`).
+    public var operationID: String?
+
+    public init(maxBodyBytes: Int? = nil, runsOnEventLoop: Bool = false, operationID: String? = nil) {
+        self.maxBodyBytes = maxBodyBytes
+        self.runsOnEventLoop = runsOnEventLoop
+        self.operationID = operationID
+    }
+}
+
+/// A request handler. It runs on a worker thread (or on the loop for `runsOnEventLoop` routes) and may block.
+public typealias HTTPHandler = @Sendable (Request) throws -> Response
+
+/// One registered route: method, path template (`/v1/users/{user_id}`), options and handler.
+public struct Route: Sendable {
+    public let method: HTTPMethod
+    public let template: String
+    public let options: RouteOptions
+    public let handler: HTTPHandler
+    let segments: [Segment]
+
+    enum Segment: Sendable, Equatable {
+        case literal(String)
+        case parameter(String)
+    }
+}
+
+/// Collects routes at start-up; `build()` freezes them into an immutable `Router`.
+public struct RouterBuilder: Sendable {
+    private var routes: [Route] = []
+
+    public init() {}
+
+    /// Adds a route. A template is `/`-separated literals and `{name}` parameters, exactly as OpenAPI writes it.
+    public mutating func add(
+        _ method: HTTPMethod, _ template: String, options: RouteOptions = RouteOptions(),
+        _ handler: @escaping HTTPHandler
+    ) {
+        let segments = template.split(separator: "/", omittingEmptySubsequences: true).map { part -> Route.Segment in
+            if part.hasPrefix("{") && part.hasSuffix("}") { return .parameter(String(part.dropFirst().dropLast())) }
+            return .literal(String(part))
+        }
+        precondition(template.hasPrefix("/"), "route template must start with /: \(template)")
+        precondition(
+            !routes.contains { $0.method == method && $0.segments.shapeEquals(segments) },
+            "duplicate route \(method) \(template)")
+        routes.append(Route(method: method, template: template, options: options, handler: handler, segments: segments))
+    }
+
+    public func build() -> Router { Router(routes: routes) }
+}
+
+extension [Route.Segment] {
+    fileprivate func shapeEquals(_ other: [Route.Segment]) -> Bool {
+        guard count == other.count else { return false }
+        for (a, b) in zip(self, other) {
+            switch (a, b) {
+            case (.literal(let x), .literal(let y)) where x == y: continue
+            case (.parameter, .parameter): continue
+            default: return false
+            }
+        }
+        return true
+    }
+}
+
+/// The frozen route table: matches a method and path to a route and its decoded path parameters.
+public struct Router: Sendable {
+    /// The outcome of matching a request.
+    public enum Match: Sendable {
+        case found(Route, parameters: [String: String])
+        /// The path exists but not for this method; `allow` lists the methods that do.
+        case methodNotAllowed(allow: [HTTPMethod])
+        case notFound
+        /// A path segment had a malformed percent-encoding.
+        case badPath
+    }
+
+    private final class Node: Sendable {
+        let literals: [String: Node]
+        let parameter: Node?
+        let routes: [HTTPMethod: Route]
+        init(literals: [String: Node], parameter: Node?, routes: [HTTPMethod: Route]) {
+            self.literals = literals
+            self.parameter = parameter
+            self.routes = routes
+        }
+    }
+
+    /// Every route, in registration order (for the OpenAPI contract check and `parley routes`).
+    public let routes: [Route]
+    private let root: Node
+
+    init(routes: [Route]) {
+        self.routes = routes
+        root = Self.buildNode(routes.map { ($0, $0.segments[...]) })
+    }
+
+    private static func buildNode(_ entries: [(Route, ArraySlice<Route.Segment>)]) -> Node {
+        var here: [HTTPMethod: Route] = [:]
+        var literalGroups: [String: [(Route, ArraySlice<Route.Segment>)]] = [:]
+        var parameterGroup: [(Route, ArraySlice<Route.Segment>)] = []
+        for (route, rest) in entries {
+            guard let first = rest.first else {
+                here[route.method] = route
+                continue
+            }
+            switch first {
+            case .literal(let name): literalGroups[name, default: []].append((route, rest.dropFirst()))
+            case .parameter: parameterGroup.append((route, rest.dropFirst()))
+            }
+        }
+        return Node(
+            literals: literalGroups.mapValues { buildNode($0) },
+            parameter: parameterGroup.isEmpty ? nil : buildNode(parameterGroup),
+            routes: here)
+    }
+
+    /// Matches `method` and the raw (still percent-encoded) `path`. Literal segments win over parameters;
+    /// when the literal branch has no route for the method, the parameter branch is tried.
+    public func match(method: HTTPMethod, path: Substring) -> Match {
+        var segments: [String] = []
+        for raw in path.split(separator: "/", omittingEmptySubsequences: true) {
+            guard let decoded = PercentDecoding.decode(raw) else { return .badPath }
+            segments.append(decoded)
+        }
+        var candidates: [(Node, [String])] = []
+        collect(node: root, segments: segments[...], values: [], into: &candidates)
+        guard !candidates.isEmpty else { return .notFound }
+        let lookup = method == .head ? [HTTPMethod.head, .get] : [method]
+        for (node, values) in candidates {
+            for m in lookup {
+                if let route = node.routes[m] {
+                    var parameters: [String: String] = [:]
+                    var index = 0
+                    for segment in route.segments {
+                        if case .parameter(let name) = segment {
+                            parameters[name] = values[index]
+                            index += 1
+                        }
+                    }
+                    return .found(route, parameters: parameters)
+                }
+            }
+        }
+        var allow = Set<String>()
+        for (node, _) in candidates { for m in node.routes.keys { allow.insert(m.rawValue) } }
+        if allow.contains("GET") { allow.insert("HEAD") }
+        allow.insert("OPTIONS")
+        return .methodNotAllowed(allow: allow.sorted().map { HTTPMethod(rawValue: $0) })
+    }
+
+    private func collect(node: Node, segments: ArraySlice<String>, values: [String], into out: inout [(Node, [String])]) {
+        guard let first = segments.first else {
+            if !node.routes.isEmpty { out.append((node, values)) }
+            return
+        }
+        if let next = node.literals[first] { collect(node: next, segments: segments.dropFirst(), values: values, into: &out) }
+        if let next = node.parameter {
+            collect(node: next, segments: segments.dropFirst(), values: values + [first], into: &out)
+        }
+    }
+}
+
+/// Percent-decoding of URL path segments and query components (RFC 3986).
+public enum PercentDecoding {
+    /// Decodes `%XX` escapes (and `+` as space when `plusAsSpace`); nil for a malformed escape or invalid UTF-8.
+    public static func decode(_ input: Substring, plusAsSpace: Bool = false) -> String? {
+        let utf8 = input.utf8
+        if !utf8.contains(UInt8(ascii: "%")) && !(plusAsSpace && utf8.contains(UInt8(ascii: "+"))) {
+            return String(input)
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(utf8.count)
+        var i = utf8.startIndex
+        while i != utf8.endIndex {
+            let c = utf8[i]
+            if c == UInt8(ascii: "%") {
+                let h1 = utf8.index(after: i)
+                guard h1 != utf8.endIndex else { return nil }
+                let h2 = utf8.index(after: h1)
+                guard h2 != utf8.endIndex, let hi = hexValue(utf8[h1]), let lo = hexValue(utf8[h2]) else { return nil }
+                bytes.append(hi << 4 | lo)
+                i = utf8.index(after: h2)
+            } else {
+                bytes.append(plusAsSpace && c == UInt8(ascii: "+") ? UInt8(ascii: " ") : c)
+                i = utf8.index(after: i)
+            }
+        }
+        return String(validating: bytes, as: UTF8.self)
+    }
+
+    /// Decodes one query component (`+` is a space).
+    public static func decodeQuery(_ input: Substring) -> String? { decode(input, plusAsSpace: true) }
+
+    /// Splits a raw query string into decoded (name, value) pairs in order; nil when any part is malformed.
+    public static func parseQuery(_ query: Substring) -> [(String, String)]? {
+        var result: [(String, String)] = []
+        for part in query.split(separator: "&", omittingEmptySubsequences: true) {
+            let name: Substring
+            let value: Substring
+            if let eq = part.firstIndex(of: "=") {
+                name = part[..<eq]
+                value = part[part.index(after: eq)...]
+            } else {
+                name = part
+                value = ""
+            }
+            guard let n = decode(name, plusAsSpace: true), let v = decode(value, plusAsSpace: true) else { return nil }
+            result.append((n, v))
+        }
+        return result
+    }
+
+    private static func hexValue(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}

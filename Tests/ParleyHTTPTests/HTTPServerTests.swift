@@ -1,0 +1,316 @@
+import Glibc
+import ParleyHTTP
+import Synchronization
+import Testing
+
+/// A server on 127.0.0.1:0 with a few routes, stopped when the body returns.
+private func withServer<T>(
+    configure: (inout HTTPServerConfiguration) -> Void = { _ in },
+    routes: (inout RouterBuilder) -> Void = { _ in },
+    _ body: (HTTPServer) throws -> T
+) throws -> T {
+    var builder = RouterBuilder()
+    builder.add(.get, "/healthz", options: RouteOptions(runsOnEventLoop: true)) { _ in .json("{\"status\":\"ok\"}") }
+    builder.add(.get, "/v1/users/{user_id}") { request in
+        .json("{\"user_id\":\"\(request.pathParameters["user_id"] ?? "")\",\"q\":\"\(request.queryValue("q") ?? "")\"}")
+    }
+    builder.add(.post, "/v1/users/import") { _ in .json("{\"import\":true}") }
+    builder.add(.post, "/echo") { request in Response(status: 200, body: request.body) }
+    builder.add(.post, "/small", options: RouteOptions(maxBodyBytes: 10)) { request in Response(status: 200, body: request.body) }
+    builder.add(.get, "/slow") { _ in
+        usleep(600_000)
+        return .json("{\"slow\":true}")
+    }
+    builder.add(.get, "/big") { _ in Response(status: 200, body: [UInt8](repeating: 0x61, count: 8 * 1024 * 1024)) }
+    builder.add(.get, "/fail") { _ in throw CancellationError() }
+    routes(&builder)
+    var config = HTTPServerConfiguration()
+    config.port = 0
+    config.loopCount = 2
+    configure(&config)
+    let executor = ThreadPoolExecutor(threads: 4)
+    let server = try HTTPServer(
+        configuration: config, router: builder.build(), executor: executor, logger: Logger(label: "test", level: .off))
+    defer {
+        server.shutdown()
+        executor.shutdown()
+    }
+    return try body(server)
+}
+
+private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) throws -> HTTPClientConnection {
+    try HTTPClientConnection(host: "127.0.0.1", port: server.port, timeout: timeout)
+}
+
+@Suite struct HTTPServerTests {
+    @Test func healthzAndKeepAliveReuse() throws {
+        try withServer { server in
+            let client = try connect(server)
+            for _ in 0..<3 {
+                let response = try client.send(method: .get, path: "/healthz")
+                #expect(response.status == 200)
+                #expect(response.text == "{\"status\":\"ok\"}")
+                #expect(response.headers["Access-Control-Allow-Origin"] == "*")
+                #expect(response.headers["X-Request-Id"]?.isEmpty == false)
+            }
+            #expect(client.connectCount == 1)
+        }
+    }
+
+    @Test func pathParametersAreDecodedAndLiteralsWin() throws {
+        try withServer { server in
+            let client = try connect(server)
+            let r = try client.send(method: .get, path: "/v1/users/a%2Fb%23c?q=x%20y")
+            #expect(r.text == "{\"user_id\":\"a/b#c\",\"q\":\"x y\"}")
+            #expect(try client.send(method: .post, path: "/v1/users/import", body: "{}").text == "{\"import\":true}")
+            // GET on the literal path falls back to the parameter route.
+            #expect(try client.send(method: .get, path: "/v1/users/import").text.contains("\"user_id\":\"import\""))
+        }
+    }
+
+    @Test func notFoundMethodNotAllowedAndBadEscapes() throws {
+        try withServer { server in
+            let client = try connect(server)
+            #expect(try client.send(method: .get, path: "/nope").status == 404)
+            let r = try client.send(method: .delete, path: "/healthz")
+            #expect(r.status == 405)
+            #expect(r.headers["Allow"]?.contains("GET") == true)
+            #expect(try client.send(method: .get, path: "/v1/users/%zz").status == 400)
+        }
+    }
+
+    @Test func headIsGetWithoutBody() throws {
+        try withServer { server in
+            let client = try connect(server)
+            let r = try client.send(method: .head, path: "/healthz")
+            #expect(r.status == 200)
+            #expect(r.body.isEmpty)
+            #expect(r.headers["Content-Length"] == "15")
+            #expect(try client.send(method: .get, path: "/healthz").status == 200)  // connection still in sync
+        }
+    }
+
+    @Test func requestIDIsEchoedOrGenerated() throws {
+        try withServer { server in
+            let client = try connect(server)
+            let given = try client.send(method: .get, path: "/healthz", headers: ["X-Request-Id": "abc-123"])
+            #expect(given.headers["X-Request-Id"] == "abc-123")
+            let a = try client.send(method: .get, path: "/healthz").headers["X-Request-Id"]
+            let b = try client.send(method: .get, path: "/healthz").headers["X-Request-Id"]
+            #expect(a != nil && a != b)
+        }
+    }
+
+    @Test func preflightAnswers204WithCORS() throws {
+        try withServer { server in
+            let client = try connect(server)
+            let r = try client.send(method: .options, path: "/anything/at/all")
+            #expect(r.status == 204)
+            #expect(r.headers["Access-Control-Allow-Methods"] == "GET, POST, PUT, PATCH, DELETE, OPTIONS")
+            #expect(r.headers["Access-Control-Max-Age"] == "86400")
+        }
+    }
+
+    @Test func pipelinedRequestsAreAnsweredInOrder() throws {
+        try withServer { server in
+            let client = try connect(server)
+            try client.sendRaw(
+                "GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/users/u1 HTTP/1.1\r\nHost: x\r\n\r\n"
+                    + "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+            #expect(try client.readResponse().text == "{\"slow\":true}")
+            #expect(try client.readResponse().text.contains("\"u1\""))
+            #expect(try client.readResponse().text == "hello")
+        }
+    }
+
+    @Test func chunkedBodiesExpectContinueAndHTTP10() throws {
+        try withServer { server in
+            let client = try connect(server)
+            try client.sendRaw(
+                "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-T: 1\r\n\r\n")
+            #expect(try client.readResponse().text == "hello world")
+            try client.sendRaw("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n")
+            let interim = client.readAvailable(timeout: .seconds(2))
+            #expect(String(decoding: interim, as: UTF8.self).hasPrefix("HTTP/1.1 100 Continue"))
+            try client.sendRaw("ok")
+            #expect(try client.readResponse().text == "ok")
+            let old = try connect(server)
+            try old.sendRaw("GET /healthz HTTP/1.0\r\n\r\n")
+            let r = try old.readResponse()
+            #expect(r.status == 200)
+            #expect(r.headers["Connection"] == "close")
+            #expect(old.isClosedByPeer(timeout: .seconds(2)))
+        }
+    }
+
+    @Test func limitsAnswerTheirStatuses() throws {
+        try withServer { server in
+            let big = try connect(server)
+            try big.sendRaw("GET /healthz HTTP/1.1\r\nX-Big: \(String(repeating: "a", count: 17_000))\r\n\r\n")
+            #expect(try big.readResponse().status == 431)
+            let many = try connect(server)
+            var head = "GET /healthz HTTP/1.1\r\n"
+            for i in 0..<101 { head += "X-\(i): v\r\n" }
+            try many.sendRaw(head + "\r\n")
+            #expect(try many.readResponse().status == 431)
+            let large = try connect(server)
+            #expect(try large.send(method: .post, path: "/small", body: "12345678901").status == 413)
+            let fine = try connect(server)
+            #expect(try fine.send(method: .post, path: "/small", body: "1234567890").status == 200)
+            let gzip = try connect(server)
+            try gzip.sendRaw("POST /echo HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n")
+            #expect(try gzip.readResponse().status == 501)
+            let garbage = try connect(server)
+            try garbage.sendRaw("\u{01}\u{02}garbage\r\n\r\n")
+            #expect(try garbage.readResponse().status == 400)
+            #expect(garbage.isClosedByPeer(timeout: .seconds(2)))
+            #expect(try connect(server).send(method: .get, path: "/fail").status == 500)
+        }
+    }
+
+    @Test func oneThousandConcurrentConnections() throws {
+        try withServer { server in
+            var clients: [HTTPClientConnection] = []
+            for _ in 0..<1000 { clients.append(try connect(server)) }
+            for (i, client) in clients.enumerated() { try client.sendRaw("GET /v1/users/u\(i) HTTP/1.1\r\nHost: x\r\n\r\n") }
+            var ok = 0
+            for (i, client) in clients.enumerated() where try client.readResponse().text.contains("\"u\(i)\"") { ok += 1 }
+            #expect(ok == 1000)
+            #expect(server.connectionCount == 1000)
+        }
+    }
+
+    @Test func slowHeaderClientIsCutOffWhileOthersAreServed() throws {
+        try withServer(configure: { $0.headerTimeout = .seconds(2) }) { server in
+            let slow = try connect(server)
+            let request = Array("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: 1\r\n\r\n".utf8)
+            let fast = try connect(server)
+            let start = ContinuousClock.now
+            var cutOff = false
+            for byte in request {
+                do { try slow.sendRaw([byte]) } catch {
+                    cutOff = true
+                    break
+                }
+                let r = try fast.send(method: .get, path: "/healthz")
+                #expect(r.status == 200)
+                if slow.isClosedByPeer(timeout: .milliseconds(250)) {
+                    cutOff = true
+                    break
+                }
+            }
+            #expect(cutOff)
+            #expect(ContinuousClock.now - start < .seconds(5))
+            #expect(try fast.send(method: .get, path: "/healthz").status == 200)
+        }
+    }
+
+    @Test func idleKeepAliveConnectionsAreClosed() throws {
+        try withServer(configure: { $0.idleTimeout = .seconds(1) }) { server in
+            let client = try connect(server)
+            #expect(try client.send(method: .get, path: "/healthz").status == 200)
+            #expect(client.isClosedByPeer(timeout: .seconds(4)))
+        }
+    }
+
+    @Test func connectionCapClosesNewConnectionsAtOnce() throws {
+        try withServer(configure: { $0.maxConnections = 3 }) { server in
+            let held = try (0..<3).map { _ in try connect(server) }
+            for c in held { #expect(try c.send(method: .get, path: "/healthz").status == 200) }
+            let extra = try connect(server)
+            #expect(extra.isClosedByPeer(timeout: .seconds(2)))
+        }
+    }
+
+    @Test func gracefulShutdownFinishesInFlightRequest() throws {
+        var builder = RouterBuilder()
+        builder.add(.get, "/slow") { _ in
+            usleep(800_000)
+            return .json("{\"slow\":true}")
+        }
+        var config = HTTPServerConfiguration()
+        config.port = 0
+        let executor = ThreadPoolExecutor(threads: 2)
+        defer { executor.shutdown() }
+        let server = try HTTPServer(
+            configuration: config, router: builder.build(), executor: executor, logger: Logger(label: "t", level: .off))
+        let client = try connect(server)
+        let idle = try connect(server)
+        try client.sendRaw("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        usleep(100_000)
+        let stopped = Atomic<Bool>(false)
+        let box = Unmanaged.passRetained(server)
+        var tid = pthread_t()
+        pthread_create(
+            &tid, nil,
+            { arg in
+                let s = Unmanaged<HTTPServer>.fromOpaque(arg!).takeRetainedValue()
+                s.shutdown()
+                return nil
+            }, box.toOpaque())
+        let response = try client.readResponse()
+        #expect(response.status == 200)
+        #expect(response.headers["Connection"] == "close")
+        #expect(idle.isClosedByPeer(timeout: .seconds(3)))
+        pthread_join(tid, nil)
+        stopped.store(true, ordering: .relaxed)
+        #expect(server.connectionCount == 0)
+        #expect(throws: (any Error).self) { try connect(server, timeout: .seconds(1)).send(method: .get, path: "/slow") }
+    }
+
+    @Test func clientDisconnectingMidResponseLeaksNothing() throws {
+        try withServer { server in
+            for _ in 0..<5 {
+                let client = try connect(server)
+                try client.sendRaw("GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+                _ = client.readAvailable(timeout: .milliseconds(200))
+                client.close()
+            }
+            var waited = 0
+            while server.connectionCount > 0 && waited < 50 {
+                usleep(100_000)
+                waited += 1
+            }
+            #expect(server.connectionCount == 0)
+            #expect(try connect(server).send(method: .get, path: "/healthz").status == 200)
+        }
+    }
+
+    @Test func streamingResponseWritesFromAnotherThread() throws {
+        let closed = Atomic<Int>(0)
+        try withServer(routes: { builder in
+            builder.add(.get, "/stream") { _ in
+                Response(status: 200, headers: ["Content-Type": "text/event-stream"]) { stream in
+                    stream.onClose { closed.add(1, ordering: .relaxed) }
+                    let box = Unmanaged.passRetained(stream)
+                    var tid = pthread_t()
+                    pthread_create(
+                        &tid, nil,
+                        { arg in
+                            let s = Unmanaged<ResponseStream>.fromOpaque(arg!).takeRetainedValue()
+                            for i in 0..<3 {
+                                s.write(Array("data: \(i)\n\n".utf8))
+                                usleep(20_000)
+                            }
+                            return nil
+                        }, box.toOpaque())
+                    pthread_detach(tid)
+                }
+            }
+        }) { server in
+            let client = try connect(server)
+            let stream = try client.openStream(path: "/stream")
+            for i in 0..<3 {
+                let event = try #require(try stream.nextEvent(timeout: .seconds(5)))
+                #expect(event.data == "\(i)")
+            }
+            stream.close()
+            var waited = 0
+            while closed.load(ordering: .relaxed) == 0 && waited < 50 {
+                usleep(50_000)
+                waited += 1
+            }
+            #expect(closed.load(ordering: .relaxed) == 1)
+        }
+    }
+}

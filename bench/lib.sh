@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Shared helpers of the bench/ scripts: logging, tool installation, processes started by PID (cleaned up on
+# exit), free loopback ports, readiness waits and memory readings. Source it after setting ROOT.
+
+log() { printf '[bench] %s\n' "$*" >&2; }
+die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
+
+# --- tools ------------------------------------------------------------------------------------------------
+
+install_package() {  # apt package for a missing tool, when we may
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+        log "installing $1 with apt-get"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null; }
+    else
+        die "$1 is missing; install it (apt-get install $*)"
+    fi
+}
+
+require_tools() {  # wrk and curl always; nginx when asked ("nginx" argument)
+    command -v wrk >/dev/null || install_package wrk
+    command -v curl >/dev/null || install_package curl
+    if [[ ${1:-} == nginx ]]; then
+        NGINX=${NGINX:-$(command -v nginx || true)}
+        [[ -z $NGINX && -x /usr/sbin/nginx ]] && NGINX=/usr/sbin/nginx
+        if [[ -z $NGINX ]]; then
+            install_package nginx-light || install_package nginx
+            NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+        fi
+    fi
+    return 0
+}
+
+# --- processes and cleanup --------------------------------------------------------------------------------
+
+TMP=$(mktemp -d -t parley-bench.XXXXXX)
+chmod 755 "$TMP"  # parley running as root hands its data directory to an unprivileged PostgreSQL user
+PIDS=()
+SAMPLER_PID=
+
+stop_pid() {  # TERM, wait up to 15 s, then KILL; only processes this script started
+    local pid=$1
+    kill -0 "$pid" 2>/dev/null || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+        log "process $pid did not stop after SIGTERM; sending SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+    local status=$?
+    trap - EXIT INT TERM
+    [[ -n $SAMPLER_PID ]] && stop_pid "$SAMPLER_PID"
+    for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
+    rm -rf "$TMP"
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+free_port() {
+    if command -v python3 >/dev/null; then
+        python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+    else
+        local port
+        while :; do
+            port=$((20000 + RANDOM % 40000))
+            ss -Htln "sport = :$port" | grep -q . || { echo "$port"; return; }
+        done
+    fi
+}
+
+wait_ready() {  # name pid port log: waits until GET /healthz answers 200
+    local name=$1 pid=$2 port=$3 logfile=$4 deadline=$((SECONDS + READY_TIMEOUT))
+    while ((SECONDS < deadline)); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            tail -n 30 "$logfile" >&2 || true
+            die "$name exited before answering /healthz"
+        fi
+        if curl -fsS --max-time 2 -o /dev/null "http://127.0.0.1:$port/healthz" 2>/dev/null; then return 0; fi
+        sleep 0.25
+    done
+    tail -n 30 "$logfile" >&2 || true
+    die "$name did not answer http://127.0.0.1:$port/healthz within ${READY_TIMEOUT}s"
+}
+
+check_body() {  # name port: the answer must be the same fixed JSON for both servers
+    local body
+    body=$(curl -fsS --max-time 5 "http://127.0.0.1:$2/healthz")
+    [[ $body == '{"status":"ok"}' ]] || die "$1 answered /healthz with unexpected body: $body"
+}
+
+rss_kib() { awk -v key="$2:" '$1 == key { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+mib() { awk -v k="$1" 'BEGIN { printf "%.1f MiB", k / 1024 }'; }
+
