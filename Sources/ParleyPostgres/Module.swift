@@ -1,2 +1,0 @@
-/// libpq client for Parley (filled by the PostgreSQL layer).
-public enum ParleyPostgresModule {}

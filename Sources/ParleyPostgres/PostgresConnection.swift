@@ -1,0 +1,277 @@
+internal import CLibPQ
+import Glibc
+
+/// One libpq session (`PGconn`): parameterised queries, prepared statements, savepoints.
+///
+/// Not `Sendable`: owned by exactly one thread (a pool worker or the listener thread) and used only there.
+/// `PQfinish` runs exactly once, in `deinit`, also when connecting failed.
+public final class PostgresConnection {
+    let handle: OpaquePointer
+    /// The settings this connection was opened with.
+    public let configuration: PostgresConfiguration
+    private let noticeSink: PostgresNoticeSink
+    private var preparedNames: [String: String] = [:]
+    private var nextPreparedID = 0
+    private var nextSavepointID = 0
+    /// Statements sent since connecting (lets callers tell "failed on the first statement").
+    public private(set) var statementCount = 0
+    /// Monotonic time of the last statement, for the pool's idle health check.
+    var lastUsedNanos: UInt64 = monotonicNanos()
+
+    /// Beyond this many cached statements new SQL runs unnamed, so ad-hoc SQL cannot grow the cache forever.
+    static let maxPreparedStatements = 512
+
+    /// Connects synchronously (bounded by `connect_timeout`, 3 s unless configured).
+    public init(_ configuration: PostgresConfiguration, logger: PostgresLogger = .disabled) throws(PostgresError) {
+        self.configuration = configuration
+        self.noticeSink = PostgresNoticeSink(logger: logger)
+        let pairs = configuration.connectKeywords
+        var keywords: [UnsafeMutablePointer<CChar>?] = pairs.map { strdup($0.key) }
+        var values: [UnsafeMutablePointer<CChar>?] = pairs.map { strdup($0.value) }
+        keywords.append(nil)
+        values.append(nil)
+        defer {
+            for pointer in keywords { free(pointer) }
+            for pointer in values { free(pointer) }
+        }
+        let connection = keywords.withUnsafeBufferPointer { k in
+            values.withUnsafeBufferPointer { v in
+                k.withMemoryRebound(to: UnsafePointer<CChar>?.self) { k2 in
+                    v.withMemoryRebound(to: UnsafePointer<CChar>?.self) { v2 in
+                        PQconnectdbParams(k2.baseAddress, v2.baseAddress, 0)
+                    }
+                }
+            }
+        }
+        guard let connection else {
+            throw PostgresError(kind: .connection, message: "libpq could not allocate a connection")
+        }
+        guard PQstatus(connection) == CONNECTION_OK else {
+            let error = PostgresError.connection(connection, context: "could not connect to PostgreSQL")
+            PQfinish(connection)
+            throw error
+        }
+        self.handle = connection
+        // The sink lives as long as `self`, which outlives the PGconn (finished in deinit).
+        _ = PQsetNoticeProcessor(connection, postgresNoticeProcessor, Unmanaged.passUnretained(noticeSink).toOpaque())
+    }
+
+    deinit { PQfinish(handle) }
+
+    /// True when the session is gone (server restart, network failure); the pool then reconnects.
+    public var isBroken: Bool { PQstatus(handle) != CONNECTION_OK }
+
+    /// True inside BEGIN … COMMIT (also when the transaction has failed and awaits ROLLBACK).
+    public var inTransaction: Bool {
+        let status = PQtransactionStatus(handle)
+        return status == PQTRANS_INTRANS || status == PQTRANS_INERROR || status == PQTRANS_ACTIVE
+    }
+
+    /// True when the open transaction has failed and only ROLLBACK is possible.
+    public var inFailedTransaction: Bool { PQtransactionStatus(handle) == PQTRANS_INERROR }
+
+    /// The server's process id for this session (for `pg_terminate_backend` and logs).
+    public var backendPID: Int32 { PQbackendPID(handle) }
+
+    /// The socket, for `poll()` (listener).
+    var socket: Int32 { PQsocket(handle) }
+
+    /// Re-opens the session with the same settings; prepared statements are forgotten.
+    public func reset() throws(PostgresError) {
+        preparedNames.removeAll()
+        PQreset(handle)
+        guard PQstatus(handle) == CONNECTION_OK else {
+            throw PostgresError.connection(handle, context: "could not reconnect to PostgreSQL")
+        }
+    }
+
+    /// Runs one statement with text parameters (`$1`, `$2`, …; nil binds NULL).
+    ///
+    /// With `prepared: true` the statement is prepared on first use on this connection and reused by name:
+    /// use it for hot statements (it saves the parse and plan on every call).
+    @discardableResult
+    public func query(
+        _ sql: String, _ parameters: [(any PostgresEncodable)?] = [], prepared: Bool = false
+    ) throws(PostgresError) -> PostgresResult {
+        if prepared {
+            if let name = preparedNames[sql] {
+                do {
+                    return try queryPrepared(name: name, parameters)
+                } catch {
+                    if error.sqlState == "0A000" {
+                        // "cached plan must not change result type" (the table changed): prepare afresh next time.
+                        preparedNames[sql] = nil
+                        if !inTransaction { _ = try? simpleQuery("DEALLOCATE \(name)") }
+                    }
+                    throw error
+                }
+            }
+            if preparedNames.count < Self.maxPreparedStatements {
+                nextPreparedID += 1
+                let name = "parley_\(nextPreparedID)"
+                try prepare(name: name, sql: sql)
+                preparedNames[sql] = name
+                return try queryPrepared(name: name, parameters)
+            }
+        }
+        let handle = self.handle
+        let raw = try Self.withCParameters(parameters) { values, count in
+            PQexecParams(handle, sql, count, nil, values, nil, nil, 0)
+        }
+        return try check(raw)
+    }
+
+    /// Runs one statement and returns the number of rows it affected.
+    @discardableResult
+    public func execute(
+        _ sql: String, _ parameters: [(any PostgresEncodable)?] = [], prepared: Bool = false
+    ) throws(PostgresError) -> Int {
+        try query(sql, parameters, prepared: prepared).affectedRows
+    }
+
+    /// Runs SQL text that may hold several statements, with the simple protocol (`PQexec`); no parameters.
+    ///
+    /// For migrations and fixed commands only: never build this text from values.
+    @discardableResult
+    public func simpleQuery(_ sql: String) throws(PostgresError) -> PostgresResult {
+        try check(PQexec(handle, sql))
+    }
+
+    /// Prepares `sql` under `name` (parameter types inferred by the server).
+    public func prepare(name: String, sql: String) throws(PostgresError) {
+        _ = try check(PQprepare(handle, name, sql, 0, nil))
+    }
+
+    /// Runs a statement prepared with `prepare(name:sql:)`.
+    @discardableResult
+    public func queryPrepared(name: String, _ parameters: [(any PostgresEncodable)?] = []) throws(PostgresError) -> PostgresResult {
+        let handle = self.handle
+        let raw = try Self.withCParameters(parameters) { values, count in
+            PQexecPrepared(handle, name, count, values, nil, nil, 0)
+        }
+        return try check(raw)
+    }
+
+    /// Runs `body` inside `SAVEPOINT`; rolls back to it (and rethrows) when `body` throws.
+    ///
+    /// Needs an open transaction; nests freely.
+    @discardableResult
+    public func savepoint<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
+        nextSavepointID += 1
+        let name = "parley_sp_\(nextSavepointID)"
+        try simpleQuery("SAVEPOINT \(name)")
+        do {
+            let value = try body(self)
+            try simpleQuery("RELEASE SAVEPOINT \(name)")
+            return value
+        } catch {
+            if !isBroken {
+                _ = try? simpleQuery("ROLLBACK TO SAVEPOINT \(name)")
+                _ = try? simpleQuery("RELEASE SAVEPOINT \(name)")
+            }
+            throw error
+        }
+    }
+
+    /// Quotes an identifier (table, channel, database name) with libpq's rules.
+    public func escapeIdentifier(_ identifier: String) throws(PostgresError) -> String {
+        guard !identifier.utf8.contains(0) else { throw PostgresError(kind: .query, message: "identifier contains NUL") }
+        guard let escaped = PQescapeIdentifier(handle, identifier, identifier.utf8.count) else {
+            throw PostgresError.connection(handle, context: "could not escape identifier")
+        }
+        defer { PQfreemem(escaped) }
+        return String(cString: escaped)
+    }
+
+    /// Sends a NOTIFY through `pg_notify` (channel and payload are bound, never interpolated).
+    public func notify(channel: String, payload: String) throws(PostgresError) {
+        try query("SELECT pg_notify($1, $2)", [channel, payload])
+    }
+
+    /// Checks without a round trip whether the server closed an idle session (restart, termination).
+    ///
+    /// Returns true when the connection is (now known to be) broken.
+    func detectClosedByServer() -> Bool {
+        // A terminated session first delivers its FATAL message (libpq reports it as a notice while idle),
+        // then EOF; read until the socket is quiet so the EOF marks the connection bad.
+        for _ in 0..<8 {
+            if isBroken { return true }
+            var pfd = pollfd(fd: PQsocket(handle), events: Int16(POLLIN), revents: 0)
+            guard pfd.fd >= 0 else { return true }
+            guard poll(&pfd, 1, 0) > 0 else { break }
+            if PQconsumeInput(handle) == 0 { return true }
+            while let notification = PQnotifies(handle) { PQfreemem(notification) }
+        }
+        return isBroken
+    }
+
+    /// Copies parameters into one NUL-terminated buffer and passes libpq an array of pointers into it.
+    private static func withCParameters(
+        _ parameters: [(any PostgresEncodable)?],
+        _ body: (UnsafePointer<UnsafePointer<CChar>?>?, Int32) -> OpaquePointer?
+    ) throws(PostgresError) -> OpaquePointer? {
+        var storage: [CChar] = []
+        var offsets: [Int?] = []
+        offsets.reserveCapacity(parameters.count)
+        for (index, parameter) in parameters.enumerated() {
+            guard let parameter else {
+                offsets.append(nil)
+                continue
+            }
+            let text = parameter.postgresText
+            // A C string would silently truncate at NUL; PostgreSQL text cannot hold it anyway.
+            if text.utf8.contains(0) {
+                throw PostgresError(kind: .query, sqlState: "22021", message: "parameter $\(index + 1) contains a NUL byte")
+            }
+            offsets.append(storage.count)
+            storage.append(contentsOf: text.utf8.map { CChar(bitPattern: $0) })
+            storage.append(0)
+        }
+        return storage.withUnsafeBufferPointer { buffer in
+            let pointers: [UnsafePointer<CChar>?] = offsets.map { offset in offset.map { buffer.baseAddress! + $0 } }
+            return pointers.withUnsafeBufferPointer { body($0.baseAddress, Int32(pointers.count)) }
+        }
+    }
+
+    /// Turns a raw `PGresult` into a `PostgresResult`, or clears it and throws the server's error.
+    private func check(_ raw: OpaquePointer?) throws(PostgresError) -> PostgresResult {
+        statementCount += 1
+        lastUsedNanos = monotonicNanos()
+        guard let raw else {
+            // NULL means libpq could not even send (connection gone) or ran out of memory.
+            throw PostgresError.connection(handle, context: "query failed")
+        }
+        let status = PQresultStatus(raw)
+        if status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_EMPTY_QUERY {
+            return PostgresResult(raw)
+        }
+        let error: PostgresError
+        if status == PGRES_FATAL_ERROR || status == PGRES_NONFATAL_ERROR || status == PGRES_BAD_RESPONSE {
+            error = PostgresError.from(result: raw, connection: handle, connectionBroken: isBroken)
+        } else {
+            error = PostgresError(kind: .protocol, message: "unsupported result status \(status.rawValue) (COPY is not supported)")
+        }
+        PQclear(raw)
+        throw error
+    }
+}
+
+/// libpq calls this (on the owning thread) for each notice; `arg` is the connection's `NoticeSink`.
+private func postgresNoticeProcessor(_ arg: UnsafeMutableRawPointer?, _ message: UnsafePointer<CChar>?) {
+    guard let arg, let message else { return }
+    let sink = Unmanaged<PostgresNoticeSink>.fromOpaque(arg).takeUnretainedValue()
+    sink.logger.log(.notice, "postgres: " + String(cString: message).trimmingTrailingNewlines())
+}
+
+/// Receives server notices (`RAISE NOTICE`, "table does not exist, skipping") instead of stderr.
+private final class PostgresNoticeSink {
+    let logger: PostgresLogger
+    init(logger: PostgresLogger) { self.logger = logger }
+}
+
+/// Monotonic clock in nanoseconds (CLOCK_MONOTONIC): idle times and deadlines, immune to clock changes.
+func monotonicNanos() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+}

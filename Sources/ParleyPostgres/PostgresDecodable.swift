@@ -1,0 +1,47 @@
+/// A Swift type that can be read from one result cell (text format); Optional reads NULL as nil.
+public protocol PostgresDecodable {
+    init(postgresCell cell: PostgresCell) throws(PostgresError)
+}
+
+extension String: PostgresDecodable {
+    public init(postgresCell cell: PostgresCell) throws(PostgresError) { self = try cell.string }
+}
+
+extension Int: PostgresDecodable {
+    public init(postgresCell cell: PostgresCell) throws(PostgresError) { self = try cell.int }
+}
+
+extension Int64: PostgresDecodable {
+    public init(postgresCell cell: PostgresCell) throws(PostgresError) { self = try cell.int64 }
+}
+
+extension Int32: PostgresDecodable {
+    public init(postgresCell cell: PostgresCell) throws(PostgresError) {
+        guard let value = Int32(exactly: try cell.int64) else { throw .decoding("column \(cell.columnName): out of Int32 range") }
+        self = value
+    }
+}
+
+extension Bool: PostgresDecodable {
+    public init(postgresCell cell: PostgresCell) throws(PostgresError) { self = try cell.bool }
+}
+
+extension Double: PostgresDecodable {
+    public init(postgresCell cell: PostgresCell) throws(PostgresError) { self = try cell.double }
+}
+
+extension PostgresJSON: PostgresDecodable {
+    public init(postgresCell cell: PostgresCell) throws(PostgresError) { self.init(try cell.json) }
+}
+
+extension PostgresTimestamp: PostgresDecodable {
+    public init(postgresCell cell: PostgresCell) throws(PostgresError) {
+        self.init(millisecondsSince1970: try cell.timestampMillis)
+    }
+}
+
+extension Optional: PostgresDecodable where Wrapped: PostgresDecodable {
+    public init(postgresCell cell: PostgresCell) throws(PostgresError) {
+        self = cell.isNull ? nil : try Wrapped(postgresCell: cell)
+    }
+}

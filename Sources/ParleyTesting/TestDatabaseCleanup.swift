@@ -1,0 +1,58 @@
+import Foundation
+import Glibc
+import ParleyPostgres
+import Synchronization
+
+/// What the test process must undo at exit: stop clusters, remove their directories, drop databases
+/// created on an external server. Guarded by a `Mutex`; runs once from an `atexit` handler.
+enum TestDatabaseCleanup {
+    private struct State {
+        var clusters: [(EmbeddedPostgres, String)] = []
+        var externalDatabases: [(String, PostgresConfiguration)] = []
+        var installed = false
+    }
+
+    private static let state = Mutex(State())
+
+    static func register(cluster: EmbeddedPostgres, directory: String) {
+        let install = state.withLock { state in
+            state.clusters.append((cluster, directory))
+            return installOnce(&state)
+        }
+        if install { atexit { TestDatabaseCleanup.run() } }
+    }
+
+    static func register(database: String, admin: PostgresConfiguration, external: Bool) {
+        // Embedded clusters vanish with their directory; only an external server needs its databases dropped.
+        guard external else { return }
+        let install = state.withLock { state in
+            state.externalDatabases.append((database, admin))
+            return installOnce(&state)
+        }
+        if install { atexit { TestDatabaseCleanup.run() } }
+    }
+
+    private static func installOnce(_ state: inout State) -> Bool {
+        defer { state.installed = true }
+        return !state.installed
+    }
+
+    private static func run() {
+        let (clusters, databases) = state.withLock { state in
+            defer {
+                state.clusters = []
+                state.externalDatabases = []
+            }
+            return (state.clusters, state.externalDatabases)
+        }
+        for (name, admin) in databases {
+            guard let connection = try? PostgresConnection(admin), let quoted = try? connection.escapeIdentifier(name) else { continue }
+            _ = try? connection.simpleQuery("DROP DATABASE IF EXISTS \(quoted) WITH (FORCE)")
+        }
+        for (cluster, directory) in clusters {
+            // The directory is deleted next: skip the shutdown checkpoint.
+            cluster.stop(.immediate)
+            try? FileManager.default.removeItem(atPath: directory)
+        }
+    }
+}

@@ -1,0 +1,124 @@
+import Foundation
+import Glibc
+import ParleyPostgres
+import ParleyTesting
+import Synchronization
+import Testing
+
+/// The embedded cluster: data reuse, stale and live pid files, and the outage behaviour of the pool.
+@Suite struct EmbeddedPostgresTests {
+    @Test func restartReusesDataAndHandlesPidFiles() throws {
+        let cluster = try TestDatabase.makeCluster()
+        defer { cluster.stop() }
+        let configuration = try cluster.start()
+        try cluster.createDatabase("keep")
+        try cluster.createDatabase("keep")  // idempotent
+        let db = try PostgresConnection(configuration.with(database: "keep"))
+        try db.simpleQuery("CREATE TABLE kept (x text); INSERT INTO kept VALUES ('survives')")
+        #expect(try db.query("SHOW max_connections")[0][0].string == "300")
+        #expect(try db.query("SHOW fsync")[0][0].string == "on")
+        #expect(try db.query("SHOW listen_addresses")[0][0].string == "")
+
+        // A second instance on the same directory is refused while the first runs.
+        let intruder = EmbeddedPostgres(dataDirectory: cluster.dataDirectory)
+        #expect { _ = try intruder.start() } throws: { String(reflecting: $0).contains("in use by pid") }
+
+        cluster.stop()
+        #expect(!cluster.isRunning)
+        // A crash leaves a postmaster.pid naming a dead process: the next start removes it.
+        let dead = Process()
+        dead.executableURL = URL(fileURLWithPath: "/bin/true")
+        try dead.run()
+        dead.waitUntilExit()
+        try "\(dead.processIdentifier)\n\(cluster.clusterDirectory)\n".write(
+            toFile: cluster.clusterDirectory + "/postmaster.pid", atomically: true, encoding: .utf8)
+
+        let (again, seconds) = try measure { try cluster.start() }
+        print("embedded postgres: restart in \(seconds) s")
+        let reopened = try PostgresConnection(again.with(database: "keep"))
+        #expect(try reopened.query("SELECT x FROM kept")[0][0].string == "survives")
+        // URL form with a socket directory works too.
+        let url = try PostgresConfiguration("postgresql://parley@/keep?host=\(again.host!)")
+        #expect(try PostgresConnection(url).query("SELECT count(*) FROM kept")[0][0].int == 1)
+    }
+
+    @Test func outageFailsFastAndRecoversWithoutRecreatingThePool() throws {
+        let cluster = try TestDatabase.makeCluster()
+        defer { cluster.stop() }
+        let configuration = try cluster.start()
+        let pool = PostgresPool(configuration: configuration, size: 4, acquireTimeout: .seconds(2))
+        defer { pool.shutdown() }
+        // Warm every worker's connection.
+        onThreads(8) { _ in _ = try? pool.withConnection { try $0.query("SELECT pg_sleep(0.05)") } }
+        #expect(try pool.withConnection { try $0.query("SELECT 1")[0][0].int } == 1)
+
+        cluster.stop()
+        for _ in 0..<10 {
+            let (result, seconds) = measure { Result { try pool.withConnection { try $0.query("SELECT 1")[0][0].int } } }
+            #expect(seconds < 2)
+            switch result {
+            case .success: Issue.record("a query succeeded while PostgreSQL was down")
+            case .failure(let error):
+                #expect((error as? PostgresError)?.isConnectionFailure == true, "\(String(reflecting: error))")
+            }
+        }
+        let (transactionResult, transactionSeconds) = measure { Result { try pool.transaction { try $0.query("SELECT 1") } } }
+        #expect(transactionSeconds < 2)
+        #expect((transactionResult.failureError as? PostgresError)?.isConnectionFailure == true)
+
+        _ = try cluster.start()
+        let restarted = DispatchTime.now().uptimeNanoseconds
+        var recovered = false
+        while DispatchTime.now().uptimeNanoseconds - restarted < 5_000_000_000 {
+            if (try? pool.withConnection({ try $0.query("SELECT 1")[0][0].int })) == 1 {
+                recovered = true
+                break
+            }
+            usleep(50_000)
+        }
+        #expect(recovered)
+        print("outage: recovered \(Double(DispatchTime.now().uptimeNanoseconds - restarted) / 1e9) s after restart")
+        // Every worker recovers, not just one.
+        let failures = Collector<String>()
+        onThreads(16) { _ in
+            do { _ = try pool.withConnection { try $0.query("SELECT 1") } } catch { failures.append(String(reflecting: error)) }
+        }
+        #expect(failures.all.isEmpty, "\(failures.all.prefix(2))")
+    }
+
+    @Test func longDataDirectoryGetsAShortSocketDirectory() throws {
+        let base = try TestDatabase.makeCluster().dataDirectory
+        let long = base + "/" + String(repeating: "d", count: 40) + "/" + String(repeating: "e", count: 40)
+        let cluster = EmbeddedPostgres(dataDirectory: long)
+        defer { cluster.stop(.immediate) }
+        try FileManager.default.createDirectory(atPath: long, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        let configuration = try cluster.start()
+        let socketDirectory = try #require(configuration.host)
+        #expect(socketDirectory.hasPrefix("/tmp/parley-pg-"))
+        #expect(try PostgresConnection(configuration).query("SELECT 1")[0][0].int == 1)
+        cluster.stop(.immediate)
+        #expect(!FileManager.default.fileExists(atPath: socketDirectory))
+    }
+
+    @Test(.enabled(if: getuid() == 0, "only root hands the cluster to another user"))
+    func untraversableParentIsAClearError() throws {
+        let base = try TestDatabase.makeCluster().dataDirectory
+        let closed = base + "/closed"
+        try FileManager.default.createDirectory(atPath: closed + "/data", withIntermediateDirectories: true)
+        chmod(closed, 0o700)
+        let cluster = EmbeddedPostgres(dataDirectory: closed + "/data")
+        #expect { _ = try cluster.start() } throws: { String(reflecting: $0).contains("cannot enter \(closed)") }
+    }
+
+    @Test func findsBinaries() throws {
+        let directory = try EmbeddedPostgres.findBinaries()
+        #expect(FileManager.default.isExecutableFile(atPath: directory + "/postgres"))
+    }
+}
+
+extension Result {
+    var failureError: Failure? {
+        if case .failure(let error) = self { return error }
+        return nil
+    }
+}
