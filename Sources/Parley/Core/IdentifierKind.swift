@@ -1,0 +1,140 @@
+/// The identifier formats of API.md §1.2, with validation and generation of server-assigned ids.
+///
+/// Validation works on UTF-8 bytes with a 128-bit membership mask, so checking an id costs a few instructions
+/// per byte and no allocation.
+public enum IdentifierKind: Sendable, Hashable, CaseIterable {
+    /// 3–32 chars `[a-z0-9][a-z0-9_-]*`.
+    case appID
+    /// 1–32 bytes from the §1.2 set.
+    case userID
+    /// 1–32 bytes from the §1.2 set.
+    case roomID
+    /// 1–32 bytes from the §1.2 set, not starting with `#`.
+    case groupID
+    /// 1–64 bytes, no control characters.
+    case clientMsgID
+    /// 1–64 bytes, no control characters.
+    case deviceID
+    /// A server-assigned opaque id (message, call, application, webhook …): 1–32 bytes from the §1.2 set.
+    case opaque
+
+    /// Whether `value` is valid for this kind.
+    public func isValid(_ value: String) -> Bool { problem(value) == nil }
+
+    /// Why `value` is invalid for this kind, or nil when it is valid.
+    public func problem(_ value: String) -> String? {
+        var v = value
+        return v.withUTF8 { u in
+            switch self {
+            case .appID:
+                guard (3...32).contains(u.count) else { return "must be 3 to 32 characters" }
+                guard Self.isLowerAlnum(u[0]) else { return "must start with a lowercase letter or digit" }
+                for c in u where !(Self.isLowerAlnum(c) || c == UInt8(ascii: "_") || c == UInt8(ascii: "-")) {
+                    return "may contain only a-z, 0-9, '_' and '-'"
+                }
+                return nil
+            case .userID, .roomID, .groupID, .opaque:
+                guard (1...32).contains(u.count) else {
+                    return u.isEmpty ? "must not be empty" : "must be at most 32 bytes"
+                }
+                if self == .groupID && u[0] == UInt8(ascii: "#") { return "must not start with '#'" }
+                for c in u where !Self.isIDByte(c) { return "contains a character outside the allowed set" }
+                return nil
+            case .clientMsgID, .deviceID:
+                guard (1...64).contains(u.count) else {
+                    return u.isEmpty ? "must not be empty" : "must be at most 64 bytes"
+                }
+                // Bytes ≥ 0x80 are parts of multi-byte scalars (the string is valid UTF-8), never C0/DEL; C1
+                // controls U+0080–U+009F are encoded as C2 80–C2 9F.
+                var prev: UInt8 = 0
+                for c in u {
+                    if c < 0x20 || c == 0x7F || (prev == 0xC2 && c >= 0x80 && c <= 0x9F) {
+                        return "must not contain control characters"
+                    }
+                    prev = c
+                }
+                return nil
+            }
+        }
+    }
+
+    // MARK: - Byte classes
+
+    @inline(__always)
+    static func isLowerAlnum(_ c: UInt8) -> Bool {
+        (c >= UInt8(ascii: "a") && c <= UInt8(ascii: "z")) || (c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9"))
+    }
+
+    /// Bitmask of the ASCII bytes allowed in user/room/group ids, split into two 64-bit halves.
+    private static let idMask: (UInt64, UInt64) = {
+        var lo: UInt64 = 0
+        var hi: UInt64 = 0
+        let allowed = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()+-:;<=.>?@[]^_{}|~"
+        for c in allowed.utf8 {
+            if c < 64 { lo |= 1 << UInt64(c) } else { hi |= 1 << UInt64(c - 64) }
+        }
+        return (lo, hi)
+    }()
+
+    @inline(__always)
+    static func isIDByte(_ c: UInt8) -> Bool {
+        if c < 64 { return idMask.0 & (1 << UInt64(c)) != 0 }
+        if c < 128 { return idMask.1 & (1 << UInt64(c - 64)) != 0 }
+        return false
+    }
+
+    // MARK: - Generation
+
+    /// `[0-9A-Za-z]` in ASCII order, so fixed-width base-62 strings sort like the numbers they encode.
+    public static let base62: [UInt8] = Array("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz".utf8)
+    public static let lowerAlnum: [UInt8] = Array("0123456789abcdefghijklmnopqrstuvwxyz".utf8)
+
+    /// `prefix` followed by `length` random characters from `alphabet` (default `[0-9A-Za-z]`), uniformly drawn.
+    public static func generateID(prefix: String = "", length: Int, alphabet: [UInt8] = base62) -> String {
+        precondition(!alphabet.isEmpty && alphabet.count <= 256)
+        var out = Array(prefix.utf8)
+        out.reserveCapacity(out.count + length)
+        // Rejection sampling: accept bytes below the largest multiple of the alphabet size, so no character is
+        // more likely than another.
+        let limit = 256 - 256 % alphabet.count
+        while out.count < prefix.utf8.count + length {
+            for b in Crypto.randomBytes(length + 8) where Int(b) < limit {
+                out.append(alphabet[Int(b) % alphabet.count])
+                if out.count == prefix.utf8.count + length { break }
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// A generated group or room id: 20 chars `[A-Za-z0-9]` (API.md §1.2).
+    public static func generateGroupID() -> String { generateID(length: 20) }
+
+    /// A generated room id: 20 chars `[A-Za-z0-9]`.
+    public static func generateRoomID() -> String { generateID(length: 20) }
+
+    /// A generated app id: `app_` + 12 chars `[a-z0-9]` (lowercase, so it is itself a valid app_id).
+    public static func generateAppID() -> String { generateID(prefix: "app_", length: 12, alphabet: lowerAlnum) }
+
+    /// An opaque server id (≤ 32 bytes) that sorts roughly by creation time.
+    ///
+    /// Layout: `prefix` + 8 base-62 chars of `timestampMs` (fixed width, ASCII-ordered, good until year 8888) +
+    /// `randomLength` random base-62 chars. With the default 14 random chars (≈ 83 bits) collisions are negligible
+    /// even within one millisecond; ids from one millisecond are not ordered among themselves.
+    ///
+    /// - Parameters:
+    ///   - prefix: a short type tag such as `"m"` (message) or `"c"` (call); keep `prefix + 22` ≤ 32.
+    ///   - timestampMs: milliseconds since the epoch, from the server clock (the test clock in tests).
+    public static func generateSortableID(prefix: String, timestampMs: Int64, randomLength: Int = 14) -> String {
+        var t = UInt64(max(0, timestampMs))
+        var stamp = [UInt8](repeating: UInt8(ascii: "0"), count: 8)
+        var i = 7
+        while i >= 0 {
+            stamp[i] = base62[Int(t % 62)]
+            t /= 62
+            i -= 1
+        }
+        let id = prefix + String(decoding: stamp, as: UTF8.self) + generateID(length: randomLength)
+        assert(id.utf8.count <= 32, "opaque ids are at most 32 bytes (API.md §1.2)")
+        return id
+    }
+}
