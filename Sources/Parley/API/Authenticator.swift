@@ -1,0 +1,76 @@
+import ParleyHTTP
+import ParleyPostgres
+
+/// Recognises and verifies the bearer credential of a request (API.md §1.3).
+struct Authenticator: Sendable {
+    let adminKey: String
+    let apps: AppDirectory
+    let clock: ServerClock
+
+    /// The verified credential, or a 401/403/404 problem.
+    func authenticate(_ request: Request, bearer overrideToken: String? = nil, db: PostgresConnection) throws -> Credential {
+        guard let token = overrideToken ?? Self.bearer(request.headers["Authorization"]) else {
+            throw APIError.unauthenticated("missing bearer credential")
+        }
+        if Crypto.constantTimeEquals(Array(token.utf8), Array(adminKey.utf8)) {
+            guard let appID = request.headers["Parley-App-Id"] else { return .admin }
+            let known = IdentifierKind.appID.problem(appID) == nil ? try apps.app(appID, db: db) : nil
+            if known == nil {
+                // A header naming no app: the admin key is valid, the addressed app is not.
+                throw APIError(.notFound, "app \(appID) does not exist")
+            }
+            return .adminAsApp(appID: appID)
+        }
+        if AppKey.looksLikeAppKey(token) {
+            guard let key = try apps.key(hash: AppKey.hash(token), now: clock.now(), db: db) else {
+                throw APIError.unauthenticated("unknown or revoked app key")
+            }
+            return .app(appID: key.appID, keyID: key.keyID)
+        }
+        if UserToken.looksLikeJWT(token) { return try verifyUserToken(token, db: db) }
+        throw APIError.unauthenticated("the bearer value is not a Parley credential")
+    }
+
+    /// Verification in the order of §1.3: algorithm/signature/issuer, expiry, user and generation, ban.
+    private func verifyUserToken(_ token: String, db: PostgresConnection) throws -> Credential {
+        guard let (_, claims) = UserToken.decodeUnverified(token), let appID = claims["iss"]?.stringValue,
+            let app = try apps.app(appID, db: db)
+        else {
+            throw APIError.tokenRejected(.tokenInvalid, "invalid user token")
+        }
+        let now = clock.now()
+        let verified: UserToken.Claims
+        switch UserToken.verify(token, secret: app.tokenSecret, now: now / 1000) {
+        case .success(let c): verified = c
+        case .failure(let failure):
+            throw APIError.tokenRejected(failure.errorCode, failure == .expired ? "user token expired" : "invalid user token")
+        }
+        guard let user = try UserStore.authState(appID: appID, userID: verified.userID, on: db), user.deletedAt == nil,
+            verified.generation >= user.tokenGeneration
+        else {
+            throw APIError.tokenRejected(.tokenInvalid, "user token revoked or user unknown")
+        }
+        if UserStore.isActive(until: user.bannedUntil, now: now) {
+            throw APIError(.userBanned, "user \(verified.userID) is banned")
+        }
+        return .user(appID: appID, userID: verified.userID)
+    }
+
+    /// The value of `Authorization: Bearer <value>` (scheme case-insensitive), or nil.
+    static func bearer(_ header: String?) -> String? {
+        guard let header else { return nil }
+        let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else { return nil }
+        let value = parts[1].trimmingCharacters(in: " ")
+        return value.isEmpty ? nil : value
+    }
+}
+
+extension Substring {
+    fileprivate func trimmingCharacters(in set: Character) -> String {
+        var s = self
+        while s.first == set { s.removeFirst() }
+        while s.last == set { s.removeLast() }
+        return String(s)
+    }
+}

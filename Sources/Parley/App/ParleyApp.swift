@@ -1,0 +1,145 @@
+import Glibc
+import ParleyHTTP
+import ParleyPostgres
+import Synchronization
+
+/// The running server: database (embedded or external), migrations, pool, routes and the HTTP listener.
+///
+/// Owner: immutable after `init` except `stopping` (atomic). `shutdown()` stops the parts in reverse order.
+public final class ParleyApp: Sendable {
+    public let configuration: Configuration
+    public let logger: Logger
+    let embedded: EmbeddedPostgres?
+    public let database: PostgresConfiguration
+    let pool: PostgresPool
+    let services: Services
+    let server: HTTPServer
+    /// The server admin key in force (configured, or generated and saved in the data directory).
+    public let adminKey: String
+    let stopping = StopFlag()
+
+    /// The bound HTTP port.
+    public var port: Int { server.port }
+
+    /// Starts everything: on return the server answers requests.
+    ///
+    /// `database` overrides `DATABASE_URL` (tests hand in the database they created).
+    public init(
+        configuration: Configuration, database explicitDatabase: PostgresConfiguration? = nil,
+        output: @escaping @Sendable (String) -> Void = ParleyApp.printLine
+    ) throws {
+        self.configuration = configuration
+        let logger = Logger(label: "parley", level: configuration.logLevel)
+        self.logger = logger
+        var external = explicitDatabase
+        if external == nil, let url = configuration.databaseURL { external = try PostgresConfiguration(url) }
+        if external == nil || configuration.adminKey == nil { try DataDirectory.prepare(configuration.dataDirectory) }
+        let (adminKey, generated) = try DataDirectory.adminKey(configured: configuration.adminKey, in: configuration.dataDirectory)
+        self.adminKey = adminKey
+        if generated {
+            output("Generated the server admin key (saved in \(configuration.dataDirectory)/admin_key): \(adminKey)")
+        }
+        let pgLogger = PostgresLogger.bridging(logger.named("postgres"))
+        if let external {
+            embedded = nil
+            database = external
+        } else {
+            let cluster = EmbeddedPostgres(dataDirectory: configuration.dataDirectory, logger: pgLogger)
+            database = try cluster.start()
+            embedded = cluster
+        }
+        do {
+            let applied = try Migrator(logger: pgLogger).migrate(configuration: database)
+            if !applied.isEmpty { logger.info("msg=migrated versions=\(applied.map(String.init).joined(separator: ","))") }
+            pool = PostgresPool(configuration: database, size: configuration.poolSize, logger: pgLogger)
+            let services = Services(
+                pool: pool, clock: ServerClock(testClock: configuration.testClock), adminKey: adminKey, metrics: Metrics(),
+                logger: logger, configuration: configuration, stopping: stopping)
+            self.services = services
+            if embedded != nil { try Self.createDefaultAppIfNone(services: services, output: output) }
+            let routes = Routes.build(services: services)
+            var http = HTTPServerConfiguration()
+            http.host = configuration.listenHost
+            http.port = configuration.listenPort
+            let httpLogger = logger.named("http")
+            let metrics = services.metrics
+            let hooks = HTTPServerHooks(
+                problem: { problem, requestID in ProblemRendering.serverProblem(problem, requestID: requestID) },
+                handlerError: { error, request in ProblemRendering.handlerError(error, request: request, logger: httpLogger) },
+                requestCompleted: { metrics.record($0) },
+                connectionsChanged: { metrics.connections($0) })
+            server = try HTTPServer(
+                configuration: http, router: routes, executor: PoolExecutor(pool: pool), hooks: hooks, logger: httpLogger)
+        } catch {
+            embedded?.stop()
+            throw error
+        }
+        logger.info("msg=ready listen=\(configuration.listenHost):\(server.port) embedded_postgres=\(embedded != nil)")
+    }
+
+    /// On the first start of the embedded default there is no app yet: create `default` and print its key once,
+    /// so a newcomer can call the API at once.
+    private static func createDefaultAppIfNone(services: Services, output: @Sendable (String) -> Void) throws {
+        let count = try services.pool.withConnection { db in try db.query("SELECT count(*) FROM apps").first?[0].int64 ?? 0 }
+        guard count == 0,
+            let created = try AppService.create(
+                appID: "default", name: "Default app", settings: .defaults(), now: services.clock.now(), pool: services.pool)
+        else { return }
+        output("Created the app \"default\". Its app key, shown only now (export it to use the README examples):")
+        output("PARLEY_KEY=\(created.secret)")
+    }
+
+    /// Writes a line to standard output at once (unbuffered: scripts read it while the server runs).
+    public static func printLine(_ text: String) {
+        let bytes = Array((text + "\n").utf8)
+        _ = bytes.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
+    }
+
+    /// Serves until SIGINT/SIGTERM, then shuts down gracefully.
+    public func runUntilSignalled() {
+        let signal = HTTPServer.waitForTerminationSignal()
+        logger.info("msg=\"shutting down\" signal=\(signal)")
+        shutdown()
+    }
+
+    /// Stops accepting, finishes in-flight requests (≤ 10 s), closes the pool, then stops the embedded cluster.
+    public func shutdown() {
+        if stopping.set() { return }
+        server.shutdown()
+        pool.shutdown()
+        embedded?.stop()
+        logger.info("msg=stopped")
+        logger.flush()
+    }
+}
+
+/// Runs HTTP handlers on the PostgreSQL worker threads, so a handler and its queries share one thread.
+struct PoolExecutor: RequestExecutor {
+    let pool: PostgresPool
+
+    func execute(_ work: @escaping @Sendable () -> Void, rejected: @escaping @Sendable () -> Void) {
+        pool.submit(work, rejected: rejected)
+    }
+}
+
+extension PostgresLogger {
+    /// Routes the PostgreSQL layer's messages into Parley's logger.
+    static func bridging(_ logger: Logger) -> PostgresLogger {
+        PostgresLogger { level, message in
+            switch level {
+            case .debug: logger.debug("msg=\"\(message)\"")
+            case .info, .notice: logger.info("msg=\"\(message)\"")
+            case .warning: logger.warning("msg=\"\(message)\"")
+            case .error: logger.error("msg=\"\(message)\"")
+            }
+        }
+    }
+}
+
+/// A one-way "shutdown has started" flag shared with the routes.
+final class StopFlag: Sendable {
+    private let flag = Atomic<Bool>(false)
+    var isSet: Bool { flag.load(ordering: .relaxed) }
+    /// Sets the flag; returns whether it was already set.
+    func set() -> Bool { flag.exchange(true, ordering: .acquiringAndReleasing) }
+}

@@ -1,0 +1,31 @@
+import ParleyHTTP
+import ParleyPostgres
+
+/// The route table of the server: every route Parley serves, registered in one place.
+enum Routes {
+    /// Builds the frozen router over `services`.
+    static func build(services: Services) -> Router {
+        var builder = RouterBuilder()
+        OpsRoutes(services: services).register(on: &builder)
+        var api = API(services: services, builder: builder)
+        AppRoutes.register(on: &api)
+        UserRoutes.register(on: &api)
+        EventRoutes.register(on: &api)
+        OpsAPIRoutes.register(on: &api)
+        return api.builder.build()
+    }
+}
+
+/// One served route as the OpenAPI contract check sees it.
+public struct RouteInfo: Sendable, Hashable {
+    public let method: String
+    public let template: String
+    public let operationID: String?
+}
+
+extension ParleyApp {
+    /// Every route of this server (method, path template, operationId).
+    public var routeTable: [RouteInfo] {
+        server.router.routes.map { RouteInfo(method: $0.method.rawValue, template: $0.template, operationID: $0.options.operationID) }
+    }
+}

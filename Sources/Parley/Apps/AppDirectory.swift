@@ -1,0 +1,81 @@
+import ParleyHTTP
+import ParleyPostgres
+import Synchronization
+
+/// An app as the request pipeline needs it: settings and the user-token secret.
+public struct AppRecord: Sendable {
+    public let appID: String
+    public let name: String
+    public let settings: AppSettings
+    let tokenSecret: [UInt8]
+    public let createdAt: Int64
+    public let updatedAt: Int64
+}
+
+/// Per-node cache of apps and app keys, so authenticating a request costs no query most of the time.
+///
+/// Entries live `ttl` (2 s): a change made on this node invalidates at once, a change made on another node is
+/// seen within the TTL. Owner: `state` behind its `Mutex`; no I/O under the lock.
+public final class AppDirectory: Sendable {
+    struct KeyEntry {
+        let appID: String
+        let keyID: String
+        let fetchedAt: Int64
+        var lastUsedWrittenAt: Int64
+    }
+
+    struct AppEntry {
+        let record: AppRecord?
+        let fetchedAt: Int64
+    }
+
+    private struct State {
+        var keys: [String: KeyEntry] = [:]
+        var apps: [String: AppEntry] = [:]
+    }
+
+    private let state = Mutex(State())
+    private let ttlMillis: Int64 = 2000
+    /// How often `last_used_at` of a key is written (not on every request).
+    private let lastUsedEveryMillis: Int64 = 60_000
+
+    public init() {}
+
+    /// The app, from cache or database; nil if it does not exist.
+    func app(_ appID: String, db: PostgresConnection) throws -> AppRecord? {
+        let now = EventLoop.monotonicMillis()
+        if let entry = state.withLock({ $0.apps[appID] }), now - entry.fetchedAt < ttlMillis { return entry.record }
+        let record = try AppStore.fetchRecord(appID: appID, on: db)
+        state.withLock { $0.apps[appID] = AppEntry(record: record, fetchedAt: now) }
+        return record
+    }
+
+    /// The (app, key id) of an active app key, or nil when unknown or revoked.
+    func key(hash: String, now serverNow: Int64, db: PostgresConnection) throws -> (appID: String, keyID: String)? {
+        let now = EventLoop.monotonicMillis()
+        if var entry = state.withLock({ $0.keys[hash] }), now - entry.fetchedAt < ttlMillis {
+            if now - entry.lastUsedWrittenAt >= lastUsedEveryMillis {
+                entry.lastUsedWrittenAt = now
+                let updated = entry
+                state.withLock { $0.keys[hash] = updated }
+                try AppStore.touchKey(appID: entry.appID, keyID: entry.keyID, at: serverNow, on: db)
+            }
+            return (entry.appID, entry.keyID)
+        }
+        guard let found = try AppStore.activeKey(hash: hash, on: db) else {
+            state.withLock { $0.keys[hash] = nil }
+            return nil
+        }
+        try AppStore.touchKey(appID: found.appID, keyID: found.keyID, at: serverNow, on: db)
+        state.withLock { $0.keys[hash] = KeyEntry(appID: found.appID, keyID: found.keyID, fetchedAt: now, lastUsedWrittenAt: now) }
+        return found
+    }
+
+    /// Forgets an app and its keys (after an update, a revoke or a delete on this node).
+    func invalidate(appID: String) {
+        state.withLock { s in
+            s.apps[appID] = nil
+            s.keys = s.keys.filter { $0.value.appID != appID }
+        }
+    }
+}

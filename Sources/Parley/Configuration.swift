@@ -1,0 +1,126 @@
+import ParleyHTTP
+
+/// Parley's settings: read from the environment, each overridable by a `parley serve` flag.
+public struct Configuration: Sendable {
+    /// One setting: its environment variable, its flag, and the text `--help` shows.
+    public struct Setting: Sendable {
+        public let variable: String
+        public let flag: String
+        public let help: String
+    }
+
+    public static let settings: [Setting] = [
+        Setting(variable: "PARLEY_LISTEN", flag: "--listen", help: "address to serve HTTP on, host:port (default 127.0.0.1:8080)"),
+        Setting(
+            variable: "DATABASE_URL", flag: "--database-url",
+            help: "PostgreSQL URL or conninfo; unset: run an embedded PostgreSQL in the data directory"),
+        Setting(variable: "PARLEY_DATA_DIR", flag: "--data-dir", help: "data directory (default ./parley-data)"),
+        Setting(
+            variable: "PARLEY_ADMIN_KEY", flag: "--admin-key",
+            help: "server admin key; unset: generated on first start, saved in the data directory (mode 0600)"),
+        Setting(variable: "PARLEY_DB_POOL_SIZE", flag: "--db-pool-size", help: "PostgreSQL connections and handler threads (default 16, 1-512)"),
+        Setting(variable: "PARLEY_LOG_LEVEL", flag: "--log-level", help: "debug, info, warn, error or off (default info)"),
+        Setting(variable: "PARLEY_TEST_CLOCK", flag: "--test-clock", help: "1 enables the movable test clock of POST /v1/test/clock/advance (default 0)"),
+        Setting(variable: "PARLEY_METRICS_TOKEN", flag: "--metrics-token", help: "when set, GET /metrics requires Bearer <token>"),
+    ]
+
+    public var listenHost = "127.0.0.1"
+    public var listenPort = 8080
+    public var databaseURL: String?
+    public var dataDirectory = "./parley-data"
+    public var adminKey: String?
+    public var poolSize = 16
+    public var logLevel = Logger.Level.info
+    public var testClock = false
+    public var metricsToken: String?
+
+    public init() {}
+
+    /// A configuration problem, naming the variable (and flag) that holds the bad value.
+    public struct Invalid: Error, CustomStringConvertible, Sendable {
+        public let description: String
+    }
+
+    /// Reads `environment`, then applies `arguments` (`--flag value` or `--flag=value`) on top.
+    public static func load(environment: [String: String], arguments: [String]) throws(Invalid) -> Configuration {
+        var values: [String: String] = [:]
+        for setting in settings {
+            if let value = environment[setting.variable], !value.isEmpty { values[setting.variable] = value }
+        }
+        var i = 0
+        while i < arguments.count {
+            let argument = arguments[i]
+            let (flag, inline) = argument.split(separator: "=", maxSplits: 1).map(String.init).pairOrSingle
+            guard let setting = settings.first(where: { $0.flag == flag }) else {
+                throw Invalid(description: "unknown option \(argument) (see parley serve --help)")
+            }
+            if let inline {
+                values[setting.variable] = inline
+            } else {
+                guard i + 1 < arguments.count else { throw Invalid(description: "option \(flag) needs a value") }
+                i += 1
+                values[setting.variable] = arguments[i]
+            }
+            i += 1
+        }
+        var config = Configuration()
+        if let listen = values["PARLEY_LISTEN"] {
+            guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]),
+                (0...65535).contains(port), !listen[..<colon].isEmpty
+            else {
+                throw Invalid(description: "PARLEY_LISTEN (--listen) must be host:port, got \"\(listen)\"")
+            }
+            config.listenHost = String(listen[..<colon])
+            config.listenPort = port
+        }
+        config.databaseURL = values["DATABASE_URL"]
+        if let dir = values["PARLEY_DATA_DIR"] { config.dataDirectory = dir }
+        if let key = values["PARLEY_ADMIN_KEY"] {
+            guard key.utf8.count >= 16, key.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+                throw Invalid(description: "PARLEY_ADMIN_KEY (--admin-key) must be at least 16 printable ASCII characters without spaces")
+            }
+            config.adminKey = key
+        }
+        if let size = values["PARLEY_DB_POOL_SIZE"] {
+            guard let n = Int(size), (1...512).contains(n) else {
+                throw Invalid(description: "PARLEY_DB_POOL_SIZE (--db-pool-size) must be an integer from 1 to 512, got \"\(size)\"")
+            }
+            config.poolSize = n
+        }
+        if let level = values["PARLEY_LOG_LEVEL"] {
+            guard let parsed = Logger.Level(name: level) else {
+                throw Invalid(description: "PARLEY_LOG_LEVEL (--log-level) must be debug, info, warn, error or off, got \"\(level)\"")
+            }
+            config.logLevel = parsed
+        }
+        if let clock = values["PARLEY_TEST_CLOCK"] {
+            switch clock.lowercased() {
+            case "1", "true", "yes", "on": config.testClock = true
+            case "0", "false", "no", "off": config.testClock = false
+            default: throw Invalid(description: "PARLEY_TEST_CLOCK (--test-clock) must be 0 or 1, got \"\(clock)\"")
+            }
+        }
+        config.metricsToken = values["PARLEY_METRICS_TOKEN"]
+        return config
+    }
+
+    /// The `parley serve --help` text.
+    public static var helpText: String {
+        var text = "usage: parley serve [options]\n\nEvery option can also be set through its environment variable.\n\n"
+        for setting in settings {
+            let left = "  \(setting.flag) <value>"
+            text += left.padding(to: 26) + setting.variable.padding(to: 22) + setting.help + "\n"
+        }
+        return text
+    }
+}
+
+extension [String] {
+    fileprivate var pairOrSingle: (String, String?) { count == 2 ? (self[0], self[1]) : (self.first ?? "", nil) }
+}
+
+extension String {
+    fileprivate func padding(to width: Int) -> String {
+        count >= width ? self + " " : self + String(repeating: " ", count: width - count)
+    }
+}

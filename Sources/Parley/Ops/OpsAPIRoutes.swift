@@ -1,0 +1,83 @@
+import ParleyHTTP
+import ParleyPostgres
+
+/// Statistics, metrics, the OpenAPI document and the test clock (API.md §17).
+enum OpsAPIRoutes {
+    static func register(on api: inout API) {
+        let services = api.services
+        api.builder.add(.get, "/metrics", options: RouteOptions(operationID: "getMetrics")) { request in
+            if let token = services.configuration.metricsToken {
+                let given = Authenticator.bearer(request.headers["Authorization"]) ?? ""
+                guard Crypto.constantTimeEquals(Array(given.utf8), Array(token.utf8)) else {
+                    return ProblemRendering.response(.unauthenticated("metrics token required"), requestID: request.requestID)
+                }
+            }
+            var text = services.metrics.render()
+            text += "# HELP parley_db_pool_in_use PostgreSQL connections running work.\n# TYPE parley_db_pool_in_use gauge\n"
+            text += "parley_db_pool_in_use \(services.pool.inUse)\n"
+            text += "# HELP parley_db_pool_waiting Jobs waiting for a PostgreSQL connection.\n# TYPE parley_db_pool_waiting gauge\n"
+            text += "parley_db_pool_waiting \(services.pool.waiting)\n"
+            text += "# HELP parley_sse_streams_open Open SSE streams.\n# TYPE parley_sse_streams_open gauge\n"
+            text += "parley_sse_streams_open{kind=\"user\"} 0\nparley_sse_streams_open{kind=\"app\"} 0\n"
+            if let heads = try? services.pool.withConnection({ db in try db.query("SELECT app_id, head FROM event_heads ORDER BY app_id") }) {
+                text += "# HELP parley_event_log_head Newest event id per app.\n# TYPE parley_event_log_head gauge\n"
+                for row in heads {
+                    if let app = try? row[0].string, let head = try? row[1].int64 {
+                        text += "parley_event_log_head{app_id=\"\(Metrics.escape(app))\"} \(head)\n"
+                    }
+                }
+            }
+            return Response(status: 200, headers: ["Content-Type": "text/plain; version=0.0.4; charset=utf-8"], body: Array(text.utf8))
+        }
+
+        api.builder.add(.get, "/openapi.json", options: RouteOptions(runsOnEventLoop: true, operationID: "getOpenAPI")) { request in
+            guard let document = OpenAPIDocument.bytes else {
+                return ProblemRendering.response(APIError(.notFound, "openapi.json is not installed"), requestID: request.requestID)
+            }
+            return .json(document)
+        }
+
+        api.add(.get, "/v1/stats", .app, "getStats") { ctx in
+            let row = try ctx.db.query(
+                """
+                SELECT (SELECT count(*) FROM users WHERE app_id = $1 AND deleted_at IS NULL),
+                       h.head, h.trim_point
+                FROM event_heads h WHERE h.app_id = $1
+                """, [ctx.appID])
+            guard let stats = row.first else { throw APIError(.notFound, "app \(ctx.appID) does not exist") }
+            var o = JSONObjectWriter()
+            o["users_total"] = try stats[0].int64
+            // Domains that later issues add (groups, rooms, messages, calls, streams, webhooks, push) count 0 until
+            // they exist.
+            for zero in ["users_online", "groups_total", "rooms_active", "messages_stored_total", "messages_24h", "calls_active", "streams_open"] {
+                o[zero] = 0
+            }
+            o["event_log_head"] = String(try stats[1].int64)
+            o["event_log_trim_point"] = String(try stats[2].int64)
+            for zero in ["webhook_pending", "webhook_dead_24h", "push_sent_24h", "push_failed_24h"] { o[zero] = 0 }
+            o["generated_at"] = ctx.now
+            return Reply.json(o.finish())
+        }
+
+        api.add(.get, "/v1/test/clock", .admin, "getTestClock") { ctx in
+            try clockResponse(ctx)
+        }
+        api.add(.post, "/v1/test/clock/advance", .admin, "advanceTestClock") { ctx in
+            guard ctx.services.clock.isTestClock else { throw APIError(.notFound, "the test clock is disabled") }
+            var body = try ctx.body()
+            let ms = body.int("ms", required: true, range: 1...(10 * 365 * 86_400_000))
+            try body.check()
+            ctx.services.clock.advance(by: ms!)
+            return try clockResponse(ctx)
+        }
+    }
+
+    private static func clockResponse(_ ctx: APIContext) throws -> Response {
+        let clock = ctx.services.clock
+        guard clock.isTestClock else { throw APIError(.notFound, "the test clock is disabled") }
+        var o = JSONObjectWriter()
+        o["now"] = clock.now()
+        o["offset_ms"] = clock.offsetMillis
+        return Reply.json(o.finish())
+    }
+}

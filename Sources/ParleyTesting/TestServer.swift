@@ -1,0 +1,175 @@
+import Glibc
+import Parley
+import ParleyHTTP
+import ParleyPostgres
+import Synchronization
+
+/// A real Parley server for one test: its own fresh database, listening on 127.0.0.1:0, stopped by `stop()`
+/// (or when released).
+public final class TestServer: @unchecked Sendable {
+    /// Immutable after `start` except `stopped` (atomic).
+    public let app: ParleyApp
+    public let port: Int
+    public let adminKey: String
+    public let database: PostgresConfiguration
+    private let stopped = Atomic<Bool>(false)
+
+    /// Concurrent servers are limited so a parallel test run stays within the cluster's connection cap.
+    private static let slots = CountingSlots(4)
+
+    private init(app: ParleyApp, database: PostgresConfiguration) {
+        self.app = app
+        self.port = app.port
+        self.adminKey = app.adminKey
+        self.database = database
+    }
+
+    /// Starts a server on a fresh migrated database.
+    public static func start(testClock: Bool = false, poolSize: Int = 4, database: PostgresConfiguration? = nil) throws -> TestServer {
+        let db = try database ?? TestDatabase.shared().makeDatabase()
+        var configuration = Configuration()
+        configuration.listenHost = "127.0.0.1"
+        configuration.listenPort = 0
+        configuration.adminKey = "test-admin-key-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        configuration.poolSize = poolSize
+        configuration.logLevel = .warning
+        configuration.testClock = testClock
+        slots.acquire()
+        do {
+            let app = try ParleyApp(configuration: configuration, database: db, output: { _ in })
+            return TestServer(app: app, database: db)
+        } catch {
+            slots.release()
+            throw error
+        }
+    }
+
+    public func stop() {
+        if stopped.exchange(true, ordering: .acquiringAndReleasing) { return }
+        app.shutdown()
+        Self.slots.release()
+    }
+
+    deinit { stop() }
+
+    /// Sends one request. `bearer` is the credential; `json` the body (sent as application/json).
+    @discardableResult
+    public func request(
+        _ method: HTTPMethod, _ path: String, bearer: String? = nil, json: String? = nil, headers: HTTPHeaders = HTTPHeaders()
+    ) throws -> TestResponse {
+        let connection = try HTTPClientConnection(host: "127.0.0.1", port: port, timeout: .seconds(30))
+        defer { connection.close() }
+        var all = headers
+        if let bearer { all.add("Authorization", "Bearer \(bearer)") }
+        if json != nil && all["Content-Type"] == nil { all.add("Content-Type", "application/json") }
+        let response = try connection.send(method: method, path: path, headers: all, body: json.map { Array($0.utf8) })
+        return TestResponse(status: response.status, headers: response.headers, body: response.body)
+    }
+
+    /// Creates a fresh tenant app through the admin API and returns its id and key.
+    public func createApp(settings: String? = nil) throws -> TestApp {
+        let id = "t" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
+        var body = "{\"app_id\":\"\(id)\",\"name\":\"test app\""
+        if let settings { body += ",\"settings\":\(settings)" }
+        body += "}"
+        let response = try request(.post, "/v1/apps", bearer: adminKey, json: body)
+        guard response.status == 201, let key = response.json?["key"]?["secret"]?.stringValue else {
+            throw TestFailure("creating app failed: \(response.status) \(response.text)")
+        }
+        return TestApp(server: self, appID: id, key: key)
+    }
+}
+
+/// A tenant app of a test server, with its key.
+public struct TestApp: Sendable {
+    public let server: TestServer
+    public let appID: String
+    public let key: String
+
+    public init(server: TestServer, appID: String, key: String) {
+        self.server = server
+        self.appID = appID
+        self.key = key
+    }
+
+    /// A request with the app key.
+    @discardableResult
+    public func request(_ method: HTTPMethod, _ path: String, json: String? = nil, headers: HTTPHeaders = HTTPHeaders()) throws
+        -> TestResponse
+    {
+        try server.request(method, path, bearer: key, json: json, headers: headers)
+    }
+
+    /// Creates a user (201 expected) and returns its id.
+    @discardableResult
+    public func createUser(_ userID: String, name: String = "") throws -> String {
+        let r = try request(.post, "/v1/users", json: "{\"user_id\":\"\(userID)\",\"name\":\"\(name)\"}")
+        guard r.status == 201 else { throw TestFailure("creating user \(userID) failed: \(r.status) \(r.text)") }
+        return userID
+    }
+
+    /// Mints a user token.
+    public func token(for userID: String, ttl: Int? = nil) throws -> String {
+        let body = ttl.map { "{\"ttl_s\":\($0)}" } ?? "{}"
+        let r = try request(.post, "/v1/users/\(userID)/tokens", json: body)
+        guard r.status == 201, let token = r.json?["token"]?.stringValue else {
+            throw TestFailure("minting token for \(userID) failed: \(r.status) \(r.text)")
+        }
+        return token
+    }
+
+    /// Reads the app's event log after `after` (all retained events by default).
+    public func events(after: String = "earliest", query: String = "") throws -> [JSONValue] {
+        let r = try request(.get, "/v1/events/log?after=\(after)&limit=100\(query.isEmpty ? "" : "&" + query)")
+        guard r.status == 200 else { throw TestFailure("reading the event log failed: \(r.status) \(r.text)") }
+        return r.json?["items"]?.arrayValue ?? []
+    }
+}
+
+/// A response with its body parsed as JSON when possible.
+public struct TestResponse: Sendable {
+    public let status: Int
+    public let headers: HTTPHeaders
+    public let body: [UInt8]
+
+    public init(status: Int, headers: HTTPHeaders, body: [UInt8]) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+
+    public var text: String { String(decoding: body, as: UTF8.self) }
+    public var json: JSONValue? { try? JSONValue.parse(body) }
+
+    /// The problem `code` of an error response.
+    public var code: Int? { json?["code"]?.intValue.map(Int.init) }
+}
+
+/// A failure of the test harness itself.
+public struct TestFailure: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// A counting semaphore for threads (not for async code): bounds concurrent test servers.
+final class CountingSlots: Sendable {
+    private let available: Mutex<Int>
+
+    init(_ count: Int) { available = Mutex(count) }
+
+    func acquire() {
+        while true {
+            let got = available.withLock { n -> Bool in
+                if n > 0 {
+                    n -= 1
+                    return true
+                }
+                return false
+            }
+            if got { return }
+            usleep(5_000)
+        }
+    }
+
+    func release() { available.withLock { $0 += 1 } }
+}

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# GET /v1/users/{id} with an app key (wrk) beside pgbench running the same SELECT (-M prepared, same number
+# of clients) on the same embedded PostgreSQL, in one run; appends the figures to bench/RESULTS.md.
+#
+# Environment: BENCH_SKIP_BUILD=1, BENCH_SCRATCH_PATH=dir, BENCH_CONNECTIONS="64", BENCH_DURATION=10s,
+#              BENCH_THREADS=2, BENCH_RESULTS=path, BENCH_NO_RECORD=1, BENCH_NOTE="…"
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+CONNECTIONS=${BENCH_CONNECTIONS:-64}
+DURATION=${BENCH_DURATION:-10s}
+THREADS=${BENCH_THREADS:-2}
+RESULTS=${BENCH_RESULTS:-$ROOT/bench/RESULTS.md}
+SCRATCH=${BENCH_SCRATCH_PATH:-$ROOT/.build}
+READY_TIMEOUT=60
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+require_tools
+command -v pgbench >/dev/null || install_package postgresql-contrib postgresql-client
+
+if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then
+    log "building parley (release)"
+    swift build -c release --product parley --scratch-path "$SCRATCH" >"$TMP/build.log" 2>&1 \
+        || { tail -n 40 "$TMP/build.log" >&2; die "release build failed"; }
+fi
+PORT=$(free_port)
+DATA="$TMP/parley-data"
+mkdir -p "$DATA"
+PARLEY_LOG_LEVEL=error "$SCRATCH/release/parley" serve --listen "127.0.0.1:$PORT" --data-dir "$DATA" >"$TMP/parley.log" 2>&1 &
+PARLEY_PID=$!
+PIDS=("$PARLEY_PID" "${PIDS[@]}")
+wait_ready parley "$PARLEY_PID" "$PORT" "$TMP/parley.log"
+export PARLEY_KEY
+PARLEY_KEY=$(grep '^PARLEY_KEY=' "$TMP/parley.log" | head -1 | cut -d= -f2-)
+[[ -n $PARLEY_KEY ]] || die "no PARLEY_KEY in the server output"
+BASE="http://127.0.0.1:$PORT"
+api() { curl -fsS -H "Authorization: Bearer $PARLEY_KEY" -H 'Content-Type: application/json' "$@"; }
+api -X PATCH "$BASE/v1/settings" -d '{"rate_limit_app_rps":100000}' >/dev/null
+log "importing 1000 users"
+for batch in $(seq 0 9); do
+    body=$(python3 -c "import json,sys; b=int(sys.argv[1]); print(json.dumps({'users':[{'user_id':f'u{i}','name':f'User {i}'} for i in range(b*100+1,b*100+101)]}))" "$batch")
+    api -X POST "$BASE/v1/users/import" -d "$body" >/dev/null
+done
+[[ $(api "$BASE/v1/users/u1000" -o /dev/null -w '%{http_code}') == 200 ]] || die "user u1000 missing"
+
+SOCKET="$DATA/run"
+PGB=(pgbench -h "$SOCKET" -p 5432 -U parley -n -M prepared -j "$THREADS" -f "$ROOT/bench/sql/get_user.sql" postgres)
+
+seconds_of() { local d=$1; case $d in *s) echo "${d%s}" ;; *) echo "$d" ;; esac; }
+declare -A RATE P50 P99
+for conns in $CONNECTIONS; do
+    log "pgbench -c$conns -T$(seconds_of "$DURATION") -M prepared (same SELECT)"
+    "${PGB[@]}" -c "$conns" -T 2 >/dev/null 2>&1 || true
+    out=$("${PGB[@]}" -c "$conns" -T "$(seconds_of "$DURATION")" 2>&1) || { echo "$out" >&2; die "pgbench failed"; }
+    RATE[pgbench,$conns]=$(awk '/^tps = / { print $3; exit }' <<<"$out")
+    P50[pgbench,$conns]=$(awk '/^latency average = / { print $4 " ms (avg)"; exit }' <<<"$out")
+    log "  pgbench: ${RATE[pgbench,$conns]} tps"
+    log "wrk -t$THREADS -c$conns -d$DURATION GET /v1/users/{id}"
+    wrk -t"$THREADS" -c"$conns" -d2s -s "$ROOT/bench/lua/get_user.lua" "$BASE" >/dev/null 2>&1 || true
+    out=$(wrk -t"$THREADS" -c"$conns" -d"$DURATION" --latency -s "$ROOT/bench/lua/get_user.lua" "$BASE" 2>&1)
+    RATE[parley,$conns]=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+    P50[parley,$conns]=$(awk '$1 == "50%" { print $2 }' <<<"$out")
+    P99[parley,$conns]=$(awk '$1 == "99%" { print $2 }' <<<"$out")
+    errors=$(awk '/Non-2xx or 3xx responses:/ { print $NF }' <<<"$out")
+    [[ -z $errors ]] || log "  warning: $errors non-2xx responses"
+    log "  parley: ${RATE[parley,$conns]} req/s, p50 ${P50[parley,$conns]}, p99 ${P99[parley,$conns]}"
+done
+
+CPU_MODEL=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT (uncommitted changes)"
+SECTION=$(
+    echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — GET /v1/users/{id} (app key) vs pgbench, same SELECT"
+    echo
+    echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}, Linux $(uname -r); commit: $COMMIT"
+    echo "- parley: release build, embedded PostgreSQL 15, pool 16, log level error; 1000 users; wrk picks a random user per request"
+    echo "- pgbench: \`-M prepared -j $THREADS\`, bench/sql/get_user.sql (the SELECT the route runs) over the same Unix socket"
+    [[ -n ${BENCH_NOTE:-} ]] && echo "- note: $BENCH_NOTE"
+    echo
+    echo "| conns | pgbench tps | parley req/s | parley/pgbench | parley p50 / p99 | pgbench latency |"
+    echo "|---:|---:|---:|---:|---|---|"
+    for conns in $CONNECTIONS; do
+        ratio=$(awk -v p="${RATE[parley,$conns]}" -v n="${RATE[pgbench,$conns]}" 'BEGIN { printf "%.2f×", p / n }')
+        printf '| %s | %.0f | %.0f | %s | %s / %s | %s |\n' "$conns" "${RATE[pgbench,$conns]}" "${RATE[parley,$conns]}" "$ratio" \
+            "${P50[parley,$conns]}" "${P99[parley,$conns]}" "${P50[pgbench,$conns]}"
+    done
+)
+echo
+echo "$SECTION"
+if [[ ${BENCH_NO_RECORD:-0} != 1 ]]; then
+    [[ -f $RESULTS ]] || printf '# Benchmark results\n\nAppended by the scripts in bench/ (see bench/README.md); newest last.\n' >"$RESULTS"
+    printf '\n%s\n' "$SECTION" >>"$RESULTS"
+    log "appended to ${RESULTS#"$ROOT"/}"
+fi
