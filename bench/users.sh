@@ -73,7 +73,7 @@ SECTION=$(
     echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — GET /v1/users/{id} (app key) vs pgbench, same SELECT"
     echo
     echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}, Linux $(uname -r); commit: $COMMIT"
-    echo "- parley: release build, embedded PostgreSQL 15, pool 16, log level error; 1000 users; wrk picks a random user per request"
+    echo "- parley: release build, embedded PostgreSQL 15, default pool (2 per core, ≥ 4), log level error; 1000 users; wrk picks a random user per request"
     echo "- pgbench: \`-M prepared -j $THREADS\`, bench/sql/get_user.sql (the SELECT the route runs) over the same Unix socket"
     [[ -n ${BENCH_NOTE:-} ]] && echo "- note: $BENCH_NOTE"
     echo

@@ -113,3 +113,12 @@ int parley_install_term_handler(int write_fd) {
     if (sigaction(SIGTERM, &sa, NULL) != 0) return -1;
     return 0;
 }
+
+int parley_mutex_init(pthread_mutex_t *mutex) {
+    pthread_mutexattr_t attributes;
+    pthread_mutexattr_init(&attributes);
+    pthread_mutexattr_settype(&attributes, PTHREAD_MUTEX_ADAPTIVE_NP);
+    int rc = pthread_mutex_init(mutex, &attributes);
+    pthread_mutexattr_destroy(&attributes);
+    return rc;
+}

@@ -1,6 +1,7 @@
 import CParleyShims
 import Glibc
 import Synchronization
+import ParleySync
 
 /// One epoll thread: it owns the sockets registered on it and runs jobs other threads hand it.
 ///
@@ -20,7 +21,7 @@ public final class EventLoop: @unchecked Sendable {
     let index: Int
     private let epfd: Int32
     private let wakeFD: Int32
-    private let inbox = Mutex<[@Sendable (EventLoop) -> Void]>([])
+    private let inbox = LockedValue<[@Sendable (EventLoop) -> Void]>([])
     private let wakePending = Atomic<Bool>(false)
     private let stopping = Atomic<Bool>(false)
     private var registrations: [Int32: Registration] = [:]

@@ -357,7 +357,8 @@ final class HTTPConnection: EventLoop.Watcher {
             }
             if n > 0 {
                 outputOffset += n
-                if case .writing = phase { deadline = loop.nowMillis + server.configuration.writeTimeout.millis }
+                // Progress restarts the write-stall clock (a slow but moving reader is not cut off).
+                if writeInterest { deadline = loop.nowMillis + server.configuration.writeTimeout.millis }
                 continue
             }
             if n < 0 && errno == EINTR { continue }

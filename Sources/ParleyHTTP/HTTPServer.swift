@@ -1,6 +1,7 @@
 import CParleyShims
 import Glibc
 import Synchronization
+import ParleySync
 
 /// Settings of the HTTP server; every limit and timeout a client could otherwise abuse is here.
 public struct HTTPServerConfiguration: Sendable {
@@ -120,7 +121,7 @@ public struct HTTPServerHooks: Sendable {
 
 /// The HTTP/1.1 server: a listening socket shared by `loopCount` epoll loops, handlers run by an executor.
 ///
-/// Owner: immutable after `start()` except `state` (guarded by its `Mutex`) and the atomic counters.
+/// Owner: immutable after `start()` except `state` (guarded by its `LockedValue`) and the atomic counters.
 public final class HTTPServer: Sendable {
     public let configuration: HTTPServerConfiguration
     public let router: Router
@@ -136,7 +137,7 @@ public final class HTTPServer: Sendable {
     public let port: Int
     let requestIDPrefix: String
     let corsHeaders: [UInt8]
-    private let state = Mutex<Bool>(false)  // stopped
+    private let state = LockedValue<Bool>(false)  // stopped
 
     /// Binds the listening socket and starts the loops. Throws when the address cannot be bound.
     public init(

@@ -1,6 +1,7 @@
 import CParleyShims
 import Glibc
 import Synchronization
+import ParleySync
 
 /// A leveled logger writing one logfmt line per entry to standard error.
 ///
@@ -73,7 +74,7 @@ public struct Logger: Sendable {
 /// Where log lines go: a buffered file descriptor.
 public final class LogSink: Sendable {
     private let fd: Int32
-    private let buffer = Mutex<[UInt8]>([])
+    private let buffer = LockedValue<[UInt8]>([])
     private let flusherStarted = Atomic<Bool>(false)
 
     public static let standardError = LogSink(fd: 2)

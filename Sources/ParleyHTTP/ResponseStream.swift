@@ -1,9 +1,10 @@
 import Synchronization
+import ParleySync
 
 /// The writable end of a streaming response (SSE). Any thread may write; bytes reach the socket through the
 /// connection's event loop, in call order.
 ///
-/// Owner: `state` is guarded by its `Mutex`; the socket side belongs to the connection on `loop`.
+/// Owner: `state` is guarded by its `LockedValue`; the socket side belongs to the connection on `loop`.
 public final class ResponseStream: Sendable {
     private struct State {
         var closed = false
@@ -12,7 +13,7 @@ public final class ResponseStream: Sendable {
 
     let loop: EventLoop
     let connection: ConnectionID
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
     /// When the bytes queued for the socket exceed this, the client is too slow: the connection is closed
     /// (it resumes later, e.g. with `Last-Event-ID`) rather than letting memory grow without bound.
     public let maxBufferedBytes: Int

@@ -1,10 +1,11 @@
 import Dispatch
 import Glibc
 import Synchronization
+import ParleySync
 
 /// A fixed set of worker threads running request handlers (used when handlers need no database thread).
 ///
-/// Owner: the job queue is guarded by its `Mutex`; `available` counts queued jobs so idle workers sleep.
+/// Owner: the job queue is guarded by its `LockedValue`; `available` counts queued jobs so idle workers sleep.
 public final class ThreadPoolExecutor: RequestExecutor, @unchecked Sendable {
     private struct Job {
         let work: @Sendable () -> Void
@@ -12,7 +13,7 @@ public final class ThreadPoolExecutor: RequestExecutor, @unchecked Sendable {
         let enqueuedAt: Int64
     }
 
-    private let queue = Mutex<(jobs: [Job], head: Int, stopping: Bool)>(([], 0, false))
+    private let queue = LockedValue<(jobs: [Job], head: Int, stopping: Bool)>(([], 0, false))
     private let available = DispatchSemaphore(value: 0)
     private let maxQueued: Int
     private let maxWaitMillis: Int64

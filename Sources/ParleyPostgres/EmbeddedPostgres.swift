@@ -2,6 +2,7 @@ internal import CLibPQ
 import Foundation
 import Glibc
 import Synchronization
+import ParleySync
 
 /// Parley's own PostgreSQL cluster: `initdb` on first start, then `postgres` as a child process that listens
 /// only on a private Unix socket and stops when Parley stops (or dies: it gets SIGINT as parent-death signal).
@@ -9,7 +10,7 @@ import Synchronization
 /// Layout under `dataDirectory`: `pg/` (the cluster, owned by the cluster user), `run/` (socket directory,
 /// mode 0700; a `/tmp/parley-pg-XXXXXX` directory when that path is too long for a socket), `pg.log`.
 /// Running as root, the cluster runs as user `postgres`. Durability settings stay at their defaults.
-/// State (the child pid) is guarded by a `Mutex`; call `start`/`stop` from one thread at a time.
+/// State (the child pid) is guarded by a `LockedValue`; call `start`/`stop` from one thread at a time.
 public final class EmbeddedPostgres: Sendable {
     /// The superuser that `initdb` creates (trust authentication, reachable only through the private socket).
     public static let superuser = "parley"
@@ -25,7 +26,7 @@ public final class EmbeddedPostgres: Sendable {
         var socketDirectory: String
         var temporarySocketDirectory: Bool
     }
-    private let running = Mutex<Running?>(nil)
+    private let running = LockedValue<Running?>(nil)
 
     public init(dataDirectory: String, logger: PostgresLogger = .disabled) {
         let absolute = dataDirectory.hasPrefix("/") ? dataDirectory : FileManager.default.currentDirectoryPath + "/" + dataDirectory

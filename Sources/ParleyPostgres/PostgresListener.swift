@@ -1,6 +1,7 @@
 internal import CLibPQ
 import Glibc
 import Synchronization
+import ParleySync
 
 /// Receives LISTEN/NOTIFY notifications on a dedicated thread and connection, reconnecting forever.
 ///
@@ -17,7 +18,7 @@ public final class PostgresListener: Sendable {
     private let listening = Atomic<Bool>(false)
     private let wakeRead: Int32
     private let wakeWrite: Int32
-    private let thread: Mutex<pthread_t?>
+    private let thread: LockedValue<pthread_t?>
 
     /// Idle time after which the listener checks its connection with `SELECT 1` (finds silently dead peers).
     static let healthCheckMilliseconds: Int32 = 30_000
@@ -41,7 +42,7 @@ public final class PostgresListener: Sendable {
         for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         self.wakeRead = fds[0]
         self.wakeWrite = fds[1]
-        self.thread = Mutex(nil)
+        self.thread = LockedValue(nil)
         let started = PostgresThread.start(name: "pg-listener") { [self] in self.loop() }
         thread.withLock { $0 = started }
     }

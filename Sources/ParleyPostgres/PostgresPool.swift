@@ -1,5 +1,6 @@
 import Glibc
 import Synchronization
+import ParleySync
 
 /// Transaction isolation level for `PostgresPool.transaction`.
 public enum PostgresIsolation: Sendable {
@@ -37,8 +38,10 @@ public final class PostgresPool: Sendable {
     let logger: PostgresLogger
     private let acquireTimeoutNanos: UInt64
     private let queue: WaitQueue<Job>
-    private let threads: Mutex<[pthread_t]>
+    private let threads: LockedValue<[pthread_t]>
     private let inUseCount = Atomic<Int>(0)
+    /// Successful connects by any worker (ends the other workers' fail-fast windows after an outage).
+    let connectCounter = ConnectCounter()
     private let closed = Atomic<Bool>(false)
 
     /// Jobs beyond this many waiting are rejected at once (load shedding instead of unbounded latency).
@@ -59,7 +62,7 @@ public final class PostgresPool: Sendable {
         let (seconds, attoseconds) = acquireTimeout.components
         self.acquireTimeoutNanos = UInt64(max(0, seconds)) * 1_000_000_000 + UInt64(max(0, attoseconds) / 1_000_000_000)
         self.queue = WaitQueue(capacity: Self.maxQueuedJobs)
-        self.threads = Mutex([])
+        self.threads = LockedValue([])
         var started: [pthread_t] = []
         for index in 0..<size {
             started.append(PostgresThread.start(name: "pg-worker-\(index)") { [self] in self.workerLoop() })
@@ -253,4 +256,11 @@ private struct BlockingOutcome: @unchecked Sendable {
 private enum BlockingReply: Sendable {
     case started, rejected
     case finished(BlockingOutcome)
+}
+
+/// Counts successful connects across a pool's workers.
+final class ConnectCounter: Sendable {
+    private let count = Atomic<Int>(0)
+    var value: Int { count.load(ordering: .acquiring) }
+    func increment() { count.add(1, ordering: .releasing) }
 }

@@ -4,7 +4,7 @@ import Glibc
 /// A blocking FIFO with deadlines: the one place where threads sleep on a condition variable.
 ///
 /// Used for the pool's job queue and for one-shot replies to blocked callers. State is owned by the
-/// internal pthread mutex (the project's lock type is `Mutex`; a condition wait needs a pthread mutex).
+/// internal pthread mutex (the project's lock type is `LockedValue`; a condition wait needs a pthread mutex).
 final class WaitQueue<Element: Sendable>: @unchecked Sendable {
     // @unchecked: `items` and `closed` are only touched with `mutex` held.
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>

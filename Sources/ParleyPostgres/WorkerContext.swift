@@ -21,6 +21,10 @@ final class WorkerContext {
     /// After a failed connect, fail fast with the same error until this time (an outage costs no waiting).
     private var retryAfterNanos: UInt64 = 0
     private var lastConnectError: PostgresError?
+    /// The pool's count of successful connects when this worker's connect failed: once another worker has
+    /// connected since, the server is back and the fail-fast window ends early.
+    private var failedAtConnectCount = 0
+    private let connectCount: ConnectCounter
 
     static let connectBackoffNanos: UInt64 = 250_000_000
 
@@ -28,6 +32,7 @@ final class WorkerContext {
         self.poolID = ObjectIdentifier(pool)
         self.configuration = pool.configuration
         self.logger = pool.logger
+        self.connectCount = pool.connectCounter
     }
 
     static func current(for pool: PostgresPool) -> WorkerContext? {
@@ -63,15 +68,17 @@ final class WorkerContext {
         }
         if let connection { return connection }
         let now = monotonicNanos()
-        if now < retryAfterNanos, let lastConnectError { throw lastConnectError }
+        if now < retryAfterNanos, let lastConnectError, connectCount.value == failedAtConnectCount { throw lastConnectError }
         do {
             let fresh = try PostgresConnection(configuration, logger: logger)
             connection = fresh
             lastConnectError = nil
+            connectCount.increment()
             return fresh
         } catch {
             lastConnectError = error
             retryAfterNanos = now + Self.connectBackoffNanos
+            failedAtConnectCount = connectCount.value
             throw error
         }
     }

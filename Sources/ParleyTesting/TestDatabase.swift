@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import ParleyPostgres
 import Synchronization
+import ParleySync
 
 /// Gives tests a real PostgreSQL with no set-up: one embedded cluster per test process, a fresh database
 /// per test.
@@ -45,7 +46,7 @@ public enum TestDatabase {
         return directory
     }
 
-    private static let sweptBases = Mutex<Set<String>>([])
+    private static let sweptBases = LockedValue<Set<String>>([])
 
     /// Removes `parley-test-*` directories of test processes that died (tmpfs memory is precious).
     private static func sweepOnce(_ base: String) {

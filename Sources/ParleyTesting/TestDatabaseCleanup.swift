@@ -2,9 +2,10 @@ import Foundation
 import Glibc
 import ParleyPostgres
 import Synchronization
+import ParleySync
 
 /// What the test process must undo at exit: stop clusters, remove their directories, drop databases
-/// created on an external server. Guarded by a `Mutex`; runs once from an `atexit` handler.
+/// created on an external server. Guarded by a `LockedValue`; runs once from an `atexit` handler.
 enum TestDatabaseCleanup {
     private struct State {
         var clusters: [(EmbeddedPostgres, String)] = []
@@ -12,7 +13,7 @@ enum TestDatabaseCleanup {
         var installed = false
     }
 
-    private static let state = Mutex(State())
+    private static let state = LockedValue(State())
 
     static func register(cluster: EmbeddedPostgres, directory: String) {
         let install = state.withLock { state in

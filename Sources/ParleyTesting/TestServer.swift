@@ -3,6 +3,7 @@ import Parley
 import ParleyHTTP
 import ParleyPostgres
 import Synchronization
+import ParleySync
 
 /// A real Parley server for one test: its own fresh database, listening on 127.0.0.1:0, stopped by `stop()`
 /// (or when released).
@@ -153,9 +154,9 @@ public struct TestFailure: Error, CustomStringConvertible {
 
 /// A counting semaphore for threads (not for async code): bounds concurrent test servers.
 final class CountingSlots: Sendable {
-    private let available: Mutex<Int>
+    private let available: LockedValue<Int>
 
-    init(_ count: Int) { available = Mutex(count) }
+    init(_ count: Int) { available = LockedValue(count) }
 
     func acquire() {
         while true {

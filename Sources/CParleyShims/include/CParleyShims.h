@@ -53,4 +53,8 @@ int parley_install_term_handler(int write_fd);
 /* ParleyPostgres (postgres_shims.c): names the calling thread (15 bytes max). */
 void parley_set_current_thread_name(const char *name);
 
+#include <pthread.h>
+/* Initialises an adaptive (spin-then-sleep), non-priority-inheritance mutex: under short critical sections and
+   many threads it is far cheaper than the PI futex behind Synchronization.Mutex on Linux. */
+int parley_mutex_init(pthread_mutex_t *mutex);
 #endif

@@ -62,7 +62,7 @@ struct API {
         var appID: String?
         var response: Response
         do {
-            let credential = try services.authenticator.authenticate(request, db: db)
+            let credential = try services.authenticator.authenticate(request, appRoute: access != .admin, db: db)
             try check(access, credential: credential, request: request)
             var app: AppRecord?
             if let id = credential.appID {
@@ -70,8 +70,7 @@ struct API {
                 app = record
                 appID = id
             }
-            // The admin key on admin routes is never limited (§1.8), even with `Parley-App-Id`.
-            if let id = appID, let record = app, access != .admin {
+            if let id = appID, let record = app {
                 let (bucket, rate) =
                     credential.userID.map { ("u:\(id):\($0)", record.settings.rateLimitUserRPS) }
                     ?? ("a:\(id)", record.settings.rateLimitAppRPS)
@@ -120,7 +119,7 @@ struct API {
     /// The "Who" rules: admin-only routes, app routes (admin needs `Parley-App-Id`), and self-only user routes.
     private static func check(_ access: Access, credential: Credential, request: Request) throws {
         switch (access, credential) {
-        case (.admin, .admin), (.admin, .adminAsApp): return
+        case (.admin, .admin): return
         case (.admin, _): throw APIError.forbidden("this route needs the server admin key")
         case (_, .admin): throw APIError.invalidParam("header Parley-App-Id", "is required with the admin key on app routes")
         case (_, .adminAsApp), (_, .app): return

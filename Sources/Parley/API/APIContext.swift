@@ -107,6 +107,16 @@ public struct QueryReader {
         }
     }
 
+    /// An identifier parameter of `kind` (API.md §1.2; a bad one → 400 naming the parameter).
+    public mutating func id(_ name: String, _ kind: IdentifierKind) -> String? {
+        guard let v = raw(name) else { return nil }
+        if let problem = kind.problem(v) {
+            errors.append(FieldError(field: name, message: problem))
+            return nil
+        }
+        return v
+    }
+
     public mutating func choice(_ name: String, _ options: [String]) -> String? {
         guard let v = raw(name) else { return nil }
         guard options.contains(v) else {

@@ -7,13 +7,16 @@ struct Authenticator: Sendable {
     let apps: AppDirectory
     let clock: ServerClock
 
-    /// The verified credential, or a 401/403/404 problem.
-    func authenticate(_ request: Request, bearer overrideToken: String? = nil, db: PostgresConnection) throws -> Credential {
+    /// The verified credential, or a 401/403/404 problem. `Parley-App-Id` is read only on app routes
+    /// (`appRoute`); admin-only routes ignore it.
+    func authenticate(_ request: Request, bearer overrideToken: String? = nil, appRoute: Bool = true, db: PostgresConnection) throws
+        -> Credential
+    {
         guard let token = overrideToken ?? Self.bearer(request.headers["Authorization"]) else {
             throw APIError.unauthenticated("missing bearer credential")
         }
         if Crypto.constantTimeEquals(Array(token.utf8), Array(adminKey.utf8)) {
-            guard let appID = request.headers["Parley-App-Id"] else { return .admin }
+            guard appRoute, let appID = request.headers["Parley-App-Id"] else { return .admin }
             let known = IdentifierKind.appID.problem(appID) == nil ? try apps.app(appID, db: db) : nil
             if known == nil {
                 // A header naming no app: the admin key is valid, the addressed app is not.

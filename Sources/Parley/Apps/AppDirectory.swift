@@ -1,6 +1,7 @@
 import ParleyHTTP
 import ParleyPostgres
 import Synchronization
+import ParleySync
 
 /// An app as the request pipeline needs it: settings and the user-token secret.
 public struct AppRecord: Sendable {
@@ -15,7 +16,7 @@ public struct AppRecord: Sendable {
 /// Per-node cache of apps and app keys, so authenticating a request costs no query most of the time.
 ///
 /// Entries live `ttl` (2 s): a change made on this node invalidates at once, a change made on another node is
-/// seen within the TTL. Owner: `state` behind its `Mutex`; no I/O under the lock.
+/// seen within the TTL. Owner: `state` behind its `LockedValue`; no I/O under the lock.
 public final class AppDirectory: Sendable {
     struct KeyEntry {
         let appID: String
@@ -34,7 +35,7 @@ public final class AppDirectory: Sendable {
         var apps: [String: AppEntry] = [:]
     }
 
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
     private let ttlMillis: Int64 = 2000
     /// How often `last_used_at` of a key is written (not on every request).
     private let lastUsedEveryMillis: Int64 = 60_000

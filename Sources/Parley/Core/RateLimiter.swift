@@ -1,4 +1,5 @@
 import Synchronization
+import ParleySync
 
 /// Token-bucket rate limiting per credential (API.md §1.8).
 ///
@@ -7,7 +8,7 @@ import Synchronization
 /// token. Buckets that have refilled completely are indistinguishable from new ones, so they are pruned
 /// periodically; memory is bounded by the keys active in the last `2 s` (the time to refill) plus the prune period.
 ///
-/// Thread-safe: the bucket table is owned by a `Mutex`, held only for the arithmetic of one `take`.
+/// Thread-safe: the bucket table is owned by a `LockedValue`, held only for the arithmetic of one `take`.
 public final class RateLimiter: Sendable {
     /// The outcome of one `take`, with the values of the `RateLimit-*` and `Retry-After` headers.
     public struct Decision: Sendable, Equatable {
@@ -34,7 +35,7 @@ public final class RateLimiter: Sendable {
         var lastPrune: UInt64 = 0
     }
 
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
     private let clock: @Sendable () -> UInt64
     private let pruneIntervalNanos: UInt64
 

@@ -9,9 +9,9 @@ enum EventRoutes {
             let limit = query.limit()
             var filter = EventLog.Filter()
             filter.types = query.list("types") ?? []
-            filter.userID = query.string("user_id")
-            filter.groupID = query.string("group_id")
-            filter.roomID = query.string("room_id")
+            filter.userID = query.id("user_id", .userID)
+            filter.groupID = query.id("group_id", .groupID)
+            filter.roomID = query.id("room_id", .roomID)
             let afterText = query.raw("after")
             try query.check()
             let (head, trimPoint) = try EventLog.bounds(appID: ctx.appID, on: ctx.db)

@@ -1,9 +1,10 @@
 import ParleyHTTP
 import Synchronization
+import ParleySync
 
 /// Prometheus counters and histograms of the HTTP layer (API.md §17 `/metrics`).
 ///
-/// Owner: `state` behind its `Mutex`; recorded from the event loops after each response.
+/// Owner: `state` behind its `LockedValue`; recorded from the event loops after each response.
 final class Metrics: Sendable {
     static let buckets: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 
@@ -21,7 +22,7 @@ final class Metrics: Sendable {
         var openConnections = 0
     }
 
-    private let state = Mutex(State())
+    private let state = LockedValue(State())
 
     func record(_ r: RequestRecord) {
         state.withLock { s in
