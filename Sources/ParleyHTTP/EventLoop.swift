@@ -34,6 +34,8 @@ public final class EventLoop: @unchecked Sendable {
     private var lastTick: Int64 = 0
     /// Counter behind generated request ids (loop-owned, so no synchronisation).
     var requestCounter: UInt64 = 0
+    /// `<process prefix>-<loop index>-`, the fixed start of the request ids this loop generates.
+    var requestIDStem: [UInt8] = []
     /// Scratch space for socket reads, shared by the loop's connections (only one reads at a time).
     private let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
     /// The pre-rendered `Date:` header line, refreshed once per second.

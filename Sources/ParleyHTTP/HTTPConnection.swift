@@ -32,8 +32,10 @@ final class HTTPConnection: EventLoop.Watcher {
 
     let fd: Int32
     var generation: UInt32 = 0
-    unowned let server: HTTPServer
-    unowned let loop: EventLoop
+    // unowned(unsafe): the server and its loops outlive every connection (shutdown closes connections before the
+    // loops stop), and a checked unowned reference costs an atomic retain on every access of the hot path.
+    unowned(unsafe) let server: HTTPServer
+    unowned(unsafe) let loop: EventLoop
     private var parser: HTTPRequestParser
     private var phase: Phase = .awaitingHead
     private var pending: Pending?

@@ -152,7 +152,7 @@ public final class HTTPServer: Sendable {
         self.hooks = hooks
         self.logger = logger
         var random = UInt32.random(in: 0...UInt32.max)
-        requestIDPrefix = "r" + String(random, radix: 16)
+        requestIDPrefix = "r" + String(random & 0xFFFFFF, radix: 16)
         random = 0
         corsHeaders = configuration.cors ? Array(HTTPServer.corsBlock.utf8) : []
         (listenFD, port) = try Self.bind(host: configuration.host, port: configuration.port)
@@ -162,7 +162,9 @@ public final class HTTPServer: Sendable {
         for loop in loops {
             loop.start()
             let fd = listenFD
+            let stem = Array("\(requestIDPrefix)-\(loop.index)-".utf8)
             loop.execute { [self] loop in
+                loop.requestIDStem = stem
                 let acceptor = Acceptor(server: self)
                 loop.register(fd: fd, events: PARLEY_EPOLLIN | PARLEY_EPOLLEXCLUSIVE, watcher: acceptor)
                 loop.onTick { loop in loop.sweepConnections() }
@@ -179,6 +181,13 @@ public final class HTTPServer: Sendable {
         "Access-Control-Allow-Methods: GET, POST, PUT, PATCH, DELETE, OPTIONS\r\n"
         + "Access-Control-Allow-Headers: Authorization, Content-Type, Idempotency-Key, Last-Event-ID, Parley-App-Id, X-Request-Id\r\n"
         + "Access-Control-Max-Age: 86400\r\n"
+
+    private let loopCursor = Atomic<Int>(0)
+
+    /// The loop the next accepted connection goes to (round-robin).
+    func nextLoop() -> EventLoop {
+        loops[loopCursor.add(1, ordering: .relaxed).newValue % loops.count]
+    }
 
     /// Number of open client connections.
     public var connectionCount: Int { openConnections.load(ordering: .relaxed) }
@@ -231,7 +240,18 @@ public final class HTTPServer: Sendable {
     /// A fresh request id: process-random prefix, loop index, per-loop counter.
     func nextRequestID(loop: EventLoop) -> String {
         loop.requestCounter &+= 1
-        return "\(requestIDPrefix)-\(loop.index)-\(String(loop.requestCounter, radix: 16))"
+        // Built as bytes: short ids stay small (inline) strings, so generating one allocates nothing.
+        var bytes = loop.requestIDStem
+        var n = loop.requestCounter
+        var digits: [UInt8] = []
+        digits.reserveCapacity(16)
+        repeat {
+            let d = UInt8(n & 0xF)
+            digits.append(d < 10 ? 0x30 + d : 0x57 + d)
+            n >>= 4
+        } while n > 0
+        bytes.append(contentsOf: digits.reversed())
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     private static func bind(host: String, port: Int) throws -> (Int32, Int) {
@@ -287,16 +307,28 @@ final class Acceptor: EventLoop.Watcher {
             }
             var one: Int32 = 1
             setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-            let connection = HTTPConnection(fd: fd, server: server, loop: loop)
-            let generation = loop.register(
-                fd: fd, events: PARLEY_EPOLLIN | PARLEY_EPOLLRDHUP, watcher: connection)
-            if generation == 0 {
-                close(fd)
-                continue
+            // Connections are dealt round-robin over the loops: whichever loop wins the accept, a burst of new
+            // connections (wrk opening 64 at once) must not all land on it.
+            let target = server.nextLoop()
+            if target === loop {
+                Self.adopt(fd: fd, server: server, loop: loop)
+            } else {
+                let server = self.server
+                target.execute { loop in Self.adopt(fd: fd, server: server, loop: loop) }
             }
-            connection.generation = generation
-            let count = server.openConnections.add(1, ordering: .relaxed).newValue
-            server.hooks.connectionsChanged(count)
         }
+    }
+
+    /// Registers an accepted socket on `loop` (its owner from now on).
+    static func adopt(fd: Int32, server: HTTPServer, loop: EventLoop) {
+        let connection = HTTPConnection(fd: fd, server: server, loop: loop)
+        let generation = loop.register(fd: fd, events: PARLEY_EPOLLIN | PARLEY_EPOLLRDHUP, watcher: connection)
+        if generation == 0 {
+            close(fd)
+            return
+        }
+        connection.generation = generation
+        let count = server.openConnections.add(1, ordering: .relaxed).newValue
+        server.hooks.connectionsChanged(count)
     }
 }

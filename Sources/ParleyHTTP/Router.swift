@@ -96,10 +96,18 @@ public struct Router: Sendable {
     /// Every route, in registration order (for the OpenAPI contract check and `parley routes`).
     public let routes: [Route]
     private let root: Node
+    /// Routes without parameters by exact path, then method: `/healthz` needs no segment walk.
+    private let staticRoutes: [String: [HTTPMethod: Route]]
 
     init(routes: [Route]) {
         self.routes = routes
         root = Self.buildNode(routes.map { ($0, $0.segments[...]) })
+        var statics: [String: [HTTPMethod: Route]] = [:]
+        for route in routes where !route.segments.contains(where: { if case .parameter = $0 { true } else { false } }) {
+            statics["/" + route.segments.map { if case .literal(let s) = $0 { s } else { "" } }.joined(separator: "/"), default: [:]][
+                route.method] = route
+        }
+        staticRoutes = statics
     }
 
     private static func buildNode(_ entries: [(Route, ArraySlice<Route.Segment>)]) -> Node {
@@ -125,6 +133,12 @@ public struct Router: Sendable {
     /// Matches `method` and the raw (still percent-encoded) `path`. Literal segments win over parameters;
     /// when the literal branch has no route for the method, the parameter branch is tried.
     public func match(method: HTTPMethod, path: Substring) -> Match {
+        // Fast path: an exact parameterless route for this method (a literal beats any parameter route).
+        if let byMethod = staticRoutes[String(path)] {
+            if let route = byMethod[method] ?? (method == .head ? byMethod[.get] : nil) {
+                return .found(route, parameters: [:])
+            }
+        }
         var segments: [String] = []
         for raw in path.split(separator: "/", omittingEmptySubsequences: true) {
             guard let decoded = PercentDecoding.decode(raw) else { return .badPath }
