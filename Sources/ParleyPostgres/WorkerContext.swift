@@ -27,7 +27,6 @@ final class WorkerContext {
     private let connectCount: ConnectCounter
 
     static let connectBackoffNanos: UInt64 = 250_000_000
-    static let closedCheckAfterNanos: UInt64 = 1_000_000_000
 
     init(pool: PostgresPool) {
         self.poolID = ObjectIdentifier(pool)
@@ -57,13 +56,10 @@ final class WorkerContext {
     /// A usable connection: reconnects when missing or broken, health-checks one idle for over 30 s.
     func acquire() throws(PostgresError) -> PostgresConnection {
         if let current = connection {
-            let idleNanos = monotonicNanos() &- current.lastUsedNanos
-            // A connection used in the last second is not polled for a server-side close (a syscall per borrow
-            // on the hot path); a restart in that window costs one failed statement, which marks it broken.
-            if idleNanos > Self.closedCheckAfterNanos, current.detectClosedByServer() {
+            if current.detectClosedByServer() {
                 logger.log(.info, "postgres: pooled connection was closed by the server; reconnecting")
                 connection = nil
-            } else if depth == 0, idleNanos > PostgresPool.idleCheckNanos {
+            } else if depth == 0, monotonicNanos() &- current.lastUsedNanos > PostgresPool.idleCheckNanos {
                 if (try? current.simpleQuery("SELECT 1")) == nil || current.isBroken {
                     logger.log(.info, "postgres: idle pooled connection failed its health check; reconnecting")
                     connection = nil
