@@ -177,10 +177,4 @@ SECTION=$(
     table
 )
 
-echo
-echo "$SECTION"
-if [[ ${BENCH_NO_RECORD:-0} != 1 ]]; then
-    [[ -f $RESULTS ]] || printf '# Benchmark results\n\nAppended by the scripts in bench/ (see bench/README.md); newest last.\n' >"$RESULTS"
-    printf '\n%s\n' "$SECTION" >>"$RESULTS"
-    log "appended to ${RESULTS#"$ROOT"/}"
-fi
+record_section "$SECTION"

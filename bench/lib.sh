@@ -96,3 +96,13 @@ check_body() {  # name port: the answer must be the same fixed JSON for both ser
 rss_kib() { awk -v key="$2:" '$1 == key { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f MiB", k / 1024 }'; }
 
+
+record_section() {  # text: prints a results section and appends it to $RESULTS unless BENCH_NO_RECORD=1
+    echo
+    echo "$1"
+    if [[ ${BENCH_NO_RECORD:-0} != 1 ]]; then
+        [[ -f $RESULTS ]] || printf '# Benchmark results\n\nAppended by the scripts in bench/ (see bench/README.md); newest last.\n' >"$RESULTS"
+        printf '\n%s\n' "$1" >>"$RESULTS"
+        log "appended to ${RESULTS#"$ROOT"/}"
+    fi
+}

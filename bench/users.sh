@@ -85,10 +85,4 @@ SECTION=$(
             "${P50[parley,$conns]}" "${P99[parley,$conns]}" "${P50[pgbench,$conns]}"
     done
 )
-echo
-echo "$SECTION"
-if [[ ${BENCH_NO_RECORD:-0} != 1 ]]; then
-    [[ -f $RESULTS ]] || printf '# Benchmark results\n\nAppended by the scripts in bench/ (see bench/README.md); newest last.\n' >"$RESULTS"
-    printf '\n%s\n' "$SECTION" >>"$RESULTS"
-    log "appended to ${RESULTS#"$ROOT"/}"
-fi
+record_section "$SECTION"

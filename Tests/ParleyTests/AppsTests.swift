@@ -9,32 +9,8 @@ import Testing
 
 /// Apps, app keys and app settings end to end through HTTP (API.md §3, §3.1), against PostgreSQL.
 @Suite("Apps, keys and settings")
-struct AppsTests {
+struct AppsTests: ProblemAssertions {
     // MARK: - Helpers (namespaced so they never clash with other test files of the module)
-
-    /// The `errors[].field` values of a problem response.
-    static func fields(_ r: TestResponse) -> [String] {
-        r.json?["errors"]?.arrayValue?.compactMap { $0["field"]?.stringValue } ?? []
-    }
-
-    /// Asserts a problem response with `status` and `code`.
-    static func expectProblem(
-        _ r: TestResponse, _ status: Int, _ code: Int, _ comment: String = "", sourceLocation: SourceLocation = #_sourceLocation
-    ) {
-        #expect(r.status == status, "\(comment) \(r.text)", sourceLocation: sourceLocation)
-        #expect(r.code == code, "\(comment) \(r.text)", sourceLocation: sourceLocation)
-        #expect(
-            r.headers["Content-Type"]?.hasPrefix("application/problem+json") == true, "\(comment)",
-            sourceLocation: sourceLocation)
-    }
-
-    /// Asserts 400 `6000001` whose `errors[].field` contains `field`.
-    static func expectInvalid(
-        _ r: TestResponse, field: String, _ comment: String = "", sourceLocation: SourceLocation = #_sourceLocation
-    ) {
-        expectProblem(r, 400, 6_000_001, comment, sourceLocation: sourceLocation)
-        #expect(fields(r).contains(field), "\(comment): expected field \(field) in \(r.text)", sourceLocation: sourceLocation)
-    }
 
     /// The `app.settings_updated` events of an app's log, as arrays of sorted `changed` names.
     static func settingsEvents(_ app: TestApp) throws -> [[String]] {

@@ -12,45 +12,8 @@ import Testing
 /// The conventions of API.md §1 end to end through HTTP: credentials (§1.3), problems (§1.4), CORS and content
 /// types (§1.1), `Idempotency-Key` (§1.6) and rate limits (§1.8).
 @Suite("API conventions")
-struct ConventionsTests {
+struct ConventionsTests: ProblemAssertions {
     // MARK: - Helpers (namespaced so they never clash with other test files of the module)
-
-    static func fields(_ r: TestResponse) -> [String] {
-        r.json?["errors"]?.arrayValue?.compactMap { $0["field"]?.stringValue } ?? []
-    }
-
-    /// Asserts the full RFC 9457 shape of §1.4 for a problem with `status` and `code`.
-    static func expectProblem(
-        _ r: TestResponse, _ status: Int, _ code: Int, _ comment: String = "", sourceLocation: SourceLocation = #_sourceLocation
-    ) {
-        expectProblem(status: r.status, headers: r.headers, body: r.body, status, code, comment, sourceLocation: sourceLocation)
-    }
-
-    static func expectProblem(
-        _ r: HTTPClientResponse, _ status: Int, _ code: Int, _ comment: String = "", sourceLocation: SourceLocation = #_sourceLocation
-    ) {
-        expectProblem(status: r.status, headers: r.headers, body: r.body, status, code, comment, sourceLocation: sourceLocation)
-    }
-
-    static func expectProblem(
-        status actual: Int, headers: HTTPHeaders, body: [UInt8], _ status: Int, _ code: Int, _ comment: String,
-        sourceLocation: SourceLocation
-    ) {
-        let json = try? JSONValue.parse(body)
-        let text = String(decoding: body, as: UTF8.self)
-        #expect(actual == status, "\(comment) \(text)", sourceLocation: sourceLocation)
-        #expect(json?["code"]?.intValue == Int64(code), "\(comment) \(text)", sourceLocation: sourceLocation)
-        #expect(
-            headers["Content-Type"]?.hasPrefix("application/problem+json") == true,
-            "\(comment) content type \(headers["Content-Type"] ?? "none")", sourceLocation: sourceLocation)
-        #expect(json?["status"]?.intValue == Int64(actual), "\(comment)", sourceLocation: sourceLocation)
-        #expect(json?["type"]?.stringValue == "urn:parley:error:\(code)", "\(comment)", sourceLocation: sourceLocation)
-        #expect(json?["title"]?.stringValue?.isEmpty == false, "\(comment)", sourceLocation: sourceLocation)
-        #expect(json?["detail"]?.stringValue != nil, "\(comment)", sourceLocation: sourceLocation)
-        let requestID = headers["X-Request-Id"]
-        #expect(requestID?.isEmpty == false, "\(comment) X-Request-Id", sourceLocation: sourceLocation)
-        #expect(json?["request_id"]?.stringValue == requestID, "\(comment) request_id", sourceLocation: sourceLocation)
-    }
 
     /// A request over a raw connection, for header-level control (no Content-Type added, any body).
     static func raw(

@@ -10,19 +10,8 @@ import Testing
 
 /// Operations routes, statistics, the test clock (API.md §17) and the polling event log (§14.1–14.3) end to end.
 @Suite("Ops, stats, test clock and event log")
-struct OpsTests {
+struct OpsTests: ProblemAssertions {
     // MARK: - Helpers (namespaced so they never clash with other test files of the module)
-
-    static func expectProblem(
-        _ r: TestResponse, _ status: Int, _ code: Int, _ comment: String = "", sourceLocation: SourceLocation = #_sourceLocation
-    ) {
-        #expect(r.status == status, "\(comment) \(r.text)", sourceLocation: sourceLocation)
-        #expect(r.code == code, "\(comment) \(r.text)", sourceLocation: sourceLocation)
-        #expect(
-            r.headers["Content-Type"]?.hasPrefix("application/problem+json") == true, "\(comment)",
-            sourceLocation: sourceLocation)
-        #expect(r.json?["request_id"]?.stringValue == r.headers["X-Request-Id"], "\(comment)", sourceLocation: sourceLocation)
-    }
 
     /// Wall-clock milliseconds since the Unix epoch.
     static func wallMillis() -> Int64 {
