@@ -19,9 +19,12 @@ public struct Configuration: Sendable {
         Setting(
             variable: "PARLEY_ADMIN_KEY", flag: "--admin-key",
             help: "server admin key; unset: generated on first start, saved in the data directory (mode 0600)"),
-        Setting(variable: "PARLEY_DB_POOL_SIZE", flag: "--db-pool-size", help: "PostgreSQL connections and handler threads (default 2 per core, at least 4; 1-512)"),
+        Setting(
+            variable: "PARLEY_DB_POOL_SIZE", flag: "--db-pool-size",
+            help: "PostgreSQL connections and handler threads (default 2 per core, at least 4; 1-512)"),
         Setting(variable: "PARLEY_LOG_LEVEL", flag: "--log-level", help: "debug, info, warn, error or off (default info)"),
-        Setting(variable: "PARLEY_TEST_CLOCK", flag: "--test-clock", help: "1 enables the movable test clock of POST /v1/test/clock/advance (default 0)"),
+        Setting(
+            variable: "PARLEY_TEST_CLOCK", flag: "--test-clock", help: "1 enables the movable test clock of POST /v1/test/clock/advance (default 0)"),
         Setting(variable: "PARLEY_METRICS_TOKEN", flag: "--metrics-token", help: "when set, GET /metrics requires Bearer <token>"),
     ]
 

@@ -1,7 +1,7 @@
 import CParleyShims
 import Glibc
-import Synchronization
 import ParleySync
+import Synchronization
 
 /// One epoll thread: it owns the sockets registered on it and runs jobs other threads hand it.
 ///

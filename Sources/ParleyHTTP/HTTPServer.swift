@@ -1,7 +1,7 @@
 import CParleyShims
 import Glibc
-import Synchronization
 import ParleySync
+import Synchronization
 
 /// Settings of the HTTP server; every limit and timeout a client could otherwise abuse is here.
 public struct HTTPServerConfiguration: Sendable {

@@ -1,7 +1,7 @@
 import CParleyShims
 import Glibc
-import Synchronization
 import ParleySync
+import Synchronization
 
 /// A leveled logger writing one logfmt line per entry to standard error.
 ///
@@ -9,7 +9,8 @@ import ParleySync
 /// 64 KiB), so a request log line costs a lock and a copy, not a system call.
 public struct Logger: Sendable {
     public enum Level: Int, Sendable, Comparable, CaseIterable {
-        case debug = 0, info, warning, error, off
+        case debug = 0
+        case info, warning, error, off
 
         public static func < (a: Level, b: Level) -> Bool { a.rawValue < b.rawValue }
 

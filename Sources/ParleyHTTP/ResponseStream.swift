@@ -1,5 +1,5 @@
-import Synchronization
 import ParleySync
+import Synchronization
 
 /// The writable end of a streaming response (SSE). Any thread may write; bytes reach the socket through the
 /// connection's event loop, in call order.

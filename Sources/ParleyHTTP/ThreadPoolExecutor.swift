@@ -1,7 +1,7 @@
 import Dispatch
 import Glibc
-import Synchronization
 import ParleySync
+import Synchronization
 
 /// A fixed set of worker threads running request handlers (used when handlers need no database thread).
 ///

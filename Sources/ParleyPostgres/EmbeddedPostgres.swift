@@ -1,8 +1,8 @@
 internal import CLibPQ
 import Foundation
 import Glibc
-import Synchronization
 import ParleySync
+import Synchronization
 
 /// Parley's own PostgreSQL cluster: `initdb` on first start, then `postgres` as a child process that listens
 /// only on a private Unix socket and stops when Parley stops (or dies: it gets SIGINT as parent-death signal).

@@ -1,7 +1,7 @@
 internal import CLibPQ
 import Glibc
-import Synchronization
 import ParleySync
+import Synchronization
 
 /// Receives LISTEN/NOTIFY notifications on a dedicated thread and connection, reconnecting forever.
 ///

@@ -1,6 +1,6 @@
 import Glibc
-import Synchronization
 import ParleySync
+import Synchronization
 
 /// Transaction isolation level for `PostgresPool.transaction`.
 public enum PostgresIsolation: Sendable {

@@ -1,8 +1,8 @@
 import Foundation
 import Glibc
 import ParleyPostgres
-import Synchronization
 import ParleySync
+import Synchronization
 
 /// Gives tests a real PostgreSQL with no set-up: one embedded cluster per test process, a fresh database
 /// per test.

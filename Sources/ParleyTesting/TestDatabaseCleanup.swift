@@ -1,8 +1,8 @@
 import Foundation
 import Glibc
 import ParleyPostgres
-import Synchronization
 import ParleySync
+import Synchronization
 
 /// What the test process must undo at exit: stop clusters, remove their directories, drop databases
 /// created on an external server. Guarded by a `LockedValue`; runs once from an `atexit` handler.

@@ -2,8 +2,8 @@ import Glibc
 import Parley
 import ParleyHTTP
 import ParleyPostgres
-import Synchronization
 import ParleySync
+import Synchronization
 
 /// A real Parley server for one test: its own fresh database, listening on 127.0.0.1:0, stopped by `stop()`
 /// (or when released).

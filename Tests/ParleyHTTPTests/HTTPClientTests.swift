@@ -99,8 +99,7 @@ import Testing
         #expect(try parts("HTTP://localhost") == ["localhost", "80", "/"])
         #expect(try parts("http://[::1]:9/x") == ["::1", "9", "/x"])
         #expect(try HTTPClientURL("http://h?q=1").target == "/?q=1")
-        for bad in ["https://h/", "http://", "http://u@h/", "http://h:0/", "http://h:99999/", "ftp://h", "http://:80/"]
-        {
+        for bad in ["https://h/", "http://", "http://u@h/", "http://h:0/", "http://h:99999/", "ftp://h", "http://:80/"] {
             #expect(throws: HTTPClientError.self, "\(bad)") { try HTTPClientURL(bad) }
         }
     }

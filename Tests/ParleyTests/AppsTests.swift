@@ -635,7 +635,9 @@ struct AppsTests: ProblemAssertions {
         // The admin route patches the same settings.
         let three = try server.request(
             .patch, "/v1/apps/\(app.appID)/settings", bearer: server.adminKey,
-            json: #"{"push":{"format":"generic","gateway_url":"https://push.example.com/notify"},"sensitive_words":["x","y"],"blacklist_feedback":"error"}"#)
+            json:
+                #"{"push":{"format":"generic","gateway_url":"https://push.example.com/notify"},"sensitive_words":["x","y"],"blacklist_feedback":"error"}"#
+        )
         #expect(three.status == 200, "\(three.text)")
         #expect(three.json?["push"]?["timeout_ms"]?.intValue == 1000)
         #expect(three.json?["push"]?["format"]?.stringValue == "generic")
@@ -654,7 +656,8 @@ struct AppsTests: ProblemAssertions {
             #expect(r.json == three.json, "\(body)")
         }
         // A patch with one same and one different value lists only the different one.
-        let four = try app.request(.patch, "/v1/settings", json: #"{"revoke_window_s":60,"edit_window_s":0,"push":{"timeout_ms":1000,"enabled":true}}"#)
+        let four = try app.request(
+            .patch, "/v1/settings", json: #"{"revoke_window_s":60,"edit_window_s":0,"push":{"timeout_ms":1000,"enabled":true}}"#)
         #expect(four.status == 200, "\(four.text)")
         // null clears a nullable push field.
         let five = try app.request(.patch, "/v1/settings", json: #"{"push":{"gateway_url":null}}"#)

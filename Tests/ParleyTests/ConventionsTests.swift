@@ -71,7 +71,8 @@ struct ConventionsTests: ProblemAssertions {
             appID: "nosuchapp", userID: "u1", issuedAt: now, expiresAt: now + 3600, generation: 0, secret: Crypto.randomBytes(32))
         let claims = Crypto.base64URLEncode(Array(#"{"iss":"\#(app.appID)","sub":"u1","iat":\#(now),"exp":\#(now + 3600),"gen":0}"#.utf8))
         let algNone = Crypto.base64URLEncode(Array(#"{"alg":"none","typ":"JWT"}"#.utf8)) + "." + claims + "."
-        let hs512 = Crypto.base64URLEncode(Array(#"{"alg":"HS512","typ":"JWT"}"#.utf8)) + "." + claims + "."
+        let hs512 =
+            Crypto.base64URLEncode(Array(#"{"alg":"HS512","typ":"JWT"}"#.utf8)) + "." + claims + "."
             + Crypto.base64URLEncode(Crypto.randomBytes(64))
         for (name, token) in [("bad signature", badSignature), ("unknown app", unknownApp), ("alg none", algNone), ("HS512", hs512)] {
             let r = try server.request(.get, "/v1/settings", bearer: token)
@@ -227,8 +228,9 @@ struct ConventionsTests: ProblemAssertions {
         Self.expectProblem(
             try app.request(.patch, "/v1/settings", json: #"{"revoke_window_s":1}"#, headers: ["Content-Type": "application/xml"]), 415,
             7_000_008)
-        #expect(try server.request(.post, "/v1/apps", bearer: server.adminKey, json: "{}", headers: plain).json?["title"]?.stringValue
-            == "unsupported_media_type")
+        #expect(
+            try server.request(.post, "/v1/apps", bearer: server.adminKey, json: "{}", headers: plain).json?["title"]?.stringValue
+                == "unsupported_media_type")
         // A body without any Content-Type.
         let noType = try Self.raw(
             server, .post, "/v1/apps", headers: ["Authorization": "Bearer \(server.adminKey)"],

@@ -176,7 +176,8 @@ struct OpenAPISpecTests {
             for (status, response) in responses where !status.hasPrefix("2") {
                 let context = "\(op.label) \(status)"
                 if op.container == "paths", status != "default" {
-                    #expect(response["$ref"]?.stringValue?.hasPrefix("#/components/responses/") == true,
+                    #expect(
+                        response["$ref"]?.stringValue?.hasPrefix("#/components/responses/") == true,
                         "\(context) does not reference #/components/responses/…")
                 }
                 guard let resolved = Self.dereference(response, in: spec) else {

@@ -14,7 +14,8 @@ final class Services: Sendable {
     let configuration: Configuration
     let stopping: StopFlag
 
-    init(pool: PostgresPool, clock: ServerClock, adminKey: String, metrics: Metrics, logger: Logger, configuration: Configuration, stopping: StopFlag) {
+    init(pool: PostgresPool, clock: ServerClock, adminKey: String, metrics: Metrics, logger: Logger, configuration: Configuration, stopping: StopFlag)
+    {
         self.pool = pool
         self.clock = clock
         let apps = AppDirectory()

@@ -140,7 +140,8 @@ public enum ParleyCommand {
             }
             defer { embedded?.stop() }
             let applied = try Migrator(logger: pgLogger).migrate(configuration: database)
-            print(applied.isEmpty ? "parley: database is up to date" : "parley: applied migrations \(applied.map(String.init).joined(separator: ", "))")
+            print(
+                applied.isEmpty ? "parley: database is up to date" : "parley: applied migrations \(applied.map(String.init).joined(separator: ", "))")
             logger.flush()
             return 0
         } catch {

@@ -1,7 +1,7 @@
 import ParleyHTTP
 import ParleyPostgres
-import Synchronization
 import ParleySync
+import Synchronization
 
 /// An app as the request pipeline needs it: settings and the user-token secret.
 public struct AppRecord: Sendable {

@@ -1,5 +1,5 @@
-import Synchronization
 import ParleySync
+import Synchronization
 
 /// Token-bucket rate limiting per credential (API.md §1.8).
 ///

@@ -1,6 +1,6 @@
 import ParleyHTTP
-import Synchronization
 import ParleySync
+import Synchronization
 
 /// Prometheus counters and histograms of the HTTP layer (API.md §17 `/metrics`).
 ///

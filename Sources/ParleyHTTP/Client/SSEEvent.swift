@@ -14,8 +14,7 @@ public struct SSEEvent: Sendable, Equatable {
     /// The `retry` field in milliseconds, when it was a valid integer.
     public var retry: Int?
 
-    public init(id: String? = nil, event: String? = nil, data: String = "", comments: [String] = [], retry: Int? = nil)
-    {
+    public init(id: String? = nil, event: String? = nil, data: String = "", comments: [String] = [], retry: Int? = nil) {
         self.id = id
         self.event = event
         self.data = data

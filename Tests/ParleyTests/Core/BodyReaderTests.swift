@@ -9,7 +9,11 @@ struct BodyReaderTests {
     }
 
     private enum Platform: String, CaseIterable { case ios, android, web }
-    private enum Priority: Int { case low = 1, medium = 2, high = 3 }
+    private enum Priority: Int {
+        case low = 1
+        case medium = 2
+        case high = 3
+    }
 
     @Test func readsValidFields() throws {
         var r = try reader(
