@@ -101,13 +101,14 @@ public struct HTTPRequestHead: Sendable {
 
     /// The path part of the target (before `?`), still percent-encoded.
     public var rawPath: Substring {
-        if let q = target.firstIndex(of: "?") { return target[..<q] }
+        // A byte search: Character-based `firstIndex(of:)` walks grapheme clusters (measured ~9k instructions).
+        if let q = target.utf8.firstIndex(of: UInt8(ascii: "?")) { return target[..<q] }
         return target[...]
     }
 
     /// The query part of the target (after `?`), still percent-encoded, or nil.
     public var rawQuery: Substring? {
-        guard let q = target.firstIndex(of: "?") else { return nil }
+        guard let q = target.utf8.firstIndex(of: UInt8(ascii: "?")) else { return nil }
         return target[target.index(after: q)...]
     }
 }

@@ -31,7 +31,11 @@ public final class AppDirectory: Sendable {
     }
 
     private struct State {
+        /// By the SHA-256 of the key (what the database stores) …
         var keys: [String: KeyEntry] = [:]
+        /// … and by the presented bearer value itself, so a repeat caller costs one dictionary lookup instead of
+        /// parsing and hashing its key (entries expire with the TTL like the others; kept only in memory).
+        var presented: [String: String] = [:]
         var apps: [String: AppEntry] = [:]
     }
 
@@ -72,11 +76,25 @@ public final class AppDirectory: Sendable {
         return found
     }
 
+    /// The key-hash a bearer value was verified under recently, if any (skips parsing and hashing it again).
+    func knownHash(ofPresented token: String) -> String? {
+        state.withLock { $0.presented[token] }
+    }
+
+    /// Remembers that `token` hashes to `hash` (after a successful lookup).
+    func remember(presented token: String, hash: String) {
+        state.withLock { s in
+            if s.presented.count > 10_000 { s.presented.removeAll() }
+            s.presented[token] = hash
+        }
+    }
+
     /// Forgets an app and its keys (after an update, a revoke or a delete on this node).
     func invalidate(appID: String) {
         state.withLock { s in
             s.apps[appID] = nil
             s.keys = s.keys.filter { $0.value.appID != appID }
+            s.presented.removeAll()
         }
     }
 }
