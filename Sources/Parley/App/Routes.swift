@@ -10,6 +10,8 @@ enum Routes {
         var api = API(services: services, builder: builder)
         AppRoutes.register(on: &api)
         UserRoutes.register(on: &api)
+        BlacklistRoutes.register(on: &api)
+        DeviceRoutes.register(on: &api)
         EventRoutes.register(on: &api)
         OpsAPIRoutes.register(on: &api)
         return api.builder.build()
