@@ -6,17 +6,11 @@ import ParleyPostgres
 /// owners, in `user_id` order, when a push key moves), so the 20-device cap and key moves are race-free, and
 /// writes its events last (§18). Transaction bodies are re-runnable: they compute what they return from what they
 /// read.
-struct DeviceService {
+struct DeviceService: DomainService {
     let pool: PostgresPool
     let appID: String
     /// Server-clock ms of the request.
     let now: Int64
-
-    init(_ ctx: APIContext) {
-        pool = ctx.services.pool
-        appID = ctx.appID
-        now = ctx.now
-    }
 
     // MARK: - Push rule
 

@@ -5,17 +5,11 @@ import ParleyPostgres
 ///
 /// A value made per request; it owns nothing mutable. Transaction bodies are re-runnable (the pool retries them on
 /// serialization failures), so they compute everything they return from what they read.
-struct BlacklistService {
+struct BlacklistService: DomainService {
     let pool: PostgresPool
     let appID: String
     /// Server-clock ms of the request.
     let now: Int64
-
-    init(_ ctx: APIContext) {
-        pool = ctx.services.pool
-        appID = ctx.appID
-        now = ctx.now
-    }
 
     /// Most entries one list may hold (API.md §20).
     static let maxEntries = 1000
