@@ -163,14 +163,10 @@ table() {
     fi
 }
 
-CPU_MODEL=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT (uncommitted changes)"
 SECTION=$(
     echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — GET /healthz, parley vs nginx"
     echo
-    echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}, Linux $(uname -r)"
-    echo "- commit: $COMMIT"
+    machine_lines
     echo "- load: \`wrk -t$THREADS -c<conns> -d$DURATION --latency\` on the same machine, loopback; nginx ${NGINX:+$("$NGINX" -v 2>&1 | sed 's/.*nginx\///')} with worker_processes auto; servers: $TARGETS"
     [[ -n ${BENCH_NOTE:-} ]] && echo "- note: $BENCH_NOTE"
     echo

@@ -106,3 +106,12 @@ record_section() {  # text: prints a results section and appends it to $RESULTS 
         log "appended to ${RESULTS#"$ROOT"/}"
     fi
 }
+
+machine_lines() {  # the "machine" and "commit" lines every results section starts with
+    local cpu commit
+    cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+    commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    git diff --quiet HEAD 2>/dev/null || commit="$commit (uncommitted changes)"
+    echo "- machine: $(nproc) CPUs, ${cpu:-unknown CPU}, Linux $(uname -r)"
+    echo "- commit: $commit"
+}

@@ -66,13 +66,10 @@ for conns in $CONNECTIONS; do
     log "  parley: ${RATE[parley,$conns]} req/s, p50 ${P50[parley,$conns]}, p99 ${P99[parley,$conns]}"
 done
 
-CPU_MODEL=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT (uncommitted changes)"
 SECTION=$(
     echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — GET /v1/users/{id} (app key) vs pgbench, same SELECT"
     echo
-    echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}, Linux $(uname -r); commit: $COMMIT"
+    machine_lines
     echo "- parley: release build, embedded PostgreSQL 15, default pool (2 per core, ≥ 4), log level error; 1000 users; wrk picks a random user per request"
     echo "- pgbench: \`-M prepared -j $THREADS\`, bench/sql/get_user.sql (the SELECT the route runs) over the same Unix socket"
     [[ -n ${BENCH_NOTE:-} ]] && echo "- note: $BENCH_NOTE"

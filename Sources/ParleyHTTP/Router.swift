@@ -232,7 +232,8 @@ public enum PercentDecoding {
         return result
     }
 
-    private static func hexValue(_ c: UInt8) -> UInt8? {
+    /// The value of one ASCII hex digit (either case), or nil.
+    public static func hexValue(_ c: UInt8) -> UInt8? {
         switch c {
         case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
         case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10

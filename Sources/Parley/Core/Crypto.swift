@@ -1,4 +1,5 @@
 import COpenSSL
+import ParleyHTTP
 
 /// Hashing, MACs, randomness and base64 codecs used for keys, tokens, cursors and signatures.
 ///
@@ -127,20 +128,11 @@ public enum Crypto {
         out.reserveCapacity(u.count / 2)
         var i = 0
         while i < u.count {
-            guard let hi = hexValue(u[i]), let lo = hexValue(u[i + 1]) else { return nil }
+            guard let hi = PercentDecoding.hexValue(u[i]), let lo = PercentDecoding.hexValue(u[i + 1]) else { return nil }
             out.append(hi << 4 | lo)
             i += 2
         }
         return out
-    }
-
-    private static func hexValue(_ c: UInt8) -> UInt8? {
-        switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
-        default: nil
-        }
     }
 
     // MARK: - Base64
