@@ -13,6 +13,7 @@ final class Services: Sendable {
     let logger: Logger
     let configuration: Configuration
     let stopping: StopFlag
+    let timers: Timers
 
     init(pool: PostgresPool, clock: ServerClock, adminKey: String, metrics: Metrics, logger: Logger, configuration: Configuration, stopping: StopFlag)
     {
@@ -28,6 +29,7 @@ final class Services: Sendable {
         self.logger = logger
         self.configuration = configuration
         self.stopping = stopping
+        timers = Timers()
     }
 }
 

@@ -70,6 +70,7 @@ public final class ParleyApp: Sendable {
                 connectionsChanged: { metrics.connections($0) })
             server = try HTTPServer(
                 configuration: http, router: routes, executor: PoolExecutor(pool: pool), hooks: hooks, logger: httpLogger)
+            services.timers.start(services: services)
         } catch {
             embedded?.stop()
             throw error
@@ -106,6 +107,7 @@ public final class ParleyApp: Sendable {
     public func shutdown() {
         if stopping.set() { return }
         server.shutdown()
+        services.timers.stop()
         pool.shutdown()
         embedded?.stop()
         logger.info("msg=stopped")

@@ -68,6 +68,7 @@ enum OpsAPIRoutes {
             let ms = body.int("ms", required: true, range: 1...(10 * 365 * 86_400_000))
             try body.check()
             ctx.services.clock.advance(by: ms!)
+            ctx.services.timers.fireDue(services: ctx.services, now: ctx.services.clock.now())
             return try clockResponse(ctx)
         }
     }

@@ -1,0 +1,89 @@
+import Glibc
+import ParleyHTTP
+import ParleyPostgres
+import ParleySync
+import Synchronization
+
+/// One kind of scheduled work: everything of that kind whose due time on the server clock has passed
+/// (application expiries, custom status expiries, mutes, call timeouts …).
+struct TimerKind: Sendable {
+    let name: String
+    /// Fires every item due at `now` in every app and returns how many fired. Runs on a pool worker.
+    ///
+    /// It may run concurrently with itself (the background sweep and a test-clock advance, or several nodes),
+    /// so it must claim items atomically: a conditional `UPDATE … WHERE <still due> RETURNING` or
+    /// `FOR UPDATE SKIP LOCKED`, with the events appended in the same transaction.
+    let fire: @Sendable (_ services: Services, _ now: Int64) throws -> Int
+}
+
+/// Fires due timers: about once a second in the background, and synchronously when the test clock moves
+/// (API.md §17: "every timer that became due fires before the response").
+///
+/// Reads never depend on a timer having fired: domain code treats an item whose due time has passed as
+/// expired, so the background sweep only has to make the state (and its event) durable soon after.
+///
+/// Owner: `sweepQueued` is the one flag keeping at most one background sweep queued on the pool; `stopped`
+/// ends the ticking thread. The kinds are fixed at construction.
+final class Timers: Sendable {
+    /// Every timer kind of the server; a domain adds its kind here.
+    static let allKinds: [TimerKind] = []
+
+    let kinds: [TimerKind]
+    private let sweepQueued = Atomic<Bool>(false)
+    private let stopped = Atomic<Bool>(false)
+    private let thread = LockedValue<BackgroundThread?>(nil)
+
+    init(kinds: [TimerKind] = Timers.allKinds) { self.kinds = kinds }
+
+    /// Fires every kind at `now`. A kind that throws is logged and the others still run; returns the number
+    /// of items fired.
+    @discardableResult
+    func fireDue(services: Services, now: Int64) -> Int {
+        var fired = 0
+        for kind in kinds {
+            do {
+                fired += try kind.fire(services, now)
+            } catch {
+                services.logger.error("msg=\"timer failed\" timer=\(kind.name) error=\"\(error)\"")
+            }
+        }
+        return fired
+    }
+
+    /// Starts the background sweep (every `intervalMillis` of real time).
+    func start(services: Services, intervalMillis: Int = 1000) {
+        guard !kinds.isEmpty else { return }
+        let started = BackgroundThread { [self] in
+            while !stopped.load(ordering: .acquiring) {
+                Self.sleep(millis: intervalMillis, unless: stopped)
+                if stopped.load(ordering: .acquiring) { break }
+                // Skip a tick while the previous sweep is still queued or running.
+                guard !sweepQueued.exchange(true, ordering: .acquiringAndReleasing) else { continue }
+                services.pool.submit(
+                    { [self] in
+                        fireDue(services: services, now: services.clock.now())
+                        sweepQueued.store(false, ordering: .releasing)
+                    },
+                    rejected: { [self] in sweepQueued.store(false, ordering: .releasing) })
+            }
+        }
+        thread.withLock { $0 = started }
+    }
+
+    /// Stops the background sweep and waits for its thread (a queued sweep still runs or is rejected).
+    func stop() {
+        stopped.store(true, ordering: .releasing)
+        thread.withLock { $0 }?.join()
+    }
+
+    /// Sleeps in short steps so `stop()` returns quickly.
+    private static func sleep(millis: Int, unless flag: borrowing Atomic<Bool>) {
+        var left = millis
+        while left > 0 && !flag.load(ordering: .acquiring) {
+            let step = min(left, 50)
+            var ts = timespec(tv_sec: 0, tv_nsec: step * 1_000_000)
+            nanosleep(&ts, nil)
+            left -= step
+        }
+    }
+}
