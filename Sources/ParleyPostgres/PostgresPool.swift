@@ -48,6 +48,8 @@ public final class PostgresPool: Sendable {
     public static let maxQueuedJobs = 10_000
     /// Idle time after which a connection is checked with `SELECT 1` before use.
     static let idleCheckNanos: UInt64 = 30_000_000_000
+    /// Idle time after which a borrowed connection is first checked (one poll) for a close by the server.
+    static let closedCheckNanos: UInt64 = 2_000_000
 
     /// Starts `size` worker threads; connections open on first use.
     public init(

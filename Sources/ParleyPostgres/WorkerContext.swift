@@ -56,10 +56,14 @@ final class WorkerContext {
     /// A usable connection: reconnects when missing or broken, health-checks one idle for over 30 s.
     func acquire() throws(PostgresError) -> PostgresConnection {
         if let current = connection {
-            if current.detectClosedByServer() {
+            let idleNanos = monotonicNanos() &- current.lastUsedNanos
+            // A connection in use a moment ago cannot have missed a termination notice worth a syscall: under load
+            // the check would cost one poll() per request (bench/RESULTS.md); a session killed during a burst
+            // fails its next query and is replaced then.
+            if idleNanos > PostgresPool.closedCheckNanos, current.detectClosedByServer() {
                 logger.log(.info, "postgres: pooled connection was closed by the server; reconnecting")
                 connection = nil
-            } else if depth == 0, monotonicNanos() &- current.lastUsedNanos > PostgresPool.idleCheckNanos {
+            } else if depth == 0, idleNanos > PostgresPool.idleCheckNanos {
                 if (try? current.simpleQuery("SELECT 1")) == nil || current.isBroken {
                     logger.log(.info, "postgres: idle pooled connection failed its health check; reconnecting")
                     connection = nil
