@@ -1,5 +1,6 @@
 internal import CParleyShims
 import Glibc
+import ParleySync
 
 /// A blocking FIFO with deadlines: the one place where threads sleep on a condition variable.
 ///
@@ -96,29 +97,9 @@ final class WaitQueue<Element: Sendable>: @unchecked Sendable {
 
 /// Starts and joins plain pthreads (database work must never run on Swift's cooperative pool).
 enum PostgresThread {
-    private final class Box {
-        let body: () -> Void
-        init(_ body: @escaping () -> Void) { self.body = body }
-    }
-
     /// Starts a joinable thread running `body`.
     static func start(name: String, _ body: @escaping @Sendable () -> Void) -> pthread_t {
-        let box = Unmanaged.passRetained(
-            Box {
-                parley_set_current_thread_name(String(name.prefix(15)))
-                body()
-            }
-        ).toOpaque()
-        var thread = pthread_t()
-        let result = pthread_create(
-            &thread, nil,
-            { arg in
-                let box = Unmanaged<Box>.fromOpaque(arg!).takeRetainedValue()
-                box.body()
-                return nil
-            }, box)
-        precondition(result == 0, "pthread_create failed: \(result)")
-        return thread
+        BackgroundThread.start(name: name, body)
     }
 
     static func join(_ thread: pthread_t) {

@@ -53,7 +53,7 @@ final class Timers: Sendable {
     /// Starts the background sweep (every `intervalMillis` of real time).
     func start(services: Services, intervalMillis: Int = 1000) {
         guard !kinds.isEmpty else { return }
-        let started = BackgroundThread { [self] in
+        let started = BackgroundThread(name: "parley-timers") { [self] in
             while !stopped.load(ordering: .acquiring) {
                 Self.sleep(millis: intervalMillis, unless: stopped)
                 if stopped.load(ordering: .acquiring) { break }
