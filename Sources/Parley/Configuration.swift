@@ -26,6 +26,9 @@ public struct Configuration: Sendable {
         Setting(
             variable: "PARLEY_TEST_CLOCK", flag: "--test-clock", help: "1 enables the movable test clock of POST /v1/test/clock/advance (default 0)"),
         Setting(variable: "PARLEY_METRICS_TOKEN", flag: "--metrics-token", help: "when set, GET /metrics requires Bearer <token>"),
+        Setting(
+            variable: "PARLEY_SSE_HEARTBEAT_MS", flag: "--sse-heartbeat-ms",
+            help: "ms between `: ping` lines on SSE streams, 100-15000 (default 15000)"),
     ]
 
     public var listenHost = "127.0.0.1"
@@ -39,6 +42,8 @@ public struct Configuration: Sendable {
     public var logLevel = Logger.Level.info
     public var testClock = false
     public var metricsToken: String?
+    /// Interval of the `: ping` comment on idle SSE streams (API.md §14.3: 15 s; tests shorten it).
+    public var sseHeartbeatMillis = 15_000
 
     public init() {}
 
@@ -107,6 +112,12 @@ public struct Configuration: Sendable {
             }
         }
         config.metricsToken = values["PARLEY_METRICS_TOKEN"]
+        if let text = values["PARLEY_SSE_HEARTBEAT_MS"] {
+            guard let ms = Int(text), (100...15_000).contains(ms) else {
+                throw Invalid(description: "PARLEY_SSE_HEARTBEAT_MS (--sse-heartbeat-ms) must be 100 to 15000, got \"\(text)\"")
+            }
+            config.sseHeartbeatMillis = ms
+        }
         return config
     }
 

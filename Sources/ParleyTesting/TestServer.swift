@@ -26,7 +26,10 @@ public final class TestServer: @unchecked Sendable {
     }
 
     /// Starts a server on a fresh migrated database.
-    public static func start(testClock: Bool = false, poolSize: Int = 4, database: PostgresConfiguration? = nil) throws -> TestServer {
+    public static func start(
+        testClock: Bool = false, poolSize: Int = 4, database: PostgresConfiguration? = nil,
+        configure: (inout Configuration) -> Void = { _ in }
+    ) throws -> TestServer {
         let db = try database ?? TestDatabase.shared().makeDatabase()
         var configuration = Configuration()
         configuration.listenHost = "127.0.0.1"
@@ -35,6 +38,7 @@ public final class TestServer: @unchecked Sendable {
         configuration.poolSize = poolSize
         configuration.logLevel = .warning
         configuration.testClock = testClock
+        configure(&configuration)
         slots.acquire()
         do {
             let app = try ParleyApp(configuration: configuration, database: db, output: { _ in })

@@ -14,6 +14,7 @@ final class Services: Sendable {
     let configuration: Configuration
     let stopping: StopFlag
     let timers: Timers
+    let hub: EventHub
 
     init(pool: PostgresPool, clock: ServerClock, adminKey: String, metrics: Metrics, logger: Logger, configuration: Configuration, stopping: StopFlag)
     {
@@ -30,6 +31,7 @@ final class Services: Sendable {
         self.configuration = configuration
         self.stopping = stopping
         timers = Timers()
+        hub = EventHub(heartbeatMillis: configuration.sseHeartbeatMillis, logger: logger.named("live"))
     }
 }
 
@@ -41,15 +43,17 @@ struct API {
 
     typealias Handler = @Sendable (APIContext) throws -> Response
 
+    /// Adds a route. `queryToken` routes (the SSE streams, which browsers' EventSource opens without headers)
+    /// also accept the credential as the `access_token` query parameter when there is no `Authorization`.
     mutating func add(
         _ method: HTTPMethod, _ template: String, _ access: Access, _ operationID: String, maxBodyBytes: Int? = nil,
-        _ handler: @escaping Handler
+        queryToken: Bool = false, _ handler: @escaping Handler
     ) {
         let services = self.services
         builder.add(method, template, options: RouteOptions(maxBodyBytes: maxBodyBytes, operationID: operationID)) { request in
             do {
                 return try services.pool.withConnection { db in
-                    Self.run(request, access: access, services: services, db: db, handler: handler)
+                    Self.run(request, access: access, queryToken: queryToken, services: services, db: db, handler: handler)
                 }
             } catch {
                 return ProblemRendering.handlerError(error, request: request, logger: services.logger)
@@ -58,14 +62,16 @@ struct API {
     }
 
     private static func run(
-        _ request: Request, access: Access, services: Services, db: PostgresConnection, handler: Handler
+        _ request: Request, access: Access, queryToken: Bool, services: Services, db: PostgresConnection, handler: Handler
     ) -> Response {
         var rateHeaders: [(String, String)] = []
         var idempotency: Idempotency.Claim?
         var appID: String?
         var response: Response
         do {
-            let credential = try services.authenticator.authenticate(request, appRoute: access != .admin, db: db)
+            let presented = queryToken && request.headers["Authorization"] == nil ? request.queryValue("access_token") : nil
+            let credential = try services.authenticator.authenticate(
+                request, bearer: presented, appRoute: access != .admin, db: db)
             try check(access, credential: credential, request: request)
             var app: AppRecord?
             if let id = credential.appID {
@@ -101,6 +107,8 @@ struct API {
             }
             let context = APIContext(request: request, credential: credential, app: app, now: now, services: services, db: db)
             response = try handler(context)
+            // A change may have committed events: the live hub reads them (API.md §14, DESIGN.md fan-out).
+            if request.method != .get && request.method != .head, let appID { services.hub.poke(appID) }
         } catch {
             response = ProblemRendering.handlerError(error, request: request, logger: services.logger)
         }

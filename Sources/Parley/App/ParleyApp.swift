@@ -70,6 +70,7 @@ public final class ParleyApp: Sendable {
                 connectionsChanged: { metrics.connections($0) })
             server = try HTTPServer(
                 configuration: http, router: routes, executor: PoolExecutor(pool: pool), hooks: hooks, logger: httpLogger)
+            services.hub.start(database: database, pgLogger: pgLogger)
             services.timers.start(services: services)
         } catch {
             embedded?.stop()
@@ -106,6 +107,7 @@ public final class ParleyApp: Sendable {
     /// Stops accepting, finishes in-flight requests (≤ 10 s), closes the pool, then stops the embedded cluster.
     public func shutdown() {
         if stopping.set() { return }
+        services.hub.stop()
         server.shutdown()
         services.timers.stop()
         pool.shutdown()

@@ -13,6 +13,7 @@ enum Routes {
         BlacklistRoutes.register(on: &api)
         DeviceRoutes.register(on: &api)
         EventRoutes.register(on: &api)
+        LiveRoutes.register(on: &api)
         OpsAPIRoutes.register(on: &api)
         return api.builder.build()
     }

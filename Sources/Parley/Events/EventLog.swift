@@ -77,22 +77,10 @@ public enum EventLog {
     public static func read(appID: String, after: Int64, limit: Int, filter: Filter, on db: PostgresConnection) throws
         -> [(id: Int64, json: [UInt8])]
     {
-        var exact: [String] = []
-        var prefixes: [String] = []
-        var all = filter.types.isEmpty
-        for type in filter.types {
-            if type == "*" {
-                all = true
-            } else if type.hasSuffix(".*") {
-                prefixes.append(String(type.dropLast(1)))
-            } else {
-                exact.append(type)
-            }
-        }
+        let types = EventTypeFilter(filter.types)
         let result = try db.query(
             """
-            SELECT id, '{"id":"' || id || '","type":' || to_json(type) || ',"app_id":' || to_json(app_id)
-                   || ',"created_at":' || created_at || ',"data":' || data || '}'
+            SELECT id, \(eventJSON)
             FROM events
             WHERE app_id = $1 AND id > $2
               AND ($4 OR type = ANY($5::text[]) OR EXISTS (SELECT 1 FROM unnest($6::text[]) p WHERE starts_with(type, p)))
@@ -102,7 +90,38 @@ public enum EventLog {
             ORDER BY id
             LIMIT $3
             """,
-            [appID, after, limit, all, exact, prefixes, filter.userID, filter.groupID, filter.roomID], prepared: true)
+            [appID, after, limit, types.all, types.exact, types.prefixes, filter.userID, filter.groupID, filter.roomID],
+            prepared: true)
         return try result.rows.map { (try $0[0].int64, Array(try $0[1].string.utf8)) }
+    }
+
+    /// The Event JSON object of a row of `events` (API.md §2 "Event"), built by PostgreSQL from the stored parts.
+    private static let eventJSON = """
+        '{"id":"' || id || '","type":' || to_json(type) || ',"app_id":' || to_json(app_id)
+               || ',"created_at":' || created_at || ',"data":' || data || '}'
+        """
+
+    /// Reads up to `limit` events with `after` < id ≤ `upTo` (no upper bound when nil), in id order, for the live
+    /// streams: every event, with what their filters need and the SSE frame.
+    static func readLive(appID: String, after: Int64, upTo: Int64?, limit: Int, on db: PostgresConnection) throws
+        -> [LiveEvent]
+    {
+        let result = try db.query(
+            """
+            SELECT id, type, audience, group_id, room_id,
+                   CASE WHEN type = 'user.deleted' THEN data::json->>'user_id' END,
+                   'id: ' || id || E'\\nevent: ' || type || E'\\ndata: ' || \(eventJSON) || E'\\n\\n'
+            FROM events
+            WHERE app_id = $1 AND id > $2 AND ($3::bigint IS NULL OR id <= $3)
+            ORDER BY id
+            LIMIT $4
+            """,
+            [appID, after, upTo, limit], prepared: true)
+        return try result.rows.map { row in
+            LiveEvent(
+                id: try row[0].int64, type: try row[1].string, audience: try row[2].stringArray,
+                groupID: row[3].isNull ? nil : try row[3].string, roomID: row[4].isNull ? nil : try row[4].string,
+                deletedUserID: row[5].isNull ? nil : try row[5].string, frame: Array(try row[6].string.utf8))
+        }
     }
 }

@@ -1,0 +1,330 @@
+import Glibc
+import ParleyHTTP
+import ParleyPostgres
+import ParleySync
+
+/// The live fan-out of one node (DESIGN.md): reads each new event of the log once and hands it to every
+/// interested SSE stream of this node, without a thread or a database connection per stream.
+///
+/// How new events are found: a request that may have written events pokes the hub for its app once it has
+/// committed; the hub reads the app's new events on its own connection, delivers them, and tells the other
+/// nodes with `NOTIFY parley_events` ("app X has new events"); their hubs read the log the same way. The log is
+/// the source of truth: every app with streams is also re-read once a second, so a lost poke or notification
+/// delays an event but never loses it.
+///
+/// Exactly once, in order: each subscriber has a cursor (the last event id it has passed). The hub thread alone
+/// owns the feeds and cursors: it first catches a new subscriber up from its resume position to the feed head
+/// (the backlog), then delivers each newly read event to every subscriber whose cursor is below it. Nothing is
+/// delivered twice and nothing is skipped between backlog and live.
+///
+/// Owner: `inbox` (any thread: registrations, departures, pokes, stream counts); everything else lives in the
+/// hub thread's `run` loop.
+final class EventHub: Sendable {
+    /// A stream handed to the hub.
+    struct Subscription: Sendable {
+        let appID: String
+        let filter: StreamFilter
+        /// The user of a user stream (it closes on `user.kicked` / `user.deleted` of that user).
+        let userID: String?
+        /// Deliver events with id > `after`.
+        let after: Int64
+        /// The app's log head when the stream opened: where a new feed starts reading.
+        let head: Int64
+    }
+
+    private struct Inbox {
+        var newcomers: [(id: UInt64, subscriber: Subscriber)] = []
+        var departed: [(appID: String, id: UInt64)] = []
+        var dirty: Set<String> = []
+        var writtenHere: Set<String> = []
+        var signalled = false
+        var stopped = false
+        var nextID: UInt64 = 1
+        /// Open streams per counting key (`u:<app>:<user>`, `a:<app>`), for the caps of API.md §14.2.
+        var openStreams: [String: Int] = [:]
+        /// Reservations whose stream has not started: counting key and release deadline (monotonic ms).
+        var unconfirmed: [UInt64: (key: String, deadline: Int64)] = [:]
+
+        mutating func release(_ key: String) {
+            let left = openStreams[key, default: 1] - 1
+            openStreams[key] = left > 0 ? left : nil
+        }
+    }
+
+    static let channel = "parley_events"
+    /// Events read per query; a subscriber catching up reads at most `catchUpPages` pages per pass, so one large
+    /// backlog never stalls the others.
+    static let pageSize = 200
+    static let catchUpPages = 5
+    static let pingFrame = Array(": ping\n\n".utf8)
+    static let reservationTimeoutMillis: Int64 = 30_000
+
+    let heartbeatMillis: Int
+    private let logger: Logger
+    private let nodeID = String(UInt64.random(in: 0...UInt64.max), radix: 36)
+    private let inbox = LockedValue(Inbox())
+    private let wakeRead: Int32
+    private let wakeWrite: Int32
+    private let thread = LockedValue<BackgroundThread?>(nil)
+    private let listener = LockedValue<PostgresListener?>(nil)
+
+    init(heartbeatMillis: Int, logger: Logger) {
+        self.heartbeatMillis = heartbeatMillis
+        self.logger = logger
+        var fds: [Int32] = [-1, -1]
+        precondition(pipe(&fds) == 0, "pipe failed: \(errno)")
+        for fd in fds {
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        }
+        wakeRead = fds[0]
+        wakeWrite = fds[1]
+    }
+
+    deinit {
+        close(wakeRead)
+        close(wakeWrite)
+    }
+
+    // MARK: - Any thread
+
+    /// Counts a new stream against `limit` open streams under `key`; nil when the cap is reached. The stream
+    /// must then `subscribe` with the returned reservation; one that never does (its client vanished before the
+    /// response head went out) is released after `reservationTimeoutMillis`.
+    func reserve(_ key: String, limit: Int) -> Reservation? {
+        inbox.withLock { inbox in
+            let open = inbox.openStreams[key, default: 0]
+            guard open < limit, !inbox.stopped else { return nil }
+            inbox.openStreams[key] = open + 1
+            defer { inbox.nextID += 1 }
+            let reservation = Reservation(id: inbox.nextID, key: key)
+            inbox.unconfirmed[reservation.id] = (key, EventLoop.monotonicMillis() + Self.reservationTimeoutMillis)
+            return reservation
+        }
+    }
+
+    /// A counted, not yet started stream.
+    struct Reservation: Sendable {
+        let id: UInt64
+        let key: String
+    }
+
+    /// Starts delivering `subscription` to `stream`, under a reservation from `reserve` that is released when
+    /// the stream closes.
+    func subscribe(_ subscription: Subscription, on stream: ResponseStream, reservation: Reservation) {
+        let id = reservation.id
+        let key = reservation.key
+        let confirmed = inbox.withLock { inbox -> Bool in
+            guard inbox.unconfirmed.removeValue(forKey: id) != nil else { return false }
+            inbox.newcomers.append((id, Subscriber(subscription: subscription, stream: stream, cursor: subscription.after)))
+            return true
+        }
+        guard confirmed else {
+            stream.close()  // reserved too long ago: its count was already released
+            return
+        }
+        stream.onClose { [self] in
+            inbox.withLock { inbox in
+                inbox.departed.append((subscription.appID, id))
+                inbox.release(key)
+            }
+            signal()
+        }
+        signal()
+    }
+
+    /// Says that `appID` may have new events: a request or timer of this node committed (`local`), or another
+    /// node notified.
+    func poke(_ appID: String, local: Bool = true) {
+        let wake = inbox.withLock { inbox -> Bool in
+            inbox.dirty.insert(appID)
+            if local { inbox.writtenHere.insert(appID) }
+            return !inbox.signalled
+        }
+        if wake { signal() }
+    }
+
+    private func signal() {
+        let wake = inbox.withLock { inbox -> Bool in
+            defer { inbox.signalled = true }
+            return !inbox.signalled
+        }
+        guard wake else { return }
+        var byte: UInt8 = 1
+        _ = write(wakeWrite, &byte, 1)
+    }
+
+    // MARK: - Lifecycle
+
+    /// Starts the hub thread (reading on its own connection to `database`) and the listener for other nodes.
+    func start(database: PostgresConfiguration, pgLogger: PostgresLogger) {
+        var hubDatabase = database
+        hubDatabase.applicationName = "parley-hub"
+        let configuration = hubDatabase
+        let started = BackgroundThread(name: "parley-hub") { [self] in run(database: configuration, pgLogger: pgLogger) }
+        thread.withLock { $0 = started }
+        let nodeID = self.nodeID
+        let notified = PostgresListener(
+            configuration: database, channels: [Self.channel], logger: pgLogger,
+            onReconnect: { [self] in pokeAll() },
+            onNotification: { [self] _, payload in
+                // "<node> <app>": our own notifications are already handled.
+                guard let space = payload.firstIndex(of: " "), payload[..<space] != nodeID else { return }
+                poke(String(payload[payload.index(after: space)...]), local: false)
+            })
+        listener.withLock { $0 = notified }
+    }
+
+    /// Closes every stream (clients resume with `Last-Event-ID`) and stops the thread.
+    func stop() {
+        listener.withLock { $0.take() }?.stop()
+        inbox.withLock { $0.stopped = true }
+        var byte: UInt8 = 1
+        _ = write(wakeWrite, &byte, 1)
+        thread.withLock { $0.take() }?.join()
+    }
+
+    /// Says that any app may have new events (timers fired; the listener reconnected and may have missed some).
+    func pokeAll() {
+        inbox.withLock { $0.dirty.insert("*") }
+        signal()
+    }
+
+    // MARK: - The hub thread
+
+    private struct Subscriber: Sendable {
+        let subscription: Subscription
+        let stream: ResponseStream
+        /// The last event id this subscriber has passed (delivered or filtered out).
+        var cursor: Int64
+    }
+
+    private struct Feed {
+        var head: Int64
+        var subscribers: [UInt64: Subscriber] = [:]
+    }
+
+    private func run(database: PostgresConfiguration, pgLogger: PostgresLogger) {
+        var feeds: [String: Feed] = [:]
+        var db: PostgresConnection?
+        var nextHeartbeat = EventLoop.monotonicMillis() + Int64(heartbeatMillis)
+        var nextSweep = EventLoop.monotonicMillis() + 1000
+        var retry: Set<String> = []
+        while true {
+            let now = EventLoop.monotonicMillis()
+            waitForSignal(timeoutMillis: Int(max(0, min(nextHeartbeat, nextSweep) - now)))
+            let batch = inbox.withLock { inbox -> Inbox in
+                let taken = inbox
+                inbox.newcomers = []
+                inbox.departed = []
+                inbox.dirty = []
+                inbox.writtenHere = []
+                inbox.signalled = false
+                return taken
+            }
+            if batch.stopped {
+                for feed in feeds.values { for subscriber in feed.subscribers.values { subscriber.stream.close() } }
+                return
+            }
+            for (appID, id) in batch.departed {
+                feeds[appID]?.subscribers[id] = nil
+                if feeds[appID]?.subscribers.isEmpty == true { feeds[appID] = nil }
+            }
+            var apps = batch.dirty.union(retry)
+            for (id, subscriber) in batch.newcomers where !subscriber.stream.isClosed {
+                let appID = subscriber.subscription.appID
+                feeds[appID, default: Feed(head: subscriber.subscription.head)].subscribers[id] = subscriber
+                apps.insert(appID)
+            }
+            if apps.contains("*") || EventLoop.monotonicMillis() >= nextSweep {
+                apps.formUnion(feeds.keys)
+                releaseExpiredReservations()
+                nextSweep = EventLoop.monotonicMillis() + 1000
+            }
+            retry = []
+            do {
+                let connection = try db ?? PostgresConnection(database, logger: pgLogger)
+                db = connection
+                for appID in apps where feeds[appID] != nil {
+                    if try pump(&feeds[appID]!, appID: appID, db: connection) { retry.insert(appID) }
+                }
+                for appID in batch.writtenHere.sorted() {
+                    try connection.notify(channel: Self.channel, payload: "\(nodeID) \(appID)")
+                }
+            } catch {
+                logger.warning("msg=\"live hub read failed; retrying\" error=\"\(error)\"")
+                if db?.isBroken ?? true { db = nil }
+                retry = apps
+                Self.sleep(millis: 200)
+            }
+            if EventLoop.monotonicMillis() >= nextHeartbeat {
+                for feed in feeds.values { for subscriber in feed.subscribers.values { subscriber.stream.write(Self.pingFrame) } }
+                nextHeartbeat = EventLoop.monotonicMillis() + Int64(heartbeatMillis)
+            }
+            if !retry.isEmpty { signal() }
+        }
+    }
+
+    /// Catches subscribers up to the feed head, then reads and delivers the app's new events. Returns true when a
+    /// subscriber is still behind (its next pages come in the next pass).
+    private func pump(_ feed: inout Feed, appID: String, db: PostgresConnection) throws -> Bool {
+        var behind = false
+        for id in Array(feed.subscribers.keys) {
+            var pages = 0
+            while let subscriber = feed.subscribers[id], subscriber.cursor < feed.head {
+                if pages == Self.catchUpPages {
+                    behind = true
+                    break
+                }
+                pages += 1
+                let page = try EventLog.readLive(
+                    appID: appID, after: subscriber.cursor, upTo: feed.head, limit: Self.pageSize, on: db)
+                for event in page { deliver(event, to: id, in: &feed) }
+                if page.count < Self.pageSize { feed.subscribers[id]?.cursor = feed.head }
+            }
+        }
+        while true {
+            let page = try EventLog.readLive(appID: appID, after: feed.head, upTo: nil, limit: Self.pageSize, on: db)
+            for event in page {
+                for id in Array(feed.subscribers.keys) { deliver(event, to: id, in: &feed) }
+                feed.head = event.id
+            }
+            if page.count < Self.pageSize { return behind }
+        }
+    }
+
+    /// Hands `event` to one subscriber if it is past its cursor and visible to it; applies the closing rules.
+    private func deliver(_ event: LiveEvent, to id: UInt64, in feed: inout Feed) {
+        guard let subscriber = feed.subscribers[id], event.id > subscriber.cursor else { return }
+        feed.subscribers[id]!.cursor = event.id
+        if subscriber.subscription.filter.matches(event) { subscriber.stream.write(event.frame) }
+        guard let userID = subscriber.subscription.userID else { return }
+        if (event.type == "user.kicked" && event.audience.contains(userID)) || event.deletedUserID == userID {
+            subscriber.stream.close()
+            feed.subscribers[id] = nil
+        }
+    }
+
+    private func releaseExpiredReservations() {
+        let now = EventLoop.monotonicMillis()
+        inbox.withLock { inbox in
+            for (id, reservation) in inbox.unconfirmed where reservation.deadline < now {
+                inbox.unconfirmed[id] = nil
+                inbox.release(reservation.key)
+            }
+        }
+    }
+
+    private func waitForSignal(timeoutMillis: Int) {
+        var pfd = pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)
+        if poll(&pfd, 1, Int32(clamping: timeoutMillis)) > 0 {
+            var buffer = [UInt8](repeating: 0, count: 64)
+            while read(wakeRead, &buffer, buffer.count) > 0 {}
+        }
+    }
+
+    private static func sleep(millis: Int) {
+        var ts = timespec(tv_sec: millis / 1000, tv_nsec: (millis % 1000) * 1_000_000)
+        nanosleep(&ts, nil)
+    }
+}

@@ -1,0 +1,56 @@
+/// One event as the live streams see it: the fields their rules look at, and its SSE frame rendered once for
+/// every stream that receives it.
+struct LiveEvent: Sendable {
+    let id: Int64
+    let type: String
+    let audience: [String]
+    let groupID: String?
+    let roomID: String?
+    /// For `user.deleted`: the deleted user (its streams close, API.md §14.3 "Closing").
+    let deletedUserID: String?
+    /// `id: …`, `event: …`, `data: <Event JSON>` and the blank line (API.md §14.3 "Event frame").
+    let frame: [UInt8]
+}
+
+/// The `types` filter of the event routes (API.md §14.2): exact types, `prefix.*` and `*`.
+struct EventTypeFilter: Sendable, Equatable {
+    private(set) var all = true
+    private(set) var exact: [String] = []
+    /// Prefixes with their trailing dot (`message.` for `message.*`).
+    private(set) var prefixes: [String] = []
+
+    init(_ types: [String] = []) {
+        all = types.isEmpty
+        for type in types {
+            if type == "*" {
+                all = true
+            } else if type.hasSuffix(".*") {
+                prefixes.append(String(type.dropLast(1)))
+            } else {
+                exact.append(type)
+            }
+        }
+    }
+
+    func matches(_ type: String) -> Bool {
+        all || exact.contains(type) || prefixes.contains { type.hasPrefix($0) }
+    }
+}
+
+/// Which events a stream delivers (API.md §14.2): an app stream's filters, combined with AND, or a user stream's
+/// audience rule (`user` set, with the user's own type filter).
+struct StreamFilter: Sendable {
+    var types = EventTypeFilter()
+    /// App stream: the `user_id` filter; user stream: its user. Either way: events whose audience includes it.
+    var userID: String?
+    var groupID: String?
+    var roomID: String?
+
+    func matches(_ event: LiveEvent) -> Bool {
+        guard types.matches(event.type) else { return false }
+        if let userID, !event.audience.contains(userID) { return false }
+        if let groupID, event.groupID != groupID { return false }
+        if let roomID, event.roomID != roomID { return false }
+        return true
+    }
+}

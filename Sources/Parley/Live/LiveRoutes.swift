@@ -1,0 +1,71 @@
+import ParleyHTTP
+import ParleyPostgres
+
+/// The SSE streams of API.md §14.2–§14.3: `GET /v1/events` (the app's events) and
+/// `GET /v1/users/{user_id}/events` (one user's audience), both resumable by event id.
+enum LiveRoutes {
+    /// Stream caps per node (API.md §14.2): a user's streams, an app's app-level streams.
+    static let maxStreamsPerUser = 10
+    static let maxAppStreams = 100
+
+    static func register(on api: inout API) {
+        api.add(.get, "/v1/events", .app, "streamAppEvents", queryToken: true) { ctx in
+            var query = ctx.query()
+            var filter = StreamFilter()
+            filter.types = EventTypeFilter(query.list("types") ?? [])
+            filter.userID = query.id("user_id", .userID)
+            filter.groupID = query.id("group_id", .groupID)
+            filter.roomID = query.id("room_id", .roomID)
+            let resume = resumeValue(ctx, &query)
+            try query.check()
+            return try open(ctx, filter: filter, userID: nil, resume: resume, countedAs: "a:\(ctx.appID)", limit: maxAppStreams)
+        }
+        api.add(.get, "/v1/users/{user_id}/events", .appOrSelf, "streamUserEvents", queryToken: true) { ctx in
+            let userID = try ctx.pathID("user_id", .userID)
+            var query = ctx.query()
+            var filter = StreamFilter()
+            filter.userID = userID
+            filter.types = EventTypeFilter(query.list("types") ?? [])
+            // Presence (online while a counting stream is open, API.md §5) is wired in with the status storage;
+            // the parameters are validated now so clients can send them.
+            _ = query.choice("platform", Device.Platform.allCases.map(\.rawValue))
+            _ = try ctx.appOnlyFlag(query.bool("presence"))
+            let resume = resumeValue(ctx, &query)
+            try query.check()
+            guard try UserStore.fetch(appID: ctx.appID, userID: userID, on: ctx.db) != nil else {
+                throw UserService.notFound(userID)
+            }
+            return try open(
+                ctx, filter: filter, userID: userID, resume: resume, countedAs: "u:\(ctx.appID):\(userID)",
+                limit: maxStreamsPerUser)
+        }
+    }
+
+    /// The resume id: header `Last-Event-ID`, else query `last_event_id`; an empty value counts as absent.
+    private static func resumeValue(_ ctx: APIContext, _ query: inout QueryReader) -> String? {
+        if let header = ctx.request.headers["Last-Event-ID"], !header.isEmpty { return header }
+        return query.string("last_event_id", maxBytes: 32)
+    }
+
+    private static func open(
+        _ ctx: APIContext, filter: StreamFilter, userID: String?, resume: String?, countedAs key: String, limit: Int
+    ) throws -> Response {
+        let (head, trimPoint) = try EventLog.bounds(appID: ctx.appID, on: ctx.db)
+        let position = try ResumePosition.parse(resume, head: head, trimPoint: trimPoint)
+        let hub = ctx.services.hub
+        guard let reservation = hub.reserve(key, limit: limit) else {
+            throw APIError(.tooManyStreams, "at most \(limit) open streams here; close one first")
+        }
+        let subscription = EventHub.Subscription(
+            appID: ctx.appID, filter: filter, userID: userID, after: position.after, head: head)
+        var headers = HTTPHeaders()
+        headers.add("Content-Type", "text/event-stream")
+        headers.add("Cache-Control", "no-store")
+        headers.add("X-Accel-Buffering", "no")
+        headers.add("Parley-Last-Event-ID", String(position.previous))
+        return Response(status: 200, headers: headers) { stream in
+            stream.write(Array("retry: 3000\n\n".utf8))
+            hub.subscribe(subscription, on: stream, reservation: reservation)
+        }
+    }
+}
