@@ -221,4 +221,32 @@ struct LiveStreamTests: ProblemAssertions {
         // Well inside the 1 s safety re-read: the notification carried it.
         #expect(ContinuousClock.now - sent < .milliseconds(900))
     }
+
+    /// API.md §21 item 41: after trimming (event_retention_hours, driven by the test clock), resuming from an
+    /// older id starts at the oldest retained event and `Parley-Last-Event-ID` is the trim point.
+    @Test func resumeFromBeforeTheTrimPointStartsAtTheTrimPoint() throws {
+        let server = try TestServer.start(testClock: true)
+        defer { server.stop() }
+        let app = try server.createApp(settings: #"{"event_retention_hours":1}"#)
+        try app.createUser("u1")
+        try Self.rename(app, "u1", times: 3)
+        let trimPoint = try Self.head(app)
+        let r = try server.request(.post, "/v1/test/clock/advance", bearer: server.adminKey, json: #"{"ms":3600001}"#)
+        #expect(r.status == 200, "\(r.text)")
+        try Self.rename(app, "u1", times: 1, tag: "kept")
+        let log = try app.request(.get, "/v1/events/log?after=1")
+        #expect(log.json?["previous_event_id"] == .string(String(trimPoint)))
+        #expect(log.json?["items"]?.arrayValue?.count == 1)
+        let stats = try app.request(.get, "/v1/stats")
+        #expect(stats.json?["event_log_trim_point"] == .string(String(trimPoint)))
+
+        let stream = try Self.open(server, "/v1/users/u1/events", bearer: app.key, lastEventID: "1")
+        defer { stream.close() }
+        #expect(stream.headers["Parley-Last-Event-ID"] == String(trimPoint))
+        let first = try #require(try Self.nextEvent(stream))
+        #expect(try JSONValue.parse(first.data)["data"]?["user"]?["name"] == .string("kept0"))
+        let earliest = try Self.open(server, "/v1/events?last_event_id=earliest", bearer: app.key)
+        defer { earliest.close() }
+        #expect(earliest.headers["Parley-Last-Event-ID"] == String(trimPoint))
+    }
 }

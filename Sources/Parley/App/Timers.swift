@@ -8,12 +8,23 @@ import Synchronization
 /// (application expiries, custom status expiries, mutes, call timeouts …).
 struct TimerKind: Sendable {
     let name: String
+    /// In the background sweep the kind runs at most once per `everyMillis` of real time (0: every sweep, about
+    /// once a second); a test-clock advance runs every kind.
+    var everyMillis: Int64 = 0
     /// Fires every item due at `now` in every app and returns how many fired. Runs on a pool worker.
     ///
     /// It may run concurrently with itself (the background sweep and a test-clock advance, or several nodes),
     /// so it must claim items atomically: a conditional `UPDATE … WHERE <still due> RETURNING` or
     /// `FOR UPDATE SKIP LOCKED`, with the events appended in the same transaction.
     let fire: @Sendable (_ services: Services, _ now: Int64) throws -> Int
+
+    init(
+        name: String, everyMillis: Int64 = 0, fire: @escaping @Sendable (_ services: Services, _ now: Int64) throws -> Int
+    ) {
+        self.name = name
+        self.everyMillis = everyMillis
+        self.fire = fire
+    }
 }
 
 /// Fires due timers: about once a second in the background, and synchronously when the test clock moves
@@ -26,21 +37,32 @@ struct TimerKind: Sendable {
 /// ends the ticking thread. The kinds are fixed at construction.
 final class Timers: Sendable {
     /// Every timer kind of the server; a domain adds its kind here.
-    static let allKinds: [TimerKind] = []
+    static let allKinds: [TimerKind] = [EventRetention.kind]
 
     let kinds: [TimerKind]
     private let sweepQueued = Atomic<Bool>(false)
+    /// When each throttled kind last ran in the background sweep (monotonic ms, by kind name).
+    private let lastRun = LockedValue<[String: Int64]>([:])
     private let stopped = Atomic<Bool>(false)
     private let thread = LockedValue<BackgroundThread?>(nil)
 
     init(kinds: [TimerKind] = Timers.allKinds) { self.kinds = kinds }
 
-    /// Fires every kind at `now`. A kind that throws is logged and the others still run; returns the number
+    /// Fires every kind at `now` (with `throttled`, only the kinds whose interval has passed). A kind that throws is logged and the others still run; returns the number
     /// of items fired.
     @discardableResult
-    func fireDue(services: Services, now: Int64) -> Int {
+    func fireDue(services: Services, now: Int64, throttled: Bool = false) -> Int {
         var fired = 0
+        let monotonic = EventLoop.monotonicMillis()
         for kind in kinds {
+            if throttled && kind.everyMillis > 0 {
+                let due = lastRun.withLock { last -> Bool in
+                    guard monotonic - last[kind.name, default: .min / 2] >= kind.everyMillis else { return false }
+                    last[kind.name] = monotonic
+                    return true
+                }
+                if !due { continue }
+            }
             do {
                 fired += try kind.fire(services, now)
             } catch {
@@ -63,7 +85,7 @@ final class Timers: Sendable {
                 guard !sweepQueued.exchange(true, ordering: .acquiringAndReleasing) else { continue }
                 services.pool.submit(
                     { [self] in
-                        fireDue(services: services, now: services.clock.now())
+                        fireDue(services: services, now: services.clock.now(), throttled: true)
                         sweepQueued.store(false, ordering: .releasing)
                     },
                     rejected: { [self] in sweepQueued.store(false, ordering: .releasing) })
