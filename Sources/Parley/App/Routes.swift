@@ -11,6 +11,7 @@ enum Routes {
         AppRoutes.register(on: &api)
         UserRoutes.register(on: &api)
         BlacklistRoutes.register(on: &api)
+        FriendRoutes.register(on: &api)
         DeviceRoutes.register(on: &api)
         EventRoutes.register(on: &api)
         LiveRoutes.register(on: &api)

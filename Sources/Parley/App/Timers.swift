@@ -37,7 +37,7 @@ struct TimerKind: Sendable {
 /// ends the ticking thread. The kinds are fixed at construction.
 final class Timers: Sendable {
     /// Every timer kind of the server; a domain adds its kind here.
-    static let allKinds: [TimerKind] = [EventRetention.kind]
+    static let allKinds: [TimerKind] = [EventRetention.kind, FriendApplicationExpiry.kind]
 
     let kinds: [TimerKind]
     private let sweepQueued = Atomic<Bool>(false)

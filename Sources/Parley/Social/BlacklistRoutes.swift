@@ -43,7 +43,7 @@ enum BlacklistRoutes {
     // MARK: - Batches
 
     /// One input item of a batch: its natural key and, when valid, the id to act on.
-    private struct Item {
+    struct Item {
         var id: String
         /// Nil when the item failed validation (then `problem` says why).
         var userID: String?
@@ -54,11 +54,18 @@ enum BlacklistRoutes {
     /// fails only its own item with `invalid_params`.
     private static func readItems(_ ctx: APIContext) throws -> [Item] {
         var body = try ctx.body()
-        let raw = body.array("user_ids", required: true, minItems: 1, maxItems: 100)
+        let items = readItems(from: &body)
         try body.check()
+        return items
+    }
+
+    /// The items of the `user_ids` member of `body` (request-level errors go to `body`); shared with the friend
+    /// batches, which read `mode` from the same body.
+    static func readItems(from body: inout BodyReader) -> [Item] {
+        guard let raw = body.array("user_ids", required: true, minItems: 1, maxItems: 100) else { return [] }
         var items: [Item] = []
         var seen: Set<String> = []
-        for (index, value) in raw!.enumerated() {
+        for (index, value) in raw.enumerated() {
             let path = "\(body.fieldPath("user_ids"))[\(index)]"
             guard case .string(let userID) = value else {
                 items.append(Item(id: "", problem: "\(path): expected string, got \(value.typeName)"))
