@@ -28,7 +28,8 @@ for block in blocks:
         if stripped.startswith("$ "):
             stripped = stripped[2:]
         if re.match(r"^[A-Z_]+=\$\(", stripped):
-            print(stripped.replace("curl ", "curl -sf ", 1))
+            assignment = stripped.replace("curl ", "curl -sf ", 1)
+            print(assignment.replace("http://127.0.0.1:8080", "$PARLEY").replace("http://localhost:8080", "$PARLEY"))
             continue
         if not stripped.startswith("curl "):
             continue
