@@ -249,4 +249,35 @@ struct LiveStreamTests: ProblemAssertions {
         defer { earliest.close() }
         #expect(earliest.headers["Parley-Last-Event-ID"] == String(trimPoint))
     }
+
+    /// A reader that stops reading is disconnected once its buffer fills (it resumes later with Last-Event-ID);
+    /// a reader that keeps up receives everything meanwhile, promptly.
+    @Test func aSlowReaderIsDisconnectedWhileAFastOneKeepsUp() throws {
+        let server = try TestServer.start()
+        defer { server.stop() }
+        let app = try server.createApp(settings: #"{"rate_limit_app_rps":100000}"#)
+        let slow = try Self.open(server, "/v1/events", bearer: app.key)
+        defer { slow.close() }
+        let fast = try Self.open(server, "/v1/events", bearer: app.key)
+        defer { fast.close() }
+        let filler = String(repeating: "x", count: 4000)
+        // ~16 MB of events: past the kernel's socket buffers on both ends and the server's 1 MiB stream buffer.
+        let batches = 40
+        let writer = DispatchQueue(label: "writer")
+        let written = DispatchSemaphore(value: 0)
+        writer.async {
+            for batch in 0..<batches {
+                let users = (0..<100).map { #"{"user_id":"b\#(batch)u\#($0)","extended_data":"\#(filler)"}"# }
+                _ = try? app.request(.post, "/v1/users/import", json: #"{"users":[\#(users.joined(separator: ","))]}"#)
+            }
+            written.signal()
+        }
+        var received = 0
+        while received < batches * 100, try Self.nextEvent(fast, timeout: .seconds(30)) != nil { received += 1 }
+        #expect(received == batches * 100, "the fast reader got every event")
+        #expect(written.wait(timeout: .now() + 30) == .success)
+        var slowCount = 0
+        while (try? Self.nextEvent(slow, timeout: .seconds(10))) ?? nil != nil { slowCount += 1 }
+        #expect(slowCount < batches * 100, "the slow reader was cut off (it got \(slowCount))")
+    }
 }
