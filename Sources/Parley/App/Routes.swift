@@ -10,6 +10,7 @@ enum Routes {
         var api = API(services: services, builder: builder)
         AppRoutes.register(on: &api)
         UserRoutes.register(on: &api)
+        PresenceRoutes.register(on: &api)
         BlacklistRoutes.register(on: &api)
         FriendRoutes.register(on: &api)
         DeviceRoutes.register(on: &api)

@@ -37,7 +37,9 @@ struct TimerKind: Sendable {
 /// ends the ticking thread. The kinds are fixed at construction.
 final class Timers: Sendable {
     /// Every timer kind of the server; a domain adds its kind here.
-    static let allKinds: [TimerKind] = [EventRetention.kind, FriendApplicationExpiry.kind]
+    static let allKinds: [TimerKind] = [
+        EventRetention.kind, FriendApplicationExpiry.kind, CustomStatusExpiry.kind, StatusSubscriptionExpiry.kind,
+    ]
 
     let kinds: [TimerKind]
     private let sweepQueued = Atomic<Bool>(false)
