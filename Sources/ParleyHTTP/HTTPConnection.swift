@@ -465,10 +465,13 @@ final class HTTPConnection: EventLoop.Watcher {
     }
 
     func streamFinish() {
-        guard case .streaming = phase else { return }
+        guard case .streaming(let stream) = phase else { return }
         append(Array("0\r\n\r\n".utf8))
         phase = .writing
         closeAfterResponse = true
+        // The stream is over for its writers now, whoever ended it: run its close handlers (the socket closes
+        // once the last bytes are out, when the phase is no longer `.streaming`).
+        stream.markClosed()
         flush()
     }
 

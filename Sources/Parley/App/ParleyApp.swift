@@ -70,7 +70,7 @@ public final class ParleyApp: Sendable {
                 connectionsChanged: { metrics.connections($0) })
             server = try HTTPServer(
                 configuration: http, router: routes, executor: PoolExecutor(pool: pool), hooks: hooks, logger: httpLogger)
-            services.hub.start(database: database, pgLogger: pgLogger)
+            services.hub.start(database: database, pgLogger: pgLogger, services: services)
             services.timers.start(services: services)
         } catch {
             embedded?.stop()

@@ -110,6 +110,7 @@ public enum EventLog {
             """
             SELECT id, type, audience, group_id, room_id,
                    CASE WHEN type = 'user.deleted' THEN data::json->>'user_id' END,
+                   CASE WHEN type = 'user.kicked' THEN ARRAY(SELECT json_array_elements_text(data::json->'platforms')) END,
                    'id: ' || id || E'\\nevent: ' || type || E'\\ndata: ' || \(eventJSON) || E'\\n\\n'
             FROM events
             WHERE app_id = $1 AND id > $2 AND ($3::bigint IS NULL OR id <= $3)
@@ -121,7 +122,8 @@ public enum EventLog {
             LiveEvent(
                 id: try row[0].int64, type: try row[1].string, audience: try row[2].stringArray,
                 groupID: row[3].isNull ? nil : try row[3].string, roomID: row[4].isNull ? nil : try row[4].string,
-                deletedUserID: row[5].isNull ? nil : try row[5].string, frame: Array(try row[6].string.utf8))
+                deletedUserID: row[5].isNull ? nil : try row[5].string,
+                kickedPlatforms: row[6].isNull ? nil : try row[6].stringArray, frame: Array(try row[7].string.utf8))
         }
     }
 }

@@ -30,6 +30,9 @@ final class EventHub: Sendable {
         let after: Int64
         /// The app's log head when the stream opened: where a new feed starts reading.
         let head: Int64
+        /// For a user stream: its `platform`, and whether it makes the user online (API.md §5).
+        var platform = "unknown"
+        var countsPresence = false
     }
 
     private struct Inbox {
@@ -67,6 +70,9 @@ final class EventHub: Sendable {
     private let wakeWrite: Int32
     private let thread = LockedValue<BackgroundThread?>(nil)
     private let listener = LockedValue<PostgresListener?>(nil)
+    /// Set by `start`, cleared by `stop`: the pool and clock the presence writes use.
+    private let services = LockedValue<Services?>(nil)
+    static let heartbeatIntervalMillis: Int64 = 5_000
 
     init(heartbeatMillis: Int, logger: Logger) {
         self.heartbeatMillis = heartbeatMillis
@@ -110,24 +116,30 @@ final class EventHub: Sendable {
     }
 
     /// Starts delivering `subscription` to `stream`, under a reservation from `reserve` that is released when
-    /// the stream closes.
+    /// the stream closes. A user stream is also recorded for presence while it is open.
     func subscribe(_ subscription: Subscription, on stream: ResponseStream, reservation: Reservation) {
         let id = reservation.id
         let key = reservation.key
+        let presence = subscription.userID.flatMap { userID in
+            services.withLock { $0 }.map { UserStreamPresence(userID: userID, streamID: "\(nodeID):\(id)", services: $0) }
+        }
         let confirmed = inbox.withLock { inbox -> Bool in
             guard inbox.unconfirmed.removeValue(forKey: id) != nil else { return false }
-            inbox.newcomers.append((id, Subscriber(subscription: subscription, stream: stream, cursor: subscription.after)))
+            let subscriber = Subscriber(subscription: subscription, stream: stream, presence: presence, cursor: subscription.after)
+            inbox.newcomers.append((id, subscriber))
             return true
         }
         guard confirmed else {
             stream.close()  // reserved too long ago: its count was already released
             return
         }
+        presence?.open(subscription, nodeID: nodeID)
         stream.onClose { [self] in
             inbox.withLock { inbox in
                 inbox.departed.append((subscription.appID, id))
                 inbox.release(key)
             }
+            presence?.close(appID: subscription.appID)
             signal()
         }
         signal()
@@ -157,7 +169,8 @@ final class EventHub: Sendable {
     // MARK: - Lifecycle
 
     /// Starts the hub thread (reading on its own connection to `database`) and the listener for other nodes.
-    func start(database: PostgresConfiguration, pgLogger: PostgresLogger) {
+    func start(database: PostgresConfiguration, pgLogger: PostgresLogger, services: Services) {
+        self.services.withLock { $0 = services }
         var hubDatabase = database
         hubDatabase.applicationName = "parley-hub"
         let configuration = hubDatabase
@@ -182,6 +195,12 @@ final class EventHub: Sendable {
         var byte: UInt8 = 1
         _ = write(wakeWrite, &byte, 1)
         thread.withLock { $0.take() }?.join()
+        // The closed streams' own presence updates may find the pool gone: settle this node's rows now.
+        if let services = services.withLock({ $0.take() }) {
+            do { try StreamPresence.nodeGone(nodeID, services: services) } catch {
+                logger.warning("msg=\"stream presence not settled at shutdown\" error=\"\(error)\"")
+            }
+        }
     }
 
     /// Says that any app may have new events (timers fired; the listener reconnected and may have missed some).
@@ -195,6 +214,7 @@ final class EventHub: Sendable {
     private struct Subscriber: Sendable {
         let subscription: Subscription
         let stream: ResponseStream
+        let presence: UserStreamPresence?
         /// The last event id this subscriber has passed (delivered or filtered out).
         var cursor: Int64
     }
@@ -209,6 +229,7 @@ final class EventHub: Sendable {
         var db: PostgresConnection?
         var nextHeartbeat = EventLoop.monotonicMillis() + Int64(heartbeatMillis)
         var nextSweep = EventLoop.monotonicMillis() + 1000
+        var nextNodeBeat: Int64 = 0
         var retry: Set<String> = []
         while true {
             let now = EventLoop.monotonicMillis()
@@ -250,6 +271,10 @@ final class EventHub: Sendable {
                 }
                 for appID in batch.writtenHere.sorted() {
                     try connection.notify(channel: Self.channel, payload: "\(nodeID) \(appID)")
+                }
+                if EventLoop.monotonicMillis() >= nextNodeBeat {
+                    try beat(on: connection)
+                    nextNodeBeat = EventLoop.monotonicMillis() + Self.heartbeatIntervalMillis
                 }
             } catch {
                 logger.warning("msg=\"live hub read failed; retrying\" error=\"\(error)\"")
@@ -299,9 +324,23 @@ final class EventHub: Sendable {
         feed.subscribers[id]!.cursor = event.id
         if subscriber.subscription.filter.matches(event) { subscriber.stream.write(event.frame) }
         guard let userID = subscriber.subscription.userID else { return }
-        if (event.type == "user.kicked" && event.audience.contains(userID)) || event.deletedUserID == userID {
+        let kicked =
+            event.type == "user.kicked" && event.audience.contains(userID)
+            && (event.kickedPlatforms ?? [subscriber.subscription.platform]).contains(subscriber.subscription.platform)
+        if kicked || event.deletedUserID == userID {
+            subscriber.presence?.endedByLogout()
             subscriber.stream.close()
             feed.subscribers[id] = nil
+        }
+    }
+
+    /// Refreshes this node's heartbeat and settles the presence of nodes that stopped beating.
+    private func beat(on db: PostgresConnection) throws {
+        try StreamPresence.heartbeat(nodeID: nodeID, on: db)
+        guard let services = services.withLock({ $0 }) else { return }
+        for dead in try StreamPresence.deadNodes(on: db) {
+            logger.info("msg=\"a node stopped beating; closing its streams for presence\" node=\(dead)")
+            services.pool.submit({ try? StreamPresence.nodeGone(dead, services: services) }, rejected: {})
         }
     }
 

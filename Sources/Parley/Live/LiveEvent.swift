@@ -8,6 +8,8 @@ struct LiveEvent: Sendable {
     let roomID: String?
     /// For `user.deleted`: the deleted user (its streams close, API.md §14.3 "Closing").
     let deletedUserID: String?
+    /// For `user.kicked`: the platforms whose streams close (nil: every platform).
+    let kickedPlatforms: [String]?
     /// `id: …`, `event: …`, `data: <Event JSON>` and the blank line (API.md §14.3 "Event frame").
     let frame: [UInt8]
 }

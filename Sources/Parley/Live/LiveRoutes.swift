@@ -26,10 +26,10 @@ enum LiveRoutes {
             var filter = StreamFilter()
             filter.userID = userID
             filter.types = EventTypeFilter(query.list("types") ?? [])
-            // Presence (online while a counting stream is open, API.md §5) is wired in with the status storage;
-            // the parameters are validated now so clients can send them.
-            _ = query.choice("platform", Device.Platform.allCases.map(\.rawValue))
-            _ = try ctx.appOnlyFlag(query.bool("presence"))
+            let platform = query.choice("platform", Device.Platform.allCases.map(\.rawValue)) ?? "unknown"
+            // A user's own stream always makes it online; the app key opts in (API.md §14.2).
+            let presenceFlag = try ctx.appOnlyFlag(query.bool("presence"))
+            let countsPresence = ctx.credential.userID != nil || presenceFlag
             let resume = resumeValue(ctx, &query)
             try query.check()
             guard try UserStore.fetch(appID: ctx.appID, userID: userID, on: ctx.db) != nil else {
@@ -37,7 +37,7 @@ enum LiveRoutes {
             }
             return try open(
                 ctx, filter: filter, userID: userID, resume: resume, countedAs: "u:\(ctx.appID):\(userID)",
-                limit: maxStreamsPerUser)
+                limit: maxStreamsPerUser, platform: platform, countsPresence: countsPresence)
         }
     }
 
@@ -48,7 +48,8 @@ enum LiveRoutes {
     }
 
     private static func open(
-        _ ctx: APIContext, filter: StreamFilter, userID: String?, resume: String?, countedAs key: String, limit: Int
+        _ ctx: APIContext, filter: StreamFilter, userID: String?, resume: String?, countedAs key: String, limit: Int,
+        platform: String = "unknown", countsPresence: Bool = false
     ) throws -> Response {
         let (head, trimPoint) = try EventLog.bounds(appID: ctx.appID, on: ctx.db)
         let position = try ResumePosition.parse(resume, head: head, trimPoint: trimPoint)
@@ -56,8 +57,10 @@ enum LiveRoutes {
         guard let reservation = hub.reserve(key, limit: limit) else {
             throw APIError(.tooManyStreams, "at most \(limit) open streams here; close one first")
         }
-        let subscription = EventHub.Subscription(
-            appID: ctx.appID, filter: filter, userID: userID, after: position.after, head: head)
+        var opened = EventHub.Subscription(appID: ctx.appID, filter: filter, userID: userID, after: position.after, head: head)
+        opened.platform = platform
+        opened.countsPresence = countsPresence
+        let subscription = opened
         var headers = HTTPHeaders()
         headers.add("Content-Type", "text/event-stream")
         headers.add("Cache-Control", "no-store")

@@ -58,6 +58,25 @@ enum PresenceStore {
         return try status(userID: userID, row, from: 0)
     }
 
+    /// Sets the online part of `userID`'s status (creating its row) and returns the whole stored status; only the
+    /// live streams call it (``StreamPresence``).
+    static func setOnline(
+        appID: String, userID: String, onlineStatus: String, platforms: [String], now: Int64, on db: PostgresConnection
+    ) throws -> UserStatus {
+        let result = try db.query(
+            """
+            INSERT INTO user_statuses AS s (app_id, user_id, online_status, online_platforms, last_online_status_updated_at)
+            VALUES ($1, $2, $3, $4, $5)
+            ON CONFLICT (app_id, user_id) DO UPDATE
+            SET online_status = EXCLUDED.online_status, online_platforms = EXCLUDED.online_platforms,
+                last_online_status_updated_at = EXCLUDED.last_online_status_updated_at
+            RETURNING \(columns)
+            """,
+            [appID, userID, onlineStatus, platforms, now], prepared: true)
+        guard let row = result.first else { throw APIError(.internalError, "status of \(userID) not written") }
+        return try status(userID: userID, row, from: 0)
+    }
+
     /// Reverts up to `limit` custom statuses due at `now`, in any app, to `""` (as of their expiry) and returns them
     /// with their apps. Claims rows with `SKIP LOCKED` and re-checks the due condition in the UPDATE, so concurrent
     /// runs (and a concurrent set) never revert, and so never announce, the same status twice.

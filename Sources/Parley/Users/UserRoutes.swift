@@ -79,9 +79,12 @@ enum UserRoutes {
             let platforms = readPlatforms(&body)
             let revokeTokens = body.bool("revoke_tokens") ?? true
             try body.check()
-            let closed = try UserService(ctx).kick(userID, platforms: platforms ?? UserService.platforms, revokeTokens: revokeTokens)
+            let kickedPlatforms = platforms ?? UserService.platforms
+            // The streams open now on those platforms (every node): the hub closes them on `user.kicked`.
+            let closing = try StreamPresence.count(appID: ctx.appID, userID: userID, platforms: kickedPlatforms, on: ctx.db)
+            try UserService(ctx).kick(userID, platforms: kickedPlatforms, revokeTokens: revokeTokens)
             var o = JSONObjectWriter(capacity: 32)
-            o["closed_streams"] = closed
+            o["closed_streams"] = closing
             return Reply.json(o.finish())
         }
 

@@ -180,8 +180,9 @@ struct UserService: DomainService {
         }
     }
 
-    /// Kick: with `revokeTokens` every token minted before it stops verifying. Returns the closed stream count.
-    func kick(_ userID: String, platforms: [String], revokeTokens: Bool) throws -> Int {
+    /// Kick: with `revokeTokens` every token minted before it stops verifying; the live hub closes the user's
+    /// streams on `platforms` when it delivers `user.kicked`.
+    func kick(_ userID: String, platforms: [String], revokeTokens: Bool) throws {
         try pool.transaction { db in
             guard var user = try UserStore.fetch(appID: appID, userID: userID, forUpdate: true, on: db), !user.isDeleted else {
                 throw Self.notFound(userID)
@@ -191,8 +192,6 @@ struct UserService: DomainService {
                 try UserStore.save(appID: appID, user: user, on: db)
             }
             try EventLog.append([kicked(userID, platforms: platforms, revokeTokens: revokeTokens)], appID: appID, now: now, on: db)
-            // No user streams exist yet, so none are closed.
-            return 0
         }
     }
 
