@@ -113,3 +113,32 @@ final class Timers: Sendable {
         }
     }
 }
+
+extension TimerKind {
+    /// A kind that expires due items in batches of `batchSize`, one transaction each: `claim` atomically marks up to
+    /// `limit` items due at `now` in any app (reading whatever their events need) and returns how many it claimed
+    /// and their events by app, each app's in order. The events are appended last, apps in a stable order, so
+    /// concurrent sweeps take the apps' event-head locks in the same order.
+    static func batchedExpiry(
+        name: String, batchSize: Int = 500,
+        claim:
+            @escaping @Sendable (_ db: PostgresConnection, _ now: Int64, _ limit: Int) throws -> (
+                count: Int, events: [String: [NewEvent]]
+            )
+    ) -> TimerKind {
+        TimerKind(name: name) { services, now in
+            var fired = 0
+            while true {
+                let count = try services.pool.transaction { db in
+                    let claimed = try claim(db, now, batchSize)
+                    for appID in claimed.events.keys.sorted() {
+                        try EventLog.append(claimed.events[appID, default: []], appID: appID, now: now, on: db)
+                    }
+                    return claimed.count
+                }
+                fired += count
+                if count < batchSize { return fired }
+            }
+        }
+    }
+}
