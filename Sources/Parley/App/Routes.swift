@@ -14,6 +14,8 @@ enum Routes {
         BlacklistRoutes.register(on: &api)
         FriendRoutes.register(on: &api)
         DeviceRoutes.register(on: &api)
+        MessageRoutes.register(on: &api)
+        ConversationRoutes.register(on: &api)
         EventRoutes.register(on: &api)
         LiveRoutes.register(on: &api)
         OpsAPIRoutes.register(on: &api)

@@ -1,0 +1,204 @@
+import ParleyHTTP
+import ParleyPostgres
+
+/// Messages (API.md §11.1–§11.4): HTTP ↔ ``MessageService``.
+enum MessageRoutes {
+    static func register(on api: inout API) {
+        api.add(.post, "/v1/messages", .appOrUser, "sendMessage") { ctx in
+            try send(ctx)
+        }
+
+        api.add(.post, "/v1/messages/batch", .app, "batchSendMessages") { ctx in
+            try batchSend(ctx)
+        }
+
+        api.add(.post, "/v1/messages/broadcast", .app, "broadcastMessage") { ctx in
+            try broadcast(ctx)
+        }
+
+        api.add(.get, "/v1/messages/{message_id}", .appOrUser, "getMessage") { ctx in
+            let messageID = try ctx.pathID("message_id", .opaque)
+            let viewer = MessageViewer(ctx)
+            return Reply.json(try MessageService(ctx).get(messageID, viewer: viewer, on: ctx.db).json(viewer))
+        }
+
+        api.add(.get, "/v1/messages/{message_id}/combined", .appOrUser, "listCombinedMessages") { ctx in
+            try combined(ctx)
+        }
+
+        api.add(.get, "/v1/users/{user_id}/conversations/{type}/{id}/messages", .appOrSelf, "listConversationMessages") { ctx in
+            try history(ctx)
+        }
+    }
+
+    // MARK: - Send
+
+    /// `POST /v1/messages`: 201 Message, or 200 with `Parley-Duplicate: true` for a `client_msg_id` duplicate.
+    private static func send(_ ctx: APIContext) throws -> Response {
+        guard let app = ctx.app else { throw APIError.internalError }
+        if let userID = ctx.tokenUserID {
+            // User-token sends have their own bucket besides the token's (§1.8).
+            let decision = ctx.services.rateLimiter.take(key: "s:\(ctx.appID):\(userID)", ratePerSecond: app.settings.userSendRatePerS)
+            if !decision.allowed {
+                throw APIError.retryLater(.rateLimited, "send rate limit exceeded", retryAfterSeconds: decision.retryAfterSeconds)
+            }
+        }
+        var body = try ctx.body()
+        let request = try SendRequest(&body, ctx: ctx, settings: app.settings)
+        let sent = try MessageService(ctx).send(request, settings: app.settings, viewer: MessageViewer(ctx))
+        guard sent.duplicate else { return Reply.created(sent.json) }
+        var response = Reply.json(sent.json)
+        response.headers.add("Parley-Duplicate", "true")
+        return response
+    }
+
+    /// `POST /v1/messages/batch`: one peer message per recipient (≤ 500), results in input order; `data` =
+    /// `{message_id, seq}`. Request-level validation fails the whole request; steps 3–5 fail single items.
+    private static func batchSend(_ ctx: APIContext) throws -> Response {
+        guard let app = ctx.app else { throw APIError.internalError }
+        var body = try ctx.body()
+        let recipients = body.array("to_user_ids", required: true, minItems: 1, maxItems: 500)
+        // Validate the shared fields once, for a placeholder recipient, so request-level problems fail the request.
+        var probe = body
+        let template = try SendRequest(&probe, ctx: ctx, settings: app.settings, batchRecipient: "")
+        try body.check()
+        let service = MessageService(ctx)
+        var seen: Set<String> = []
+        var results: [BatchResult] = []
+        for (index, value) in (recipients ?? []).enumerated() {
+            guard case .string(let to) = value else {
+                results.append(BatchResult(index: index, id: "", outcome: .failed(.invalidParams, "to_user_ids[\(index)]: expected string")))
+                continue
+            }
+            if let problem = IdentifierKind.userID.problem(to) {
+                results.append(BatchResult(index: index, id: to, outcome: .failed(.invalidParams, "to_user_ids[\(index)]: \(problem)")))
+                continue
+            }
+            if to == template.from {
+                results.append(BatchResult(index: index, id: to, outcome: .failed(.invalidParams, "a user cannot message itself")))
+                continue
+            }
+            guard seen.insert(to).inserted else {
+                results.append(BatchResult(index: index, id: to, outcome: .failed(.invalidParams, "user \(to) is repeated in this request")))
+                continue
+            }
+            var item = body
+            do {
+                let request = try SendRequest(&item, ctx: ctx, settings: app.settings, batchRecipient: to)
+                let sent = try service.send(request, settings: app.settings, viewer: .app)
+                var o = JSONObjectWriter(capacity: 64)
+                o["message_id"] = sent.messageID
+                o["seq"] = sent.seq
+                results.append(BatchResult(index: index, id: to, outcome: .ok(o.finish())))
+            } catch let error as APIError {
+                results.append(BatchResult(index: index, id: to, outcome: .failed(error.code, error.detail)))
+            }
+        }
+        _ = template
+        return Reply.batch(results)
+    }
+
+    /// `POST /v1/messages/broadcast`: 202 `{message_id, timestamp}`.
+    private static func broadcast(_ ctx: APIContext) throws -> Response {
+        guard let app = ctx.app else { throw APIError.internalError }
+        var r = try ctx.body()
+        let from = r.id("from", .userID, required: true)
+        if let type = r.object["type"]?.intValue, ![1, 2, 11, 12, 13, 14, 200].contains(type) {
+            r.addError("type", "a broadcast has type 1, 2, 11–14 or 200")
+        }
+        let extendedData = r.string("extended_data", maxBytes: 1024) ?? ""
+        let push = PushConfig.read(from: &r, key: "push")
+        let validated = try MessageBodyValidator.read(from: &r, textMaxBytes: Int(app.settings.int("text_max_bytes")))
+        try r.check()
+        guard let body = validated else { throw APIError.internalError }
+        let sent = try MessageService(ctx).broadcast(from: from ?? "", body: body, extendedData: extendedData, push: push)
+        var o = JSONObjectWriter(capacity: 64)
+        o["message_id"] = sent.messageID
+        o["timestamp"] = sent.timestamp
+        return Reply.json(o.finish(), status: 202)
+    }
+
+    // MARK: - Reads
+
+    /// `GET /v1/messages/{message_id}/combined`: the snapshots of a type-100 message, in combine order.
+    private static func combined(_ ctx: APIContext) throws -> Response {
+        let messageID = try ctx.pathID("message_id", .opaque)
+        var query = ctx.query()
+        let limit = query.limit()
+        let cursor = query.string("cursor")
+        try query.check()
+        let message = try MessageService(ctx).get(messageID, viewer: MessageViewer(ctx), on: ctx.db)
+        guard message.type == 100 else { throw APIError(.unsupportedOperation, "message \(messageID) is not a combined message") }
+        let combineID = message.body.flatMap { try? JSONValue.parse($0) }?["combine_id"]?.stringValue ?? ""
+        let list = "combined|\(ctx.appID)|\(messageID)"
+        var from = 0
+        if let cursor {
+            guard let position = try AppRoutes.decodeCursor(ctx, cursor, list: list).first?.intValue else {
+                throw APIError(.invalidCursor, "malformed cursor")
+            }
+            from = Int(position) + 1
+        }
+        let rows = try MessageStore.combined(appID: ctx.appID, combineID: combineID, from: from, limit: limit + 1, on: ctx.db)
+        let page = rows.prefix(limit)
+        let next = rows.count > limit ? page.last.map { ctx.cursors.encode(list: list, values: [.int(Int64($0.position))]) } : nil
+        return Reply.list(page.map(\.json), nextCursor: next)
+    }
+
+    /// `GET /v1/users/{user_id}/conversations/{type}/{id}/messages` (§11.3): the user's view, in seq order.
+    private static func history(_ ctx: APIContext) throws -> Response {
+        let userID = try ctx.pathID("user_id", .userID)
+        let type = ctx.path("type")
+        guard type == "peer" || type == "group" else { throw APIError.invalidParam("type", "must be peer or group") }
+        let id = try ctx.pathID("id", type == "peer" ? .userID : .groupID)
+        guard type == "peer" else { throw APIError(.groupNotFound, "group \(id) does not exist") }
+        var query = ctx.query()
+        var h = MessageStore.HistoryQuery()
+        let afterSeq = query.int("after_seq", range: 0...Int64.max)
+        let beforeSeq = query.int("before_seq", range: 0...Int64.max)
+        let startAt = query.int("start_at", range: Int64.min...Int64.max)
+        let endAt = query.int("end_at", range: Int64.min...Int64.max)
+        let direction = query.choice("direction", ["backward", "forward"])
+        let types = query.list("types", maxItems: 20)
+        var typeValues: [Int64] = []
+        for t in types ?? [] {
+            if let v = Int64(t) { typeValues.append(v) } else { query.addError("types", "must be a list of message types") }
+        }
+        h.limit = query.limit()
+        let cursor = query.string("cursor")
+        let includeHidden = query.bool("include_hidden") ?? false
+        try query.check()
+        h.afterSeq = afterSeq ?? 0
+        h.beforeSeq = beforeSeq ?? .max
+        h.startAt = startAt ?? .min
+        h.endAt = endAt ?? .max
+        h.types = types == nil ? nil : typeValues
+        h.forward = direction.map { $0 == "forward" } ?? (afterSeq != nil && beforeSeq == nil)
+        h.viewer = userID
+        h.includeHidden = ctx.isApp && includeHidden
+        let list =
+            "history|\(ctx.appID)|\(userID)|\(type)|\(id)|\(h.afterSeq)|\(h.beforeSeq)|\(h.startAt)|\(h.endAt)|"
+            + "\(typeValues)|\(h.forward)|\(h.includeHidden)"
+        if let cursor {
+            guard let seq = try AppRoutes.decodeCursor(ctx, cursor, list: list).first?.intValue else {
+                throw APIError(.invalidCursor, "malformed cursor")
+            }
+            if h.forward { h.afterSeq = max(h.afterSeq, seq) } else { h.beforeSeq = min(h.beforeSeq, seq) }
+        }
+        let limit = h.limit
+        h.limit = limit + 1
+        let messages = try MessageStore.history(
+            appID: ctx.appID, conversationType: .peer, threadID: MessageStore.peerThread(userID, id), peer: id, query: h, on: ctx.db)
+        let page = messages.prefix(limit)
+        let viewer = MessageViewer(ctx)
+        let next = messages.count > limit ? page.last.flatMap { $0.seq }.map { ctx.cursors.encode(list: list, values: [.int($0)]) } : nil
+        // The hot read: the whole page goes into one buffer (the `Reply.list` shape), not one array per message.
+        var w = JSONWriter(capacity: 1024 + page.reduce(0) { $0 + 640 + ($1.body?.count ?? 0) + ($1.reply?.count ?? 0) })
+        w.object { w in
+            w.key("items")
+            w.array { w in for message in page { message.write(to: &w, viewer) } }
+            w.key("next_cursor")
+            if let next { w.writeString(next) } else { w.writeNull() }
+        }
+        return Reply.json(w.bytes)
+    }
+}

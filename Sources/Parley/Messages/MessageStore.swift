@@ -1,0 +1,190 @@
+import ParleyPostgres
+
+/// SQL for messages (API.md §11). No rules here: callers validate inputs and map outcomes to problems.
+enum MessageStore {
+    /// The thread key of a peer conversation: the unordered pair (user ids never contain a space).
+    static func peerThread(_ a: String, _ b: String) -> String { a < b ? a + " " + b : b + " " + a }
+
+    // MARK: - Rows
+
+    /// The columns ``message(_:at:)`` decodes, in order, for a `messages` row aliased `alias`.
+    static func columns(_ alias: String = "m") -> String {
+        let names = [
+            "message_id", "client_msg_id", "type", "conv_type", "sender", "recipient", "seq", "timestamp", "body",
+            "extended_data", "mention_ids", "mention_all", "reply", "root_message_id", "reply_count", "priority",
+            "need_receipt", "no_unread", "repeat_count", "push", "suppressed", "deleted",
+        ]
+        return names.map { "\(alias).\($0)" }.joined(separator: ", ")
+    }
+
+    static let columnCount = 22
+
+    /// The message whose columns start at `offset` (nil when its `message_id` is NULL, as after a LEFT JOIN).
+    static func message(_ row: PostgresRow, at offset: Int = 0) throws -> Message? {
+        if row[offset].isNull { return nil }
+        func optionalString(_ i: Int) throws -> String? { row[offset + i].isNull ? nil : try row[offset + i].string }
+        func optionalBytes(_ i: Int) throws -> [UInt8]? { row[offset + i].isNull ? nil : Array(try row[offset + i].string.utf8) }
+        return Message(
+            messageID: try row[offset].string, clientMsgID: try optionalString(1), type: try row[offset + 2].int64,
+            conversationType: ConversationType(rawValue: try row[offset + 3].string) ?? .peer, from: try row[offset + 4].string,
+            to: try row[offset + 5].string, seq: try row[offset + 6].int64, timestamp: try row[offset + 7].int64,
+            body: try optionalBytes(8), extendedData: try row[offset + 9].string, mentionIDs: try row[offset + 10].stringArray,
+            mentionAll: try row[offset + 11].bool, reply: try optionalBytes(12), rootMessageID: try optionalString(13),
+            replyCount: try row[offset + 14].int64, priority: try row[offset + 15].int64, needReceipt: try row[offset + 16].bool,
+            noUnread: try row[offset + 17].bool, onlineOnly: false, repeatCount: try row[offset + 18].int64,
+            push: try optionalBytes(19), suppressed: try optionalString(20), deleted: try row[offset + 21].bool)
+    }
+
+    // MARK: - Send
+
+    /// Everything the send statement needs besides the message itself.
+    struct SendOptions {
+        var threadID: String
+        var clientMsgID: String?
+        var contentHash: String
+        var mentionNotify: Bool
+        var replyMissing: Bool
+        var skipChecks: Bool
+        var blacklistError: Bool
+        var friendOnly: Bool
+        var sensitiveReject: Bool
+        var combineID: String?
+        var combineItems: [String]
+    }
+
+    /// What the send statement decided.
+    struct SendResult {
+        var outcome: String
+        var seq: Int64?
+        var timestamp: Int64
+        var suppressed: String?
+    }
+
+    /// Runs `parley_send_message` (Migrations/0006) for `message`: one statement, its own transaction.
+    static func send(appID: String, now: Int64, message: Message, options: SendOptions, on db: PostgresConnection) throws
+        -> SendResult
+    {
+        let head = String(decoding: message.head(), as: UTF8.self)
+        let tail = String(decoding: message.tail(), as: UTF8.self)
+        let parameters: [(any PostgresEncodable)?] = [
+            appID, now, message.conversationType.rawValue, options.threadID, message.from, message.to, message.messageID,
+            options.clientMsgID, options.contentHash, message.stored, message.type, message.body.map { String(decoding: $0, as: UTF8.self) },
+            message.extendedData, message.mentionIDs, message.mentionAll, options.mentionNotify,
+            message.reply.map { String(decoding: $0, as: UTF8.self) }, message.rootMessageID, options.replyMissing, message.priority,
+            message.needReceipt, message.noUnread, message.repeatCount, message.push.map { String(decoding: $0, as: UTF8.self) },
+            options.skipChecks, options.blacklistError, options.friendOnly, options.sensitiveReject, head, tail,
+            options.combineID, options.combineItems,
+        ]
+        let sql = """
+            SELECT outcome, seq, ts, suppressed FROM parley_send_message($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
+                $13, $14::text[], $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32::text[])
+            """
+        var attempt = 0
+        while true {
+            do {
+                guard let row = try db.query(sql, parameters, prepared: true).first else {
+                    throw APIError(.internalError, "send returned no row")
+                }
+                return SendResult(
+                    outcome: try row[0].string, seq: row[1].isNull ? nil : try row[1].int64,
+                    timestamp: row[2].isNull ? now : try row[2].int64, suppressed: row[3].isNull ? nil : try row[3].string)
+            } catch let error as PostgresError where attempt < 3 && ["23505", "40P01", "40001"].contains(error.sqlState) {
+                // A concurrent first send with the same client_msg_id won: run again to answer as its duplicate.
+                attempt += 1
+            }
+        }
+    }
+
+    /// A dedupe key with its stored message, if the message still exists.
+    struct StoredKey {
+        var messageID: String
+        var conversationType: ConversationType
+        var to: String
+        var seq: Int64?
+        var timestamp: Int64
+        /// The whole JSON of an unstored message.
+        var unstoredJSON: [UInt8]?
+        var message: Message?
+    }
+
+    static func key(appID: String, from: String, clientMsgID: String, on db: PostgresConnection) throws -> StoredKey? {
+        let result = try db.query(
+            """
+            SELECT k.message_id, k.conv_type, k.recipient, k.seq, k.timestamp, k.message, \(columns("m"))
+            FROM message_keys k LEFT JOIN messages m ON m.app_id = k.app_id AND m.message_id = k.message_id
+            WHERE k.app_id = $1 AND k.sender = $2 AND k.client_msg_id = $3
+            """, [appID, from, clientMsgID], prepared: true)
+        guard let row = result.first else { return nil }
+        return StoredKey(
+            messageID: try row[0].string, conversationType: ConversationType(rawValue: try row[1].string) ?? .peer,
+            to: try row[2].string, seq: row[3].isNull ? nil : try row[3].int64, timestamp: try row[4].int64,
+            unstoredJSON: row[5].isNull ? nil : Array(try row[5].string.utf8), message: try message(row, at: 6))
+    }
+
+    // MARK: - Reads
+
+    static func fetch(appID: String, messageID: String, on db: PostgresConnection) throws -> Message? {
+        let result = try db.query(
+            "SELECT \(columns()) FROM messages m WHERE m.app_id = $1 AND m.message_id = $2", [appID, messageID], prepared: true)
+        return try result.first.flatMap { try message($0) }
+    }
+
+    static func fetchMany(appID: String, messageIDs: [String], on db: PostgresConnection) throws -> [Message] {
+        if messageIDs.isEmpty { return [] }
+        let result = try db.query(
+            "SELECT \(columns()) FROM messages m WHERE m.app_id = $1 AND m.message_id = ANY($2::text[])", [appID, messageIDs],
+            prepared: true)
+        return try result.rows.compactMap { try message($0) }
+    }
+
+    /// Filters and bounds of a history read (API.md §11.3); seq bounds are exclusive, time bounds [start, end).
+    struct HistoryQuery {
+        var afterSeq: Int64 = 0
+        var beforeSeq: Int64 = .max
+        var startAt: Int64 = .min
+        var endAt: Int64 = .max
+        var types: [Int64]?
+        var forward = false
+        /// The viewing user of a user view (its `cleared_seq` applies and others' suppressed messages are hidden).
+        var viewer: String?
+        /// App key only: also other users' suppressed messages.
+        var includeHidden = false
+        var limit = 20
+    }
+
+    /// Up to `limit` stored messages of one conversation in seq order (`forward`) or reverse.
+    static func history(
+        appID: String, conversationType: ConversationType, threadID: String, peer: String, query: HistoryQuery, on db: PostgresConnection
+    )
+        throws -> [Message]
+    {
+        let sql = """
+            SELECT \(columns()) FROM messages m
+            WHERE m.app_id = $1 AND m.conv_type = $2 AND m.conv_id = $3 AND m.seq > $4 AND m.seq < $5
+              AND m.timestamp >= $6 AND m.timestamp < $7 AND ($8::int[] IS NULL OR m.type = ANY($8::int[]))
+              AND ($9::text IS NULL OR $10 OR m.suppressed IS NULL OR m.sender = $9)
+              AND ($9::text IS NULL OR m.seq > coalesce((SELECT c.cleared_seq FROM conversations c
+                    WHERE c.app_id = $1 AND c.user_id = $9 AND c.conv_type = $2 AND c.conv_id = $11), 0))
+            ORDER BY m.seq \(query.forward ? "ASC" : "DESC") LIMIT $12
+            """
+        let result = try db.query(
+            sql,
+            [
+                appID, conversationType.rawValue, threadID, query.afterSeq, query.beforeSeq, query.startAt, query.endAt,
+                query.types, query.viewer, query.includeHidden, peer, query.limit,
+            ], prepared: true)
+        return try result.rows.compactMap { try message($0) }
+    }
+
+    /// A page of the snapshots of combine `combineID` from `position`.
+    static func combined(appID: String, combineID: String, from position: Int, limit: Int, on db: PostgresConnection) throws
+        -> [(position: Int, json: [UInt8])]
+    {
+        let result = try db.query(
+            """
+            SELECT position, message FROM message_combines WHERE app_id = $1 AND combine_id = $2 AND position >= $3
+            ORDER BY position LIMIT $4
+            """, [appID, combineID, position, limit], prepared: true)
+        return try result.rows.map { (try $0[0].int, Array(try $0[1].string.utf8)) }
+    }
+}

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Peer text sends through POST /v1/messages (wrk, each request its own client_msg_id) beside pgbench running the
+# one statement a send runs (bench/sql/send.sql, -M prepared, same number of clients) on the same embedded
+# PostgreSQL, in one run; then GET history (20 newest) beside pgbench running the history SELECT; then one hot
+# conversation (every connection sends u1 -> u2) both ways. Appends the figures to bench/RESULTS.md.
+#
+# Environment: BENCH_SKIP_BUILD=1, BENCH_SCRATCH_PATH=dir, BENCH_CONNECTIONS=32, BENCH_DURATION=15s,
+#              BENCH_THREADS=2, BENCH_RESULTS=path, BENCH_NO_RECORD=1, BENCH_NOTE="…"
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+CONNECTIONS=${BENCH_CONNECTIONS:-32}
+DURATION=${BENCH_DURATION:-15s}
+THREADS=${BENCH_THREADS:-2}
+RESULTS=${BENCH_RESULTS:-$ROOT/bench/RESULTS.md}
+SCRATCH=${BENCH_SCRATCH_PATH:-$ROOT/.build}
+READY_TIMEOUT=60
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+require_tools
+command -v pgbench >/dev/null || install_package postgresql-contrib postgresql-client
+
+if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then
+    log "building parley (release)"
+    swift build -c release --product parley --scratch-path "$SCRATCH" >"$TMP/build.log" 2>&1 \
+        || { tail -n 40 "$TMP/build.log" >&2; die "release build failed"; }
+fi
+PORT=$(free_port)
+DATA="$TMP/parley-data"
+mkdir -p "$DATA"
+PARLEY_LOG_LEVEL=error "$SCRATCH/release/parley" serve --listen "127.0.0.1:$PORT" --data-dir "$DATA" >"$TMP/parley.log" 2>&1 &
+PARLEY_PID=$!
+PIDS=("$PARLEY_PID" "${PIDS[@]}")
+wait_ready parley "$PARLEY_PID" "$PORT" "$TMP/parley.log"
+export PARLEY_KEY
+PARLEY_KEY=$(grep '^PARLEY_KEY=' "$TMP/parley.log" | head -1 | cut -d= -f2-)
+[[ -n $PARLEY_KEY ]] || die "no PARLEY_KEY in the server output"
+BASE="http://127.0.0.1:$PORT"
+api() { curl -fsS -H "Authorization: Bearer $PARLEY_KEY" -H 'Content-Type: application/json' "$@"; }
+api -X PATCH "$BASE/v1/settings" -d '{"rate_limit_app_rps":100000}' >/dev/null
+log "importing 50 users"
+body=$(python3 -c "import json; print(json.dumps({'users':[{'user_id':f'u{i}','name':f'User {i}'} for i in range(1,51)]}))")
+api -X POST "$BASE/v1/users/import" -d "$body" >/dev/null
+api -X POST "$BASE/v1/messages" -d '{"from":"u1","conversation_type":"peer","to":"u2","type":1,"body":{"text":"check"}}' \
+    | grep -q '"seq":1' || die "the first send did not get seq 1"
+
+SOCKET="$DATA/run"
+seconds_of() { local d=$1; case $d in *s) echo "${d%s}" ;; *) echo "$d" ;; esac; }
+SECS=$(seconds_of "$DURATION")
+declare -A RATE P50 P99 LAT ERR
+
+# run_pair name sql lua [env]: pgbench with sql, then wrk with lua, same clients and duration, 2 s warm-ups.
+run_pair() {
+    local name=$1 sql=$2 lua=$3 out errors
+    local pgb=(pgbench -h "$SOCKET" -p 5432 -U parley -n -M prepared -j "$THREADS" -c "$CONNECTIONS" -f "$ROOT/bench/sql/$sql" postgres)
+    log "$name: pgbench -c$CONNECTIONS -T$SECS -M prepared ($sql)"
+    "${pgb[@]}" -T 2 >/dev/null 2>&1 || true
+    out=$("${pgb[@]}" -T "$SECS" 2>&1) || { echo "$out" >&2; die "pgbench failed"; }
+    RATE[pgbench,$name]=$(awk '/^tps = / { print $3; exit }' <<<"$out")
+    LAT[$name]=$(awk '/^latency average = / { print $4 " ms (avg)"; exit }' <<<"$out")
+    log "  pgbench: ${RATE[pgbench,$name]} tps"
+    log "$name: wrk -t$THREADS -c$CONNECTIONS -d$DURATION ($lua)"
+    timeout 60 wrk -t"$THREADS" -c"$CONNECTIONS" -d2s -s "$ROOT/bench/lua/$lua" "$BASE" >/dev/null 2>&1 || true
+    out=$(timeout $((SECS + 30)) wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s "$ROOT/bench/lua/$lua" "$BASE" 2>&1)
+    RATE[parley,$name]=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+    P50[$name]=$(awk '$1 == "50%" { print $2 }' <<<"$out")
+    P99[$name]=$(awk '$1 == "99%" { print $2 }' <<<"$out")
+    errors=$(awk '/Non-2xx or 3xx responses:/ { print $NF }' <<<"$out")
+    ERR[$name]=${errors:-0}
+    [[ -z $errors ]] || log "  warning: $errors non-2xx responses"
+    log "  parley: ${RATE[parley,$name]} req/s, p50 ${P50[$name]}, p99 ${P99[$name]}"
+}
+
+run_pair "send" send.sql send.lua
+run_pair "history" history.sql history.lua
+export HOT=1
+run_pair "send, hot pair" send_hot.sql send.lua
+unset HOT
+stored=$(api "$BASE/v1/users/u1/conversations/peer/u2" | python3 -c 'import json,sys; print(json.load(sys.stdin)["last_seq"])')
+
+SECTION=$(
+    echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — POST /v1/messages and GET history (app key) vs pgbench, same SQL"
+    echo
+    machine_lines
+    echo "- parley: release build, embedded PostgreSQL 15, default pool (2 per core, ≥ 4), log level error; 50 users"
+    echo "- send: peer text between random users u1..u50, a fresh client_msg_id per request (bench/lua/send.lua); pgbench runs the one statement a send runs (bench/sql/send.sql: \`parley_send_message\`, Migrations/0006)"
+    echo "- history: \`GET /v1/users/u<a>/conversations/peer/u<b>/messages\` (20 newest) of random pairs; pgbench runs the same SELECT (bench/sql/history.sql)"
+    echo "- hot pair: every connection sends u1 -> u2 (one seq head row); the pair held $stored messages at the end"
+    echo "- load: wrk \`-t$THREADS -c$CONNECTIONS -d$DURATION --latency\` and pgbench \`-M prepared -j $THREADS -c$CONNECTIONS -T$SECS\`, one after the other, loopback / Unix socket"
+    [[ -n ${BENCH_NOTE:-} ]] && echo "- note: $BENCH_NOTE"
+    echo
+    echo "| workload | pgbench tps | parley req/s | parley/pgbench | parley p50 / p99 | pgbench latency | parley non-2xx |"
+    echo "|---|---:|---:|---:|---|---|---:|"
+    for name in "send" "history" "send, hot pair"; do
+        ratio=$(awk -v p="${RATE[parley,$name]}" -v n="${RATE[pgbench,$name]}" 'BEGIN { printf "%.2f×", p / n }')
+        printf '| %s | %.0f | %.0f | %s | %s / %s | %s | %s |\n' "$name" "${RATE[pgbench,$name]}" "${RATE[parley,$name]}" "$ratio" \
+            "${P50[$name]}" "${P99[$name]}" "${LAT[$name]}" "${ERR[$name]}"
+    done
+)
+record_section "$SECTION"
