@@ -13,6 +13,7 @@ enum Routes {
         PresenceRoutes.register(on: &api)
         BlacklistRoutes.register(on: &api)
         FriendRoutes.register(on: &api)
+        GroupRoutes.register(on: &api)
         DeviceRoutes.register(on: &api)
         MessageRoutes.register(on: &api)
         ConversationRoutes.register(on: &api)

@@ -38,7 +38,7 @@ struct TimerKind: Sendable {
 final class Timers: Sendable {
     /// Every timer kind of the server; a domain adds its kind here.
     static let allKinds: [TimerKind] = [
-        EventRetention.kind, FriendApplicationExpiry.kind, CustomStatusExpiry.kind, StatusSubscriptionExpiry.kind,
+        EventRetention.kind, FriendApplicationExpiry.kind, CustomStatusExpiry.kind, StatusSubscriptionExpiry.kind, GroupApplicationExpiry.kind,
     ]
 
     let kinds: [TimerKind]

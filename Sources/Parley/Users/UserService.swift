@@ -203,6 +203,7 @@ struct UserService: DomainService {
     /// Soft delete addresses live users only; hard delete also purges a soft-deleted user.
     func delete(_ userID: String, mode: DeleteMode) throws {
         try pool.transaction { db in
+            var groupEvents: [NewEvent] = []
             switch mode {
             case .soft:
                 guard var user = try UserStore.fetch(appID: appID, userID: userID, forUpdate: true, on: db), !user.isDeleted else {
@@ -214,12 +215,15 @@ struct UserService: DomainService {
                 user.tokenGeneration += 1
                 try UserStore.save(appID: appID, user: user, on: db)
             case .hard:
+                // The user leaves its groups first (owner continuity, dismissal of emptied groups; API.md §9.3).
+                groupEvents = try GroupService(pool: pool, appID: appID, now: now).removeDeletedUser(userID, on: db)
                 guard try UserStore.delete(appID: appID, userID: userID, on: db) else { throw Self.notFound(userID) }
             }
             var data = JSONObjectWriter(capacity: 64)
             data["user_id"] = userID
             data["mode"] = mode.rawValue
-            try EventLog.append([NewEvent(type: "user.deleted", data: data.finish(), orderKey: userID)], appID: appID, now: now, on: db)
+            try EventLog.append(
+                groupEvents + [NewEvent(type: "user.deleted", data: data.finish(), orderKey: userID)], appID: appID, now: now, on: db)
         }
     }
 

@@ -1,0 +1,80 @@
+import ParleyHTTP
+import ParleyPostgres
+import ParleyTesting
+import Testing
+
+@testable import Parley
+
+/// Shared helpers of the group suites (API.md §9): fixtures through the HTTP API, batch and event readers.
+protocol GroupTestSupport: ProblemAssertions {}
+
+extension GroupTestSupport {
+    static func array(_ ids: [String]) -> String { "[" + ids.map { "\"\($0)\"" }.joined(separator: ",") + "]" }
+
+    /// Creates a group owned by `owner` (201 expected) and returns its id.
+    @discardableResult
+    static func createGroup(_ app: TestApp, _ owner: String, members: [String] = [], extra: String = "") throws -> String {
+        let r = try app.request(.post, "/v1/groups", json: "{\"operator\":\"\(owner)\",\"members\":\(array(members))\(extra)}")
+        guard r.status == 201, let id = r.json?["group"]?["group_id"]?.stringValue else {
+            throw TestFailure("creating group failed: \(r.status) \(r.text)")
+        }
+        return id
+    }
+
+    /// A request made with a user token.
+    @discardableResult
+    static func asUser(_ app: TestApp, _ token: String, _ method: HTTPMethod, _ path: String, json: String? = nil) throws -> TestResponse {
+        try app.server.request(method, path, bearer: token, json: json)
+    }
+
+    static func results(_ r: TestResponse) -> [JSONValue] { r.json?["results"]?.arrayValue ?? [] }
+
+    /// The per-item error codes of a batch response (nil for successful items).
+    static func codes(_ r: TestResponse) -> [Int64?] {
+        results(r).map { $0["ok"] == .bool(true) ? nil : $0["error"]?["code"]?.intValue }
+    }
+
+    static func events(_ app: TestApp, _ type: String, user: String? = nil, group: String? = nil) throws -> [JSONValue] {
+        var query = "types=\(type)"
+        if let user { query += "&user_id=\(user)" }
+        if let group { query += "&group_id=\(group)" }
+        return try app.events(query: query)
+    }
+
+    static func advance(_ server: TestServer, ms: Int) throws {
+        let r = try server.request(.post, "/v1/test/clock/advance", bearer: server.adminKey, json: "{\"ms\":\(ms)}")
+        #expect(r.status == 200, "clock advance: \(r.text)")
+    }
+
+    static func member(_ app: TestApp, _ groupID: String, _ userID: String) throws -> JSONValue? {
+        let r = try app.request(.get, "/v1/groups/\(groupID)/members/\(userID)")
+        return r.status == 200 ? r.json : nil
+    }
+
+    static func group(_ app: TestApp, _ groupID: String) throws -> JSONValue? {
+        let r = try app.request(.get, "/v1/groups/\(groupID)")
+        #expect(r.status == 200, "\(r.text)")
+        return r.json
+    }
+
+    /// Sets `userID`'s role as the app itself (200 expected).
+    static func setRole(_ app: TestApp, _ groupID: String, _ userID: String, _ role: Int) throws {
+        let r = try app.request(.put, "/v1/groups/\(groupID)/members/\(userID)/role", json: "{\"role\":\(role)}")
+        #expect(r.status == 200, "\(r.text)")
+    }
+
+    /// Runs the send-time group check the messaging code calls (white box: there is no group send route yet).
+    static func muteCheck(_ server: TestServer, _ app: TestApp, _ groupID: String, _ userID: String) -> Int? {
+        let now = server.app.services.clock.now()
+        do {
+            try server.app.services.pool.withConnection { db in
+                _ = try GroupService.muteCheck(appID: app.appID, groupID: groupID, userID: userID, now: now, on: db)
+            }
+            return nil
+        } catch let error as APIError {
+            return error.code.code
+        } catch {
+            return -1
+        }
+    }
+}
