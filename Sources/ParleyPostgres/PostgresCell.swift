@@ -63,23 +63,54 @@ public struct PostgresCell {
     }
 
     /// A smallint, integer, bigint or oid column.
+    ///
+    /// Parsed from the cell's bytes in place: list routes decode hundreds of integer cells per response, and a
+    /// `String` per cell showed in their profiles (bench/RESULTS.md).
     public var int64: Int64 {
         get throws(PostgresError) {
-            try check([OID.int2, OID.int4, OID.int8, OID.oid], "an integer")
-            let text = try text()
-            guard let value = Int64(text) else { throw .decoding("column \(columnName): bad integer") }
-            return value
+            switch typeOID {
+            case OID.int2, OID.int4, OID.int8, OID.oid: break
+            default: throw .decoding("column \(columnName) has type OID \(typeOID), not an integer")
+            }
+            return try withRawBytes { (raw) throws(PostgresError) -> Int64 in
+                guard let value = Self.parseInt64(raw) else { throw .decoding("column \(columnName): bad integer") }
+                return value
+            }
         }
+    }
+
+    /// Decimal ASCII with an optional sign, as PostgreSQL prints integers; nil on anything else or overflow.
+    static func parseInt64(_ raw: UnsafeBufferPointer<UInt8>) -> Int64? {
+        var index = 0
+        let negative = raw.first == UInt8(ascii: "-")
+        if negative || raw.first == UInt8(ascii: "+") { index = 1 }
+        guard index < raw.count else { return nil }
+        var value: Int64 = 0
+        while index < raw.count {
+            let digit = raw[index] &- UInt8(ascii: "0")
+            guard digit < 10 else { return nil }
+            // Accumulate negatively so Int64.min parses too.
+            let (shifted, o1) = value.multipliedReportingOverflow(by: 10)
+            let (next, o2) = shifted.subtractingReportingOverflow(Int64(digit))
+            guard !o1, !o2 else { return nil }
+            value = next
+            index += 1
+        }
+        if negative { return value }
+        return value == .min ? nil : -value
     }
 
     /// A boolean column.
     public var bool: Bool {
         get throws(PostgresError) {
-            try check([OID.bool], "boolean")
-            switch try text() {
-            case "t": return true
-            case "f": return false
-            default: throw .decoding("column \(columnName): bad boolean")
+            guard typeOID == OID.bool else { throw .decoding("column \(columnName) has type OID \(typeOID), not boolean") }
+            return try withRawBytes { (raw) throws(PostgresError) -> Bool in
+                guard raw.count == 1 else { throw .decoding("column \(columnName): bad boolean") }
+                switch raw[0] {
+                case UInt8(ascii: "t"): return true
+                case UInt8(ascii: "f"): return false
+                default: throw .decoding("column \(columnName): bad boolean")
+                }
             }
         }
     }
