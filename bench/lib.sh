@@ -115,3 +115,33 @@ machine_lines() {  # the "machine" and "commit" lines every results section star
     echo "- machine: $(nproc) CPUs, ${cpu:-unknown CPU}, Linux $(uname -r)"
     echo "- commit: $commit"
 }
+
+# --- parley -----------------------------------------------------------------------------------------------
+
+build_parley() {  # release build into $SCRATCH, unless BENCH_SKIP_BUILD=1
+    [[ ${BENCH_SKIP_BUILD:-0} == 1 ]] && return 0
+    log "building parley (release)"
+    swift build -c release --product parley --scratch-path "$SCRATCH" >"$TMP/build.log" 2>&1 \
+        || { tail -n 40 "$TMP/build.log" >&2; die "release build failed"; }
+}
+
+start_parley() {  # the release binary on a fresh data dir (embedded PostgreSQL), app rate limit lifted;
+                  # sets PORT, DATA, PARLEY_PID, PARLEY_KEY (exported) and BASE
+    PORT=$(free_port)
+    DATA="$TMP/parley-data"
+    mkdir -p "$DATA"
+    PARLEY_LOG_LEVEL=error "$SCRATCH/release/parley" serve --listen "127.0.0.1:$PORT" --data-dir "$DATA" >"$TMP/parley.log" 2>&1 &
+    PARLEY_PID=$!
+    PIDS=("$PARLEY_PID" "${PIDS[@]}")
+    wait_ready parley "$PARLEY_PID" "$PORT" "$TMP/parley.log"
+    export PARLEY_KEY
+    PARLEY_KEY=$(grep '^PARLEY_KEY=' "$TMP/parley.log" | head -1 | cut -d= -f2-)
+    [[ -n $PARLEY_KEY ]] || die "no PARLEY_KEY in the server output"
+    BASE="http://127.0.0.1:$PORT"
+    api -X PATCH "$BASE/v1/settings" -d '{"rate_limit_app_rps":100000}' >/dev/null
+}
+
+api() {  # curl with the app key and a JSON body type; fails on HTTP errors
+    curl -fsS -H "Authorization: Bearer $PARLEY_KEY" -H 'Content-Type: application/json' "$@"
+}
+

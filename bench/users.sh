@@ -18,24 +18,8 @@ source "$ROOT/bench/lib.sh"
 require_tools
 command -v pgbench >/dev/null || install_package postgresql-contrib postgresql-client
 
-if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then
-    log "building parley (release)"
-    swift build -c release --product parley --scratch-path "$SCRATCH" >"$TMP/build.log" 2>&1 \
-        || { tail -n 40 "$TMP/build.log" >&2; die "release build failed"; }
-fi
-PORT=$(free_port)
-DATA="$TMP/parley-data"
-mkdir -p "$DATA"
-PARLEY_LOG_LEVEL=error "$SCRATCH/release/parley" serve --listen "127.0.0.1:$PORT" --data-dir "$DATA" >"$TMP/parley.log" 2>&1 &
-PARLEY_PID=$!
-PIDS=("$PARLEY_PID" "${PIDS[@]}")
-wait_ready parley "$PARLEY_PID" "$PORT" "$TMP/parley.log"
-export PARLEY_KEY
-PARLEY_KEY=$(grep '^PARLEY_KEY=' "$TMP/parley.log" | head -1 | cut -d= -f2-)
-[[ -n $PARLEY_KEY ]] || die "no PARLEY_KEY in the server output"
-BASE="http://127.0.0.1:$PORT"
-api() { curl -fsS -H "Authorization: Bearer $PARLEY_KEY" -H 'Content-Type: application/json' "$@"; }
-api -X PATCH "$BASE/v1/settings" -d '{"rate_limit_app_rps":100000}' >/dev/null
+build_parley
+start_parley
 log "importing 1000 users"
 for batch in $(seq 0 9); do
     body=$(python3 -c "import json,sys; b=int(sys.argv[1]); print(json.dumps({'users':[{'user_id':f'u{i}','name':f'User {i}'} for i in range(b*100+1,b*100+101)]}))" "$batch")
