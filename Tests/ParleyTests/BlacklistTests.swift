@@ -38,20 +38,6 @@ struct BlacklistTests: ProblemAssertions {
         return r.json?["items"]?.arrayValue?.compactMap { $0["user_id"]?.stringValue } ?? []
     }
 
-    static func advance(_ server: TestServer, ms: Int) throws {
-        let r = try server.request(.post, "/v1/test/clock/advance", bearer: server.adminKey, json: "{\"ms\":\(ms)}")
-        #expect(r.status == 200, "clock advance: \(r.text)")
-    }
-
-    /// Runs `sql` directly against the server's database (white box: bulk fixtures).
-    static func sql(_ server: TestServer, _ sql: String, _ parameters: [(any PostgresEncodable)?]) throws {
-        try server.app.services.pool.withConnection { db in _ = try db.query(sql, parameters) }
-    }
-
-    static func count(_ server: TestServer, _ sql: String, _ parameters: [(any PostgresEncodable)?]) throws -> Int64 {
-        try server.app.services.pool.withConnection { db in try db.query(sql, parameters).first?[0].int64 ?? -1 }
-    }
-
     // MARK: - Success paths
 
     @Test func addListCheckAndRemoveWithEvents() throws {
@@ -80,7 +66,7 @@ struct BlacklistTests: ProblemAssertions {
         #expect(try Self.events(app, "blacklist.added", audience: "u1").count == 1)
         #expect(try Self.events(app, "blacklist.added", audience: "b1").isEmpty)
 
-        try Self.advance(server, ms: 5000)
+        try server.advanceClock(ms: 5000)
         #expect(try app.request(.post, "/v1/users/u1/blacklist", json: Self.ids(["b3"])).status == 200)
         added = try Self.events(app, "blacklist.added")
         #expect(added.count == 2)
@@ -219,13 +205,11 @@ struct BlacklistTests: ProblemAssertions {
         defer { server.stop() }
         let app = try server.createApp()
         for id in ["u1", "c1", "c2", "c3"] { try app.createUser(id) }
-        try Self.sql(
-            server,
+        try server.sql(
             """
             INSERT INTO users (app_id, user_id, created_at, updated_at) SELECT $1, 'x' || g, 1, 1 FROM generate_series(1, 999) g;
             """, [app.appID])
-        try Self.sql(
-            server,
+        try server.sql(
             "INSERT INTO blacklist (app_id, user_id, blocked_id, created_at) SELECT $1, 'u1', 'x' || g, g FROM generate_series(1, 999) g",
             [app.appID])
 
@@ -235,7 +219,7 @@ struct BlacklistTests: ProblemAssertions {
         let added = try Self.events(app, "blacklist.added")
         #expect(added.count == 1)
         #expect(Self.userIDs(added.first) == ["c1"])
-        #expect(try Self.count(server, "SELECT count(*) FROM blacklist WHERE app_id = $1 AND user_id = 'u1'", [app.appID]) == 1000)
+        #expect(try server.count("SELECT count(*) FROM blacklist WHERE app_id = $1 AND user_id = 'u1'", [app.appID]) == 1000)
 
         // Full: nothing added, no event; after a removal there is room for one.
         #expect(Self.codes(try app.request(.post, "/v1/users/u1/blacklist", json: Self.ids(["c2"]))) == [6_000_808])
@@ -249,11 +233,10 @@ struct BlacklistTests: ProblemAssertions {
         defer { server.stop() }
         let app = try server.createApp()
         try app.createUser("u1")
-        try Self.sql(
-            server, "INSERT INTO users (app_id, user_id, created_at, updated_at) SELECT $1, 'x' || g, 1, 1 FROM generate_series(1, 1010) g",
+        try server.sql(
+            "INSERT INTO users (app_id, user_id, created_at, updated_at) SELECT $1, 'x' || g, 1, 1 FROM generate_series(1, 1010) g",
             [app.appID])
-        try Self.sql(
-            server,
+        try server.sql(
             "INSERT INTO blacklist (app_id, user_id, blocked_id, created_at) SELECT $1, 'u1', 'x' || g, g FROM generate_series(1, 995) g",
             [app.appID])
         let okCount = Atomic<Int>(0)
@@ -263,7 +246,7 @@ struct BlacklistTests: ProblemAssertions {
             okCount.add(Self.codes(r ?? TestResponse(status: 0, headers: HTTPHeaders(), body: [])).filter { $0 == nil }.count, ordering: .relaxed)
         }
         #expect(okCount.load(ordering: .relaxed) == 5)
-        #expect(try Self.count(server, "SELECT count(*) FROM blacklist WHERE app_id = $1 AND user_id = 'u1'", [app.appID]) == 1000)
+        #expect(try server.count("SELECT count(*) FROM blacklist WHERE app_id = $1 AND user_id = 'u1'", [app.appID]) == 1000)
     }
 
     // MARK: - List
@@ -274,13 +257,11 @@ struct BlacklistTests: ProblemAssertions {
         let app = try server.createApp()
         try app.createUser("u1")
         try app.createUser("u2")
-        try Self.sql(
-            server,
+        try server.sql(
             "INSERT INTO users (app_id, user_id, name, created_at, updated_at) SELECT $1, 'y' || (100 + g), 'n' || g, 1, 1 FROM generate_series(1, 23) g",
             [app.appID])
         // Times with ties: entry g at (g / 4) * 10, so groups of equal created_at ordered by id.
-        try Self.sql(
-            server,
+        try server.sql(
             "INSERT INTO blacklist (app_id, user_id, blocked_id, created_at) SELECT $1, 'u1', 'y' || (100 + g), (g / 4) * 10 FROM generate_series(1, 23) g",
             [app.appID])
         var pairs: [(id: String, t: Int)] = []
@@ -330,13 +311,13 @@ struct BlacklistTests: ProblemAssertions {
         // Soft delete hides the blocked user from the list but keeps the entry.
         #expect(try app.request(.delete, "/v1/users/b2").status == 204)
         #expect(try Self.listed(app, "u1") == ["b1"])
-        #expect(try Self.count(server, "SELECT count(*) FROM blacklist WHERE app_id = $1 AND blocked_id = 'b2'", [app.appID]) == 1)
+        #expect(try server.count("SELECT count(*) FROM blacklist WHERE app_id = $1 AND blocked_id = 'b2'", [app.appID]) == 1)
 
         #expect(try app.request(.delete, "/v1/users/b1?mode=hard").status == 204)
         #expect(try Self.listed(app, "u1").isEmpty)
         #expect(try Self.listed(app, "u2").isEmpty)
         #expect(
-            try Self.count(server, "SELECT count(*) FROM blacklist WHERE app_id = $1 AND (user_id = 'b1' OR blocked_id = 'b1')", [app.appID]) == 0)
+            try server.count("SELECT count(*) FROM blacklist WHERE app_id = $1 AND (user_id = 'b1' OR blocked_id = 'b1')", [app.appID]) == 0)
 
         // Created again, the id starts with a clean slate on both sides.
         try app.createUser("b1")

@@ -32,12 +32,12 @@ struct ConversationsTests: ProblemAssertions {
         defer { server.stop() }
         for id in ["a", "b", "c", "d"] { try app.createUser(id, name: "N" + id) }
         try M.sendText(app, "b", "a", "1")
-        try M.advance(server, ms: 5)
+        try server.advanceClock(ms: 5)
         try M.sendText(app, "a", "c", "2")
-        try M.advance(server, ms: 5)
+        try server.advanceClock(ms: 5)
         try M.sendText(app, "d", "a", "3")
         #expect(Self.ids(try Self.list(app, "a")) == ["d", "c", "b"])
-        try M.advance(server, ms: 5)
+        try server.advanceClock(ms: 5)
         try M.sendText(app, "a", "b", "4")
         let items = try Self.list(app, "a")
         #expect(Self.ids(items) == ["b", "d", "c"], "a new message moves its conversation to the top")

@@ -25,11 +25,6 @@ struct DevicesTests: ProblemAssertions {
         try app.events(query: "types=\(type)" + (user.map { "&user_id=\($0)" } ?? ""))
     }
 
-    static func advance(_ server: TestServer, ms: Int) throws {
-        let r = try server.request(.post, "/v1/test/clock/advance", bearer: server.adminKey, json: "{\"ms\":\(ms)}")
-        #expect(r.status == 200, "clock advance: \(r.text)")
-    }
-
     static func deviceIDs(_ app: TestApp, _ user: String) throws -> [String] {
         let r = try app.request(.get, "/v1/users/\(user)/devices")
         #expect(r.status == 200, "\(r.text)")
@@ -66,7 +61,7 @@ struct DevicesTests: ProblemAssertions {
         let createdAt = d?["created_at"]?.intValue ?? 0
         #expect(d?["updated_at"]?.intValue == createdAt)
 
-        try Self.advance(server, ms: 1000)
+        try server.advanceClock(ms: 1000)
         // Same device_id with a new key: updated in place, 200.
         let same = try app.request(.post, "/v1/users/u1/devices", json: Self.body(key: "key-2", #","device_id":"d1","voip":true,"apptype":7"#))
         #expect(same.status == 200, "\(same.text)")
@@ -137,11 +132,11 @@ struct DevicesTests: ProblemAssertions {
         for i in 0..<20 {
             let r = try app.request(.post, "/v1/users/u1/devices", json: Self.body(key: "k\(i)", ",\"device_id\":\"d\(i)\""))
             #expect(r.status == 201, "\(r.text)")
-            try Self.advance(server, ms: 10)
+            try server.advanceClock(ms: 10)
         }
         // d0 is refreshed, so d1 becomes the least recently updated.
         #expect(try app.request(.post, "/v1/users/u1/devices", json: Self.body(key: "k0", #","device_id":"d0""#)).status == 200)
-        try Self.advance(server, ms: 10)
+        try server.advanceClock(ms: 10)
         let r = try app.request(.post, "/v1/users/u1/devices", json: Self.body(key: "k20", #","device_id":"d20""#))
         #expect(r.status == 201)
         let ids = try Self.deviceIDs(app, "u1")
@@ -244,7 +239,7 @@ struct DevicesTests: ProblemAssertions {
         #expect(empty.json?["next_cursor"] == .null)
 
         #expect(try app.request(.post, "/v1/users/u1/devices", json: Self.body(key: "k1", #","device_id":"zz""#)).status == 201)
-        try Self.advance(server, ms: 5)
+        try server.advanceClock(ms: 5)
         #expect(try app.request(.post, "/v1/users/u1/devices", json: Self.body(key: "k2", #","device_id":"bb""#)).status == 201)
         #expect(try app.request(.post, "/v1/users/u1/devices", json: Self.body(key: "k3", #","device_id":"aa""#)).status == 201)
         let ids = try Self.deviceIDs(app, "u1")

@@ -47,20 +47,6 @@ struct FriendsTests: ProblemAssertions {
         try app.request(.post, "/v1/users/\(owner)/friend_applications/\(id)/\(action)", json: json)
     }
 
-    static func advance(_ server: TestServer, ms: Int) throws {
-        let r = try server.request(.post, "/v1/test/clock/advance", bearer: server.adminKey, json: "{\"ms\":\(ms)}")
-        #expect(r.status == 200, "clock advance: \(r.text)")
-    }
-
-    /// Runs `sql` directly against the server's database (white box: bulk fixtures).
-    static func sql(_ server: TestServer, _ sql: String, _ parameters: [(any PostgresEncodable)?]) throws {
-        try server.app.services.pool.withConnection { db in _ = try db.query(sql, parameters) }
-    }
-
-    static func count(_ server: TestServer, _ sql: String, _ parameters: [(any PostgresEncodable)?]) throws -> Int64 {
-        try server.app.services.pool.withConnection { db in try db.query(sql, parameters).first?[0].int64 ?? -1 }
-    }
-
     // MARK: - Direct add, read, update
 
     @Test func directAddReadAndUpdate() throws {
@@ -115,7 +101,7 @@ struct FriendsTests: ProblemAssertions {
 
         // GET and PATCH: merged attributes, "" removes a key.
         Self.expectProblem(try app.request(.get, "/v1/users/u1/friends/u3"), 404, 6_000_812)
-        try Self.advance(server, ms: 1000)
+        try server.advanceClock(ms: 1000)
         let patch = try app.request(.patch, "/v1/users/u1/friends/u2", json: #"{"alias":"Robert","attributes":{"k0":"","k2":"c"}}"#)
         #expect(patch.status == 200, "\(patch.text)")
         #expect(patch.json?["alias"] == .string("Robert"))
@@ -178,7 +164,7 @@ struct FriendsTests: ProblemAssertions {
         #expect(try Self.events(app, "friend.application_created", audience: "u1").count == 1)
 
         // A repeated send while waiting: 200, the same application with the new wording.
-        try Self.advance(server, ms: 1000)
+        try server.advanceClock(ms: 1000)
         let again = try Self.apply(app, "u1", "u2", extra: #","wording":"hello again""#)
         #expect(again.status == 200, "\(again.text)")
         #expect(again.json?["application_id"] == .string(id))
@@ -195,7 +181,7 @@ struct FriendsTests: ProblemAssertions {
         Self.expectInvalid(try app.request(.post, "/v1/users/u1/friend_applications", json: "{}"), field: "body.to")
 
         // Lists: direction as seen by the path user; filter by direction and state.
-        try Self.advance(server, ms: 1000)
+        try server.advanceClock(ms: 1000)
         let second = try Self.apply(app, "u3", "u1")
         #expect(second.status == 201)
         let secondID = second.json?["application_id"]?.stringValue ?? ""
@@ -273,9 +259,9 @@ struct FriendsTests: ProblemAssertions {
         let other = try Self.apply(app, "u3", "u2")
         let otherID = other.json?["application_id"]?.stringValue ?? ""
 
-        try Self.advance(server, ms: 59_000)
+        try server.advanceClock(ms: 59_000)
         #expect(try Self.events(app, "friend.application_updated").isEmpty)
-        try Self.advance(server, ms: 1_000)
+        try server.advanceClock(ms: 1_000)
 
         // The timer fired before the advance answered: one expiry event per application, to both users.
         let expired = try Self.events(app, "friend.application_updated")
@@ -294,7 +280,7 @@ struct FriendsTests: ProblemAssertions {
         #expect(try app.request(.get, "/v1/users/u2/friend_applications?state=waiting").json?["items"]?.arrayValue?.isEmpty == true)
 
         // Further advances write nothing more; a new send makes a new application.
-        try Self.advance(server, ms: 120_000)
+        try server.advanceClock(ms: 120_000)
         #expect(try Self.events(app, "friend.application_updated").count == 2)
         let again = try Self.apply(app, "u1", "u2")
         #expect(again.status == 201)
@@ -309,7 +295,7 @@ struct FriendsTests: ProblemAssertions {
         let send = try Self.apply(app, "u1", "u2")
         let id = send.json?["application_id"]?.stringValue ?? ""
         // Overdue in the database, but still stored as waiting (as between a due time and the next sweep).
-        try Self.sql(server, "UPDATE friend_applications SET expires_at = 1 WHERE application_id = $1", [id])
+        try server.sql("UPDATE friend_applications SET expires_at = 1 WHERE application_id = $1", [id])
 
         let list = try app.request(.get, "/v1/users/u2/friend_applications").json?["items"]?.arrayValue ?? []
         #expect(list.first?["state"] == .string("expired"))
@@ -318,8 +304,7 @@ struct FriendsTests: ProblemAssertions {
         let again = try Self.apply(app, "u1", "u2")
         #expect(again.status == 201, "\(again.text)")
         #expect(again.json?["application_id"]?.stringValue != id)
-        let states = try Self.count(
-            server, "SELECT count(*) FROM friend_applications WHERE app_id = $1 AND state = 'expired'", [app.appID])
+        let states = try server.count("SELECT count(*) FROM friend_applications WHERE app_id = $1 AND state = 'expired'", [app.appID])
         #expect(states == 1)
         let expiredEvents = try Self.events(app, "friend.application_updated").filter {
             $0["data"]?["application"]?["application_id"] == .string(id)
@@ -335,11 +320,10 @@ struct FriendsTests: ProblemAssertions {
         for (i, app) in apps.enumerated() {
             try app.createUser("u1")
             let n = 150 * (i + 1)
-            try Self.sql(
-                server, "INSERT INTO users (app_id, user_id, created_at, updated_at) SELECT $1, 'x' || g, 1, 1 FROM generate_series(1, $2::int) g",
+            try server.sql(
+                "INSERT INTO users (app_id, user_id, created_at, updated_at) SELECT $1, 'x' || g, 1, 1 FROM generate_series(1, $2::int) g",
                 [app.appID, n])
-            try Self.sql(
-                server,
+            try server.sql(
                 """
                 INSERT INTO friend_applications (app_id, application_id, from_id, to_id, state, created_at, updated_at, expires_at)
                 SELECT $1, 'fa' || g, 'x' || g, 'u1', 'waiting', 1, 1, 2 + g FROM generate_series(1, $2::int) g
@@ -355,10 +339,10 @@ struct FriendsTests: ProblemAssertions {
         #expect(fired.load(ordering: .relaxed) <= 450)
         for (i, app) in apps.enumerated() {
             let n = Int64(150 * (i + 1))
-            #expect(try Self.count(server, "SELECT count(*) FROM friend_applications WHERE app_id = $1 AND state = 'expired'", [app.appID]) == n)
+            #expect(try server.count("SELECT count(*) FROM friend_applications WHERE app_id = $1 AND state = 'expired'", [app.appID]) == n)
             let events = "FROM events WHERE app_id = $1 AND type = 'friend.application_updated'"
-            #expect(try Self.count(server, "SELECT count(*) " + events, [app.appID]) == n)
-            #expect(try Self.count(server, "SELECT count(DISTINCT data::json->'application'->>'application_id') " + events, [app.appID]) == n)
+            #expect(try server.count("SELECT count(*) " + events, [app.appID]) == n)
+            #expect(try server.count("SELECT count(DISTINCT data::json->'application'->>'application_id') " + events, [app.appID]) == n)
             // Stored as expired at their due time.
             let first = try Self.events(app, "friend.application_updated").first
             #expect(first?["data"]?["application"]?["state"] == .string("expired"))
@@ -393,11 +377,10 @@ struct FriendsTests: ProblemAssertions {
         defer { server.stop() }
         let app = try server.createApp()
         for id in ["u1", "u2", "u3"] { try app.createUser(id) }
-        try Self.sql(
-            server, "INSERT INTO users (app_id, user_id, created_at, updated_at) SELECT $1, 'x' || g, 1, 1 FROM generate_series(1, 3000) g",
+        try server.sql(
+            "INSERT INTO users (app_id, user_id, created_at, updated_at) SELECT $1, 'x' || g, 1, 1 FROM generate_series(1, 3000) g",
             [app.appID])
-        try Self.sql(
-            server,
+        try server.sql(
             """
             INSERT INTO friends (app_id, user_id, friend_id, created_at, updated_at)
             SELECT $1, 'u1', 'x' || g, g, g FROM generate_series(1, 3000) g
@@ -411,7 +394,7 @@ struct FriendsTests: ProblemAssertions {
         Self.expectProblem(try Self.answer(app, "u1", send.json?["application_id"]?.stringValue ?? "", "accept"), 422, 6_000_801)
         // An existing entry is no new entry: u1 already lists x1, so x1 adding u1 only fills x1's list.
         #expect(try Self.add(app, "x1", "u1").status == 201)
-        #expect(try Self.count(server, "SELECT count(*) FROM friends WHERE app_id = $1 AND user_id = 'u1'", [app.appID]) == 3000)
+        #expect(try server.count("SELECT count(*) FROM friends WHERE app_id = $1 AND user_id = 'u1'", [app.appID]) == 3000)
 
         // One removed: room for one again.
         #expect(try app.request(.delete, "/v1/users/u1/friends/x2?mode=single").status == 204)
@@ -431,9 +414,9 @@ struct FriendsTests: ProblemAssertions {
         try app.createUser("bob02", name: "Bob Stone")
         try app.createUser("carol03", name: "Ça Va")
         #expect(try Self.add(app, "owner", "alice01", extra: #","alias":"Work Buddy""#).status == 201)
-        try Self.advance(server, ms: 10)
+        try server.advanceClock(ms: 10)
         #expect(try Self.add(app, "owner", "bob02", extra: #","alias":"Gym""#).status == 201)
-        try Self.advance(server, ms: 10)
+        try server.advanceClock(ms: 10)
         #expect(try Self.add(app, "owner", "carol03").status == 201)
 
         #expect(try Self.friends(app, "owner") == ["carol03", "bob02", "alice01"])
@@ -465,12 +448,11 @@ struct FriendsTests: ProblemAssertions {
         let app = try server.createApp()
         try app.createUser("u1")
         try app.createUser("u2")
-        try Self.sql(
-            server, "INSERT INTO users (app_id, user_id, created_at, updated_at) SELECT $1, 'y' || (100 + g), 1, 1 FROM generate_series(1, 23) g",
+        try server.sql(
+            "INSERT INTO users (app_id, user_id, created_at, updated_at) SELECT $1, 'y' || (100 + g), 1, 1 FROM generate_series(1, 23) g",
             [app.appID])
         // Ties: entry g at (g / 4) * 10, so equal created_at are ordered by id.
-        try Self.sql(
-            server,
+        try server.sql(
             """
             INSERT INTO friends (app_id, user_id, friend_id, created_at, updated_at)
             SELECT $1, 'u1', 'y' || (100 + g), (g / 4) * 10, 1 FROM generate_series(1, 23) g
@@ -660,16 +642,15 @@ struct FriendsTests: ProblemAssertions {
         #expect(try app.request(.delete, "/v1/users/u1?mode=hard").status == 204)
         #expect(try Self.friends(app, "u2").isEmpty)
         #expect(try Self.friends(app, "u3").isEmpty)
-        let rows = try Self.count(
-            server, "SELECT count(*) FROM friends WHERE app_id = $1 AND (user_id = 'u1' OR friend_id = 'u1')", [app.appID])
+        let rows = try server.count("SELECT count(*) FROM friends WHERE app_id = $1 AND (user_id = 'u1' OR friend_id = 'u1')", [app.appID])
         #expect(rows == 0)
-        let applications = try Self.count(
-            server, "SELECT count(*) FROM friend_applications WHERE app_id = $1 AND (from_id = 'u1' OR to_id = 'u1')", [app.appID])
+        let applications = try server.count(
+            "SELECT count(*) FROM friend_applications WHERE app_id = $1 AND (from_id = 'u1' OR to_id = 'u1')", [app.appID])
         #expect(applications == 0)
         #expect(try app.request(.get, "/v1/users/u4/friend_applications").json?["items"]?.arrayValue?.count == 2)
 
         #expect(try app.request(.delete, "/v1/users/u4?mode=hard").status == 204)
-        #expect(try Self.count(server, "SELECT count(*) FROM friend_applications WHERE app_id = $1", [app.appID]) == 0)
+        #expect(try server.count("SELECT count(*) FROM friend_applications WHERE app_id = $1", [app.appID]) == 0)
 
         // Created again, the id starts with a clean slate.
         try app.createUser("u1")
@@ -698,8 +679,7 @@ struct FriendsTests: ProblemAssertions {
             #expect(statuses.withLock { $0 } == [200, 200], "round \(round)")
             #expect(try Self.friends(app, a) == [b])
             #expect(try Self.friends(app, b) == [a])
-            let rows = try Self.count(
-                server, "SELECT count(*) FROM friends WHERE app_id = $1 AND user_id IN ($2, $3)", [app.appID, a, b])
+            let rows = try server.count("SELECT count(*) FROM friends WHERE app_id = $1 AND user_id IN ($2, $3)", [app.appID, a, b])
             #expect(rows == 2, "round \(round)")
             let check = try app.request(.post, "/v1/users/\(a)/friends/check", json: Self.ids([b]))
             #expect(Self.results(check).first?["data"]?["relation"] == .string("both_all_have"))

@@ -112,7 +112,7 @@ struct GroupApplicationTests: GroupTestSupport {
         let join = try app.request(.post, "/v1/groups/\(g)/join", json: #"{"user_id":"j"}"#)
         let jid = join.json?["application_id"]?.stringValue ?? ""
         #expect(join.json?["expires_at"]?.intValue == (join.json?["created_at"]?.intValue ?? 0) + 60_000)
-        try Self.advance(server, ms: 60_001)
+        try server.advanceClock(ms: 60_001)
         let expired = try Self.events(app, "group.application_updated")
         #expect(expired.filter { $0["data"]?["application"]?["state"] == .string("expired") }.count == 2)
         #expect(try Self.events(app, "group.application_updated", user: "o").count == 1)

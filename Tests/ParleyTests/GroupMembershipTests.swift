@@ -22,7 +22,7 @@ struct GroupMembershipTests: GroupTestSupport {
             #expect(j.status == 200, "\(j.text)")
             #expect(j.json?["enter_type"] == .string("joined"))
             #expect(j.json?["operated_by"] == .null)
-            try Self.advance(server, ms: 10)
+            try server.advanceClock(ms: 10)
         }
         Self.expectProblem(try app.request(.post, "/v1/groups/\(g)/join", json: #"{"user_id":"x1"}"#), 409, 6_000_522)
         Self.expectProblem(try app.request(.post, "/v1/groups/\(g)/join", json: #"{"user_id":"ghost"}"#), 404, 6_000_011)

@@ -33,7 +33,7 @@ struct GroupMuteAttributeTests: GroupTestSupport {
         #expect(custom.json?["mute"]?["roles"] == .array([.int(7)]))
         #expect(muted() == ["c"])
         // Expiry by time: no timer, reads compare with the clock.
-        try Self.advance(server, ms: 60_001)
+        try server.advanceClock(ms: 60_001)
         #expect(muted() == [])
         #expect(try Self.group(app, g)?["mute"]?["mode"] == .string("none"))
         #expect(try app.request(.put, "/v1/groups/\(g)/mute", json: #"{"mode":"none"}"#).status == 200)
@@ -77,7 +77,7 @@ struct GroupMuteAttributeTests: GroupTestSupport {
 
         // Unmute m2; m's mute runs out on the clock.
         #expect(Self.codes(try app.request(.post, "/v1/groups/\(g)/members/mute", json: #"{"user_ids":["m2"],"duration_s":0}"#)) == [nil])
-        try Self.advance(server, ms: 60_001)
+        try server.advanceClock(ms: 60_001)
         #expect(try Self.member(app, g, "m")?["muted_until"] == .int(0))
         #expect(Self.muteCheck(server, app, g, "m") == nil)
         #expect(try app.request(.get, "/v1/groups/\(g)/muted_members").json?["items"]?.arrayValue?.isEmpty == true)

@@ -41,11 +41,6 @@ extension GroupTestSupport {
         return try app.events(query: query)
     }
 
-    static func advance(_ server: TestServer, ms: Int) throws {
-        let r = try server.request(.post, "/v1/test/clock/advance", bearer: server.adminKey, json: "{\"ms\":\(ms)}")
-        #expect(r.status == 200, "clock advance: \(r.text)")
-    }
-
     static func member(_ app: TestApp, _ groupID: String, _ userID: String) throws -> JSONValue? {
         let r = try app.request(.get, "/v1/groups/\(groupID)/members/\(userID)")
         return r.status == 200 ? r.json : nil

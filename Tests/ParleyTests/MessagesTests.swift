@@ -68,11 +68,6 @@ struct MessagesTests: ProblemAssertions {
         try app.events(query: "types=\(type)" + (user.map { "&user_id=\($0)" } ?? ""))
     }
 
-    static func advance(_ server: TestServer, ms: Int) throws {
-        let r = try server.request(.post, "/v1/test/clock/advance", bearer: server.adminKey, json: "{\"ms\":\(ms)}")
-        #expect(r.status == 200, "clock advance: \(r.text)")
-    }
-
     /// The user's conversation entry with `peer` (nil when absent or deleted).
     static func conversation(_ app: TestApp, _ user: String, _ peer: String) throws -> JSONValue? {
         let r = try app.request(.get, "/v1/users/\(user)/conversations/peer/\(peer)")
@@ -346,7 +341,7 @@ struct MessagesTests: ProblemAssertions {
         Self.expectProblem(try Self.sendText(app, "a", "b"), 403, 6_000_231)
         #expect(try Self.sendText(app, "b", "a").status == 201, "a muted user still receives")
         #expect(try Self.sendText(app, "a", "b", extra: "\"skip_checks\":true").status == 201)
-        try Self.advance(server, ms: 61_000)
+        try server.advanceClock(ms: 61_000)
         #expect(try Self.sendText(app, "a", "b").status == 201)
     }
 
@@ -408,7 +403,7 @@ struct MessagesTests: ProblemAssertions {
                 i % 3 == 0
                 ? try Self.send(app, "a", "b", type: 200, body: "{\"data\":\"d\",\"sub_type\":1}") : try Self.sendText(app, "a", "b", "t\(i)")
             stamps.append(r.json?["timestamp"]?.intValue ?? 0)
-            try Self.advance(server, ms: 10)
+            try server.advanceClock(ms: 10)
         }
         #expect(Self.seqs(try Self.history(app, "a", "b", query: "?limit=3")) == [10, 9, 8])
         #expect(Self.seqs(try Self.history(app, "a", "b", query: "?after_seq=7")) == [8, 9, 10], "forward when only after_seq")

@@ -114,7 +114,7 @@ struct PresenceTests: ProblemAssertions {
         for id in ["u1", "s1", "s2", "s3"] { try app.createUser(id) }
         #expect(B.codes(try Self.subscribe(app, "s1", ["u1"], minutes: 10)) == [nil])
         #expect(B.codes(try Self.subscribe(app, "s2", ["u1"], minutes: 1)) == [nil])
-        try B.advance(server, ms: 120_000)  // s2's subscription has expired
+        try server.advanceClock(ms: 120_000)  // s2's subscription has expired
 
         let token = try app.token(for: "u1")
         let r = try Self.setCustom(app, "u1", "{\"custom_status\":\"in a meeting\",\"expires_in_s\":3600}", bearer: token)
@@ -144,7 +144,7 @@ struct PresenceTests: ProblemAssertions {
         #expect(plain.json?["custom_status_expires_at"]?.intValue == plainAt + 86_400_000)
 
         // "" clears: expiry 0, and the clear is announced too.
-        try B.advance(server, ms: 1000)
+        try server.advanceClock(ms: 1000)
         let cleared = try Self.setCustom(app, "u1", "{\"custom_status\":\"\",\"expires_in_s\":60}")
         #expect(cleared.status == 200, "\(cleared.text)")
         #expect(cleared.json?["custom_status"] == .string(""))
@@ -208,9 +208,9 @@ struct PresenceTests: ProblemAssertions {
         #expect(set.status == 200)
         let expiresAt = set.json?["custom_status_expires_at"]?.intValue ?? 0
 
-        try B.advance(server, ms: 59_000)
+        try server.advanceClock(ms: 59_000)
         #expect(try app.request(.get, "/v1/users/u1/status").json?["custom_status"] == .string("brb"))
-        try B.advance(server, ms: 1000)
+        try server.advanceClock(ms: 1000)
 
         let r = try app.request(.get, "/v1/users/u1/status")
         #expect(r.json?["custom_status"] == .string(""))
@@ -218,12 +218,12 @@ struct PresenceTests: ProblemAssertions {
         #expect(r.json?["last_custom_status_updated_at"]?.intValue == expiresAt)
         #expect(r.json?["last_updated_at"]?.intValue == expiresAt)
         // The timer stored the revert and announced it once, to the user and the subscriber.
-        #expect(try B.count(server, "SELECT count(*) FROM user_statuses WHERE app_id = $1 AND custom_status <> ''", [app.appID]) == 0)
+        #expect(try server.count("SELECT count(*) FROM user_statuses WHERE app_id = $1 AND custom_status <> ''", [app.appID]) == 0)
         let events = try Self.statusEvents(app, audience: "s1")
         #expect(events.count == 2)
         #expect(events.last?["data"]?["status"] == r.json)
         #expect(try Self.statusEvents(app, audience: "u1").count == 2)
-        try B.advance(server, ms: 60_000)
+        try server.advanceClock(ms: 60_000)
         #expect(try Self.statusEvents(app).count == 2)
     }
 
@@ -235,7 +235,7 @@ struct PresenceTests: ProblemAssertions {
         let set = try Self.setCustom(app, "u1", "{\"custom_status\":\"brb\"}")
         #expect(set.status == 200)
         // White box: make the stored status overdue without moving the clock, so no timer has fired for it.
-        try B.sql(server, "UPDATE user_statuses SET custom_status_expires_at = 5 WHERE app_id = $1 AND user_id = 'u1'", [app.appID])
+        try server.sql("UPDATE user_statuses SET custom_status_expires_at = 5 WHERE app_id = $1 AND user_id = 'u1'", [app.appID])
         let r = try app.request(.get, "/v1/users/u1/status")
         #expect(r.json?["custom_status"] == .string(""))
         #expect(r.json?["custom_status_expires_at"] == .int(0))
@@ -246,11 +246,10 @@ struct PresenceTests: ProblemAssertions {
         let server = try TestServer.start(testClock: true)
         defer { server.stop() }
         let app = try server.createApp()
-        try B.sql(
-            server, "INSERT INTO users (app_id, user_id, created_at, updated_at) SELECT $1, 'x' || g, 1, 1 FROM generate_series(1, 300) g",
+        try server.sql(
+            "INSERT INTO users (app_id, user_id, created_at, updated_at) SELECT $1, 'x' || g, 1, 1 FROM generate_series(1, 300) g",
             [app.appID])
-        try B.sql(
-            server,
+        try server.sql(
             """
             INSERT INTO user_statuses (app_id, user_id, custom_status, custom_status_expires_at, last_custom_status_updated_at)
             SELECT $1, 'x' || g, 'due', 10 + g, 1 FROM generate_series(1, 300) g
@@ -263,7 +262,7 @@ struct PresenceTests: ProblemAssertions {
         }
         // The background sweep may have taken some of them too; together every status fired exactly once.
         #expect(fired.load(ordering: .relaxed) <= 300)
-        #expect(try B.count(server, "SELECT count(*) FROM user_statuses WHERE app_id = $1 AND custom_status <> ''", [app.appID]) == 0)
+        #expect(try server.count("SELECT count(*) FROM user_statuses WHERE app_id = $1 AND custom_status <> ''", [app.appID]) == 0)
         let events = try (0..<4).reduce(into: [JSONValue]()) { all, _ in
             all += try app.events(after: all.last?["id"]?.stringValue ?? "earliest", query: "types=user.status_updated")
         }
@@ -294,7 +293,7 @@ struct PresenceTests: ProblemAssertions {
         #expect(try Self.statusEvents(app).count == 1)
 
         // Re-subscribing replaces expires_at (now + duration).
-        try B.advance(server, ms: 1000)
+        try server.advanceClock(ms: 1000)
         let again = try Self.subscribe(app, "u1", ["u2"], minutes: 20)
         #expect(B.codes(again) == [nil])
         // The test clock also runs in real time, so "now" moved by at least the 1 s advance.
@@ -329,10 +328,10 @@ struct PresenceTests: ProblemAssertions {
         Self.expectProblem(try Self.subscribe(app, "ghost", ["u1"], minutes: 5), 404, 6_000_011)
 
         // After 10 minutes u3's subscription is gone (the timer removed it silently); u2's lasts 20.
-        try B.advance(server, ms: 600_000)
+        try server.advanceClock(ms: 600_000)
         #expect(try Self.subscribed(app, "u1") == ["u2"])
         #expect(
-            try B.count(server, "SELECT count(*) FROM status_subscriptions WHERE app_id = $1 AND subscriber_id = 'u1'", [app.appID]) == 1)
+            try server.count("SELECT count(*) FROM status_subscriptions WHERE app_id = $1 AND subscriber_id = 'u1'", [app.appID]) == 1)
         #expect(try Self.statusEvents(app).count == 1)
 
         // Unsubscribe: per item not_found when there was no (unexpired) subscription.
@@ -349,12 +348,10 @@ struct PresenceTests: ProblemAssertions {
         defer { server.stop() }
         let app = try server.createApp()
         for id in ["u1", "c1", "c2"] { try app.createUser(id) }
-        try B.sql(
-            server,
+        try server.sql(
             "INSERT INTO users (app_id, user_id, created_at, updated_at) SELECT $1, 'x' || g, 1, 1 FROM generate_series(1, 1000) g",
             [app.appID])
-        try B.sql(
-            server,
+        try server.sql(
             """
             INSERT INTO status_subscriptions (app_id, subscriber_id, target_id, created_at, expires_at)
             SELECT $1, 'u1', 'x' || g, 1, 9000000000000 FROM generate_series(1, 1000) g
@@ -365,10 +362,10 @@ struct PresenceTests: ProblemAssertions {
         #expect(full.status == 200, "\(full.text)")
         #expect(B.codes(full) == [7_000_103, nil, 6_000_001])
         #expect(
-            try B.count(server, "SELECT count(*) FROM status_subscriptions WHERE app_id = $1 AND subscriber_id = 'u1'", [app.appID]) == 1000)
+            try server.count("SELECT count(*) FROM status_subscriptions WHERE app_id = $1 AND subscriber_id = 'u1'", [app.appID]) == 1000)
 
         // x5 now expires in 5 minutes: after that there is room for exactly one more.
-        try B.advance(server, ms: 300_000)
+        try server.advanceClock(ms: 300_000)
         let room = try Self.subscribe(app, "u1", ["c1", "c2"], minutes: 5)
         #expect(B.codes(room) == [nil, 7_000_103])
         #expect(try Self.subscribed(app, "u1", query: "?user_ids=c1,c2,x5") == ["c1"])
@@ -393,8 +390,8 @@ struct PresenceTests: ProblemAssertions {
 
         #expect(try app.request(.delete, "/v1/users/u1?mode=hard").status == 204)
         let sql = "SELECT count(*) FROM status_subscriptions WHERE app_id = $1 AND (subscriber_id = 'u1' OR target_id = 'u1')"
-        #expect(try B.count(server, sql, [app.appID]) == 0)
-        #expect(try B.count(server, "SELECT count(*) FROM user_statuses WHERE app_id = $1 AND user_id = 'u1'", [app.appID]) == 0)
+        #expect(try server.count(sql, [app.appID]) == 0)
+        #expect(try server.count("SELECT count(*) FROM user_statuses WHERE app_id = $1 AND user_id = 'u1'", [app.appID]) == 0)
         #expect(try Self.subscribed(app, "u3") == ["u2"])
 
         // Created again, the id starts from the defaults.
