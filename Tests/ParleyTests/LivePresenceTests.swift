@@ -125,4 +125,22 @@ struct LivePresenceTests: ProblemAssertions {
         let status = try Self.status(app, "alice") { $0["online_status"] == .string("offline") }
         #expect(status["online_status"] == .string("offline"))
     }
+
+    @Test func statsAndMetricsCountOpenStreamsAndOnlineUsers() throws {
+        let server = try TestServer.start()
+        defer { server.stop() }
+        let app = try server.createApp()
+        try app.createUser("alice")
+        let user = try LiveStreamTests.open(server, "/v1/users/alice/events", bearer: try app.token(for: "alice"))
+        defer { user.close() }
+        let whole = try LiveStreamTests.open(server, "/v1/events", bearer: app.key)
+        defer { whole.close() }
+        _ = try Self.status(app, "alice") { $0["online_status"] == .string("online") }
+        let stats = try app.request(.get, "/v1/stats").json
+        #expect(stats?["users_online"] == .int(1))
+        #expect(stats?["streams_open"] == .int(2))
+        let metrics = try server.request(.get, "/metrics", bearer: nil).text
+        #expect(metrics.contains("parley_sse_streams_open{kind=\"user\"} 1"))
+        #expect(metrics.contains("parley_sse_streams_open{kind=\"app\"} 1"))
+    }
 }

@@ -145,6 +145,22 @@ final class EventHub: Sendable {
         signal()
     }
 
+    /// Open streams on this node: user streams and app-level streams (for `/metrics` and `/v1/stats`).
+    func openStreams(appID: String? = nil) -> (user: Int, app: Int) {
+        inbox.withLock { inbox in
+            var user = 0
+            var app = 0
+            for (key, count) in inbox.openStreams {
+                if key.hasPrefix("a:") {
+                    if appID == nil || key == "a:\(appID!)" { app += count }
+                } else if appID == nil || key.hasPrefix("u:\(appID!):") {
+                    user += count
+                }
+            }
+            return (user, app)
+        }
+    }
+
     /// Says that `appID` may have new events: a request or timer of this node committed (`local`), or another
     /// node notified.
     func poke(_ appID: String, local: Bool = true) {

@@ -18,7 +18,8 @@ enum OpsAPIRoutes {
             text += "# HELP parley_db_pool_waiting Jobs waiting for a PostgreSQL connection.\n# TYPE parley_db_pool_waiting gauge\n"
             text += "parley_db_pool_waiting \(services.pool.waiting)\n"
             text += "# HELP parley_sse_streams_open Open SSE streams.\n# TYPE parley_sse_streams_open gauge\n"
-            text += "parley_sse_streams_open{kind=\"user\"} 0\nparley_sse_streams_open{kind=\"app\"} 0\n"
+            let streams = services.hub.openStreams()
+            text += "parley_sse_streams_open{kind=\"user\"} \(streams.user)\nparley_sse_streams_open{kind=\"app\"} \(streams.app)\n"
             if let heads = try? services.pool.withConnection({ db in try db.query("SELECT app_id, head FROM event_heads ORDER BY app_id") }) {
                 text += "# HELP parley_event_log_head Newest event id per app.\n# TYPE parley_event_log_head gauge\n"
                 for row in heads {
@@ -41,17 +42,25 @@ enum OpsAPIRoutes {
             let row = try ctx.db.query(
                 """
                 SELECT (SELECT count(*) FROM users WHERE app_id = $1 AND deleted_at IS NULL),
-                       h.head, h.trim_point
+                       h.head, h.trim_point,
+                       (SELECT count(*) FROM user_statuses WHERE app_id = $1 AND online_status = 'online'),
+                       (SELECT count(*) FROM groups WHERE app_id = $1 AND dismissed_at IS NULL),
+                       (SELECT count(*) FROM messages WHERE app_id = $1),
+                       (SELECT count(*) FROM messages WHERE app_id = $1 AND timestamp > $2),
+                       (SELECT count(*) FROM user_streams WHERE app_id = $1)
                 FROM event_heads h WHERE h.app_id = $1
-                """, [ctx.appID])
+                """, [ctx.appID, ctx.now - 86_400_000])
             guard let stats = row.first else { throw APIError(.notFound, "app \(ctx.appID) does not exist") }
             var o = JSONObjectWriter()
             o["users_total"] = try stats[0].int64
-            // Domains that later issues add (groups, rooms, messages, calls, streams, webhooks, push) count 0 until
-            // they exist.
-            for zero in ["users_online", "groups_total", "rooms_active", "messages_stored_total", "messages_24h", "calls_active", "streams_open"] {
-                o[zero] = 0
-            }
+            o["users_online"] = try stats[3].int64
+            o["groups_total"] = try stats[4].int64
+            o["messages_stored_total"] = try stats[5].int64
+            o["messages_24h"] = try stats[6].int64
+            // User streams on every node, app-level streams on this one (they are not recorded in the database).
+            o["streams_open"] = try stats[7].int64 + Int64(ctx.services.hub.openStreams(appID: ctx.appID).app)
+            // Rooms and calls come with their issues.
+            for zero in ["rooms_active", "calls_active"] { o[zero] = 0 }
             o["event_log_head"] = String(try stats[1].int64)
             o["event_log_trim_point"] = String(try stats[2].int64)
             for zero in ["webhook_pending", "webhook_dead_24h", "push_sent_24h", "push_failed_24h"] { o[zero] = 0 }
