@@ -26,14 +26,7 @@ enum AppRoutes {
             let limit = query.limit()
             let cursor = query.string("cursor")
             try query.check()
-            var after: (Int64, String)?
-            if let cursor {
-                let values = try decodeCursor(ctx, cursor, list: "apps")
-                guard values.count == 2, let t = values[0].intValue, let id = values[1].stringValue else {
-                    throw APIError(.invalidCursor, "malformed cursor")
-                }
-                after = (t, id)
-            }
+            let after = try timeAndIDCursor(ctx, cursor, list: "apps")
             let apps = try AppStore.list(after: after, limit: limit + 1, on: ctx.db)
             let page = Array(apps.prefix(limit))
             let next = apps.count > limit ? page.last.map { ctx.cursors.encode(list: "apps", values: [.int($0.createdAt), .string($0.appID)]) } : nil
@@ -158,5 +151,16 @@ enum AppRoutes {
 
     static func decodeCursor(_ ctx: APIContext, _ cursor: String, list: String) throws -> [JSONValue] {
         do { return try ctx.cursors.decode(cursor, list: list) } catch { throw APIError(.invalidCursor, "invalid cursor") }
+    }
+
+    /// The `(created_at, id)` position of a keyset cursor of `list` (nil without a cursor): the shape of every list
+    /// ordered by creation time, then id.
+    static func timeAndIDCursor(_ ctx: APIContext, _ cursor: String?, list: String) throws -> (Int64, String)? {
+        guard let cursor else { return nil }
+        let values = try decodeCursor(ctx, cursor, list: list)
+        guard values.count == 2, let t = values[0].intValue, let id = values[1].stringValue else {
+            throw APIError(.invalidCursor, "malformed cursor")
+        }
+        return (t, id)
     }
 }

@@ -140,14 +140,7 @@ enum BlacklistRoutes {
         let cursor = query.string("cursor")
         try query.check()
         let list = "blacklist|\(ctx.appID)|\(owner)"
-        var after: (createdAt: Int64, userID: String)?
-        if let cursor {
-            let values = try AppRoutes.decodeCursor(ctx, cursor, list: list)
-            guard values.count == 2, let t = values[0].intValue, let id = values[1].stringValue else {
-                throw APIError(.invalidCursor, "malformed cursor")
-            }
-            after = (t, id)
-        }
+        let after: (createdAt: Int64, userID: String)? = try AppRoutes.timeAndIDCursor(ctx, cursor, list: list)
         let entries = try BlacklistService(ctx).list(owner: owner, after: after, limit: limit + 1, on: ctx.db)
         let page = entries.prefix(limit)
         let next =

@@ -174,14 +174,7 @@ enum FriendRoutes {
         let matchAlias = query.bool("match_alias") ?? false
         try query.check()
         let list = "friends|\(ctx.appID)|\(owner)|\(keywords.joined(separator: " "))|\(matchAlias)"
-        var after: (createdAt: Int64, userID: String)?
-        if let cursor {
-            let values = try AppRoutes.decodeCursor(ctx, cursor, list: list)
-            guard values.count == 2, let t = values[0].intValue, let id = values[1].stringValue else {
-                throw APIError(.invalidCursor, "malformed cursor")
-            }
-            after = (t, id)
-        }
+        let after: (createdAt: Int64, userID: String)? = try AppRoutes.timeAndIDCursor(ctx, cursor, list: list)
         let friends = try FriendService(ctx).list(
             owner: owner, keywords: keywords, matchAlias: matchAlias, after: after, limit: limit + 1, on: ctx.db)
         let page = friends.prefix(limit)
@@ -204,14 +197,7 @@ enum FriendRoutes {
         let state = query.choice("state", FriendApplication.State.allCases.map(\.rawValue)).flatMap(FriendApplication.State.init)
         try query.check()
         let list = "friend_applications|\(ctx.appID)|\(userID)|\(direction.rawValue)|\(state?.rawValue ?? "")"
-        var after: (createdAt: Int64, applicationID: String)?
-        if let cursor {
-            let values = try AppRoutes.decodeCursor(ctx, cursor, list: list)
-            guard values.count == 2, let t = values[0].intValue, let id = values[1].stringValue else {
-                throw APIError(.invalidCursor, "malformed cursor")
-            }
-            after = (t, id)
-        }
+        let after: (createdAt: Int64, applicationID: String)? = try AppRoutes.timeAndIDCursor(ctx, cursor, list: list)
         let applications = try FriendService(ctx).applications(
             of: userID, direction: direction, state: state, after: after, limit: limit + 1, on: ctx.db)
         let page = applications.prefix(limit)
