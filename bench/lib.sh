@@ -145,3 +145,48 @@ api() {  # curl with the app key and a JSON body type; fails on HTTP errors
     curl -fsS -H "Authorization: Bearer $PARLEY_KEY" -H 'Content-Type: application/json' "$@"
 }
 
+# --- Parley beside pgbench (send.sh, group.sh) ---------------------------------------------------------------------
+# Globals the callers set: ROOT, BASE, DATA (start_parley), CONNECTIONS, DURATION, THREADS. Results land in the
+# associative arrays RATE[pgbench|parley,<name>], P50/P99/LAT/ERR[<name>].
+declare -A RATE P50 P99 LAT ERR
+seconds_of() { local d=$1; case $d in *s) echo "${d%s}" ;; *) echo "$d" ;; esac; }
+
+run_pgbench() {  # name sql: pgbench -M prepared with bench/sql/<sql> on the embedded PostgreSQL, 2 s warm-up
+    local name=$1 sql=$2 out secs
+    secs=$(seconds_of "$DURATION")
+    local pgb=(pgbench -h "$DATA/run" -p 5432 -U parley -n -M prepared -j "$THREADS" -c "$CONNECTIONS" -f "$ROOT/bench/sql/$sql" postgres)
+    log "$name: pgbench -c$CONNECTIONS -T$secs -M prepared ($sql)"
+    "${pgb[@]}" -T 2 >/dev/null 2>&1 || true
+    out=$("${pgb[@]}" -T "$secs" 2>&1) || { echo "$out" >&2; die "pgbench failed"; }
+    RATE[pgbench,$name]=$(awk '/^tps = / { print $3; exit }' <<<"$out")
+    LAT[$name]=$(awk '/^latency average = / { print $4 " ms (avg)"; exit }' <<<"$out")
+    log "  pgbench: ${RATE[pgbench,$name]} tps"
+}
+
+run_wrk() {  # name lua [connections]: wrk --latency with bench/lua/<lua> against $BASE, 2 s warm-up
+    local name=$1 lua=$2 connections=${3:-$CONNECTIONS} threads=$THREADS out errors secs
+    secs=$(seconds_of "$DURATION")
+    ((connections >= threads)) || threads=$connections
+    log "$name: wrk -t$threads -c$connections -d$DURATION ($lua)"
+    timeout 60 wrk -t"$threads" -c"$connections" -d2s -s "$ROOT/bench/lua/$lua" "$BASE" >/dev/null 2>&1 || true
+    out=$(timeout $((secs + 30)) wrk -t"$threads" -c"$connections" -d"$DURATION" --latency -s "$ROOT/bench/lua/$lua" "$BASE" 2>&1)
+    RATE[parley,$name]=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+    P50[$name]=$(awk '$1 == "50%" { print $2 }' <<<"$out")
+    P99[$name]=$(awk '$1 == "99%" { print $2 }' <<<"$out")
+    errors=$(awk '/Non-2xx or 3xx responses:/ { print $NF }' <<<"$out")
+    ERR[$name]=${errors:-0}
+    [[ -z $errors ]] || log "  warning: $errors non-2xx responses"
+    log "  parley: ${RATE[parley,$name]} req/s, p50 ${P50[$name]}, p99 ${P99[$name]}"
+}
+
+run_pair() {  # name sql lua: run_pgbench then run_wrk, same clients and duration
+    run_pgbench "$1" "$2"
+    run_wrk "$1" "$3"
+}
+
+pair_row() {  # name: one "| workload | pgbench | parley | ratio | p50 / p99 | pgbench latency | non-2xx |" row
+    local name=$1 ratio
+    ratio=$(awk -v p="${RATE[parley,$name]}" -v n="${RATE[pgbench,$name]}" 'BEGIN { printf "%.2f×", p / n }')
+    printf '| %s | %.0f | %.0f | %s | %s / %s | %s | %s |\n' "$name" "${RATE[pgbench,$name]}" "${RATE[parley,$name]}" "$ratio" \
+        "${P50[$name]}" "${P99[$name]}" "${LAT[$name]}" "${ERR[$name]}"
+}

@@ -27,33 +27,7 @@ body=$(python3 -c "import json; print(json.dumps({'users':[{'user_id':f'u{i}','n
 api -X POST "$BASE/v1/users/import" -d "$body" >/dev/null
 api -X POST "$BASE/v1/messages" -d '{"from":"u1","conversation_type":"peer","to":"u2","type":1,"body":{"text":"check"}}' \
     | grep -q '"seq":1' || die "the first send did not get seq 1"
-
-SOCKET="$DATA/run"
-seconds_of() { local d=$1; case $d in *s) echo "${d%s}" ;; *) echo "$d" ;; esac; }
 SECS=$(seconds_of "$DURATION")
-declare -A RATE P50 P99 LAT ERR
-
-# run_pair name sql lua [env]: pgbench with sql, then wrk with lua, same clients and duration, 2 s warm-ups.
-run_pair() {
-    local name=$1 sql=$2 lua=$3 out errors
-    local pgb=(pgbench -h "$SOCKET" -p 5432 -U parley -n -M prepared -j "$THREADS" -c "$CONNECTIONS" -f "$ROOT/bench/sql/$sql" postgres)
-    log "$name: pgbench -c$CONNECTIONS -T$SECS -M prepared ($sql)"
-    "${pgb[@]}" -T 2 >/dev/null 2>&1 || true
-    out=$("${pgb[@]}" -T "$SECS" 2>&1) || { echo "$out" >&2; die "pgbench failed"; }
-    RATE[pgbench,$name]=$(awk '/^tps = / { print $3; exit }' <<<"$out")
-    LAT[$name]=$(awk '/^latency average = / { print $4 " ms (avg)"; exit }' <<<"$out")
-    log "  pgbench: ${RATE[pgbench,$name]} tps"
-    log "$name: wrk -t$THREADS -c$CONNECTIONS -d$DURATION ($lua)"
-    timeout 60 wrk -t"$THREADS" -c"$CONNECTIONS" -d2s -s "$ROOT/bench/lua/$lua" "$BASE" >/dev/null 2>&1 || true
-    out=$(timeout $((SECS + 30)) wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s "$ROOT/bench/lua/$lua" "$BASE" 2>&1)
-    RATE[parley,$name]=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
-    P50[$name]=$(awk '$1 == "50%" { print $2 }' <<<"$out")
-    P99[$name]=$(awk '$1 == "99%" { print $2 }' <<<"$out")
-    errors=$(awk '/Non-2xx or 3xx responses:/ { print $NF }' <<<"$out")
-    ERR[$name]=${errors:-0}
-    [[ -z $errors ]] || log "  warning: $errors non-2xx responses"
-    log "  parley: ${RATE[parley,$name]} req/s, p50 ${P50[$name]}, p99 ${P99[$name]}"
-}
 
 run_pair "send" send.sql send.lua
 run_pair "history" history.sql history.lua
@@ -75,10 +49,6 @@ SECTION=$(
     echo
     echo "| workload | pgbench tps | parley req/s | parley/pgbench | parley p50 / p99 | pgbench latency | parley non-2xx |"
     echo "|---|---:|---:|---:|---|---|---:|"
-    for name in "send" "history" "send, hot pair"; do
-        ratio=$(awk -v p="${RATE[parley,$name]}" -v n="${RATE[pgbench,$name]}" 'BEGIN { printf "%.2f×", p / n }')
-        printf '| %s | %.0f | %.0f | %s | %s / %s | %s | %s |\n' "$name" "${RATE[pgbench,$name]}" "${RATE[parley,$name]}" "$ratio" \
-            "${P50[$name]}" "${P99[$name]}" "${LAT[$name]}" "${ERR[$name]}"
-    done
+    for name in "send" "history" "send, hot pair"; do pair_row "$name"; done
 )
 record_section "$SECTION"

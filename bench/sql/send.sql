@@ -1,4 +1,4 @@
--- The one statement a peer text send runs (MessageStore.send → parley_send_message, Migrations/0006), with the
+-- The one statement a peer text send runs (MessageStore.send → parley_send_message, Migrations/0009), with the
 -- same kind of arguments the server passes: random users u1..u50 (HOT=1 in send.sh swaps in send_hot.sql), a
 -- fresh message id and client_msg_id per transaction, and a Message JSON template of the server's size (its
 -- colons written \x3a, so pgbench does not read ":null" as a variable).

@@ -8,15 +8,22 @@ public struct NewEvent: Sendable {
     public var audience: [String]
     public var groupID: String?
     public var roomID: String?
+    /// True for group message events: they go to the members of `groupID` at the moment the event is written
+    /// (Migrations/0009), and `audience` stays empty however big the group is.
+    public var toGroupMembers: Bool
     /// The webhook ordering key (§15.2): conversation, group, room, call, app or primary user.
     public var orderKey: String
 
-    public init(type: String, data: [UInt8], audience: [String] = [], groupID: String? = nil, roomID: String? = nil, orderKey: String) {
+    public init(
+        type: String, data: [UInt8], audience: [String] = [], groupID: String? = nil, roomID: String? = nil, toGroupMembers: Bool = false,
+        orderKey: String
+    ) {
         self.type = type
         self.data = data
         self.audience = audience
         self.groupID = groupID
         self.roomID = roomID
+        self.toGroupMembers = toGroupMembers
         self.orderKey = orderKey
     }
 }
@@ -35,11 +42,12 @@ public enum EventLog {
         let result = try db.query(
             """
             WITH h AS (UPDATE event_heads SET head = head + $2 WHERE app_id = $1 RETURNING head)
-            INSERT INTO events (app_id, id, type, created_at, data, audience, group_id, room_id, order_key)
+            INSERT INTO events (app_id, id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
             SELECT $1, h.head - $2 + e.ord, e.type, $3, e.data,
-                   ARRAY(SELECT json_array_elements_text(e.audience::json)), NULLIF(e.group_id, ''), NULLIF(e.room_id, ''), e.order_key
-            FROM h, unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[])
-                 WITH ORDINALITY AS e(type, data, audience, group_id, room_id, order_key, ord)
+                   ARRAY(SELECT json_array_elements_text(e.audience::json)), NULLIF(e.group_id, ''), NULLIF(e.room_id, ''),
+                   e.to_group_members, e.order_key
+            FROM h, unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $10::boolean[], $9::text[])
+                 WITH ORDINALITY AS e(type, data, audience, group_id, room_id, to_group_members, order_key, ord)
             RETURNING id
             """,
             [
@@ -50,6 +58,7 @@ public enum EventLog {
                 events.map { $0.groupID ?? "" },
                 events.map { $0.roomID ?? "" },
                 events.map(\.orderKey),
+                events.map(\.toGroupMembers),
             ], prepared: true)
         guard result.rowCount == events.count else {
             throw APIError(.internalError, "event head missing for app \(appID)")
@@ -84,7 +93,8 @@ public enum EventLog {
             FROM events
             WHERE app_id = $1 AND id > $2
               AND ($4 OR type = ANY($5::text[]) OR EXISTS (SELECT 1 FROM unnest($6::text[]) p WHERE starts_with(type, p)))
-              AND ($7::text IS NULL OR $7 = ANY(audience))
+              AND ($7::text IS NULL OR $7 = ANY(audience)
+                   OR (to_group_members AND parley_member_at(app_id, group_id, $7, id)))
               AND ($8::text IS NULL OR group_id = $8)
               AND ($9::text IS NULL OR room_id = $9)
             ORDER BY id
@@ -108,7 +118,7 @@ public enum EventLog {
     {
         let result = try db.query(
             """
-            SELECT id, type, audience, group_id, room_id,
+            SELECT id, type, audience, group_id, room_id, to_group_members,
                    CASE WHEN type = 'user.deleted' THEN data::json->>'user_id' END,
                    CASE WHEN type = 'user.kicked' THEN ARRAY(SELECT json_array_elements_text(data::json->'platforms')) END,
                    'id: ' || id || E'\\nevent: ' || type || E'\\ndata: ' || \(eventJSON) || E'\\n\\n'
@@ -122,8 +132,8 @@ public enum EventLog {
             LiveEvent(
                 id: try row[0].int64, type: try row[1].string, audience: try row[2].stringArray,
                 groupID: row[3].isNull ? nil : try row[3].string, roomID: row[4].isNull ? nil : try row[4].string,
-                deletedUserID: row[5].isNull ? nil : try row[5].string,
-                kickedPlatforms: row[6].isNull ? nil : try row[6].stringArray, frame: Array(try row[7].string.utf8))
+                toGroupMembers: try row[5].bool, deletedUserID: row[6].isNull ? nil : try row[6].string,
+                kickedPlatforms: row[7].isNull ? nil : try row[7].stringArray, frame: Array(try row[8].string.utf8))
         }
     }
 }

@@ -242,6 +242,7 @@ final class EventHub: Sendable {
 
     private func run(database: PostgresConfiguration, pgLogger: PostgresLogger) {
         var feeds: [String: Feed] = [:]
+        var audience = GroupAudience()
         var db: PostgresConnection?
         var nextHeartbeat = EventLoop.monotonicMillis() + Int64(heartbeatMillis)
         var nextSweep = EventLoop.monotonicMillis() + 1000
@@ -265,7 +266,10 @@ final class EventHub: Sendable {
             }
             for (appID, id) in batch.departed {
                 feeds[appID]?.subscribers[id] = nil
-                if feeds[appID]?.subscribers.isEmpty == true { feeds[appID] = nil }
+                if feeds[appID]?.subscribers.isEmpty == true {
+                    feeds[appID] = nil
+                    audience.forget(appID: appID)
+                }
             }
             var apps = batch.dirty.union(retry)
             for (id, subscriber) in batch.newcomers where !subscriber.stream.isClosed {
@@ -283,7 +287,7 @@ final class EventHub: Sendable {
                 let connection = try db ?? PostgresConnection(database, logger: pgLogger)
                 db = connection
                 for appID in apps where feeds[appID] != nil {
-                    if try pump(&feeds[appID]!, appID: appID, db: connection) { retry.insert(appID) }
+                    if try pump(&feeds[appID]!, appID: appID, audience: &audience, db: connection) { retry.insert(appID) }
                 }
                 for appID in batch.writtenHere.sorted() {
                     try connection.notify(channel: Self.channel, payload: "\(nodeID) \(appID)")
@@ -308,7 +312,7 @@ final class EventHub: Sendable {
 
     /// Catches subscribers up to the feed head, then reads and delivers the app's new events. Returns true when a
     /// subscriber is still behind (its next pages come in the next pass).
-    private func pump(_ feed: inout Feed, appID: String, db: PostgresConnection) throws -> Bool {
+    private func pump(_ feed: inout Feed, appID: String, audience: inout GroupAudience, db: PostgresConnection) throws -> Bool {
         var behind = false
         for id in Array(feed.subscribers.keys) {
             var pages = 0
@@ -320,14 +324,18 @@ final class EventHub: Sendable {
                 pages += 1
                 let page = try EventLog.readLive(
                     appID: appID, after: subscriber.cursor, upTo: feed.head, limit: Self.pageSize, on: db)
-                for event in page { deliver(event, to: id, in: &feed) }
+                for event in page {
+                    audience.observe(event, appID: appID)
+                    try deliver(event, to: id, in: &feed, audience: &audience, db: db)
+                }
                 if page.count < Self.pageSize { feed.subscribers[id]?.cursor = feed.head }
             }
         }
         while true {
             let page = try EventLog.readLive(appID: appID, after: feed.head, upTo: nil, limit: Self.pageSize, on: db)
             for event in page {
-                for id in Array(feed.subscribers.keys) { deliver(event, to: id, in: &feed) }
+                audience.observe(event, appID: appID)
+                for id in Array(feed.subscribers.keys) { try deliver(event, to: id, in: &feed, audience: &audience, db: db) }
                 feed.head = event.id
             }
             if page.count < Self.pageSize { return behind }
@@ -335,10 +343,16 @@ final class EventHub: Sendable {
     }
 
     /// Hands `event` to one subscriber if it is past its cursor and visible to it; applies the closing rules.
-    private func deliver(_ event: LiveEvent, to id: UInt64, in feed: inout Feed) {
+    private func deliver(_ event: LiveEvent, to id: UInt64, in feed: inout Feed, audience: inout GroupAudience, db: PostgresConnection)
+        throws
+    {
         guard let subscriber = feed.subscribers[id], event.id > subscriber.cursor else { return }
+        let appID = subscriber.subscription.appID
+        let visible = try subscriber.subscription.filter.matches(event) { userID, groupID in
+            try audience.wasMember(userID, of: groupID, appID: appID, at: event.id, on: db)
+        }
         feed.subscribers[id]!.cursor = event.id
-        if subscriber.subscription.filter.matches(event) { subscriber.stream.write(event.frame) }
+        if visible { subscriber.stream.write(event.frame) }
         guard let userID = subscriber.subscription.userID else { return }
         let kicked =
             event.type == "user.kicked" && event.audience.contains(userID)

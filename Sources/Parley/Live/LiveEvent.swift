@@ -6,6 +6,8 @@ struct LiveEvent: Sendable {
     let audience: [String]
     let groupID: String?
     let roomID: String?
+    /// A group message event: its audience is the members of `groupID` when it was written (``GroupAudience``).
+    let toGroupMembers: Bool
     /// For `user.deleted`: the deleted user (its streams close, API.md §14.3 "Closing").
     let deletedUserID: String?
     /// For `user.kicked`: the platforms whose streams close (nil: every platform).
@@ -48,9 +50,17 @@ struct StreamFilter: Sendable {
     var groupID: String?
     var roomID: String?
 
-    func matches(_ event: LiveEvent) -> Bool {
+    /// Whether the stream delivers `event`; `wasMember` answers for group message events whether a user was a
+    /// member of the event's group when it was written.
+    func matches(_ event: LiveEvent, wasMember: (_ userID: String, _ groupID: String) throws -> Bool) rethrows -> Bool {
         guard types.matches(event.type) else { return false }
-        if let userID, !event.audience.contains(userID) { return false }
+        if let userID {
+            if event.toGroupMembers, let group = event.groupID {
+                guard try wasMember(userID, group) else { return false }
+            } else if !event.audience.contains(userID) {
+                return false
+            }
+        }
         if let groupID, event.groupID != groupID { return false }
         if let roomID, event.roomID != roomID { return false }
         return true

@@ -59,7 +59,7 @@ struct Message: Sendable {
         guard case .user(let userID) = viewer else { return true }
         if suppressed != nil && userID != from { return false }
         if conversationType == .peer { return userID == from || userID == to }
-        return true
+        return true  // groups: membership is the service's check (MessageService.isVisible)
     }
 
     // MARK: - JSON

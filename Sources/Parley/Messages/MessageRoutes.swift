@@ -27,7 +27,16 @@ enum MessageRoutes {
         }
 
         api.add(.get, "/v1/users/{user_id}/conversations/{type}/{id}/messages", .appOrSelf, "listConversationMessages") { ctx in
-            try history(ctx)
+            let userID = try ctx.pathID("user_id", .userID)
+            let type = ctx.path("type")
+            guard type == "peer" || type == "group" else { throw APIError.invalidParam("type", "must be peer or group") }
+            let id = try ctx.pathID("id", type == "peer" ? .userID : .groupID)
+            return try history(ctx, type: type == "peer" ? .peer : .group, id: id, viewer: userID)
+        }
+
+        api.add(.get, "/v1/groups/{group_id}/messages", .appOrUser, "listGroupMessages") { ctx in
+            // The app reads everything stored in the group; a member's token reads exactly its own view.
+            try history(ctx, type: .group, id: try ctx.pathID("group_id", .groupID), viewer: ctx.tokenUserID)
         }
     }
 
@@ -144,13 +153,9 @@ enum MessageRoutes {
         return Reply.list(page.map(\.json), nextCursor: next)
     }
 
-    /// `GET /v1/users/{user_id}/conversations/{type}/{id}/messages` (§11.3): the user's view, in seq order.
-    private static func history(_ ctx: APIContext) throws -> Response {
-        let userID = try ctx.pathID("user_id", .userID)
-        let type = ctx.path("type")
-        guard type == "peer" || type == "group" else { throw APIError.invalidParam("type", "must be peer or group") }
-        let id = try ctx.pathID("id", type == "peer" ? .userID : .groupID)
-        guard type == "peer" else { throw APIError(.groupNotFound, "group \(id) does not exist") }
+    /// A conversation's history (§11.3) in seq order: `viewer`'s view (its `cleared_seq`, others' suppressed
+    /// messages hidden), or with no viewer everything stored (the app's group read).
+    private static func history(_ ctx: APIContext, type: ConversationType, id: String, viewer userID: String?) throws -> Response {
         var query = ctx.query()
         var h = MessageStore.HistoryQuery()
         let afterSeq = query.int("after_seq", range: 0...Int64.max)
@@ -175,8 +180,9 @@ enum MessageRoutes {
         h.forward = direction.map { $0 == "forward" } ?? (afterSeq != nil && beforeSeq == nil)
         h.viewer = userID
         h.includeHidden = ctx.isApp && includeHidden
+        if type == .group { try MessageService(ctx).requireGroupHistory(id, viewer: userID, on: ctx.db) }
         let list =
-            "history|\(ctx.appID)|\(userID)|\(type)|\(id)|\(h.afterSeq)|\(h.beforeSeq)|\(h.startAt)|\(h.endAt)|"
+            "history|\(ctx.appID)|\(userID ?? "")|\(type.rawValue)|\(id)|\(h.afterSeq)|\(h.beforeSeq)|\(h.startAt)|\(h.endAt)|"
             + "\(typeValues)|\(h.forward)|\(h.includeHidden)"
         if let cursor {
             guard let seq = try AppRoutes.decodeCursor(ctx, cursor, list: list).first?.intValue else {
@@ -187,7 +193,8 @@ enum MessageRoutes {
         let limit = h.limit
         h.limit = limit + 1
         let messages = try MessageStore.history(
-            appID: ctx.appID, conversationType: .peer, threadID: MessageStore.peerThread(userID, id), peer: id, query: h, on: ctx.db)
+            appID: ctx.appID, conversationType: type, threadID: MessageStore.thread(type, userID ?? "", id), peer: id, query: h,
+            on: ctx.db)
         let page = messages.prefix(limit)
         let viewer = MessageViewer(ctx)
         let next = messages.count > limit ? page.last.flatMap { $0.seq }.map { ctx.cursors.encode(list: list, values: [.int($0)]) } : nil

@@ -1,7 +1,7 @@
 import ParleyPostgres
 
-/// The rules of API.md §11.1–§11.4 for peer messages: sending (dedupe, existence, policy, commit in one statement),
-/// batch send, broadcast, history and reads.
+/// The rules of API.md §11.1–§11.4 for peer and group messages: sending (dedupe, existence, policy, commit in one
+/// statement), batch send, broadcast, history and reads.
 ///
 /// A value made per request; it owns nothing mutable.
 struct MessageService: DomainService {
@@ -22,13 +22,13 @@ struct MessageService: DomainService {
 
     /// Sends one validated message as `viewer` sees it, following the check order of §11.1 from step 3 on.
     func send(_ request: SendRequest, settings: AppSettings, viewer: MessageViewer) throws -> Sent {
-        guard request.conversationType == .peer else {
-            // Groups and rooms come with their own domains; until then no such target exists.
-            throw APIError(.targetNotFound, "\(request.conversationType.rawValue) \(request.to) does not exist")
+        guard request.conversationType != .room else {
+            // Rooms come with their own domain; until then no such target exists.
+            throw APIError(.targetNotFound, "room \(request.to) does not exist")
         }
         return try pool.withConnection { db in
             var body = request.body
-            let threadID = MessageStore.peerThread(request.from, request.to)
+            let threadID = MessageStore.thread(request.conversationType, request.from, request.to)
             var message = Message(
                 messageID: IdentifierKind.generateSortableID(prefix: "m", timestampMs: now), clientMsgID: request.clientMsgID,
                 type: body.type.rawValue, conversationType: request.conversationType, from: request.from, to: request.to,
@@ -45,8 +45,8 @@ struct MessageService: DomainService {
             if let replyTo = request.replyTo {
                 if let replied = try MessageStore.fetch(appID: appID, messageID: replyTo, on: db),
                     replied.conversationType == request.conversationType,
-                    MessageStore.peerThread(replied.from, replied.to) == threadID, !replied.deleted,
-                    replied.isVisible(to: .user(request.from))
+                    MessageStore.thread(replied.conversationType, replied.from, replied.to) == threadID, !replied.deleted,
+                    try isVisible(replied, to: .user(request.from), on: db)
                 {
                     message.reply = Self.replyJSON(replied)
                     message.rootMessageID = replied.rootMessageID ?? replied.messageID
@@ -57,7 +57,9 @@ struct MessageService: DomainService {
             if body.type == .combine {
                 let found = try MessageStore.fetchMany(appID: appID, messageIDs: body.combineMessageIDs, on: db)
                 let byID = Dictionary(found.map { ($0.messageID, $0) }, uniquingKeysWith: { a, _ in a })
-                let snapshots = body.combineMessageIDs.compactMap { byID[$0] }.filter { $0.isVisible(to: .user(request.from)) }
+                let snapshots = try body.combineMessageIDs.compactMap { byID[$0] }.filter {
+                    try isVisible($0, to: .user(request.from), on: db)
+                }
                 if snapshots.count == body.combineMessageIDs.count {
                     let combineID = IdentifierKind.generateSortableID(prefix: "cb", timestampMs: now)
                     options.combineID = combineID
@@ -83,7 +85,12 @@ struct MessageService: DomainService {
             case "conflict":
                 throw APIError(.clientMsgIdConflict, "client_msg_id \(request.clientMsgID ?? "") was used for another message")
             case "from_not_found": throw UserService.notFound(request.from)
-            case "to_not_found": throw APIError(.targetNotFound, "user \(request.to) does not exist")
+            case "to_not_found":
+                throw APIError(.targetNotFound, "\(request.conversationType == .group ? "group" : "user") \(request.to) does not exist")
+            case "group_dismissed": throw GroupService.dismissed(request.to)
+            case "not_member": throw GroupService.notMember(request.from, request.to)
+            case "receipt_group_too_large":
+                throw APIError(.receiptGroupTooLarge, "need_receipt is refused in big groups and groups over 500 members")
             case "reply_not_found":
                 throw APIError(.messageNotFound, request.replyTo != nil ? "reply_to message not found" : "a combined message was not found")
             case "muted": throw APIError(.senderMuted, "user \(request.from) is muted")
@@ -163,10 +170,28 @@ struct MessageService: DomainService {
 
     /// One message visible to `viewer` (§11.4), else 404 `message_not_found`.
     func get(_ messageID: String, viewer: MessageViewer, on db: PostgresConnection) throws -> Message {
-        guard let message = try MessageStore.fetch(appID: appID, messageID: messageID, on: db), message.isVisible(to: viewer) else {
+        guard let message = try MessageStore.fetch(appID: appID, messageID: messageID, on: db), try isVisible(message, to: viewer, on: db)
+        else {
             throw Self.notFound(messageID)
         }
         return message
+    }
+
+    /// "Visible to a user" (§11.4): ``Message/isVisible(to:)``, and for group messages a current member.
+    func isVisible(_ message: Message, to viewer: MessageViewer, on db: PostgresConnection) throws -> Bool {
+        guard message.isVisible(to: viewer) else { return false }
+        guard case .user(let userID) = viewer, message.conversationType == .group else { return true }
+        return try GroupStore.member(appID: appID, groupID: message.to, userID: userID, on: db) != nil
+    }
+
+    /// Group history reads (§9.1, §11.3): the group exists (404), is not dismissed (409) and a reading user is a
+    /// current member (403).
+    func requireGroupHistory(_ groupID: String, viewer userID: String?, on db: PostgresConnection) throws {
+        guard let group = try GroupStore.fetch(appID: appID, groupID: groupID, on: db) else { throw GroupService.notFound(groupID) }
+        if group.isDismissed { throw GroupService.dismissed(groupID) }
+        if let userID, try GroupStore.member(appID: appID, groupID: groupID, userID: userID, on: db) == nil {
+            throw GroupService.notMember(userID, groupID)
+        }
     }
 
     static func notFound(_ messageID: String) -> APIError { APIError(.messageNotFound, "message \(messageID) not found") }

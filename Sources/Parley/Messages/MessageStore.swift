@@ -5,6 +5,11 @@ enum MessageStore {
     /// The thread key of a peer conversation: the unordered pair (user ids never contain a space).
     static func peerThread(_ a: String, _ b: String) -> String { a < b ? a + " " + b : b + " " + a }
 
+    /// The thread key (`messages.conv_id`) of a message from `from` to `to`: the pair for peers, else `to`.
+    static func thread(_ type: ConversationType, _ from: String, _ to: String) -> String {
+        type == .peer ? peerThread(from, to) : to
+    }
+
     // MARK: - Rows
 
     /// The columns ``message(_:at:)`` decodes, in order, for a `messages` row aliased `alias`.
