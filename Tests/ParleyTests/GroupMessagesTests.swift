@@ -20,13 +20,14 @@ struct GroupMessagesTests: GroupTestSupport {
 
     static func items(_ r: TestResponse) -> [JSONValue] { r.json?["items"]?.arrayValue ?? [] }
 
-    /// Every stored message of the group, oldest first, walked page by page.
-    static func history(_ app: TestApp, _ groupID: String, limit: Int = 7) throws -> [JSONValue] {
+    /// Every stored message of the group, walked page by page: oldest first, or newest first (`forward` false).
+    static func history(_ app: TestApp, _ groupID: String, forward: Bool = true, limit: Int = 7) throws -> [JSONValue] {
         var all: [JSONValue] = []
         var cursor: String?
+        let direction = forward ? "forward" : "backward"
         repeat {
             let r = try app.request(
-                .get, "/v1/groups/\(groupID)/messages?direction=forward&limit=\(limit)" + (cursor.map { "&cursor=\($0)" } ?? ""))
+                .get, "/v1/groups/\(groupID)/messages?direction=\(direction)&limit=\(limit)" + (cursor.map { "&cursor=\($0)" } ?? ""))
             #expect(r.status == 200, "\(r.text)")
             all += items(r)
             cursor = r.json?["next_cursor"]?.stringValue
@@ -119,14 +120,8 @@ struct GroupMessagesTests: GroupTestSupport {
         #expect(forward.map { $0["seq"]?.intValue ?? -1 } == (1...Int64(forward.count)).map { $0 })
         let timestamps = forward.map { $0["timestamp"]?.intValue ?? 0 }
         #expect(timestamps == timestamps.sorted())
-        // Backward (the default), page by page: the same messages, newest first.
-        var backward: [JSONValue] = []
-        var cursor: String?
-        repeat {
-            let r = try app.request(.get, "/v1/groups/\(g)/messages?limit=9" + (cursor.map { "&cursor=\($0)" } ?? ""))
-            backward += Self.items(r)
-            cursor = r.json?["next_cursor"]?.stringValue
-        } while cursor != nil
+        // Backward, page by page: the same messages, newest first.
+        let backward = try Self.history(app, g, forward: false, limit: 9)
         #expect(backward.map { $0["message_id"]?.stringValue ?? "" } == forward.reversed().map { $0["message_id"]?.stringValue ?? "" })
     }
 

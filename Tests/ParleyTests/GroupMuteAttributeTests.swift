@@ -45,7 +45,10 @@ struct GroupMuteAttributeTests: GroupTestSupport {
             try app.request(.put, "/v1/groups/\(g)/mute", json: #"{"mode":"custom","duration_s":60,"roles":[1]}"#), field: "body.roles[0]")
         Self.expectInvalid(try app.request(.put, "/v1/groups/\(g)/mute", json: #"{"mode":"loud"}"#), field: "body.mode")
         Self.expectProblem(try app.request(.put, "/v1/groups/\(g)/mute", json: #"{"operator":"m","mode":"all","duration_s":-1}"#), 403, 6_000_541)
-        #expect(Self.muteCheck(server, app, g, "nobody") == 6_000_521)
+        // A user who is not a member; one who does not exist fails earlier (§11.1 step 4).
+        try app.createUser("outsider")
+        #expect(Self.muteCheck(server, app, g, "outsider") == 6_000_521)
+        #expect(Self.muteCheck(server, app, g, "nobody") == 6_000_011)
         #expect(Self.muteCheck(server, app, "nogroup", "m") == 6_000_204)
     }
 

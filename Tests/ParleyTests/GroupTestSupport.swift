@@ -58,18 +58,23 @@ extension GroupTestSupport {
         #expect(r.status == 200, "\(r.text)")
     }
 
-    /// Runs the send-time group check the messaging code calls (white box: there is no group send route yet).
+    /// Sends a text to the group as `userID` with the app key (the §11.1 group checks: existence, membership,
+    /// group and member mute); nil when it is accepted (201), else the problem `code`.
     static func muteCheck(_ server: TestServer, _ app: TestApp, _ groupID: String, _ userID: String) -> Int? {
-        let now = server.app.services.clock.now()
-        do {
-            try server.app.services.pool.withConnection { db in
-                _ = try GroupService.muteCheck(appID: app.appID, groupID: groupID, userID: userID, now: now, on: db)
-            }
-            return nil
-        } catch let error as APIError {
-            return error.code.code
-        } catch {
-            return -1
-        }
+        let body = #"{"from":"\#(userID)","conversation_type":"group","to":"\#(groupID)","type":1,"body":{"text":"hi"}}"#
+        guard let r = try? app.request(.post, "/v1/messages", json: body) else { return -1 }
+        return r.status == 201 ? nil : (r.code ?? -1)
+    }
+
+    /// The group's stored messages as the app reads them, oldest first (`GET /v1/groups/{group_id}/messages`).
+    static func history(_ app: TestApp, _ groupID: String) throws -> [JSONValue] {
+        let r = try app.request(.get, "/v1/groups/\(groupID)/messages?direction=forward&limit=100")
+        guard r.status == 200 else { throw TestFailure("reading group history failed: \(r.status) \(r.text)") }
+        return r.json?["items"]?.arrayValue ?? []
+    }
+
+    /// The tips messages (type 32) of the group's history, oldest first.
+    static func tips(_ app: TestApp, _ groupID: String) throws -> [JSONValue] {
+        try history(app, groupID).filter { $0["type"] == .int(32) }
     }
 }

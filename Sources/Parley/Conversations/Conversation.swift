@@ -23,6 +23,9 @@ struct Conversation: Sendable {
     var mentionMe: Bool
     var mentionAll: Bool
     var clearedSeq: Int64
+    /// A group entry whose owner is no longer a member (left, kicked, or the group dismissed): frozen at the
+    /// group's head of that moment, still readable, patchable and deletable (§12).
+    var disabled: Bool
     var createdAt: Int64
     var updatedAt: Int64
 
@@ -54,7 +57,7 @@ struct Conversation: Sendable {
                 w.writeRaw(mentionItems)
             }
         }
-        o["disabled"] = false
+        o["disabled"] = disabled
         o["muted_until"] = 0
         o["cleared_seq"] = clearedSeq
         o["created_at"] = createdAt

@@ -145,12 +145,12 @@ enum ConversationRoutes {
         patch.pinned = body.bool("pinned")
         patch.notificationStatus = body.enumeration("notification_status", NotificationStatus.self)?.rawValue
         patch.draft = body.string("draft", maxBytes: 4096)
-        if type == "peer" && body.contains("alias") { body.addError("alias", "applies to group conversations only") }
-        try body.check()
         if type == "group" {
-            // Group entries exist only for members; groups are not built yet, so nobody is a member.
-            throw APIError(.notGroupMember, "user \(userID) is not a member of group \(id)")
+            patch.alias = body.string("alias", maxBytes: 64)
+        } else if body.contains("alias") {
+            body.addError("alias", "applies to group conversations only")
         }
+        try body.check()
         let conversation = try ConversationService(ctx).update(userID: userID, type: type, id: id, patch: patch)
         return Reply.json(conversation.json(MessageViewer(ctx)))
     }

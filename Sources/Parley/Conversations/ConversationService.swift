@@ -30,19 +30,30 @@ struct ConversationService: DomainService {
         var pinned: Bool?
         var notificationStatus: String?
         var draft: String?
+        /// Group entries only: the member's own alias for the group.
+        var alias: String?
     }
 
-    /// Applies `patch`, creating the entry when absent (peer: the other user must exist); `conversation.updated`
-    /// lists the fields whose value changed.
+    /// Applies `patch`, creating the entry when absent (peer: the other user must exist; group: the user must be a
+    /// member, else 403 `not_group_member`); `conversation.updated` lists the fields whose value changed. A
+    /// disabled group entry can still be patched, but `alias` lives on the member row and is ignored once the user
+    /// is no longer a member.
     func update(userID: String, type: String, id: String, patch: Patch) throws -> Conversation {
         try pool.transaction { db in
+            let memberAlias =
+                type == "group" ? try ConversationStore.lockMemberAlias(appID: appID, userID: userID, groupID: id, on: db) : nil
             var current = try ConversationStore.lock(appID: appID, userID: userID, type: type, id: id, on: db)
             if current == nil {
-                guard let other = try UserStore.fetch(appID: appID, userID: id, on: db), !other.isDeleted else {
-                    throw APIError(.targetNotFound, "user \(id) does not exist")
+                if type == "group" {
+                    guard memberAlias != nil else { throw APIError(.notGroupMember, "user \(userID) is not a member of group \(id)") }
+                    _ = try ConversationStore.createGroupEntry(appID: appID, userID: userID, groupID: id, now: now, on: db)
+                } else {
+                    guard let other = try UserStore.fetch(appID: appID, userID: id, on: db), !other.isDeleted else {
+                        throw APIError(.targetNotFound, "user \(id) does not exist")
+                    }
+                    try ConversationStore.create(
+                        appID: appID, userID: userID, type: type, id: id, threadID: MessageStore.peerThread(userID, id), now: now, on: db)
                 }
-                try ConversationStore.create(
-                    appID: appID, userID: userID, type: type, id: id, threadID: MessageStore.peerThread(userID, id), now: now, on: db)
                 current = try ConversationStore.lock(appID: appID, userID: userID, type: type, id: id, on: db)
             }
             guard let current else { throw APIError.internalError }
@@ -55,6 +66,10 @@ struct ConversationService: DomainService {
             }
             if let status = patch.notificationStatus, status != current.notificationStatus { changed.append("notification_status") }
             if let draft = patch.draft, draft != current.draft { changed.append("draft") }
+            if let alias = patch.alias, let memberAlias, alias != memberAlias {
+                try ConversationStore.setMemberAlias(appID: appID, userID: userID, groupID: id, alias: alias, on: db)
+                changed.append("alias")
+            }
             try ConversationStore.update(
                 appID: appID, userID: userID, type: type, id: id, pinned: patch.pinned, notificationStatus: patch.notificationStatus,
                 draft: patch.draft, now: now, on: db)

@@ -4,33 +4,55 @@ import ParleyPostgres
 ///
 /// Unread counts and mention items are computed from each entry's `read_seq`/`last_seq` over the conversation's
 /// messages, so a group message stays one row however many members read it.
+///
+/// A group entry of a current member (`follows_group`) stores no last_seq/last_ts of its own: a group send writes
+/// only the group's `conversation_seqs` row (Migrations/0009), and the entry reads its head from there. Every query
+/// goes through ``lastSeq`` and ``orderKey`` (alias `c` for the entry) rather than the stored columns.
 enum ConversationStore {
+    /// Column `column` of the group head row of entry `c` (null when the group has no stored message yet).
+    private static func groupHead(_ column: String) -> String {
+        "(SELECT h.\(column) FROM conversation_seqs h WHERE h.app_id = c.app_id AND h.conv_type = 'group' AND h.conv_id = c.thread_id)"
+    }
+
+    /// The effective last_seq of entry `c`: the group's head while it follows its group, else the stored value
+    /// (peers, and group entries frozen by leave, kick or dismissal).
+    static let lastSeq = "(CASE WHEN c.follows_group THEN coalesce(\(groupHead("last_seq")), 0) ELSE c.last_seq END)"
+
+    /// The effective order_key of entry `c`: a followed group's latest message raises it without being stored.
+    static let orderKey =
+        "(CASE WHEN c.follows_group THEN greatest(c.order_key, coalesce(\(groupHead("last_ts")), 0)) ELSE c.order_key END)"
+
     /// The messages of entry `c` that count for its owner (§11.7): stored, from someone else, not `no_unread`,
     /// not revoke/tips, not deleted and not suppressed.
     private static let countable = """
         m.app_id = c.app_id AND m.conv_type = c.conv_type AND m.conv_id = c.thread_id AND m.seq > c.read_seq
-          AND m.seq <= c.last_seq AND m.sender <> c.user_id AND m.type NOT IN (31, 32) AND NOT m.deleted
+          AND m.seq <= \(lastSeq) AND m.sender <> c.user_id AND m.type NOT IN (31, 32) AND NOT m.deleted
           AND m.suppressed IS NULL
         """
 
     /// The unread count of entry `c`.
     static let unreadCount = "(SELECT count(*) FROM messages m WHERE \(countable) AND NOT m.no_unread)"
 
-    /// The entry columns ``conversation(_:)`` decodes, with the derived ones and the last message.
+    /// The entry columns ``conversation(_:)`` decodes, with the derived ones and the last message. Name and avatar
+    /// come from the other user (peer) or the group; alias from the owner's friend row (peer) or its own member row
+    /// (group: '' once it is no longer a member).
     private static let select = """
-        SELECT c.user_id, c.conv_type, c.conv_id, c.thread_id, coalesce(u.name, ''), coalesce(u.avatar_url, ''),
-               coalesce(f.alias, ''), \(unreadCount), c.read_seq, c.last_seq, c.order_key, c.pinned, c.notification_status,
+        SELECT c.user_id, c.conv_type, c.conv_id, c.thread_id, coalesce(u.name, g.name, ''), coalesce(u.avatar_url, g.avatar_url, ''),
+               coalesce(f.alias, gm.alias, ''), \(unreadCount), c.read_seq, \(lastSeq), \(orderKey), c.pinned, c.notification_status,
                c.draft, c.draft_updated_at, c.marks,
                (SELECT coalesce(json_agg(json_build_object('message_id', m.message_id, 'seq', m.seq, 'from', m.sender,
                          'type', CASE WHEN NOT m.mention_all THEN 'me' WHEN c.user_id = ANY(m.mention_ids) THEN 'all_and_me'
                                       ELSE 'all' END) ORDER BY m.seq), '[]')::text
                 FROM messages m WHERE \(countable) AND m.mention_notify AND (m.mention_all OR c.user_id = ANY(m.mention_ids))),
-               c.cleared_seq, c.created_at, c.updated_at, \(MessageStore.columns("lm"))
+               c.cleared_seq, c.created_at, c.updated_at, c.conv_type = 'group' AND NOT c.follows_group, \(MessageStore.columns("lm"))
         FROM conversations c
         LEFT JOIN users u ON u.app_id = c.app_id AND u.user_id = c.conv_id AND c.conv_type = 'peer'
         LEFT JOIN friends f ON f.app_id = c.app_id AND f.user_id = c.user_id AND f.friend_id = c.conv_id AND c.conv_type = 'peer'
+        LEFT JOIN groups g ON g.app_id = c.app_id AND g.group_id = c.conv_id AND c.conv_type = 'group'
+        LEFT JOIN group_members gm ON gm.app_id = c.app_id AND gm.group_id = c.conv_id AND gm.user_id = c.user_id
+                                  AND c.conv_type = 'group'
         LEFT JOIN messages lm ON lm.app_id = c.app_id AND lm.conv_type = c.conv_type AND lm.conv_id = c.thread_id
-                             AND lm.seq = c.last_seq
+                             AND lm.seq = \(lastSeq)
         """
 
     static func conversation(_ row: PostgresRow) throws -> Conversation {
@@ -49,10 +71,10 @@ enum ConversationStore {
         return Conversation(
             userID: try row[0].string, type: try row[1].string, id: try row[2].string, threadID: try row[3].string,
             name: try row[4].string, avatarURL: try row[5].string, alias: try row[6].string, unreadCount: try row[7].int64,
-            readSeq: try row[8].int64, lastSeq: try row[9].int64, lastMessage: try MessageStore.message(row, at: 20),
+            readSeq: try row[8].int64, lastSeq: try row[9].int64, lastMessage: try MessageStore.message(row, at: 21),
             orderKey: try row[10].int64, pinned: try row[11].bool, notificationStatus: try row[12].string, draft: try row[13].string,
             draftUpdatedAt: try row[14].int64, marks: try row[15].intArray, mentionItems: items, mentionMe: me, mentionAll: all,
-            clearedSeq: try row[17].int64, createdAt: try row[18].int64, updatedAt: try row[19].int64)
+            clearedSeq: try row[17].int64, disabled: try row[20].bool, createdAt: try row[18].int64, updatedAt: try row[19].int64)
     }
 
     /// One entry that is not deleted.
@@ -109,8 +131,8 @@ enum ConversationStore {
     ) throws -> [Conversation] {
         let sql =
             select + " WHERE c.app_id = $1 AND c.user_id = $2 AND NOT c.deleted" + filterSQL
-            + " AND ($11::bigint IS NULL OR (c.order_key, c.conv_type, c.conv_id) < ($11, $12, $13))"
-            + " ORDER BY c.order_key DESC, c.conv_type DESC, c.conv_id DESC LIMIT $14"
+            + " AND ($11::bigint IS NULL OR (\(orderKey), c.conv_type, c.conv_id) < ($11, $12, $13))"
+            + " ORDER BY \(orderKey) DESC, c.conv_type DESC, c.conv_id DESC LIMIT $14"
         let parameters: [(any PostgresEncodable)?] =
             [appID, userID] + filterParameters(filter) + [after?.orderKey, after?.type, after?.id, limit]
         return try db.query(sql, parameters, prepared: true).rows.map(conversation)
@@ -153,6 +175,40 @@ enum ConversationStore {
             """, [appID, userID, type, id, threadID, now], prepared: true)
     }
 
+    /// Creates the group entry of a current member (PATCH on a group conversation without an entry): it follows
+    /// the group and starts read up to the group's head, like an entry made on join (§11.7). False when `userID` is
+    /// not a member of `groupID`. The caller holds the member row (``lockMemberAlias``), so a concurrent leave
+    /// freezes the new entry after this transaction.
+    static func createGroupEntry(appID: String, userID: String, groupID: String, now: Int64, on db: PostgresConnection) throws -> Bool {
+        try db.query(
+            """
+            INSERT INTO conversations (app_id, user_id, conv_type, conv_id, thread_id, read_seq, follows_group, order_key,
+                                       created_at, updated_at)
+            SELECT gm.app_id, gm.user_id, 'group', gm.group_id, gm.group_id, coalesce(h.last_seq, 0), true, $4, $4, $4
+            FROM group_members gm
+            LEFT JOIN conversation_seqs h ON h.app_id = gm.app_id AND h.conv_type = 'group' AND h.conv_id = gm.group_id
+            WHERE gm.app_id = $1 AND gm.user_id = $2 AND gm.group_id = $3
+            ON CONFLICT (app_id, user_id, conv_type, conv_id) DO NOTHING
+            """, [appID, userID, groupID, now], prepared: true
+        ).affectedRows == 1
+    }
+
+    /// The member's own alias for the group, its member row locked until the transaction ends; nil when it is not a
+    /// member. Taken before the entry's lock (the order a leave takes them: member row, then entry).
+    static func lockMemberAlias(appID: String, userID: String, groupID: String, on db: PostgresConnection) throws -> String? {
+        try db.query(
+            "SELECT alias FROM group_members WHERE app_id = $1 AND group_id = $2 AND user_id = $3 FOR UPDATE",
+            [appID, groupID, userID], prepared: true
+        ).first.map { try $0[0].string }
+    }
+
+    /// Sets the member's own alias for the group (the `alias` of its group entry).
+    static func setMemberAlias(appID: String, userID: String, groupID: String, alias: String, on db: PostgresConnection) throws {
+        try db.query(
+            "UPDATE group_members SET alias = $4 WHERE app_id = $1 AND group_id = $2 AND user_id = $3", [appID, groupID, userID, alias],
+            prepared: true)
+    }
+
     /// How many of the user's live entries are pinned.
     static func pinnedCount(appID: String, userID: String, on db: PostgresConnection) throws -> Int {
         Int(
@@ -182,11 +238,12 @@ enum ConversationStore {
     static func delete(appID: String, userID: String, type: String, id: String, clearHistory: Bool, now: Int64, on db: PostgresConnection)
         throws -> Bool
     {
+        // The effective last_seq is stored too, so a followed group entry keeps the position it was deleted at.
         try db.query(
             """
-            UPDATE conversations SET deleted = true, read_seq = greatest(read_seq, last_seq),
-                cleared_seq = CASE WHEN $5 THEN greatest(cleared_seq, last_seq) ELSE cleared_seq END, updated_at = $6
-            WHERE app_id = $1 AND user_id = $2 AND conv_type = $3 AND conv_id = $4 AND NOT deleted
+            UPDATE conversations c SET deleted = true, last_seq = \(lastSeq), read_seq = greatest(c.read_seq, \(lastSeq)),
+                cleared_seq = CASE WHEN $5 THEN greatest(c.cleared_seq, \(lastSeq)) ELSE c.cleared_seq END, updated_at = $6
+            WHERE c.app_id = $1 AND c.user_id = $2 AND c.conv_type = $3 AND c.conv_id = $4 AND NOT c.deleted
             """, [appID, userID, type, id, clearHistory, now], prepared: true
         ).affectedRows == 1
     }
@@ -206,10 +263,10 @@ enum ConversationStore {
     {
         let result = try db.query(
             """
-            UPDATE conversations c SET read_seq = least(coalesce($5, c.last_seq), c.last_seq), updated_at = $6
+            UPDATE conversations c SET read_seq = least(coalesce($5, \(lastSeq)), \(lastSeq)), updated_at = $6
             WHERE c.app_id = $1 AND c.user_id = $2 AND NOT c.deleted
               AND ($3::text[] IS NULL OR (c.conv_type, c.conv_id) IN (SELECT * FROM unnest($3::text[], $4::text[])))
-              AND least(coalesce($5, c.last_seq), c.last_seq) > c.read_seq
+              AND least(coalesce($5, \(lastSeq)), \(lastSeq)) > c.read_seq
             RETURNING c.conv_type, c.conv_id, c.thread_id, c.read_seq
             """, [appID, userID, keys?.map(\.type), keys?.map(\.id), seq, now], prepared: true)
         return try result.rows.map {

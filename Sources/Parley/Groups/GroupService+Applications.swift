@@ -16,8 +16,10 @@ extension GroupService {
                 application.type == .join
                 ? NewMemberRow(userID: application.userID, enterType: .joinApply, operatedBy: actor.userID)
                 : NewMemberRow(userID: application.userID, enterType: .inviteApply, operatedBy: application.inviterID)
-            let joined = try addMembers(&group, [row], via: "application", operator: actor.userID, on: db)
-            // tips §9.8: event 3 (join) / event 4 (invite); not in big groups
+            // The tips operator is who brought the user in: the approver of a join, the inviter of an invite.
+            let tips: (event: GroupTips.Event, operator: String?) =
+                application.type == .join ? (.joined, actor.userID) : (.invited, application.inviterID)
+            let joined = try addMembers(&group, [row], via: "application", operator: actor.userID, tips: tips, on: db)
             return joined.events
         }
     }

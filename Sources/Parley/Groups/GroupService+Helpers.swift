@@ -68,10 +68,13 @@ extension GroupService {
 
     /// Adds `rows` (seats already checked) and returns them with their one `group.member_joined` event: to the
     /// members, or in a big group only to the joiners, the owner and the admins (§9.7). Saves the group's count
-    /// and its big-group flag, which never reverts.
-    func addMembers(_ group: inout Group, _ rows: [NewMemberRow], via: String, operator: String?, on db: PostgresConnection) throws
-        -> (members: [GroupMember], events: [NewEvent])
-    {
+    /// and its big-group flag, which never reverts. Unless the group is (now) big, the `tips` event (3 join, 4
+    /// invite) by `tips.operator` follows with the joiners as targets; the joiners' conversation entries start
+    /// after it.
+    func addMembers(
+        _ group: inout Group, _ rows: [NewMemberRow], via: String, operator: String?,
+        tips: (event: GroupTips.Event, operator: String?), on db: PostgresConnection
+    ) throws -> (members: [GroupMember], events: [NewEvent]) {
         let members = try GroupStore.insertMembers(
             appID: appID, groupID: group.groupID,
             rows.map { GroupStore.NewMember(userID: $0.userID, role: GroupRole.member, enterType: $0.enterType, operatedBy: $0.operatedBy) },
@@ -91,18 +94,28 @@ extension GroupService {
         }
         data["via"] = via
         data["operator"] = `operator`
-        return (members, [event("group.member_joined", group, data, audience)])
+        var events = [event("group.member_joined", group, data, audience)]
+        if !group.isBigGroup {
+            events.append(try writeTips(group, GroupTips(event: tips.event, operatorID: tips.operator, targets: ids), on: db))
+        }
+        try GroupConversations.follow(appID: appID, groupID: group.groupID, userIDs: ids, now: now, on: db)
+        return (members, events)
     }
 
     /// Removes `userIDs` (members of the locked `group`) with owner continuity (§9.3): when the owner goes, the
     /// earliest admin, else the earliest member, becomes owner (`group.member_updated`); when nobody is left
-    /// the group is dismissed. Returns the events (`group.member_left` first) and the new owner.
-    func removeMembers(_ group: inout Group, _ userIDs: [String], reason: String, operator: String?, on db: PostgresConnection) throws
-        -> (events: [NewEvent], newOwnerID: String?)
-    {
+    /// the group is dismissed. The leavers' conversation entries are frozen. Unless the group is big, a `tips`
+    /// event (5 leave, 6 kick) by `operator` follows `group.member_left`, with the leavers as targets and the new
+    /// owner as its change when ownership moved (no separate event 8). Returns the events (`group.member_left`
+    /// first) and the new owner.
+    func removeMembers(
+        _ group: inout Group, _ userIDs: [String], reason: String, operator: String?, tips: GroupTips.Event?, on db: PostgresConnection
+    ) throws -> (events: [NewEvent], newOwnerID: String?) {
         let before = group.isBigGroup ? [] : try GroupStore.memberIDs(appID: appID, groupID: group.groupID, on: db)
         let removed = try GroupStore.deleteMembers(appID: appID, groupID: group.groupID, userIDs: userIDs, on: db)
         let leavers = userIDs.filter(removed.contains)
+        // Frozen before the tips message below: leavers do not see it.
+        try GroupConversations.freeze(appID: appID, groupID: group.groupID, userIDs: leavers, now: now, on: db)
         group.memberCount -= Int64(leavers.count)
         var newOwner: GroupMember?
         if group.memberCount > 0 && leavers.contains(group.ownerID),
@@ -123,12 +136,16 @@ extension GroupService {
         data["operator"] = `operator`
         data["new_owner_id"] = newOwner?.userID
         var events = [event("group.member_left", group, data, audience)]
+        if let tips, !group.isBigGroup, !leavers.isEmpty {
+            let change = newOwner.map { GroupTips.Change.newOwner($0.userID) }
+            events.append(try writeTips(group, GroupTips(event: tips, operatorID: `operator`, targets: leavers, change: change), on: db))
+        }
         if let newOwner {
             let members = try GroupStore.memberIDs(appID: appID, groupID: group.groupID, on: db)
             events.append(memberUpdated(group, [newOwner], changed: ["role"], operator: `operator`, audience: members))
         }
         if group.memberCount <= 0 {
-            // The last member left: the group is dismissed (§9.3).
+            // The last member left: the group is dismissed (§9.3), with nobody left to tell.
             events += try markDismissed(&group, operator: nil, audience: [], on: db)
         } else {
             try GroupStore.save(appID: appID, group, on: db)
@@ -179,17 +196,30 @@ extension GroupService {
         return event("group.member_updated", group, data, audience)
     }
 
-    /// Saves `group` dismissed at `now` and returns its `group.dismissed` event (the caller appends it).
+    /// Saves `group` dismissed at `now` and returns its events for the caller to append: the tips message (event
+    /// 2, to the members at dismissal, whose entries are then frozen) and `group.dismissed`. `audience` is the
+    /// members at dismissal; when it is empty (the last member just left and that request wrote its own tips
+    /// message) no tips message is written.
     func markDismissed(_ group: inout Group, operator: String?, audience: [String], on db: PostgresConnection) throws
         -> [NewEvent]
     {
         group.dismissedAt = now
         group.updatedAt = now
         try GroupStore.save(appID: appID, group, on: db)
-        // tips §9.8: event 2 (before group.dismissed, to the members at dismissal)
+        var events: [NewEvent] = []
+        if !audience.isEmpty {
+            events.append(try writeTips(group, GroupTips(event: .dismissed, operatorID: `operator`), on: db))
+            try GroupConversations.freeze(appID: appID, groupID: group.groupID, userIDs: audience, now: now, on: db)
+        }
         var data = JSONObjectWriter(capacity: 96)
         data["group_id"] = group.groupID
         data["operator"] = `operator`
-        return [event("group.dismissed", group, data, audience)]
+        events.append(event("group.dismissed", group, data, audience))
+        return events
+    }
+
+    /// Stores `tips` in the group's conversation (§9.8) and returns its `message.sent` event.
+    func writeTips(_ group: Group, _ tips: GroupTips, on db: PostgresConnection) throws -> NewEvent {
+        try tips.write(appID: appID, group: group, now: now, on: db)
     }
 }

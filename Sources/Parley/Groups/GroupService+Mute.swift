@@ -22,13 +22,13 @@ extension GroupService {
                 ? .none : Group.Mute(mode: mode, expiresAt: muteEnd(durationSeconds), roles: mode == .custom ? roles : [])
             group.updatedAt = now
             try GroupStore.save(appID: appID, group, on: db)
-            // tips §9.8: event 7 (change type 5)
             var data = JSONObjectWriter()
             data["group_id"] = groupID
             data.raw("mute", group.mute.json)
             data["operator"] = actor.userID
             let audience = try GroupStore.memberIDs(appID: appID, groupID: groupID, on: db)
-            try EventLog.append([event("group.mute_updated", group, data, audience)], appID: appID, now: now, on: db)
+            let tips = try writeTips(group, GroupTips(event: .groupChanged, operatorID: actor.userID, change: .groupMute(group.mute)), on: db)
+            try EventLog.append([event("group.mute_updated", group, data, audience), tips], appID: appID, now: now, on: db)
             return group
         }
     }
@@ -62,11 +62,14 @@ extension GroupService {
                 outcomes[id] = .done(target)
             }
             if !changed.isEmpty {
-                // tips §9.8: event 8 (change type 12)
                 let audience = try GroupStore.memberIDs(appID: appID, groupID: groupID, on: db)
+                let tips = try writeTips(
+                    group,
+                    GroupTips(event: .memberChanged, operatorID: actor.userID, targets: changed.map(\.userID), change: .mutedUntil(until)),
+                    on: db)
                 try EventLog.append(
-                    [memberUpdated(group, changed, changed: ["muted_until"], operator: actor.userID, audience: audience)], appID: appID,
-                    now: now, on: db)
+                    [memberUpdated(group, changed, changed: ["muted_until"], operator: actor.userID, audience: audience), tips],
+                    appID: appID, now: now, on: db)
             }
             return outcomes
         }

@@ -115,14 +115,17 @@ struct GroupService: DomainService {
             group.memberCount = Int64(members.count)
             group.isBigGroup = group.isBigGroup || group.memberCount > limits.bigGroupThreshold
             try GroupStore.save(appID: appID, group, on: db)
-            // tips §9.8: event 1
             let ids = members.map(\.userID)
+            // The first message of every group (seq 1), whatever its size; then everyone's entry starts after it.
+            let tips = try writeTips(
+                group, GroupTips(event: .created, operatorID: input.owner, targets: ids.filter { $0 != input.owner }), on: db)
+            try GroupConversations.follow(appID: appID, groupID: group.groupID, userIDs: ids, now: now, on: db)
             var data = JSONObjectWriter()
             data.raw("group", group.json(limits, now: now))
             data["member_ids"] = ids
             data["operator"] = input.owner
             try EventLog.append(
-                [NewEvent(type: "group.created", data: data.finish(), audience: ids, groupID: group.groupID, orderKey: group.groupID)],
+                [NewEvent(type: "group.created", data: data.finish(), audience: ids, groupID: group.groupID, orderKey: group.groupID), tips],
                 appID: appID, now: now, on: db)
             return (group, outcomes)
         }
@@ -177,15 +180,21 @@ struct GroupService: DomainService {
             guard !changed.isEmpty else { return group }
             group.updatedAt = now
             try GroupStore.save(appID: appID, group, on: db)
-            if !Set(changed).isDisjoint(with: ["name", "notice", "avatar_url"]) {
-                // tips §9.8: event 7
-            }
+            var events: [NewEvent] = []
             var data = JSONObjectWriter()
             data.raw("group", group.json(limits, now: now))
             data["changed"] = changed
             data["operator"] = actor.userID
             let audience = try GroupStore.memberIDs(appID: appID, groupID: groupID, on: db)
-            try EventLog.append([event("group.updated", group, data, audience)], appID: appID, now: now, on: db)
+            events.append(event("group.updated", group, data, audience))
+            // Only name, notice and avatar changes get a tips message (§9.8), carrying the new values.
+            func new(_ field: String, _ value: String) -> String? { changed.contains(field) ? value : nil }
+            let groupData = GroupTips.Change.groupData(
+                name: new("name", group.name), notice: new("notice", group.notice), avatarURL: new("avatar_url", group.avatarURL))
+            if groupData != .groupData(name: nil, notice: nil, avatarURL: nil) {
+                events.append(try writeTips(group, GroupTips(event: .groupChanged, operatorID: actor.userID, change: groupData), on: db))
+            }
+            try EventLog.append(events, appID: appID, now: now, on: db)
             return group
         }
     }
@@ -242,8 +251,7 @@ struct GroupService: DomainService {
             }
             try requireSeats(group, 1)
             let member = NewMemberRow(userID: userID, enterType: .joined, operatedBy: nil)
-            let joined = try addMembers(&group, [member], via: "join", operator: nil, on: db)
-            // tips §9.8: event 3 (not in big groups)
+            let joined = try addMembers(&group, [member], via: "join", operator: nil, tips: (.joined, userID), on: db)
             try EventLog.append(joined.events, appID: appID, now: now, on: db)
             return .joined(joined.members[0])
         }
@@ -256,8 +264,7 @@ struct GroupService: DomainService {
             guard try GroupStore.member(appID: appID, groupID: groupID, userID: userID, on: db) != nil else {
                 throw Self.notMember(userID, groupID)
             }
-            let removal = try removeMembers(&group, [userID], reason: "left", operator: userID, on: db)
-            // tips §9.8: event 5 (with change type 10 when ownership moved; not in big groups)
+            let removal = try removeMembers(&group, [userID], reason: "left", operator: userID, tips: .left, on: db)
             try EventLog.append(removal.events, appID: appID, now: now, on: db)
             return removal.newOwnerID
         }
@@ -299,9 +306,8 @@ struct GroupService: DomainService {
                 }
             }
             if !rows.isEmpty {
-                let joined = try addMembers(&group, rows, via: "invite", operator: actor.userID, on: db)
+                let joined = try addMembers(&group, rows, via: "invite", operator: actor.userID, tips: (.invited, actor.userID), on: db)
                 for m in joined.members { outcomes[m.userID] = .joined(m) }
-                // tips §9.8: event 4 (not in big groups)
                 events += joined.events
             }
             try EventLog.append(events, appID: appID, now: now, on: db)
@@ -339,8 +345,7 @@ struct GroupService: DomainService {
                 }
             }
             if !kicked.isEmpty {
-                let removal = try removeMembers(&group, kicked, reason: "kicked", operator: actor.userID, on: db)
-                // tips §9.8: event 6 (not in big groups)
+                let removal = try removeMembers(&group, kicked, reason: "kicked", operator: actor.userID, tips: .kicked, on: db)
                 try EventLog.append(removal.events, appID: appID, now: now, on: db)
             }
             return outcomes
@@ -363,10 +368,11 @@ struct GroupService: DomainService {
             group.ownerID = toUserID
             group.updatedAt = now
             try GroupStore.save(appID: appID, group, on: db)
-            // tips §9.8: event 8 (change type 10)
             let audience = try GroupStore.memberIDs(appID: appID, groupID: groupID, on: db)
+            let tips = try writeTips(
+                group, GroupTips(event: .memberChanged, operatorID: actor.userID, targets: [toUserID], change: .newOwner(toUserID)), on: db)
             try EventLog.append(
-                [memberUpdated(group, [old, target], changed: ["role"], operator: actor.userID, audience: audience)], appID: appID,
+                [memberUpdated(group, [old, target], changed: ["role"], operator: actor.userID, audience: audience), tips], appID: appID,
                 now: now, on: db)
             return group
         }
@@ -374,11 +380,10 @@ struct GroupService: DomainService {
 
     /// Sets a member's role (owner only; 2, 3 or a custom role; the owner's own role changes only by transfer).
     func setRole(_ groupID: String, actor: Actor, memberID: String, role: Int64) throws -> GroupMember {
-        try changeMember(groupID, actor: actor, memberID: memberID, field: "role") { op, target in
+        try changeMember(groupID, actor: actor, memberID: memberID, field: "role", tips: .role(role)) { op, target in
             try permit(op.map { GroupRole.isOwner($0.role) }, "only the owner may set member roles")
             if target.role == GroupRole.owner { throw Self.denied("the owner's role changes only by transfer_owner") }
             target.role = role
-            // tips §9.8: event 8 (change type 11)
         }
     }
 
@@ -393,9 +398,10 @@ struct GroupService: DomainService {
     }
 
     /// The shared shape of a one-member change: lock, operator, target (403 `not_group_member`), `change`, save,
-    /// and `group.member_updated` when the member changed.
+    /// and `group.member_updated` when the member changed, followed by a tips message (event 8) with `tips` when
+    /// given.
     private func changeMember(
-        _ groupID: String, actor: Actor, memberID: String, field: String,
+        _ groupID: String, actor: Actor, memberID: String, field: String, tips: GroupTips.Change? = nil,
         _ change: (_ op: GroupMember?, _ target: inout GroupMember) throws -> Void
     ) throws -> GroupMember {
         try pool.transaction { db in
@@ -409,9 +415,12 @@ struct GroupService: DomainService {
             guard target != before else { return target }
             try GroupStore.saveMember(appID: appID, groupID: groupID, target, on: db)
             let audience = try GroupStore.memberIDs(appID: appID, groupID: groupID, on: db)
-            try EventLog.append(
-                [memberUpdated(group, [target], changed: [field], operator: actor.userID, audience: audience)], appID: appID, now: now,
-                on: db)
+            var events = [memberUpdated(group, [target], changed: [field], operator: actor.userID, audience: audience)]
+            if let tips {
+                events.append(
+                    try writeTips(group, GroupTips(event: .memberChanged, operatorID: actor.userID, targets: [memberID], change: tips), on: db))
+            }
+            try EventLog.append(events, appID: appID, now: now, on: db)
             return target
         }
     }
@@ -447,29 +456,9 @@ struct GroupService: DomainService {
             guard var group = try GroupStore.fetch(appID: appID, groupID: groupID, forUpdate: true, on: db), !group.isDismissed else {
                 continue
             }
-            events += try removeMembers(&group, [userID], reason: "deleted", operator: nil, on: db).events
+            // No tips message: the user is gone, and §9.8 lists no trigger for a hard delete.
+            events += try removeMembers(&group, [userID], reason: "deleted", operator: nil, tips: nil, on: db).events
         }
         return events
-    }
-
-    // MARK: - Send-time check (for the messaging code)
-
-    /// The group rules of a send by `userID` (API.md §9.5, §11.1): the group must exist (404
-    /// `target_not_found`) and not be dismissed (409 `group_dismissed`), the sender must be a member (403
-    /// `not_group_member`) and neither muted as a member nor covered by the group mute (403 `sender_muted`).
-    /// Returns the sender's membership.
-    @discardableResult
-    static func muteCheck(appID: String, groupID: String, userID: String, now: Int64, on db: PostgresConnection) throws -> GroupMember {
-        guard let group = try GroupStore.fetch(appID: appID, groupID: groupID, on: db) else {
-            throw APIError(.targetNotFound, "group \(groupID) does not exist")
-        }
-        if group.isDismissed { throw dismissed(groupID) }
-        guard let member = try GroupStore.member(appID: appID, groupID: groupID, userID: userID, on: db) else {
-            throw notMember(userID, groupID)
-        }
-        if member.isMuted(now: now) || group.mute.covers(role: member.role, now: now) {
-            throw APIError(.senderMuted, "user \(userID) is muted in group \(groupID)")
-        }
-        return member
     }
 }
