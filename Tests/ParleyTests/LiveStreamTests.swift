@@ -283,4 +283,47 @@ struct LiveStreamTests: ProblemAssertions {
         while (try? Self.nextEvent(slow, timeout: .seconds(10))) ?? nil != nil { slowCount += 1 }
         #expect(slowCount < batches * 100, "the slow reader was cut off (it got \(slowCount))")
     }
+
+    /// True when `stream` ends (the server closed it) within `timeout`; events before the end are skipped.
+    static func ends(_ stream: HTTPClientStream, within timeout: Duration = .seconds(5)) -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            do {
+                if try stream.nextEvent(timeout: deadline - ContinuousClock.now) == nil { return true }
+            } catch {
+                return false  // timed out: still open
+            }
+        }
+        return false
+    }
+
+    /// API.md §14.3 "Closing": a stream closes when its user token expires and when the app key it was opened
+    /// with is revoked; streams on other credentials stay open.
+    @Test func streamsCloseWhenTheirTokenExpiresOrTheirKeyIsRevoked() throws {
+        let server = try TestServer.start(testClock: true)
+        defer { server.stop() }
+        let app = try server.createApp()
+        try app.createUser("u1")
+        let created = try server.request(.post, "/v1/apps/\(app.appID)/keys", bearer: server.adminKey, json: #"{"name":"stream"}"#)
+        let secret = try #require(created.json?["secret"]?.stringValue)
+        let keyID = try #require(created.json?["key_id"]?.stringValue)
+
+        let shortToken = try Self.open(server, "/v1/users/u1/events", bearer: try app.token(for: "u1", ttl: 60))
+        defer { shortToken.close() }
+        let longToken = try Self.open(server, "/v1/users/u1/events", bearer: try app.token(for: "u1", ttl: 3600))
+        defer { longToken.close() }
+        let revokedKey = try Self.open(server, "/v1/events", bearer: secret)
+        defer { revokedKey.close() }
+        let mainKey = try Self.open(server, "/v1/events", bearer: app.key)
+        defer { mainKey.close() }
+        for stream in [shortToken, longToken, revokedKey, mainKey] { #expect(stream.status == 200) }
+
+        try server.advanceClock(ms: 61_000)
+        #expect(Self.ends(shortToken), "the stream of the expired token closes")
+        let revoke = try server.request(.delete, "/v1/apps/\(app.appID)/keys/\(keyID)", bearer: server.adminKey)
+        #expect(revoke.status == 204, "\(revoke.text)")
+        #expect(Self.ends(revokedKey), "the stream of the revoked key closes")
+        #expect(!Self.ends(longToken, within: .milliseconds(1500)))
+        #expect(!Self.ends(mainKey, within: .milliseconds(500)))
+    }
 }

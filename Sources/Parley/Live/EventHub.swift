@@ -33,6 +33,10 @@ final class EventHub: Sendable {
         /// For a user stream: its `platform`, and whether it makes the user online (API.md §5).
         var platform = "unknown"
         var countsPresence = false
+        /// When the user token it was opened with expires (server-clock ms); the stream closes then.
+        var expiresAt: Int64?
+        /// The app key it was opened with; the stream closes when that key is revoked.
+        var appKeyID: String?
     }
 
     private struct Inbox {
@@ -248,6 +252,7 @@ final class EventHub: Sendable {
         var nextSweep = EventLoop.monotonicMillis() + 1000
         var nextNodeBeat: Int64 = 0
         var retry: Set<String> = []
+        var sweep = false
         while true {
             let now = EventLoop.monotonicMillis()
             waitForSignal(timeoutMillis: Int(max(0, min(nextHeartbeat, nextSweep) - now)))
@@ -280,6 +285,7 @@ final class EventHub: Sendable {
             if apps.contains("*") || EventLoop.monotonicMillis() >= nextSweep {
                 apps.formUnion(feeds.keys)
                 releaseExpiredReservations()
+                sweep = true
                 nextSweep = EventLoop.monotonicMillis() + 1000
             }
             retry = []
@@ -288,6 +294,10 @@ final class EventHub: Sendable {
                 db = connection
                 for appID in apps where feeds[appID] != nil {
                     if try pump(&feeds[appID]!, appID: appID, audience: &audience, db: connection) { retry.insert(appID) }
+                }
+                if sweep {
+                    try closeLapsed(&feeds, on: connection)
+                    sweep = false
                 }
                 for appID in batch.writtenHere.sorted() {
                     try connection.notify(channel: Self.channel, payload: "\(nodeID) \(appID)")
@@ -361,6 +371,34 @@ final class EventHub: Sendable {
             subscriber.presence?.endedByLogout()
             subscriber.stream.close()
             feed.subscribers[id] = nil
+        }
+    }
+
+    /// Closes the streams whose credential lapsed (API.md §14.3 "Closing"): the user token expired, the app key was
+    /// revoked, or the app was deleted. Clients reconnect with `Last-Event-ID` and a valid credential.
+    private func closeLapsed(_ feeds: inout [String: Feed], on db: PostgresConnection) throws {
+        guard let clock = services.withLock({ $0?.clock }) else { return }
+        let now = clock.now()
+        for appID in Array(feeds.keys) {
+            let keyIDs = Set(feeds[appID]!.subscribers.values.compactMap(\.subscription.appKeyID))
+            let row = try db.query(
+                """
+                SELECT EXISTS (SELECT 1 FROM apps WHERE app_id = $1),
+                       ARRAY(SELECT key_id FROM app_keys WHERE app_id = $1 AND key_id = ANY($2::text[]) AND revoked_at IS NULL)
+                """, [appID, Array(keyIDs)], prepared: true
+            ).first
+            let appExists = try row?[0].bool ?? false
+            let activeKeys = Set(try row?[1].stringArray ?? [])
+            for (id, subscriber) in feeds[appID]!.subscribers {
+                let subscription = subscriber.subscription
+                let lapsed =
+                    !appExists || (subscription.expiresAt.map { $0 <= now } ?? false)
+                    || (subscription.appKeyID.map { !activeKeys.contains($0) } ?? false)
+                if lapsed {
+                    subscriber.stream.close()
+                    feeds[appID]!.subscribers[id] = nil
+                }
+            }
         }
     }
 

@@ -47,6 +47,15 @@ enum LiveRoutes {
         return query.string("last_event_id", maxBytes: 32)
     }
 
+    /// When the user token of the request expires (server-clock ms), nil for other credentials. The token was
+    /// verified before the handler ran, so its claims are read as they are.
+    private static func tokenExpiry(_ ctx: APIContext) -> Int64? {
+        guard ctx.credential.userID != nil else { return nil }
+        let token = Authenticator.bearer(ctx.request.headers["Authorization"]) ?? ctx.request.queryValue("access_token")
+        guard let token, let (_, claims) = UserToken.decodeUnverified(token), let exp = claims["exp"]?.intValue else { return nil }
+        return exp * 1000
+    }
+
     private static func open(
         _ ctx: APIContext, filter: StreamFilter, userID: String?, resume: String?, countedAs key: String, limit: Int,
         platform: String = "unknown", countsPresence: Bool = false
@@ -60,6 +69,8 @@ enum LiveRoutes {
         var opened = EventHub.Subscription(appID: ctx.appID, filter: filter, userID: userID, after: position.after, head: head)
         opened.platform = platform
         opened.countsPresence = countsPresence
+        opened.expiresAt = tokenExpiry(ctx)
+        if case .app(_, let keyID) = ctx.credential { opened.appKeyID = keyID }
         let subscription = opened
         var headers = HTTPHeaders()
         headers.add("Content-Type", "text/event-stream")
