@@ -497,6 +497,29 @@ struct MessagesTests: ProblemAssertions {
         #expect(try Self.conversation(app, "a", "b") == nil)
         #expect(try Self.sendText(app, "a", "b", "new a", extra: "\"client_msg_id\":\"k\"").status == 201)
     }
+
+    /// `history_retention_days`: messages older than the horizon are purged by the retention timer; the sequence
+    /// continues, a retried send of a purged message answers with its tombstone, and reading it by id is 404.
+    @Test func historyRetentionPurgesOldMessagesAndNumberingContinues() throws {
+        let (server, app) = try Self.start(settings: #"{"history_retention_days":1}"#)
+        defer { server.stop() }
+        try app.createUser("a")
+        try app.createUser("b")
+        let old = try Self.sendText(app, "a", "b", "old", extra: #""client_msg_id":"k-old""#)
+        #expect(old.json?["seq"]?.intValue == 1)
+        let oldID = try #require(old.json?["message_id"]?.stringValue)
+        try server.advanceClock(ms: 86_400_000 + 3_600_000)
+
+        let fresh = try Self.sendText(app, "a", "b", "fresh")
+        #expect(fresh.json?["seq"]?.intValue == 2)
+        #expect(Self.seqs(try Self.history(app, "b", "a")) == [2])
+        Self.expectProblem(try app.request(.get, "/v1/messages/\(oldID)"), 404, 7_000_210)
+        let retried = try Self.sendText(app, "a", "b", "old", extra: #""client_msg_id":"k-old""#)
+        #expect(retried.status == 200)
+        #expect(retried.json?["message_id"]?.stringValue == oldID)
+        #expect(retried.json?["seq"]?.intValue == 1)
+        #expect(try Self.conversation(app, "b", "a")?["unread_count"]?.intValue == 1)
+    }
 }
 
 /// A value behind a lock, for collecting results from concurrent test threads.

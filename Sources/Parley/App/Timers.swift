@@ -39,6 +39,7 @@ final class Timers: Sendable {
     /// Every timer kind of the server; a domain adds its kind here.
     static let allKinds: [TimerKind] = [
         EventRetention.kind, FriendApplicationExpiry.kind, CustomStatusExpiry.kind, StatusSubscriptionExpiry.kind, GroupApplicationExpiry.kind,
+        HistoryRetention.kind,
     ]
 
     let kinds: [TimerKind]
