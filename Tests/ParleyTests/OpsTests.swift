@@ -71,7 +71,16 @@ struct OpsTests: ProblemAssertions {
         #expect(try app.request(.get, "/v1/settings").status == 200)
         #expect(try server.request(.get, "/v1/settings").status == 401)
         #expect(try server.request(.get, "/v1/apps/\(app.appID)", bearer: server.adminKey).status == 200)
+        try app.createUser("a")
+        try app.createUser("b")
+        let text1 = #"{"from":"a","conversation_type":"peer","to":"b","type":1,"body":{"text":"x"},"client_msg_id":"k1"}"#
+        #expect(try app.request(.post, "/v1/messages", json: text1).status == 201)
+        #expect(try app.request(.post, "/v1/messages", json: text1).status == 200)  // a duplicate is not a new message
+        let command = #"{"from":"a","conversation_type":"peer","to":"b","type":2,"body":{"data":"ping"}}"#
+        #expect(try app.request(.post, "/v1/messages", json: command).status == 201)
         let wanted = [
+            #"parley_messages_total{conversation_type="peer",stored="true"} 1"#,
+            #"parley_messages_total{conversation_type="peer",stored="false"} 1"#,
             #"parley_http_requests_total{method="GET",route="/v1/settings",status="200"} "#,
             #"parley_http_requests_total{method="GET",route="/v1/settings",status="401"} "#,
             #"parley_http_requests_total{method="GET",route="/v1/apps/{app_id}",status="200"} "#,
@@ -92,7 +101,7 @@ struct OpsTests: ProblemAssertions {
         #expect(text.contains("# TYPE parley_http_requests_total counter"))
         #expect(text.contains("# TYPE parley_http_request_duration_seconds histogram"))
         #expect(text.contains(#"parley_http_request_duration_seconds_bucket{le="+Inf"} "#))
-        #expect(text.contains("parley_event_log_head{app_id=\"\(app.appID)\"} 0"))
+        #expect(text.contains("parley_event_log_head{app_id=\"\(app.appID)\"} "))
         let pool = text.split(separator: "\n").first { $0.hasPrefix("parley_db_pool_in_use ") }
         #expect(pool != nil, "parley_db_pool_in_use missing")
         if let pool { #expect(Int(pool.split(separator: " ").last ?? "") != nil, "\(pool)") }

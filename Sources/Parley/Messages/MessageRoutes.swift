@@ -55,7 +55,10 @@ enum MessageRoutes {
         var body = try ctx.body()
         let request = try SendRequest(&body, ctx: ctx, settings: app.settings)
         let sent = try MessageService(ctx).send(request, settings: app.settings, viewer: MessageViewer(ctx))
-        guard sent.duplicate else { return Reply.created(sent.json) }
+        guard sent.duplicate else {
+            ctx.services.metrics.messageAccepted(request.conversationType, stored: request.stored)
+            return Reply.created(sent.json)
+        }
         var response = Reply.json(sent.json)
         response.headers.add("Parley-Duplicate", "true")
         return response
@@ -95,6 +98,7 @@ enum MessageRoutes {
             do {
                 let request = try SendRequest(&item, ctx: ctx, settings: app.settings, batchRecipient: to)
                 let sent = try service.send(request, settings: app.settings, viewer: .app)
+                if !sent.duplicate { ctx.services.metrics.messageAccepted(request.conversationType, stored: request.stored) }
                 var o = JSONObjectWriter(capacity: 64)
                 o["message_id"] = sent.messageID
                 o["seq"] = sent.seq

@@ -2,7 +2,7 @@ import ParleyHTTP
 import ParleySync
 import Synchronization
 
-/// Prometheus counters and histograms of the HTTP layer (API.md §17 `/metrics`).
+/// Prometheus counters and histograms of the HTTP layer and of accepted messages (API.md §17 `/metrics`).
 ///
 /// Owner: `state` behind its `LockedValue`; recorded from the event loops after each response.
 final class Metrics: Sendable {
@@ -20,6 +20,8 @@ final class Metrics: Sendable {
         var durationCount = 0
         var durationSum = 0.0
         var openConnections = 0
+        /// Accepted messages by "conversation_type stored" (`parley_messages_total`).
+        var messages: [String: Int] = [:]
     }
 
     private let state = LockedValue(State())
@@ -34,6 +36,11 @@ final class Metrics: Sendable {
     }
 
     func connections(_ count: Int) { state.withLock { $0.openConnections = count } }
+
+    /// Counts one message accepted by a send or batch send (duplicates are not new messages).
+    func messageAccepted(_ type: ConversationType, stored: Bool) {
+        state.withLock { $0.messages["\(type.rawValue) \(stored)", default: 0] += 1 }
+    }
 
     /// The HTTP part of the exposition text.
     func render() -> String {
@@ -54,6 +61,12 @@ final class Metrics: Sendable {
         out += "parley_http_request_duration_seconds_count \(s.durationCount)\n"
         out += "# HELP parley_http_connections_open Open HTTP connections.\n# TYPE parley_http_connections_open gauge\n"
         out += "parley_http_connections_open \(s.openConnections)\n"
+        out += "# HELP parley_messages_total Messages accepted by sends, by conversation type and storage.\n"
+        out += "# TYPE parley_messages_total counter\n"
+        for (key, count) in s.messages.sorted(by: { $0.key < $1.key }) {
+            let parts = key.split(separator: " ")
+            out += "parley_messages_total{conversation_type=\"\(parts[0])\",stored=\"\(parts[1])\"} \(count)\n"
+        }
         return out
     }
 
