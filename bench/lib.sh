@@ -190,3 +190,27 @@ pair_row() {  # name: one "| workload | pgbench | parley | ratio | p50 / p99 | p
     printf '| %s | %.0f | %.0f | %s | %s / %s | %s | %s |\n' "$name" "${RATE[pgbench,$name]}" "${RATE[parley,$name]}" "$ratio" \
         "${P50[$name]}" "${P99[$name]}" "${LAT[$name]}" "${ERR[$name]}"
 }
+
+# --- Fixtures through the API ----------------------------------------------------------------------------------------
+import_users() {  # count: users u1..u<count> (name "User <i>"), 100 per request
+    local count=$1 first last
+    log "importing $count users"
+    for ((first = 1; first <= count; first += 100)); do
+        last=$((first + 99 < count ? first + 99 : count))
+        api -X POST "$BASE/v1/users/import" \
+            -d "$(python3 -c "import json,sys; a,b=int(sys.argv[1]),int(sys.argv[2]); print(json.dumps({'users':[{'user_id':f'u{i}','name':f'User {i}'} for i in range(a,b+1)]}))" "$first" "$last")" >/dev/null
+    done
+}
+
+create_group() {  # id size: owner u1, members u2..u<size> (499 at creation, the rest invited by the app, 100 per call)
+    local id=$1 size=$2 from count
+    api -X POST "$BASE/v1/groups" \
+        -d "$(python3 -c "import json,sys; print(json.dumps({'group_id':sys.argv[1],'operator':'u1','members':[f'u{i}' for i in range(2,min(int(sys.argv[2]),500)+1)]}))" "$id" "$size")" >/dev/null
+    for ((from = 501; from <= size; from += 100)); do
+        api -X POST "$BASE/v1/groups/$id/members/invite" \
+            -d "$(python3 -c "import json,sys; f=int(sys.argv[1]); print(json.dumps({'user_ids':[f'u{i}' for i in range(f, min(f+100, int(sys.argv[2])+1))]}))" "$from" "$size")" >/dev/null
+    done
+    count=$(api "$BASE/v1/groups/$id/member_count" | python3 -c 'import json,sys; print(json.load(sys.stdin)["member_count"])')
+    [[ $count == "$size" ]] || die "group $id has $count members, expected $size"
+    log "group $id: $count members"
+}
