@@ -1,4 +1,5 @@
--- The one statement GET /v1/groups/g500/messages (20 newest, app key: no viewer) runs (MessageStore.history).
+-- The one statement GET /v1/groups/g500/messages (20 newest, app key: no viewer) runs (MessageStore.history, with
+-- the group access check folded in).
 SELECT m.message_id, m.client_msg_id, m.type, m.conv_type, m.sender, m.recipient, m.seq, m.timestamp, m.body, m.extended_data, m.mention_ids, m.mention_all, m.reply, m.root_message_id, m.reply_count, m.priority, m.need_receipt, m.no_unread, m.repeat_count, m.push, m.suppressed, m.deleted
 FROM messages m
 WHERE m.app_id = 'default' AND m.conv_type = 'group' AND m.conv_id = 'g500'
@@ -7,4 +8,7 @@ WHERE m.app_id = 'default' AND m.conv_type = 'group' AND m.conv_id = 'g500'
   AND (NULL::text IS NULL OR false OR m.suppressed IS NULL OR m.sender = NULL::text)
   AND (NULL::text IS NULL OR m.seq > coalesce((SELECT c.cleared_seq FROM conversations c
         WHERE c.app_id = 'default' AND c.user_id = NULL::text AND c.conv_type = 'group' AND c.conv_id = 'g500'), 0))
+  AND (NOT true OR EXISTS (SELECT 1 FROM groups g WHERE g.app_id = 'default' AND g.group_id = 'g500' AND g.dismissed_at IS NULL
+        AND (NULL::text IS NULL OR EXISTS (SELECT 1 FROM group_members gm
+                                         WHERE gm.app_id = 'default' AND gm.group_id = 'g500' AND gm.user_id = NULL::text))))
 ORDER BY m.seq DESC LIMIT 21;

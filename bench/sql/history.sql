@@ -10,4 +10,7 @@ WHERE m.app_id = 'default' AND m.conv_type = 'peer' AND m.conv_id = least('u' ||
   AND (('u' || :a)::text IS NULL OR false OR m.suppressed IS NULL OR m.sender = 'u' || :a)
   AND (('u' || :a)::text IS NULL OR m.seq > coalesce((SELECT c.cleared_seq FROM conversations c
         WHERE c.app_id = 'default' AND c.user_id = 'u' || :a AND c.conv_type = 'peer' AND c.conv_id = 'u' || :b), 0))
+  AND (NOT false OR EXISTS (SELECT 1 FROM groups g WHERE g.app_id = 'default' AND g.group_id = least('u' || :a, 'u' || :b) || ' ' || greatest('u' || :a, 'u' || :b) AND g.dismissed_at IS NULL
+        AND ('u' || :a IS NULL OR EXISTS (SELECT 1 FROM group_members gm
+                                         WHERE gm.app_id = 'default' AND gm.group_id = least('u' || :a, 'u' || :b) || ' ' || greatest('u' || :a, 'u' || :b) AND gm.user_id = 'u' || :a))))
 ORDER BY m.seq DESC LIMIT 21;

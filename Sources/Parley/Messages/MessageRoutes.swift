@@ -184,7 +184,7 @@ enum MessageRoutes {
         h.forward = direction.map { $0 == "forward" } ?? (afterSeq != nil && beforeSeq == nil)
         h.viewer = userID
         h.includeHidden = ctx.isApp && includeHidden
-        if type == .group { try MessageService(ctx).requireGroupHistory(id, viewer: userID, on: ctx.db) }
+        h.requireGroupAccess = type == .group
         let list =
             "history|\(ctx.appID)|\(userID ?? "")|\(type.rawValue)|\(id)|\(h.afterSeq)|\(h.beforeSeq)|\(h.startAt)|\(h.endAt)|"
             + "\(typeValues)|\(h.forward)|\(h.includeHidden)"
@@ -199,6 +199,8 @@ enum MessageRoutes {
         let messages = try MessageStore.history(
             appID: ctx.appID, conversationType: type, threadID: MessageStore.thread(type, userID ?? "", id), peer: id, query: h,
             on: ctx.db)
+        // No rows from a group: find out whether access was refused (404/409/403) or the page is empty.
+        if messages.isEmpty && type == .group { try MessageService(ctx).requireGroupHistory(id, viewer: userID, on: ctx.db) }
         let page = messages.prefix(limit)
         let viewer = MessageViewer(ctx)
         let next = messages.count > limit ? page.last.flatMap { $0.seq }.map { ctx.cursors.encode(list: list, values: [.int($0)]) } : nil

@@ -154,6 +154,9 @@ enum MessageStore {
         var viewer: String?
         /// App key only: also other users' suppressed messages.
         var includeHidden = false
+        /// Group history: return rows only while the group is live and the viewer (if any) is a member, so the
+        /// access check costs no extra round trip; an empty answer leaves the reason to the caller.
+        var requireGroupAccess = false
         var limit = 20
     }
 
@@ -170,13 +173,16 @@ enum MessageStore {
               AND ($9::text IS NULL OR $10 OR m.suppressed IS NULL OR m.sender = $9)
               AND ($9::text IS NULL OR m.seq > coalesce((SELECT c.cleared_seq FROM conversations c
                     WHERE c.app_id = $1 AND c.user_id = $9 AND c.conv_type = $2 AND c.conv_id = $11), 0))
+              AND (NOT $13 OR EXISTS (SELECT 1 FROM groups g WHERE g.app_id = $1 AND g.group_id = $3 AND g.dismissed_at IS NULL
+                    AND ($9::text IS NULL OR EXISTS (SELECT 1 FROM group_members gm
+                                                     WHERE gm.app_id = $1 AND gm.group_id = $3 AND gm.user_id = $9))))
             ORDER BY m.seq \(query.forward ? "ASC" : "DESC") LIMIT $12
             """
         let result = try db.query(
             sql,
             [
                 appID, conversationType.rawValue, threadID, query.afterSeq, query.beforeSeq, query.startAt, query.endAt,
-                query.types, query.viewer, query.includeHidden, peer, query.limit,
+                query.types, query.viewer, query.includeHidden, peer, query.limit, query.requireGroupAccess,
             ], prepared: true)
         return try result.rows.compactMap { try message($0) }
     }
