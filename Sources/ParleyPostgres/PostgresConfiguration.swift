@@ -76,6 +76,13 @@ public struct PostgresConfiguration: Sendable, CustomStringConvertible {
         set { self["connect_timeout"] = newValue.map { String($0) } }
     }
 
+    /// Adds a server setting every connection starts with (`-c name=value` in libpq's `options`, after any the
+    /// connection string already had). `name` and `value` must not contain spaces.
+    public mutating func addServerSetting(_ name: String, _ value: String) {
+        let setting = "-c \(name)=\(value)"
+        self["options"] = self["options"].map { $0 + " " + setting } ?? setting
+    }
+
     /// The same server and credentials, another database.
     public func with(database: String) -> PostgresConfiguration {
         var copy = self
