@@ -76,16 +76,16 @@ struct Message: Sendable {
         w.beginObject()
         writeHead(&w)
         if let seq { w.writeInt(seq) } else { w.writeNull() }
-        w.key("timestamp")
+        w.key(static: "timestamp")
         w.writeInt(timestamp)
         writeTail(&w)
         // `suppressed` for the app; `push` for the app and the sender (API.md §2 †).
         if viewer == .app {
-            w.key("suppressed")
+            w.key(static: "suppressed")
             if let suppressed { w.writeString(suppressed) } else { w.writeNull() }
         }
         if viewer == .app || viewer == .user(from) {
-            w.key("push")
+            w.key(static: "push")
             if let push { w.writeRaw(push) } else { w.writeNull() }
         }
         w.endObject()
@@ -105,7 +105,7 @@ struct Message: Sendable {
         var w = JSONWriter(capacity: 384 + (body?.count ?? 0) + (reply?.count ?? 0))
         // A writer inside an object with one member written, so the first key gets its comma; cut before it.
         w.beginObject()
-        w.key("_")
+        w.key(static: "_")
         w.writeNull()
         let cut = w.bytes.count
         writeTail(&w)
@@ -113,66 +113,58 @@ struct Message: Sendable {
     }
 
     private func writeHead(_ w: inout JSONWriter) {
-        w.key("message_id")
+        w.key(static: "message_id")
         w.writeString(messageID)
-        w.key("client_msg_id")
+        w.key(static: "client_msg_id")
         if let clientMsgID { w.writeString(clientMsgID) } else { w.writeNull() }
-        w.key("type")
+        w.key(static: "type")
         w.writeInt(type)
-        w.key("conversation_type")
+        w.key(static: "conversation_type")
         w.writeString(conversationType.rawValue)
-        w.key("from")
+        w.key(static: "from")
         w.writeString(from)
-        w.key("to")
+        w.key(static: "to")
         w.writeString(to)
-        w.key("seq")
+        w.key(static: "seq")
     }
 
     private func writeTail(_ w: inout JSONWriter) {
-        w.key("body")
+        w.key(static: "body")
         if let body { w.writeRaw(body) } else { w.writeNull() }
-        w.key("extended_data")
+        w.key(static: "extended_data")
         w.writeString(extendedData)
-        w.key("mentions")
+        w.key(static: "mentions")
         w.object { w in
-            w.key("user_ids")
+            w.key(static: "user_ids")
             w.array { w in for id in mentionIDs { w.writeString(id) } }
-            w.key("all")
+            w.key(static: "all")
             w.writeBool(mentionAll)
         }
-        w.key("reply")
+        w.key(static: "reply")
         if let reply { w.writeRaw(reply) } else { w.writeNull() }
-        w.key("root_message_id")
+        w.key(static: "root_message_id")
         if let rootMessageID { w.writeString(rootMessageID) } else { w.writeNull() }
-        w.key("reply_count")
+        w.key(static: "reply_count")
         w.writeInt(replyCount)
-        w.key("priority")
+        w.key(static: "priority")
         w.writeInt(priority)
-        w.key("need_receipt")
+        w.key(static: "need_receipt")
         w.writeBool(needReceipt)
-        w.key("receipt_status")
+        w.key(static: "receipt_status")
         w.writeString(needReceipt ? "processing" : "none")
-        w.key("no_unread")
+        w.key(static: "no_unread")
         w.writeBool(noUnread)
-        w.key("online_only")
+        w.key(static: "online_only")
         w.writeBool(onlineOnly)
-        w.key("stored")
+        w.key(static: "stored")
         w.writeBool(stored)
-        w.key("repeat_count")
+        w.key(static: "repeat_count")
         w.writeInt(repeatCount)
-        w.key("is_broadcast")
+        w.key(static: "is_broadcast")
         w.writeBool(isBroadcast)
-        w.key("edited_at")
-        w.writeNull()
-        w.key("editor_id")
-        w.writeNull()
-        w.key("edit_count")
-        w.writeInt(0)
-        w.key("pinned")
-        w.writeNull()
-        w.key("reactions")
-        w.array { _ in }
-        w.key("deleted")
+        // Edits, pins and reactions are not built yet: their members are constant.
+        w.staticMembers(#""edited_at":null,"editor_id":null,"edit_count":0,"pinned":null,"reactions":[]"#)
+        w.key(static: "deleted")
         w.writeBool(deleted)
     }
 

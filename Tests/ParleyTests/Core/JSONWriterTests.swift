@@ -20,6 +20,22 @@ struct JSONWriterTests {
         #expect(try JSONValue.parse(w.bytes) == .string(all))
     }
 
+    @Test func staticKeysAndMembersPlaceCommasLikeTheOthers() {
+        var w = JSONWriter()
+        w.object { w in
+            w.key(static: "a")
+            w.writeInt(1)
+            w.staticMembers(#""b":null,"c":[]"#)
+            w.key("d")
+            w.object { w in
+                w.staticMembers(#""e":0"#)
+                w.key(static: "f")
+                w.writeBool(true)
+            }
+        }
+        #expect(text(w.bytes) == #"{"a":1,"b":null,"c":[],"d":{"e":0,"f":true}}"#)
+    }
+
     @Test func integers() {
         var w = JSONWriter()
         w.array { w in
