@@ -21,10 +21,6 @@ cd "$ROOT"
 TARGETS=${BENCH_TARGETS:-"nginx parley"}
 CONNECTIONS=${BENCH_CONNECTIONS:-"64 256"}
 DURATION=${BENCH_DURATION:-10s}
-THREADS=${BENCH_THREADS:-2}
-RESULTS=${BENCH_RESULTS:-$ROOT/bench/RESULTS.md}
-SCRATCH=${BENCH_SCRATCH_PATH:-$ROOT/.build}
-READY_TIMEOUT=60
 
 wants() { [[ " $TARGETS " == *" $1 "* ]]; }
 # shellcheck source=bench/lib.sh

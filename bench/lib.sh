@@ -2,6 +2,12 @@
 # Shared helpers of the bench/ scripts: logging, tool installation, processes started by PID (cleaned up on
 # exit), free loopback ports, readiness waits and memory readings. Source it after setting ROOT.
 
+# The settings every script shares (each script sets its own CONNECTIONS / DURATION defaults before sourcing).
+THREADS=${BENCH_THREADS:-2}
+RESULTS=${BENCH_RESULTS:-$ROOT/bench/RESULTS.md}
+SCRATCH=${BENCH_SCRATCH_PATH:-$ROOT/.build}
+READY_TIMEOUT=60
+
 log() { printf '[bench] %s\n' "$*" >&2; }
 die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
 
@@ -29,6 +35,8 @@ require_tools() {  # wrk and curl always; nginx when asked ("nginx" argument)
     fi
     return 0
 }
+
+require_pgbench() { command -v pgbench >/dev/null || install_package postgresql-contrib postgresql-client; }
 
 # --- processes and cleanup --------------------------------------------------------------------------------
 

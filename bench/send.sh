@@ -11,14 +11,10 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 CONNECTIONS=${BENCH_CONNECTIONS:-32}
 DURATION=${BENCH_DURATION:-15s}
-THREADS=${BENCH_THREADS:-2}
-RESULTS=${BENCH_RESULTS:-$ROOT/bench/RESULTS.md}
-SCRATCH=${BENCH_SCRATCH_PATH:-$ROOT/.build}
-READY_TIMEOUT=60
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
 require_tools
-command -v pgbench >/dev/null || install_package postgresql-contrib postgresql-client
+require_pgbench
 
 build_parley
 start_parley
