@@ -47,11 +47,10 @@ SECTION=$(
     echo "- parley: release build, embedded PostgreSQL 15, default pool, log level error; 5,000 users; groups g5, g500, g5000 (owner u1, members u2..u<n>)"
     echo "- group send: text from a random member of g500 with a fresh client_msg_id (bench/lua/group_send.lua); pgbench runs the one statement a send runs (bench/sql/group_send.sql: \`parley_send_message\`, Migrations/0009); g500 held $stored messages at the end"
     echo "- group history: \`GET /v1/groups/g500/messages\` (20 newest, app key); pgbench runs the same SELECT (bench/sql/group_history.sql)"
-    echo "- load: wrk \`-t$THREADS -c$CONNECTIONS -d$DURATION --latency\` and pgbench \`-M prepared -j $THREADS -c$CONNECTIONS -T$SECS\`, one after the other; latency rows: wrk with one connection, senders u1..u5 (members of both groups)"
+    echo "- load: wrk \`-t$THREADS -c$CONNECTIONS -d$DURATION --latency\` and pgbench \`-M prepared -j $THREADS -c$CONNECTIONS -T$SECS\`, alternating for $ROUNDS rounds (the row shows the round with the median ratio); latency rows: wrk with one connection, senders u1..u5 (members of both groups)"
     [[ -n ${BENCH_NOTE:-} ]] && echo "- note: $BENCH_NOTE"
     echo
-    echo "| workload | pgbench tps | parley req/s | parley/pgbench | parley p50 / p99 | pgbench latency | parley non-2xx |"
-    echo "|---|---:|---:|---:|---|---|---:|"
+    echo "$PAIR_HEADER"
     pair_row "group send (500 members)"
     pair_row "group history (500 members)"
     echo

@@ -81,7 +81,7 @@ fi
 seconds_of() { local d=$1; case $d in *m) echo $((${d%m} * 60)) ;; *s) echo "${d%s}" ;; *) echo "$d" ;; esac; }
 WRK_LIMIT=$(($(seconds_of "$DURATION") + 30))
 
-run_wrk() {  # name port conns duration -> prints "reqs p50 p99 errors"
+wrk_target() {  # name port conns duration -> prints "reqs p50 p99 errors"
     local out="$TMP/wrk-$1-$3-$4.txt"
     timeout "$WRK_LIMIT" wrk -t"$THREADS" -c"$3" -d"$4" --latency --timeout 5s "http://127.0.0.1:$2/healthz" >"$out" 2>&1 \
         || { cat "$out" >&2; die "wrk against $1 failed"; }
@@ -114,14 +114,14 @@ for target in nginx parley; do
     wants "$target" || continue
     port=$([[ $target == nginx ]] && echo "$NGINX_PORT" || echo "$PARLEY_PORT")
     log "warm-up: $target"
-    run_wrk "$target" "$port" 64 2s >/dev/null
+    wrk_target "$target" "$port" 64 2s >/dev/null
 done
 for conns in $CONNECTIONS; do
     for target in nginx parley; do
         wants "$target" || continue
         port=$([[ $target == nginx ]] && echo "$NGINX_PORT" || echo "$PARLEY_PORT")
         log "wrk -t$THREADS -c$conns -d$DURATION against $target"
-        result=$(run_wrk "$target" "$port" "$conns" "$DURATION")
+        result=$(wrk_target "$target" "$port" "$conns" "$DURATION")
         read -r rps p50 p99 errors <<<"$result"
         RPS[$target,$conns]=$rps P50[$target,$conns]=$p50 P99[$target,$conns]=$p99 ERR[$target,$conns]=$errors
         log "  $target: $rps req/s, p50 $p50, p99 $p99"

@@ -159,44 +159,65 @@ api() {  # curl with the app key and a JSON body type; fails on HTTP errors
 declare -A RATE P50 P99 LAT ERR
 seconds_of() { local d=$1; case $d in *s) echo "${d%s}" ;; *) echo "$d" ;; esac; }
 
-run_pgbench() {  # name sql: pgbench -M prepared with bench/sql/<sql> on the embedded PostgreSQL, 2 s warm-up
-    local name=$1 sql=$2 out secs
+run_pgbench() {  # key sql [connections]: pgbench -M prepared with bench/sql/<sql> on the embedded PostgreSQL, 2 s warm-up
+    local key=$1 sql=$2 connections=${3:-$CONNECTIONS} out secs
     secs=$(seconds_of "$DURATION")
-    local pgb=(pgbench -h "$DATA/run" -p 5432 -U parley -n -M prepared -j "$THREADS" -c "$CONNECTIONS" -f "$ROOT/bench/sql/$sql" postgres)
-    log "$name: pgbench -c$CONNECTIONS -T$secs -M prepared ($sql)"
+    local pgb=(pgbench -h "$DATA/run" -p 5432 -U parley -n -M prepared -j "$THREADS" -c "$connections" -f "$ROOT/bench/sql/$sql" postgres)
+    log "$key: pgbench -c$connections -T$secs -M prepared ($sql)"
     "${pgb[@]}" -T 2 >/dev/null 2>&1 || true
     out=$("${pgb[@]}" -T "$secs" 2>&1) || { echo "$out" >&2; die "pgbench failed"; }
-    RATE[pgbench,$name]=$(awk '/^tps = / { print $3; exit }' <<<"$out")
-    LAT[$name]=$(awk '/^latency average = / { print $4 " ms (avg)"; exit }' <<<"$out")
-    log "  pgbench: ${RATE[pgbench,$name]} tps"
+    RATE[pgbench,$key]=$(awk '/^tps = / { print $3; exit }' <<<"$out")
+    LAT[$key]=$(awk '/^latency average = / { print $4 " ms (avg)"; exit }' <<<"$out")
+    log "  pgbench: ${RATE[pgbench,$key]} tps"
 }
 
-run_wrk() {  # name lua [connections]: wrk --latency with bench/lua/<lua> against $BASE, 2 s warm-up
-    local name=$1 lua=$2 connections=${3:-$CONNECTIONS} threads=$THREADS out errors secs
+run_wrk() {  # key lua [connections]: wrk --latency with bench/lua/<lua> against $BASE, 2 s warm-up
+    local key=$1 lua=$2 connections=${3:-$CONNECTIONS} threads=$THREADS out errors secs
     secs=$(seconds_of "$DURATION")
     ((connections >= threads)) || threads=$connections
-    log "$name: wrk -t$threads -c$connections -d$DURATION ($lua)"
+    log "$key: wrk -t$threads -c$connections -d$DURATION ($lua)"
     timeout 60 wrk -t"$threads" -c"$connections" -d2s -s "$ROOT/bench/lua/$lua" "$BASE" >/dev/null 2>&1 || true
     out=$(timeout $((secs + 30)) wrk -t"$threads" -c"$connections" -d"$DURATION" --latency -s "$ROOT/bench/lua/$lua" "$BASE" 2>&1)
-    RATE[parley,$name]=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
-    P50[$name]=$(awk '$1 == "50%" { print $2 }' <<<"$out")
-    P99[$name]=$(awk '$1 == "99%" { print $2 }' <<<"$out")
+    RATE[parley,$key]=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+    P50[$key]=$(awk '$1 == "50%" { print $2 }' <<<"$out")
+    P99[$key]=$(awk '$1 == "99%" { print $2 }' <<<"$out")
     errors=$(awk '/Non-2xx or 3xx responses:/ { print $NF }' <<<"$out")
-    ERR[$name]=${errors:-0}
+    ERR[$key]=${errors:-0}
     [[ -z $errors ]] || log "  warning: $errors non-2xx responses"
-    log "  parley: ${RATE[parley,$name]} req/s, p50 ${P50[$name]}, p99 ${P99[$name]}"
+    log "  parley: ${RATE[parley,$key]} req/s, p50 ${P50[$key]}, p99 ${P99[$key]}"
 }
 
-run_pair() {  # name sql lua: run_pgbench then run_wrk, same clients and duration
-    run_pgbench "$1" "$2"
-    run_wrk "$1" "$3"
+# run_pair name sql lua [connections]: BENCH_ROUNDS (3) rounds of pgbench then wrk, same clients and duration.
+# pgbench's own rate swings by ±40% between runs on these machines, so one pair proves little: the round with the
+# median Parley/pgbench ratio stands for the pair, and ROUND_RATIOS[name] keeps every round's ratio.
+ROUNDS=${BENCH_ROUNDS:-3}
+declare -A ROUND_RATIOS
+run_pair() {
+    local name=$1 sql=$2 lua=$3 connections=${4:-$CONNECTIONS} r ratios=() median
+    for ((r = 1; r <= ROUNDS; r++)); do
+        run_pgbench "$name #$r" "$sql" "$connections"
+        run_wrk "$name #$r" "$lua" "$connections"
+        ratios+=("$(awk -v p="${RATE[parley,$name #$r]}" -v n="${RATE[pgbench,$name #$r]}" 'BEGIN { printf "%.2f", p / n }') $r")
+    done
+    median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk -v m=$(((ROUNDS + 1) / 2)) 'NR == m { print $2 }')
+    RATE[pgbench,$name]=${RATE[pgbench,$name #$median]}
+    RATE[parley,$name]=${RATE[parley,$name #$median]}
+    LAT[$name]=${LAT[$name #$median]}
+    P50[$name]=${P50[$name #$median]}
+    P99[$name]=${P99[$name #$median]}
+    ERR[$name]=${ERR[$name #$median]}
+    ROUND_RATIOS[$name]=$(printf '%s\n' "${ratios[@]}" | sort -k2 -n | awk '{ printf "%s%s×", (NR > 1 ? ", " : ""), $1 }')
+    log "$name: median round $median; ratios ${ROUND_RATIOS[$name]}"
 }
 
-pair_row() {  # name: one "| workload | pgbench | parley | ratio | p50 / p99 | pgbench latency | non-2xx |" row
+PAIR_HEADER="| workload | pgbench tps | parley req/s | parley/pgbench | every round | parley p50 / p99 | pgbench latency | parley non-2xx |
+|---|---:|---:|---:|---|---|---|---:|"
+
+pair_row() {  # name: the row of a run_pair under PAIR_HEADER (figures of the median round)
     local name=$1 ratio
     ratio=$(awk -v p="${RATE[parley,$name]}" -v n="${RATE[pgbench,$name]}" 'BEGIN { printf "%.2f×", p / n }')
-    printf '| %s | %.0f | %.0f | %s | %s / %s | %s | %s |\n' "$name" "${RATE[pgbench,$name]}" "${RATE[parley,$name]}" "$ratio" \
-        "${P50[$name]}" "${P99[$name]}" "${LAT[$name]}" "${ERR[$name]}"
+    printf '| %s | %.0f | %.0f | %s | %s | %s / %s | %s | %s |\n' "$name" "${RATE[pgbench,$name]}" "${RATE[parley,$name]}" "$ratio" \
+        "${ROUND_RATIOS[$name]:-}" "${P50[$name]}" "${P99[$name]}" "${LAT[$name]}" "${ERR[$name]}"
 }
 
 # --- Fixtures through the API ----------------------------------------------------------------------------------------

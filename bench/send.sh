@@ -40,11 +40,10 @@ SECTION=$(
     echo "- send: peer text between random users u1..u50, a fresh client_msg_id per request (bench/lua/send.lua); pgbench runs the one statement a send runs (bench/sql/send.sql: \`parley_send_message\`, Migrations/0006)"
     echo "- history: \`GET /v1/users/u<a>/conversations/peer/u<b>/messages\` (20 newest) of random pairs; pgbench runs the same SELECT (bench/sql/history.sql)"
     echo "- hot pair: every connection sends u1 -> u2 (one seq head row); the pair held $stored messages at the end"
-    echo "- load: wrk \`-t$THREADS -c$CONNECTIONS -d$DURATION --latency\` and pgbench \`-M prepared -j $THREADS -c$CONNECTIONS -T$SECS\`, one after the other, loopback / Unix socket"
+    echo "- load: wrk \`-t$THREADS -c$CONNECTIONS -d$DURATION --latency\` and pgbench \`-M prepared -j $THREADS -c$CONNECTIONS -T$SECS\`, alternating for $ROUNDS rounds (the row shows the round with the median ratio), loopback / Unix socket"
     [[ -n ${BENCH_NOTE:-} ]] && echo "- note: $BENCH_NOTE"
     echo
-    echo "| workload | pgbench tps | parley req/s | parley/pgbench | parley p50 / p99 | pgbench latency | parley non-2xx |"
-    echo "|---|---:|---:|---:|---|---|---:|"
+    echo "$PAIR_HEADER"
     for name in "send" "history" "send, hot pair"; do pair_row "$name"; done
 )
 record_section "$SECTION"
