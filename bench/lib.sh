@@ -162,7 +162,10 @@ seconds_of() { local d=$1; case $d in *s) echo "${d%s}" ;; *) echo "$d" ;; esac;
 run_pgbench() {  # key sql [connections]: pgbench -M prepared with bench/sql/<sql> on the embedded PostgreSQL, 2 s warm-up
     local key=$1 sql=$2 connections=${3:-$CONNECTIONS} out secs
     secs=$(seconds_of "$DURATION")
-    local pgb=(pgbench -h "$DATA/run" -p 5432 -U parley -n -M prepared -j "$THREADS" -c "$connections" -f "$ROOT/bench/sql/$sql" postgres)
+    # Same plan mode as Parley's pool (ParleyApp: plan_cache_mode=force_generic_plan), so both run the statement the
+    # same way; under "auto" pgbench's parameterised statements would be planned again on every execution.
+    local pgb=(env PGOPTIONS="-c plan_cache_mode=force_generic_plan" pgbench -h "$DATA/run" -p 5432 -U parley -n -M prepared
+        -j "$THREADS" -c "$connections" -f "$ROOT/bench/sql/$sql" postgres)
     log "$key: pgbench -c$connections -T$secs -M prepared ($sql)"
     "${pgb[@]}" -T 2 >/dev/null 2>&1 || true
     out=$("${pgb[@]}" -T "$secs" 2>&1) || { echo "$out" >&2; die "pgbench failed"; }
