@@ -37,7 +37,7 @@ SECTION=$(
     echo
     machine_lines
     echo "- parley: release build, embedded PostgreSQL 15, default pool (2 per core, ≥ 4), log level error; 50 users"
-    echo "- send: peer text between random users u1..u50, a fresh client_msg_id per request (bench/lua/send.lua); pgbench runs the one statement a send runs (bench/sql/send.sql: \`parley_send_message\`, Migrations/0006)"
+    echo "- send: peer text between random users u1..u50, a fresh client_msg_id per request (bench/lua/send.lua); pgbench runs the one statement a send runs (bench/sql/send.sql: \`parley_send_message\`, Migrations/0009)"
     echo "- history: \`GET /v1/users/u<a>/conversations/peer/u<b>/messages\` (20 newest) of random pairs; pgbench runs the same SELECT (bench/sql/history.sql)"
     echo "- hot pair: every connection sends u1 -> u2 (one seq head row); the pair held $stored messages at the end"
     echo "- load: wrk \`-t$THREADS -c$CONNECTIONS -d$DURATION --latency\` and pgbench \`-M prepared -j $THREADS -c$CONNECTIONS -T$SECS\`, alternating for $ROUNDS rounds (the row shows the round with the median ratio), loopback / Unix socket"
