@@ -349,4 +349,20 @@ struct GroupConversationTests: GroupTestSupport {
         #expect(try Self.entry(app, "a", g)?["unread_count"] == 1)
         #expect(try C.unread(app, "a", query: "?exclude_dnd=true") == 0)
     }
+
+    /// `muted_until` of a group entry is the owner's member mute, 0 once it expires.
+    @Test func groupEntriesShowTheMembersMute() throws {
+        let server = try TestServer.start(testClock: true)
+        defer { server.stop() }
+        let app = try server.createApp()
+        for u in ["o", "m"] { try app.createUser(u) }
+        let g = try Self.createGroup(app, "o", members: ["m"])
+        #expect(try Self.entry(app, "m", g)?["muted_until"]?.intValue == 0)
+        let mute = try app.request(.post, "/v1/groups/\(g)/members/mute", json: #"{"user_ids":["m"],"duration_s":60}"#)
+        #expect(mute.status == 200, "\(mute.text)")
+        #expect((try Self.entry(app, "m", g)?["muted_until"]?.intValue ?? 0) > 0)
+        #expect(try Self.entry(app, "o", g)?["muted_until"]?.intValue == 0)
+        try server.advanceClock(ms: 61_000)
+        #expect(try Self.entry(app, "m", g)?["muted_until"]?.intValue == 0)
+    }
 }

@@ -26,11 +26,14 @@ struct Conversation: Sendable {
     /// A group entry whose owner is no longer a member (left, kicked, or the group dismissed): frozen at the
     /// group's head of that moment, still readable, patchable and deletable (§12).
     var disabled: Bool
+    /// Group entries: the owner's member mute as stored (-1, 0 or ms); 0 for peers and former members.
+    var mutedUntil: Int64
     var createdAt: Int64
     var updatedAt: Int64
 
-    /// The Conversation object as its owner sees it (`viewer`: the app or the owner).
-    func json(_ viewer: MessageViewer) -> [UInt8] {
+    /// The Conversation object as its owner sees it (`viewer`: the app or the owner) at `now` (a mute that has
+    /// expired reads 0).
+    func json(_ viewer: MessageViewer, now: Int64) -> [UInt8] {
         var o = JSONObjectWriter(capacity: 512 + draft.utf8.count + mentionItems.count)
         o["type"] = type
         o["id"] = id
@@ -58,7 +61,7 @@ struct Conversation: Sendable {
             }
         }
         o["disabled"] = disabled
-        o["muted_until"] = 0
+        o["muted_until"] = mutedUntil == -1 || mutedUntil > now ? mutedUntil : 0
         o["cleared_seq"] = clearedSeq
         o["created_at"] = createdAt
         o["updated_at"] = updatedAt

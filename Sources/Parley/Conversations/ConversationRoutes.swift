@@ -11,7 +11,7 @@ enum ConversationRoutes {
 
         api.add(.get, "/v1/users/{user_id}/conversations/{type}/{id}", .appOrSelf, "getConversation") { ctx in
             let (userID, type, id) = try address(ctx)
-            return Reply.json(try ConversationService(ctx).get(userID: userID, type: type, id: id, on: ctx.db).json(MessageViewer(ctx)))
+            return Reply.json(try ConversationService(ctx).get(userID: userID, type: type, id: id, on: ctx.db).json(MessageViewer(ctx), now: ctx.now))
         }
 
         api.add(.patch, "/v1/users/{user_id}/conversations/{type}/{id}", .appOrSelf, "updateConversation") { ctx in
@@ -33,7 +33,7 @@ enum ConversationRoutes {
             let seq = body.int("seq", range: 0...Int64.max)
             try body.check()
             let conversation = try ConversationService(ctx).markRead(userID: userID, type: type, id: id, seq: seq)
-            return Reply.json(conversation.json(MessageViewer(ctx)))
+            return Reply.json(conversation.json(MessageViewer(ctx), now: ctx.now))
         }
 
         api.add(.post, "/v1/users/{user_id}/conversations/read_all", .appOrSelf, "markAllConversationsRead") { ctx in
@@ -134,7 +134,7 @@ enum ConversationRoutes {
             entries.count > limit
             ? page.last.map { ctx.cursors.encode(list: list, values: [.int($0.orderKey), .string($0.type), .string($0.id)]) } : nil
         let viewer = MessageViewer(ctx)
-        return Reply.list(page.map { $0.json(viewer) }, nextCursor: next)
+        return Reply.list(page.map { $0.json(viewer, now: ctx.now) }, nextCursor: next)
     }
 
     /// `PATCH …/conversations/{type}/{id}`: `pinned`, `notification_status`, `draft`; `alias` is for groups only.
@@ -152,7 +152,7 @@ enum ConversationRoutes {
         }
         try body.check()
         let conversation = try ConversationService(ctx).update(userID: userID, type: type, id: id, patch: patch)
-        return Reply.json(conversation.json(MessageViewer(ctx)))
+        return Reply.json(conversation.json(MessageViewer(ctx), now: ctx.now))
     }
 
     /// `POST …/conversations/marks`: batch with `id` = `"type:id"`; per item `conversation_not_found`.

@@ -77,7 +77,7 @@ struct ConversationService: DomainService {
             if !changed.isEmpty {
                 var data = JSONObjectWriter()
                 data["user_id"] = userID
-                data.raw("conversation", conversation.json(.user(userID)))
+                data.raw("conversation", conversation.json(.user(userID), now: now))
                 data["changed"] = changed
                 try EventLog.append(
                     [NewEvent(type: "conversation.updated", data: data.finish(), audience: [userID], orderKey: userID)], appID: appID,
@@ -147,7 +147,7 @@ struct ConversationService: DomainService {
             let events = updated.map { c -> NewEvent in
                 var data = JSONObjectWriter()
                 data["user_id"] = userID
-                data.raw("conversation", c.json(.user(userID)))
+                data.raw("conversation", c.json(.user(userID), now: now))
                 data["changed"] = ["marks"]
                 return NewEvent(type: "conversation.updated", data: data.finish(), audience: [userID], orderKey: userID)
             }

@@ -44,7 +44,8 @@ enum ConversationStore {
                          'type', CASE WHEN NOT m.mention_all THEN 'me' WHEN c.user_id = ANY(m.mention_ids) THEN 'all_and_me'
                                       ELSE 'all' END) ORDER BY m.seq), '[]')::text
                 FROM messages m WHERE \(countable) AND m.mention_notify AND (m.mention_all OR c.user_id = ANY(m.mention_ids))),
-               c.cleared_seq, c.created_at, c.updated_at, c.conv_type = 'group' AND NOT c.follows_group, \(MessageStore.columns("lm"))
+               c.cleared_seq, c.created_at, c.updated_at, c.conv_type = 'group' AND NOT c.follows_group,
+               coalesce(gm.muted_until, 0), \(MessageStore.columns("lm"))
         FROM conversations c
         LEFT JOIN users u ON u.app_id = c.app_id AND u.user_id = c.conv_id AND c.conv_type = 'peer'
         LEFT JOIN friends f ON f.app_id = c.app_id AND f.user_id = c.user_id AND f.friend_id = c.conv_id AND c.conv_type = 'peer'
@@ -71,10 +72,11 @@ enum ConversationStore {
         return Conversation(
             userID: try row[0].string, type: try row[1].string, id: try row[2].string, threadID: try row[3].string,
             name: try row[4].string, avatarURL: try row[5].string, alias: try row[6].string, unreadCount: try row[7].int64,
-            readSeq: try row[8].int64, lastSeq: try row[9].int64, lastMessage: try MessageStore.message(row, at: 21),
+            readSeq: try row[8].int64, lastSeq: try row[9].int64, lastMessage: try MessageStore.message(row, at: 22),
             orderKey: try row[10].int64, pinned: try row[11].bool, notificationStatus: try row[12].string, draft: try row[13].string,
             draftUpdatedAt: try row[14].int64, marks: try row[15].intArray, mentionItems: items, mentionMe: me, mentionAll: all,
-            clearedSeq: try row[17].int64, disabled: try row[20].bool, createdAt: try row[18].int64, updatedAt: try row[19].int64)
+            clearedSeq: try row[17].int64, disabled: try row[20].bool, mutedUntil: try row[21].int64, createdAt: try row[18].int64,
+            updatedAt: try row[19].int64)
     }
 
     /// One entry that is not deleted.
