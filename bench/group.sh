@@ -29,13 +29,13 @@ api -X POST "$BASE/v1/messages" -d '{"from":"u2","conversation_type":"group","to
 SECS=$(seconds_of "$DURATION")
 
 export GROUP=g500 MEMBERS=500
-run_pair "group send (500 members)" group_send.sql group_send.lua
+run_pair "group send (500 members)" group_send.sql send.lua
 run_pair "group history (500 members)" group_history.sql group_history.lua
 stored=$(api "$BASE/v1/groups/g500/messages?limit=1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["items"][0]["seq"])')
 export GROUP=g5 MEMBERS=5
-run_wrk "one sender, 5 members" group_send.lua 1
+run_wrk "one sender, 5 members" send.lua 1
 export GROUP=g5000 MEMBERS=5
-run_wrk "one sender, 5,000 members" group_send.lua 1
+run_wrk "one sender, 5,000 members" send.lua 1
 ms() { awk -v v="$1" 'BEGIN { if (v ~ /us$/) printf "%.3f", v / 1000; else if (v ~ /ms$/) printf "%.3f", v + 0; else printf "%.3f", v * 1000 }'; }
 latency_ratio=$(awk -v a="$(ms "${P50[one sender, 5,000 members]}")" -v b="$(ms "${P50[one sender, 5 members]}")" 'BEGIN { printf "%.2f×", a / b }')
 log "p50 latency 5,000 members / 5 members: $latency_ratio"
@@ -45,7 +45,7 @@ SECTION=$(
     echo
     machine_lines
     echo "- parley: release build, embedded PostgreSQL 15, default pool, log level error; 5,000 users; groups g5, g500, g5000 (owner u1, members u2..u<n>)"
-    echo "- group send: text from a random member of g500 with a fresh client_msg_id (bench/lua/group_send.lua); pgbench runs the one statement a send runs (bench/sql/group_send.sql: \`parley_send_message\`, Migrations/0009); g500 held $stored messages at the end"
+    echo "- group send: text from a random member of g500 with a fresh client_msg_id (bench/lua/send.lua); pgbench runs the one statement a send runs (bench/sql/group_send.sql: \`parley_send_message\`, Migrations/0009); g500 held $stored messages at the end"
     echo "- group history: \`GET /v1/groups/g500/messages\` (20 newest, app key); pgbench runs the same SELECT (bench/sql/group_history.sql)"
     echo "- load: wrk \`-t$THREADS -c$CONNECTIONS -d$DURATION --latency\` and pgbench \`-M prepared -j $THREADS -c$CONNECTIONS -T$SECS\`, alternating for $ROUNDS rounds (the row shows the round with the median ratio); latency rows: wrk with one connection, senders u1..u5 (members of both groups)"
     [[ -n ${BENCH_NOTE:-} ]] && echo "- note: $BENCH_NOTE"

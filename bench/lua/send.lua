@@ -1,7 +1,10 @@
--- POST /v1/messages: peer texts between random users u1..u50 (HOT=1: always u1 -> u2), each request with its
--- own client_msg_id (thread id, start second, counter), with the app key from the environment.
+-- POST /v1/messages with the app key from the environment, each request with its own client_msg_id (thread id,
+-- start second, counter). Peer texts between random users u1..u50 (HOT=1: always u1 -> u2), or with GROUP set,
+-- group texts to $GROUP from a random member u1..u$MEMBERS.
 local key = os.getenv("PARLEY_KEY")
 local hot = os.getenv("HOT") == "1"
+local group = os.getenv("GROUP")
+local members = tonumber(os.getenv("MEMBERS") or "0")
 local headers = { ["Authorization"] = "Bearer " .. key, ["Content-Type"] = "application/json" }
 local counter = 1
 function setup(thread)
@@ -15,13 +18,17 @@ function init(args)
 end
 function request()
   n = n + 1
-  local a, b = 1, 2
-  if not hot then
-    a = math.random(1, 50)
-    b = (a + math.random(1, 49) - 1) % 50 + 1
+  local target
+  if group then
+    target = string.format('"from":"u%d","conversation_type":"group","to":"%s"', math.random(1, members), group)
+  else
+    local a, b = 1, 2
+    if not hot then
+      a = math.random(1, 50)
+      b = (a + math.random(1, 49) - 1) % 50 + 1
+    end
+    target = string.format('"from":"u%d","conversation_type":"peer","to":"u%d"', a, b)
   end
-  local body = string.format(
-    '{"from":"u%d","conversation_type":"peer","to":"u%d","type":1,"body":{"text":"hello from the bench"},"client_msg_id":"w%d-%d-%d"}',
-    a, b, id, start, n)
+  local body = string.format('{%s,"type":1,"body":{"text":"hello from the bench"},"client_msg_id":"w%d-%d-%d"}', target, id, start, n)
   return wrk.format("POST", "/v1/messages", headers, body)
 end
