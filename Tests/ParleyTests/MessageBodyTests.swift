@@ -639,4 +639,20 @@ struct MessageBodyTests {
         #expect(expectValid(.command, ["data": "AQ=="])?.searchableText == "")
         #expect(expectValid(.barrage, ["text": "hi"])?.searchableText == "")
     }
+
+    /// The send statement fills seq and timestamp into ``Message/head()`` and ``Message/tail()``; tips messages use
+    /// ``Message/eventJSON()``: both must give the same event bytes.
+    @Test func theSendTemplateAndEventJSONAgree() {
+        var m = Message.tombstone(
+            messageID: "m1", clientMsgID: "c\"1", conversationType: .group, from: "u1", to: "g1", seq: 7, timestamp: 1_700)
+        m.deleted = false
+        m.type = 1
+        m.body = Array(#"{"text":"hi"}"#.utf8)
+        m.mentionIDs = ["u2"]
+        m.push = Array("{}".utf8)
+        m.suppressed = nil
+        let assembled = m.head() + Array("7,\"timestamp\":1700".utf8) + m.tail() + Array("}".utf8)
+        #expect(String(decoding: assembled, as: UTF8.self) == String(decoding: m.eventJSON(), as: UTF8.self))
+        #expect(!String(decoding: m.eventJSON(), as: UTF8.self).contains("\"push\""))
+    }
 }

@@ -122,12 +122,7 @@ struct GroupTips: Sendable {
         guard let row = result.first else { throw APIError(.internalError, "tips message of group \(group.groupID) not stored") }
         message.seq = try row[0].int64
         message.timestamp = try row[1].int64
-        // The same Message JSON a send writes to its event (Migrations/0009: head, seq, timestamp, tail).
-        var json = message.head()
-        json += Array(String(message.seq ?? 0).utf8)
-        json += Array(",\"timestamp\":\(message.timestamp)".utf8)
-        json += message.tail()
-        json.append(UInt8(ascii: "}"))
+        let json = message.eventJSON()
         var data = JSONObjectWriter(capacity: json.count + 16)
         data.raw("message", json)
         return NewEvent(

@@ -74,11 +74,7 @@ struct Message: Sendable {
     /// Writes the Message object as `viewer` sees it as the next value of `w` (one buffer for a whole list).
     func write(to w: inout JSONWriter, _ viewer: MessageViewer) {
         w.beginObject()
-        writeHead(&w)
-        if let seq { w.writeInt(seq) } else { w.writeNull() }
-        w.key(static: "timestamp")
-        w.writeInt(timestamp)
-        writeTail(&w)
+        writeMembers(&w)
         // `suppressed` for the app; `push` for the app and the sender (API.md §2 †).
         if viewer == .app {
             w.key(static: "suppressed")
@@ -89,6 +85,25 @@ struct Message: Sendable {
             if let push { w.writeRaw(push) } else { w.writeNull() }
         }
         w.endObject()
+    }
+
+    /// The Message JSON a `message.sent` event carries (what every recipient sees: no `suppressed`, no `push`), the
+    /// same bytes the send statement assembles from ``head()`` and ``tail()``.
+    func eventJSON() -> [UInt8] {
+        var w = JSONWriter(capacity: 640 + (body?.count ?? 0) + (reply?.count ?? 0))
+        w.beginObject()
+        writeMembers(&w)
+        w.endObject()
+        return w.bytes
+    }
+
+    /// Every member every viewer sees, in order.
+    private func writeMembers(_ w: inout JSONWriter) {
+        writeHead(&w)
+        if let seq { w.writeInt(seq) } else { w.writeNull() }
+        w.key(static: "timestamp")
+        w.writeInt(timestamp)
+        writeTail(&w)
     }
 
     /// The opening brace and the members before the seq value, ending with `"seq":` (the send statement fills seq
