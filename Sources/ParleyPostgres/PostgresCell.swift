@@ -16,6 +16,8 @@ public struct PostgresCell {
         static let int2Array: UInt32 = 1005, int4Array: UInt32 = 1007, int8Array: UInt32 = 1016
         static let textArray: UInt32 = 1009, varcharArray: UInt32 = 1015, bpcharArray: UInt32 = 1014
         static let nameArray: UInt32 = 1003, uuidArray: UInt32 = 2951, jsonArray: UInt32 = 199, jsonbArray: UInt32 = 3807
+        /// The array types read as text arrays (a constant, so a check allocates nothing).
+        static let textArrays: [UInt32] = [textArray, varcharArray, bpcharArray, nameArray, uuidArray, jsonArray, jsonbArray]
     }
 
     /// The column's type OID.
@@ -54,6 +56,15 @@ public struct PostgresCell {
         get throws(PostgresError) {
             if typeOID == OID.bytea { throw .decoding("column \(columnName) is bytea, not text") }
             return try text()
+        }
+    }
+
+    /// The UTF-8 text form of any non-bytea column as bytes: stored JSON copied into responses as it is, without
+    /// a `String` in between.
+    public var textBytes: [UInt8] {
+        get throws(PostgresError) {
+            if typeOID == OID.bytea { throw .decoding("column \(columnName) is bytea, not text") }
+            return try withRawBytes { Array($0) }
         }
     }
 
@@ -169,9 +180,9 @@ public struct PostgresCell {
     /// A text-like array column, NULL elements as nil.
     public var optionalStringArray: [String?] {
         get throws(PostgresError) {
-            try check(
-                [OID.textArray, OID.varcharArray, OID.bpcharArray, OID.nameArray, OID.uuidArray, OID.jsonArray, OID.jsonbArray],
-                "a text array")
+            try check(OID.textArrays, "a text array")
+            // Most array columns are empty (a message's mentions): no String, no parser for `{}`.
+            if try withRawBytes({ $0.count == 2 && $0[0] == UInt8(ascii: "{") && $0[1] == UInt8(ascii: "}") }) { return [] }
             return try PostgresArrayParser.parse(try text(), columnName: columnName)
         }
     }

@@ -52,7 +52,7 @@ enum Idempotency {
         }
         if row[3].isNull { throw APIError(.idempotencyKeyInFlight, "the first request with this Idempotency-Key is still running") }
         var response = Response(status: try row[3].int, body: try row[5].bytes)
-        if case .array(let headers) = try JSONValue.parse(Array(try row[4].string.utf8)) {
+        if case .array(let headers) = try JSONValue.parse(try row[4].textBytes) {
             for pair in headers {
                 if let name = pair[0]?.stringValue, let value = pair[1]?.stringValue { response.headers.add(name, value) }
             }

@@ -57,7 +57,7 @@ enum ConversationStore {
         """
 
     static func conversation(_ row: PostgresRow) throws -> Conversation {
-        let items = Array(try row[16].string.utf8)
+        let items = try row[16].textBytes
         var me = false
         var all = false
         for item in (try? JSONValue.parse(items))?.arrayValue ?? [] {

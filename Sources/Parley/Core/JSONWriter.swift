@@ -12,17 +12,80 @@
 /// }
 /// // w.bytes == Array(#"{"user_id":"u1","tags":[1,2]}"#.utf8)
 /// ```
-public struct JSONWriter: Sendable {
-    /// The output so far.
-    public var bytes: [UInt8]
+public struct JSONWriter: @unchecked Sendable {
+    // @unchecked: `storage` is copied on write (`reserve` clones it when shared), so a writer is a value like the
+    // byte array it builds and can be sent like one.
+
+    /// The bytes, in memory the writer appends to directly: `[UInt8].append` costs a call, a uniqueness check
+    /// and a capacity check per piece, and a page of messages appends ~2,000 pieces (bench/RESULTS.md).
+    private final class Storage {
+        let base: UnsafeMutablePointer<UInt8>
+        let capacity: Int
+
+        init(capacity: Int) {
+            self.capacity = capacity
+            base = .allocate(capacity: capacity)
+        }
+
+        deinit { base.deallocate() }
+    }
+
+    private var storage: Storage
+    /// Bytes written so far (the first `count` bytes of `storage`).
+    public private(set) var count = 0
     /// Whether the next value or key needs a leading comma.
     private var needsComma = false
     /// Whether a key was just written, so the next value follows its colon without a comma.
     private var afterKey = false
 
     public init(capacity: Int = 256) {
-        bytes = []
-        bytes.reserveCapacity(capacity)
+        storage = Storage(capacity: max(16, capacity))
+    }
+
+    /// The output so far (a copy).
+    public var bytes: [UInt8] {
+        [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            buffer.baseAddress!.initialize(from: storage.base, count: count)
+            initialized = count
+        }
+    }
+
+    /// Room for `n` more bytes at the end; the caller writes them and then adds `n` to `count`.
+    @inline(__always)
+    private mutating func reserve(_ n: Int) -> UnsafeMutablePointer<UInt8> {
+        if _slowPath(count + n > storage.capacity || !isKnownUniquelyReferenced(&storage)) { grow(toHold: count + n) }
+        return storage.base + count
+    }
+
+    @inline(never)
+    private mutating func grow(toHold needed: Int) {
+        var capacity = storage.capacity
+        while capacity < needed { capacity *= 2 }
+        let fresh = Storage(capacity: capacity)
+        fresh.base.initialize(from: storage.base, count: count)
+        storage = fresh
+    }
+
+    @inline(__always)
+    private mutating func append(_ byte: UInt8) {
+        reserve(1).pointee = byte
+        count += 1
+    }
+
+    @inline(__always)
+    private mutating func append(_ source: UnsafePointer<UInt8>, count n: Int) {
+        let target = reserve(n)
+        // Keys and short values are a few bytes: a plain loop beats a call to memcpy for them.
+        if n <= 16 {
+            for i in 0..<n { target[i] = source[i] }
+        } else {
+            target.update(from: source, count: n)
+        }
+        count += n
+    }
+
+    private mutating func append(contentsOf array: [UInt8]) {
+        array.withUnsafeBufferPointer { if let base = $0.baseAddress { append(base, count: $0.count) } }
     }
 
     @inline(__always)
@@ -30,7 +93,7 @@ public struct JSONWriter: Sendable {
         if afterKey {
             afterKey = false
         } else if needsComma {
-            bytes.append(UInt8(ascii: ","))
+            append(UInt8(ascii: ","))
         }
     }
 
@@ -38,23 +101,23 @@ public struct JSONWriter: Sendable {
 
     public mutating func beginObject() {
         beforeValue()
-        bytes.append(UInt8(ascii: "{"))
+        append(UInt8(ascii: "{"))
         needsComma = false
     }
 
     public mutating func endObject() {
-        bytes.append(UInt8(ascii: "}"))
+        append(UInt8(ascii: "}"))
         needsComma = true
     }
 
     public mutating func beginArray() {
         beforeValue()
-        bytes.append(UInt8(ascii: "["))
+        append(UInt8(ascii: "["))
         needsComma = false
     }
 
     public mutating func endArray() {
-        bytes.append(UInt8(ascii: "]"))
+        append(UInt8(ascii: "]"))
         needsComma = true
     }
 
@@ -74,9 +137,9 @@ public struct JSONWriter: Sendable {
 
     /// Writes an object member name; the next write is its value.
     public mutating func key(_ name: String) {
-        if needsComma { bytes.append(UInt8(ascii: ",")) }
+        if needsComma { append(UInt8(ascii: ",")) }
         appendQuoted(name)
-        bytes.append(UInt8(ascii: ":"))
+        append(UInt8(ascii: ":"))
         afterKey = true
         needsComma = true
     }
@@ -84,17 +147,25 @@ public struct JSONWriter: Sendable {
     /// Writes a member name fixed at compile time, copied as is: it must be ASCII without `"`, `\` or control
     /// characters. Hot writers (a page of messages names ~30 members per item) skip the escaping pass this way.
     public mutating func key(static name: StaticString) {
-        if needsComma { bytes.append(UInt8(ascii: ",")) }
-        bytes.append(UInt8(ascii: "\""))
-        appendASCII(name)
-        appendASCII("\":")
+        let length = name.utf8CodeUnitCount
+        var target = reserve(length + 4)  // `,"` name `":`
+        if needsComma {
+            target.pointee = UInt8(ascii: ",")
+            target += 1
+            count += 1
+        }
+        target[0] = UInt8(ascii: "\"")
+        for i in 0..<length { target[1 + i] = name.utf8Start[i] }
+        target[1 + length] = UInt8(ascii: "\"")
+        target[2 + length] = UInt8(ascii: ":")
+        count += length + 3
         afterKey = true
         needsComma = true
     }
 
     /// Appends members fixed at compile time (`"a":null,"b":0`), already serialized, inside the current object.
     public mutating func staticMembers(_ members: StaticString) {
-        if needsComma { bytes.append(UInt8(ascii: ",")) }
+        if needsComma { append(UInt8(ascii: ",")) }
         appendASCII(members)
         needsComma = true
     }
@@ -135,7 +206,7 @@ public struct JSONWriter: Sendable {
             appendInteger(Int64(value))
             appendASCII(".0")
         } else {
-            bytes.append(contentsOf: value.description.utf8)
+            append(contentsOf: Array(value.description.utf8))
         }
         needsComma = true
     }
@@ -153,10 +224,15 @@ public struct JSONWriter: Sendable {
     }
 
     /// Appends bytes that are already one serialized JSON value (a cached resource, a stored payload).
-    public mutating func writeRaw(_ json: some Sequence<UInt8>) {
+    public mutating func writeRaw(_ json: [UInt8]) {
         beforeValue()
-        bytes.append(contentsOf: json)
+        append(contentsOf: json)
         needsComma = true
+    }
+
+    /// Appends bytes that are already one serialized JSON value, from any byte sequence.
+    public mutating func writeRaw(_ json: some Sequence<UInt8>) {
+        writeRaw(Array(json))
     }
 
     public mutating func write(_ value: JSONValue) {
@@ -184,38 +260,35 @@ public struct JSONWriter: Sendable {
 
     @inline(__always)
     private mutating func appendASCII(_ s: StaticString) {
-        bytes.append(contentsOf: UnsafeBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount))
+        append(s.utf8Start, count: s.utf8CodeUnitCount)
     }
 
     private mutating func appendInteger(_ value: some BinaryInteger) {
-        if value == 0 {
-            bytes.append(UInt8(ascii: "0"))
-            return
+        // Work on the magnitude so Int64.min does not overflow; UInt64.max has 20 digits, plus a sign.
+        var magnitude = UInt64(value.magnitude)
+        var digits = 1
+        var power: UInt64 = 10
+        while digits < 20 && magnitude >= power {
+            digits += 1
+            power &*= 10
         }
-        // Work on the magnitude so Int64.min does not overflow.
-        var magnitude = value.magnitude
-        if value < 0 { bytes.append(UInt8(ascii: "-")) }
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes of stack: enough for 20 digits (UInt64.max)
-        var n = 0
-        withUnsafeMutableBytes(of: &digits) { buf in
-            while magnitude > 0 {
-                let (q, r) = magnitude.quotientAndRemainder(dividingBy: 10)
-                buf[n] = UInt8(ascii: "0") + UInt8(r)
-                n += 1
-                magnitude = q
-            }
-            var i = n - 1
-            while i >= 0 {
-                bytes.append(buf[i])
-                i -= 1
-            }
-        }
+        let sign = value < 0 ? 1 : 0
+        let target = reserve(sign + digits)
+        if sign == 1 { target.pointee = UInt8(ascii: "-") }
+        var i = sign + digits - 1
+        repeat {
+            let (q, r) = magnitude.quotientAndRemainder(dividingBy: 10)
+            target[i] = UInt8(ascii: "0") + UInt8(r)
+            magnitude = q
+            i -= 1
+        } while i >= sign
+        count += sign + digits
     }
 
     private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
     private mutating func appendQuoted(_ value: String) {
-        bytes.append(UInt8(ascii: "\""))
+        append(UInt8(ascii: "\""))
         var s = value
         s.withUTF8 { utf8 in
             var runStart = 0
@@ -223,28 +296,28 @@ public struct JSONWriter: Sendable {
                 let c = utf8[i]
                 // Only '"', '\' and C0 controls need escaping; non-ASCII stays raw UTF-8.
                 guard c < 0x20 || c == 0x22 || c == 0x5C else { continue }
-                if runStart < i { bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart..<i])) }
+                if runStart < i { append(utf8.baseAddress! + runStart, count: i - runStart) }
                 runStart = i + 1
-                bytes.append(UInt8(ascii: "\\"))
+                append(UInt8(ascii: "\\"))
                 switch c {
-                case 0x22: bytes.append(0x22)
-                case 0x5C: bytes.append(0x5C)
-                case 0x0A: bytes.append(UInt8(ascii: "n"))
-                case 0x0D: bytes.append(UInt8(ascii: "r"))
-                case 0x09: bytes.append(UInt8(ascii: "t"))
-                case 0x08: bytes.append(UInt8(ascii: "b"))
-                case 0x0C: bytes.append(UInt8(ascii: "f"))
+                case 0x22: append(0x22)
+                case 0x5C: append(0x5C)
+                case 0x0A: append(UInt8(ascii: "n"))
+                case 0x0D: append(UInt8(ascii: "r"))
+                case 0x09: append(UInt8(ascii: "t"))
+                case 0x08: append(UInt8(ascii: "b"))
+                case 0x0C: append(UInt8(ascii: "f"))
                 default:
                     appendASCII("u00")
-                    bytes.append(Self.hexDigits[Int(c >> 4)])
-                    bytes.append(Self.hexDigits[Int(c & 0xF)])
+                    append(Self.hexDigits[Int(c >> 4)])
+                    append(Self.hexDigits[Int(c & 0xF)])
                 }
             }
             if runStart < utf8.count {
-                bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart..<utf8.count]))
+                append(utf8.baseAddress! + runStart, count: utf8.count - runStart)
             }
         }
-        bytes.append(UInt8(ascii: "\""))
+        append(UInt8(ascii: "\""))
     }
 }
 

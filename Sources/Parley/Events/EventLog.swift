@@ -102,7 +102,7 @@ public enum EventLog {
             """,
             [appID, after, limit, types.all, types.exact, types.prefixes, filter.userID, filter.groupID, filter.roomID],
             prepared: true)
-        return try result.rows.map { (try $0[0].int64, Array(try $0[1].string.utf8)) }
+        return try result.rows.map { (try $0[0].int64, try $0[1].textBytes) }
     }
 
     /// The Event JSON object of a row of `events` (API.md §2 "Event"), built by PostgreSQL from the stored parts.
@@ -133,7 +133,7 @@ public enum EventLog {
                 id: try row[0].int64, type: try row[1].string, audience: try row[2].stringArray,
                 groupID: row[3].isNull ? nil : try row[3].string, roomID: row[4].isNull ? nil : try row[4].string,
                 toGroupMembers: try row[5].bool, deletedUserID: row[6].isNull ? nil : try row[6].string,
-                kickedPlatforms: row[7].isNull ? nil : try row[7].stringArray, frame: Array(try row[8].string.utf8))
+                kickedPlatforms: row[7].isNull ? nil : try row[7].stringArray, frame: try row[8].textBytes)
         }
     }
 }

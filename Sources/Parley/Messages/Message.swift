@@ -122,7 +122,7 @@ struct Message: Sendable {
         w.beginObject()
         w.key(static: "_")
         w.writeNull()
-        let cut = w.bytes.count
+        let cut = w.count
         writeTail(&w)
         return Array(w.bytes[cut...])
     }

@@ -185,9 +185,12 @@ enum MessageRoutes {
         h.viewer = userID
         h.includeHidden = ctx.isApp && includeHidden
         h.requireGroupAccess = type == .group
+        // `[1, 2]` is how `typeValues.description` printed the list when cursors were first minted; built by hand
+        // because the description goes through the reflection-based printer on every request.
+        let typeList = "[" + typeValues.map { String($0) }.joined(separator: ", ") + "]"
         let list =
             "history|\(ctx.appID)|\(userID ?? "")|\(type.rawValue)|\(id)|\(h.afterSeq)|\(h.beforeSeq)|\(h.startAt)|\(h.endAt)|"
-            + "\(typeValues)|\(h.forward)|\(h.includeHidden)"
+            + "\(typeList)|\(h.forward)|\(h.includeHidden)"
         if let cursor {
             guard let seq = try AppRoutes.decodeCursor(ctx, cursor, list: list).first?.intValue else {
                 throw APIError(.invalidCursor, "malformed cursor")

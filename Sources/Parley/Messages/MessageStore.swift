@@ -28,7 +28,7 @@ enum MessageStore {
     static func message(_ row: PostgresRow, at offset: Int = 0) throws -> Message? {
         if row[offset].isNull { return nil }
         func optionalString(_ i: Int) throws -> String? { row[offset + i].isNull ? nil : try row[offset + i].string }
-        func optionalBytes(_ i: Int) throws -> [UInt8]? { row[offset + i].isNull ? nil : Array(try row[offset + i].string.utf8) }
+        func optionalBytes(_ i: Int) throws -> [UInt8]? { row[offset + i].isNull ? nil : try row[offset + i].textBytes }
         return Message(
             messageID: try row[offset].string, clientMsgID: try optionalString(1), type: try row[offset + 2].int64,
             conversationType: ConversationType(rawValue: try row[offset + 3].string) ?? .peer, from: try row[offset + 4].string,
@@ -123,7 +123,7 @@ enum MessageStore {
         return StoredKey(
             messageID: try row[0].string, conversationType: ConversationType(rawValue: try row[1].string) ?? .peer,
             to: try row[2].string, seq: row[3].isNull ? nil : try row[3].int64, timestamp: try row[4].int64,
-            unstoredJSON: row[5].isNull ? nil : Array(try row[5].string.utf8), message: try message(row, at: 6))
+            unstoredJSON: row[5].isNull ? nil : try row[5].textBytes, message: try message(row, at: 6))
     }
 
     // MARK: - Reads
@@ -196,6 +196,6 @@ enum MessageStore {
             SELECT position, message FROM message_combines WHERE app_id = $1 AND combine_id = $2 AND position >= $3
             ORDER BY position LIMIT $4
             """, [appID, combineID, position, limit], prepared: true)
-        return try result.rows.map { (try $0[0].int, Array(try $0[1].string.utf8)) }
+        return try result.rows.map { (try $0[0].int, try $0[1].textBytes) }
     }
 }

@@ -36,6 +36,21 @@ struct JSONWriterTests {
         #expect(text(w.bytes) == #"{"a":1,"b":null,"c":[],"d":{"e":0,"f":true}}"#)
     }
 
+    @Test func copiesAreIndependentAndGrowthKeepsBytes() {
+        var a = JSONWriter(capacity: 1)
+        a.beginArray()
+        a.writeString(String(repeating: "x", count: 100))
+        var b = a  // shares the storage until one of them writes
+        a.writeInt(1)
+        b.writeInt(2)
+        a.endArray()
+        b.endArray()
+        let long = "\"" + String(repeating: "x", count: 100) + "\""
+        #expect(text(a.bytes) == "[\(long),1]")
+        #expect(text(b.bytes) == "[\(long),2]")
+        #expect(a.count == a.bytes.count)
+    }
+
     @Test func integers() {
         var w = JSONWriter()
         w.array { w in
