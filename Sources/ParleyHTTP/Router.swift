@@ -145,23 +145,22 @@ public struct Router: Sendable {
             segments.append(decoded)
         }
         var candidates: [(Node, [String])] = []
-        collect(node: root, segments: segments[...], values: [], into: &candidates)
+        var values: [String] = []
+        values.reserveCapacity(segments.count)
+        collect(node: root, segments: segments[...], values: &values, into: &candidates)
         guard !candidates.isEmpty else { return .notFound }
-        let lookup = method == .head ? [HTTPMethod.head, .get] : [method]
         for (node, values) in candidates {
-            for m in lookup {
-                if let route = node.routes[m] {
-                    var parameters: [String: String] = [:]
-                    var index = 0
-                    for segment in route.segments {
-                        if case .parameter(let name) = segment {
-                            parameters[name] = values[index]
-                            index += 1
-                        }
-                    }
-                    return .found(route, parameters: parameters)
+            // HEAD falls back to the GET route.
+            guard let route = node.routes[method] ?? (method == .head ? node.routes[.get] : nil) else { continue }
+            var parameters: [String: String] = Dictionary(minimumCapacity: values.count)
+            var index = 0
+            for segment in route.segments {
+                if case .parameter(let name) = segment {
+                    parameters[name] = values[index]
+                    index += 1
                 }
             }
+            return .found(route, parameters: parameters)
         }
         var allow = Set<String>()
         for (node, _) in candidates { for m in node.routes.keys { allow.insert(m.rawValue) } }
@@ -170,14 +169,18 @@ public struct Router: Sendable {
         return .methodNotAllowed(allow: allow.sorted().map { HTTPMethod(rawValue: $0) })
     }
 
-    private func collect(node: Node, segments: ArraySlice<String>, values: [String], into out: inout [(Node, [String])]) {
+    /// Every node `segments` reaches from `node`, with the parameter values taken on the way (`values` is the
+    /// path so far: pushed and popped in place rather than copied at each level).
+    private func collect(node: Node, segments: ArraySlice<String>, values: inout [String], into out: inout [(Node, [String])]) {
         guard let first = segments.first else {
             if !node.routes.isEmpty { out.append((node, values)) }
             return
         }
-        if let next = node.literals[first] { collect(node: next, segments: segments.dropFirst(), values: values, into: &out) }
+        if let next = node.literals[first] { collect(node: next, segments: segments.dropFirst(), values: &values, into: &out) }
         if let next = node.parameter {
-            collect(node: next, segments: segments.dropFirst(), values: values + [first], into: &out)
+            values.append(first)
+            collect(node: next, segments: segments.dropFirst(), values: &values, into: &out)
+            values.removeLast()
         }
     }
 }

@@ -11,6 +11,10 @@ public final class PostgresConnection {
     public let configuration: PostgresConfiguration
     private let noticeSink: PostgresNoticeSink
     private var preparedNames: [String: String] = [:]
+    /// `preparedNames` by the address of the SQL text's storage: hot statements are `static let` strings, so the
+    /// lookup need not hash ~1.5 KB of SQL per call. A hit is confirmed with `==`, which is O(1) for the same
+    /// storage and exact for any other string that reuses a freed address.
+    private var preparedByAddress: [Int: (sql: String, name: String)] = [:]
     private var nextPreparedID = 0
     private var nextSavepointID = 0
     /// Statements sent since connecting (lets callers tell "failed on the first statement").
@@ -79,6 +83,7 @@ public final class PostgresConnection {
     /// Re-opens the session with the same settings; prepared statements are forgotten.
     public func reset() throws(PostgresError) {
         preparedNames.removeAll()
+        preparedByAddress.removeAll()
         PQreset(handle)
         guard PQstatus(handle) == CONNECTION_OK else {
             throw PostgresError.connection(handle, context: "could not reconnect to PostgreSQL")
@@ -94,13 +99,14 @@ public final class PostgresConnection {
         _ sql: String, _ parameters: [(any PostgresEncodable)?] = [], prepared: Bool = false
     ) throws(PostgresError) -> PostgresResult {
         if prepared {
-            if let name = preparedNames[sql] {
+            if let name = preparedName(of: sql) {
                 do {
                     return try queryPrepared(name: name, parameters)
                 } catch {
                     if error.sqlState == "0A000" {
                         // "cached plan must not change result type" (the table changed): prepare afresh next time.
                         preparedNames[sql] = nil
+                        preparedByAddress.removeAll()
                         if !inTransaction { _ = try? simpleQuery("DEALLOCATE \(name)") }
                     }
                     throw error
@@ -119,6 +125,18 @@ public final class PostgresConnection {
             PQexecParams(handle, sql, count, nil, values, nil, nil, 0)
         }
         return try check(raw)
+    }
+
+    /// The name `sql` was prepared under on this connection, if any.
+    private func preparedName(of sql: String) -> String? {
+        let address = sql.utf8.withContiguousStorageIfAvailable { Int(bitPattern: $0.baseAddress) } ?? 0
+        if address != 0, let entry = preparedByAddress[address], entry.sql == sql { return entry.name }
+        guard let name = preparedNames[sql] else { return nil }
+        if address != 0 {
+            if preparedByAddress.count >= Self.maxPreparedStatements { preparedByAddress.removeAll() }
+            preparedByAddress[address] = (sql, name)
+        }
+        return name
     }
 
     /// Runs one statement and returns the number of rows it affected.
@@ -205,30 +223,36 @@ public final class PostgresConnection {
         return isBroken
     }
 
-    /// Copies parameters into one NUL-terminated buffer and passes libpq an array of pointers into it.
+    /// Copies parameters into one buffer of NUL-terminated strings and passes libpq an array of pointers into it.
     private static func withCParameters(
         _ parameters: [(any PostgresEncodable)?],
         _ body: (UnsafePointer<UnsafePointer<CChar>?>?, Int32) -> OpaquePointer?
     ) throws(PostgresError) -> OpaquePointer? {
-        var storage: [CChar] = []
-        var offsets: [Int?] = []
+        var storage: [UInt8] = []
+        storage.reserveCapacity(256)
+        var offsets: [Int] = []  // -1 for NULL
         offsets.reserveCapacity(parameters.count)
         for (index, parameter) in parameters.enumerated() {
             guard let parameter else {
-                offsets.append(nil)
+                offsets.append(-1)
                 continue
             }
-            let text = parameter.postgresText
+            var text = parameter.postgresText
             // A C string would silently truncate at NUL; PostgreSQL text cannot hold it anyway.
-            if text.utf8.contains(0) {
+            let clean = text.withUTF8 { utf8 in
+                guard utf8.isEmpty || memchr(utf8.baseAddress!, 0, utf8.count) == nil else { return false }
+                offsets.append(storage.count)
+                storage.append(contentsOf: utf8)
+                storage.append(0)
+                return true
+            }
+            if !clean {
                 throw PostgresError(kind: .query, sqlState: "22021", message: "parameter $\(index + 1) contains a NUL byte")
             }
-            offsets.append(storage.count)
-            storage.append(contentsOf: text.utf8.map { CChar(bitPattern: $0) })
-            storage.append(0)
         }
-        return storage.withUnsafeBufferPointer { buffer in
-            let pointers: [UnsafePointer<CChar>?] = offsets.map { offset in offset.map { buffer.baseAddress! + $0 } }
+        return storage.withUnsafeBytes { buffer in
+            let base = buffer.baseAddress?.assumingMemoryBound(to: CChar.self)
+            let pointers: [UnsafePointer<CChar>?] = offsets.map { $0 < 0 ? nil : base! + $0 }
             return pointers.withUnsafeBufferPointer { body($0.baseAddress, Int32(pointers.count)) }
         }
     }

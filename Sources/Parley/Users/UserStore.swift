@@ -37,13 +37,16 @@ enum UserStore {
 
     // MARK: - Reads
 
+    /// The SELECTs of ``fetch(appID:userID:forUpdate:on:)``, built once: GET /v1/users/{id} is the hottest read
+    /// (bench/users.sh).
+    private static let fetchSQL = (
+        plain: "SELECT \(columns) FROM users WHERE app_id = $1 AND user_id = $2",
+        forUpdate: "SELECT \(columns) FROM users WHERE app_id = $1 AND user_id = $2 FOR UPDATE"
+    )
+
     /// One user, soft-deleted or not; `forUpdate` locks the row until the transaction ends.
     static func fetch(appID: String, userID: String, forUpdate: Bool = false, on db: PostgresConnection) throws -> User? {
-        let sql =
-            forUpdate
-            ? "SELECT \(columns) FROM users WHERE app_id = $1 AND user_id = $2 FOR UPDATE"
-            : "SELECT \(columns) FROM users WHERE app_id = $1 AND user_id = $2"
-        return try db.query(sql, [appID, userID], prepared: true).first.map(user)
+        try db.query(forUpdate ? fetchSQL.forUpdate : fetchSQL.plain, [appID, userID], prepared: true).first.map(user)
     }
 
     /// The users among `userIDs` that exist (soft-deleted included), in `user_id` order; `forUpdate` locks them in
