@@ -217,6 +217,13 @@ public struct JSONWriter: @unchecked Sendable {
         needsComma = true
     }
 
+    /// Writes UTF-8 text (a database cell's bytes) as a JSON string, escaped like `writeString`.
+    public mutating func writeString(utf8: UnsafeBufferPointer<UInt8>) {
+        beforeValue()
+        appendQuoted(utf8: utf8)
+        needsComma = true
+    }
+
     public mutating func writeString(_ value: Substring) {
         beforeValue()
         appendQuoted(String(value))
@@ -227,6 +234,13 @@ public struct JSONWriter: @unchecked Sendable {
     public mutating func writeRaw(_ json: [UInt8]) {
         beforeValue()
         append(contentsOf: json)
+        needsComma = true
+    }
+
+    /// Appends bytes that are already one serialized JSON value (stored JSON in a database cell's buffer).
+    public mutating func writeRaw(_ json: UnsafeBufferPointer<UInt8>) {
+        beforeValue()
+        if let base = json.baseAddress { append(base, count: json.count) }
         needsComma = true
     }
 
@@ -288,34 +302,36 @@ public struct JSONWriter: @unchecked Sendable {
     private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
     private mutating func appendQuoted(_ value: String) {
-        append(UInt8(ascii: "\""))
         var s = value
-        s.withUTF8 { utf8 in
-            var runStart = 0
-            for i in 0..<utf8.count {
-                let c = utf8[i]
-                // Only '"', '\' and C0 controls need escaping; non-ASCII stays raw UTF-8.
-                guard c < 0x20 || c == 0x22 || c == 0x5C else { continue }
-                if runStart < i { append(utf8.baseAddress! + runStart, count: i - runStart) }
-                runStart = i + 1
-                append(UInt8(ascii: "\\"))
-                switch c {
-                case 0x22: append(0x22)
-                case 0x5C: append(0x5C)
-                case 0x0A: append(UInt8(ascii: "n"))
-                case 0x0D: append(UInt8(ascii: "r"))
-                case 0x09: append(UInt8(ascii: "t"))
-                case 0x08: append(UInt8(ascii: "b"))
-                case 0x0C: append(UInt8(ascii: "f"))
-                default:
-                    appendASCII("u00")
-                    append(Self.hexDigits[Int(c >> 4)])
-                    append(Self.hexDigits[Int(c & 0xF)])
-                }
+        s.withUTF8 { appendQuoted(utf8: $0) }
+    }
+
+    private mutating func appendQuoted(utf8: UnsafeBufferPointer<UInt8>) {
+        append(UInt8(ascii: "\""))
+        var runStart = 0
+        for i in 0..<utf8.count {
+            let c = utf8[i]
+            // Only '"', '\' and C0 controls need escaping; non-ASCII stays raw UTF-8.
+            guard c < 0x20 || c == 0x22 || c == 0x5C else { continue }
+            if runStart < i { append(utf8.baseAddress! + runStart, count: i - runStart) }
+            runStart = i + 1
+            append(UInt8(ascii: "\\"))
+            switch c {
+            case 0x22: append(0x22)
+            case 0x5C: append(0x5C)
+            case 0x0A: append(UInt8(ascii: "n"))
+            case 0x0D: append(UInt8(ascii: "r"))
+            case 0x09: append(UInt8(ascii: "t"))
+            case 0x08: append(UInt8(ascii: "b"))
+            case 0x0C: append(UInt8(ascii: "f"))
+            default:
+                appendASCII("u00")
+                append(Self.hexDigits[Int(c >> 4)])
+                append(Self.hexDigits[Int(c & 0xF)])
             }
-            if runStart < utf8.count {
-                append(utf8.baseAddress! + runStart, count: utf8.count - runStart)
-            }
+        }
+        if runStart < utf8.count {
+            append(utf8.baseAddress! + runStart, count: utf8.count - runStart)
         }
         append(UInt8(ascii: "\""))
     }

@@ -71,22 +71,6 @@ struct Message: Sendable {
         return w.bytes
     }
 
-    /// Writes the Message object as `viewer` sees it as the next value of `w` (one buffer for a whole list).
-    func write(to w: inout JSONWriter, _ viewer: MessageViewer) {
-        w.beginObject()
-        writeMembers(&w)
-        // `suppressed` for the app; `push` for the app and the sender (API.md §2 †).
-        if viewer == .app {
-            w.key(static: "suppressed")
-            if let suppressed { w.writeString(suppressed) } else { w.writeNull() }
-        }
-        if viewer == .app || viewer == .user(from) {
-            w.key(static: "push")
-            if let push { w.writeRaw(push) } else { w.writeNull() }
-        }
-        w.endObject()
-    }
-
     /// The Message JSON a `message.sent` event carries (what every recipient sees: no `suppressed`, no `push`), the
     /// same bytes the send statement assembles from ``head()`` and ``tail()``.
     func eventJSON() -> [UInt8] {
@@ -95,15 +79,6 @@ struct Message: Sendable {
         writeMembers(&w)
         w.endObject()
         return w.bytes
-    }
-
-    /// Every member every viewer sees, in order.
-    private func writeMembers(_ w: inout JSONWriter) {
-        writeHead(&w)
-        if let seq { w.writeInt(seq) } else { w.writeNull() }
-        w.key(static: "timestamp")
-        w.writeInt(timestamp)
-        writeTail(&w)
     }
 
     /// The opening brace and the members before the seq value, ending with `"seq":` (the send statement fills seq
@@ -125,62 +100,6 @@ struct Message: Sendable {
         let cut = w.count
         writeTail(&w)
         return Array(w.bytes[cut...])
-    }
-
-    private func writeHead(_ w: inout JSONWriter) {
-        w.key(static: "message_id")
-        w.writeString(messageID)
-        w.key(static: "client_msg_id")
-        if let clientMsgID { w.writeString(clientMsgID) } else { w.writeNull() }
-        w.key(static: "type")
-        w.writeInt(type)
-        w.key(static: "conversation_type")
-        w.writeString(conversationType.rawValue)
-        w.key(static: "from")
-        w.writeString(from)
-        w.key(static: "to")
-        w.writeString(to)
-        w.key(static: "seq")
-    }
-
-    private func writeTail(_ w: inout JSONWriter) {
-        w.key(static: "body")
-        if let body { w.writeRaw(body) } else { w.writeNull() }
-        w.key(static: "extended_data")
-        w.writeString(extendedData)
-        w.key(static: "mentions")
-        w.object { w in
-            w.key(static: "user_ids")
-            w.array { w in for id in mentionIDs { w.writeString(id) } }
-            w.key(static: "all")
-            w.writeBool(mentionAll)
-        }
-        w.key(static: "reply")
-        if let reply { w.writeRaw(reply) } else { w.writeNull() }
-        w.key(static: "root_message_id")
-        if let rootMessageID { w.writeString(rootMessageID) } else { w.writeNull() }
-        w.key(static: "reply_count")
-        w.writeInt(replyCount)
-        w.key(static: "priority")
-        w.writeInt(priority)
-        w.key(static: "need_receipt")
-        w.writeBool(needReceipt)
-        w.key(static: "receipt_status")
-        w.writeString(needReceipt ? "processing" : "none")
-        w.key(static: "no_unread")
-        w.writeBool(noUnread)
-        w.key(static: "online_only")
-        w.writeBool(onlineOnly)
-        w.key(static: "stored")
-        w.writeBool(stored)
-        w.key(static: "repeat_count")
-        w.writeInt(repeatCount)
-        w.key(static: "is_broadcast")
-        w.writeBool(isBroadcast)
-        // Edits, pins and reactions are not built yet: their members are constant.
-        w.staticMembers(#""edited_at":null,"editor_id":null,"edit_count":0,"pinned":null,"reactions":[]"#)
-        w.key(static: "deleted")
-        w.writeBool(deleted)
     }
 
     /// The tombstone a dedupe key answers with once its stored message is gone (API.md §1.6).

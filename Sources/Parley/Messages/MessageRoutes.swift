@@ -199,22 +199,27 @@ enum MessageRoutes {
         }
         let limit = h.limit
         h.limit = limit + 1
-        let messages = try MessageStore.history(
+        let rows = try MessageStore.history(
             appID: ctx.appID, conversationType: type, threadID: MessageStore.thread(type, userID ?? "", id), peer: id, query: h,
             on: ctx.db)
         // No rows from a group: find out whether access was refused (404/409/403) or the page is empty.
-        if messages.isEmpty && type == .group { try MessageService(ctx).requireGroupHistory(id, viewer: userID, on: ctx.db) }
-        let page = messages.prefix(limit)
+        if rows.isEmpty && type == .group { try MessageService(ctx).requireGroupHistory(id, viewer: userID, on: ctx.db) }
+        let pageCount = min(rows.count, limit)
         let viewer = MessageViewer(ctx)
-        let next = messages.count > limit ? page.last.flatMap { $0.seq }.map { ctx.cursors.encode(list: list, values: [.int($0)]) } : nil
-        // The hot read: the whole page goes into one buffer (the `Reply.list` shape), not one array per message.
-        var w = JSONWriter(capacity: 1024 + page.reduce(0) { $0 + 640 + ($1.body?.count ?? 0) + ($1.reply?.count ?? 0) })
-        w.object { w in
-            w.key("items")
-            w.array { w in for message in page { message.write(to: &w, viewer) } }
-            w.key("next_cursor")
-            if let next { w.writeString(next) } else { w.writeNull() }
+        var next: String?
+        if rows.count > limit, let seq = try MessageRow(rows[pageCount - 1]).sequence() {
+            next = ctx.cursors.encode(list: list, values: [.int(seq)])
         }
+        // The hot read: the rows go straight from libpq's buffer into one response buffer (the `Reply.list` shape).
+        var w = JSONWriter(capacity: 1024 + pageCount * 1024)
+        w.beginObject()
+        w.key(static: "items")
+        w.beginArray()
+        for index in 0..<pageCount { try MessageRow(rows[index]).write(to: &w, viewer) }
+        w.endArray()
+        w.key(static: "next_cursor")
+        if let next { w.writeString(next) } else { w.writeNull() }
+        w.endObject()
         return Reply.json(w.bytes)
     }
 }

@@ -12,17 +12,12 @@ enum MessageStore {
 
     // MARK: - Rows
 
-    /// The columns ``message(_:at:)`` decodes, in order, for a `messages` row aliased `alias`.
+    /// The columns ``message(_:at:)`` decodes, in ``MessageColumn`` order, for a `messages` row aliased `alias`.
     static func columns(_ alias: String = "m") -> String {
-        let names = [
-            "message_id", "client_msg_id", "type", "conv_type", "sender", "recipient", "seq", "timestamp", "body",
-            "extended_data", "mention_ids", "mention_all", "reply", "root_message_id", "reply_count", "priority",
-            "need_receipt", "no_unread", "repeat_count", "push", "suppressed", "deleted",
-        ]
-        return names.map { "\(alias).\($0)" }.joined(separator: ", ")
+        MessageColumn.allCases.map { "\(alias).\($0.name)" }.joined(separator: ", ")
     }
 
-    static let columnCount = 22
+    static let columnCount = MessageColumn.allCases.count
 
     private static let oneSQL = "SELECT \(columns()) FROM messages m WHERE m.app_id = $1 AND m.message_id = $2"
     private static let manySQL = "SELECT \(columns()) FROM messages m WHERE m.app_id = $1 AND m.message_id = ANY($2::text[])"
@@ -30,17 +25,7 @@ enum MessageStore {
     /// The message whose columns start at `offset` (nil when its `message_id` is NULL, as after a LEFT JOIN).
     static func message(_ row: PostgresRow, at offset: Int = 0) throws -> Message? {
         if row[offset].isNull { return nil }
-        func optionalString(_ i: Int) throws -> String? { row[offset + i].isNull ? nil : try row[offset + i].string }
-        func optionalBytes(_ i: Int) throws -> [UInt8]? { row[offset + i].isNull ? nil : try row[offset + i].textBytes }
-        return Message(
-            messageID: try row[offset].string, clientMsgID: try optionalString(1), type: try row[offset + 2].int64,
-            conversationType: ConversationType(rawValue: try row[offset + 3].string) ?? .peer, from: try row[offset + 4].string,
-            to: try row[offset + 5].string, seq: try row[offset + 6].int64, timestamp: try row[offset + 7].int64,
-            body: try optionalBytes(8), extendedData: try row[offset + 9].string, mentionIDs: try row[offset + 10].stringArray,
-            mentionAll: try row[offset + 11].bool, reply: try optionalBytes(12), rootMessageID: try optionalString(13),
-            replyCount: try row[offset + 14].int64, priority: try row[offset + 15].int64, needReceipt: try row[offset + 16].bool,
-            noUnread: try row[offset + 17].bool, onlineOnly: false, repeatCount: try row[offset + 18].int64,
-            push: try optionalBytes(19), suppressed: try optionalString(20), deleted: try row[offset + 21].bool)
+        return try MessageRow(row, at: offset).decode()
     }
 
     // MARK: - Send
@@ -183,11 +168,12 @@ enum MessageStore {
         return (sql("ASC"), sql("DESC"))
     }()
 
-    /// Up to `limit` stored messages of one conversation in seq order (`forward`) or reverse.
+    /// Up to `limit` stored messages of one conversation in seq order (`forward`) or reverse, as rows in
+    /// ``MessageColumn`` order (read them with ``MessageRow``).
     static func history(
         appID: String, conversationType: ConversationType, threadID: String, peer: String, query: HistoryQuery, on db: PostgresConnection
     )
-        throws -> [Message]
+        throws -> PostgresResult
     {
         let sql = query.forward ? historySQL.ascending : historySQL.descending
         let result = try db.query(
@@ -196,7 +182,7 @@ enum MessageStore {
                 appID, conversationType.rawValue, threadID, query.afterSeq, query.beforeSeq, query.startAt, query.endAt,
                 query.types, query.viewer, query.includeHidden, peer, query.limit, query.requireGroupAccess,
             ], prepared: true)
-        return try result.rows.compactMap { try message($0) }
+        return result
     }
 
     /// A page of the snapshots of combine `combineID` from `position`.
