@@ -520,6 +520,37 @@ struct MessagesTests: ProblemAssertions {
         #expect(retried.json?["seq"]?.intValue == 1)
         #expect(try Self.conversation(app, "b", "a")?["unread_count"]?.intValue == 1)
     }
+
+    /// The pool runs generic plans (ParleyApp), which cannot see that history's time bounds are usually open: with
+    /// the BRIN index on `timestamp` usable, a long conversation was read by a bitmap scan of all its rows and a sort
+    /// (130 ms at 70,000 messages) instead of from the end of `messages_pkey`.
+    @Test func historyOfALongConversationWalksThePrimaryKeyUnderTheGenericPlan() throws {
+        let (server, app) = try Self.start()
+        defer { server.stop() }
+        try app.createUser("a")
+        try app.createUser("b")
+        try Self.sendText(app, "a", "b", "first")
+        // 70,000 more messages in the same conversation, straight in SQL (a send each would take minutes), then stats.
+        try server.sql(
+            """
+            INSERT INTO messages (app_id, conv_type, conv_id, seq, message_id, sender, recipient, type, body, timestamp)
+            SELECT app_id, conv_type, conv_id, seq + g, message_id || '-' || g, sender, recipient, type, body, timestamp + g
+            FROM messages, generate_series(1, 70000) g WHERE app_id = $1
+            """, [app.appID])
+        try server.sql("ANALYZE messages", [])
+        let plan = try server.app.services.pool.withConnection { db -> String in
+            try db.simpleQuery("PREPARE history_plan AS " + MessageStore.historySQL.descending)
+            defer { _ = try? db.simpleQuery("DEALLOCATE history_plan") }
+            let explained = try db.simpleQuery(
+                "EXPLAIN EXECUTE history_plan('\(app.appID)', 'peer', 'a b', 0, 9223372036854775807, -9223372036854775808, "
+                    + "9223372036854775807, NULL, NULL, false, 'b', 21, false)")
+            return try explained.rows.map { try $0[0].string }.joined(separator: "\n")
+        }
+        #expect(plan.contains("Index Scan Backward using messages_pkey"), "\(plan)")
+        #expect(!plan.contains("messages_by_time"), "\(plan)")
+        let page = try Self.history(app, "a", "b")
+        #expect(Self.seqs(page).first == 70_001)
+    }
 }
 
 /// A value behind a lock, for collecting results from concurrent test threads.
