@@ -1,7 +1,6 @@
--- GET the 20 newest messages of group $GROUP with the app key.
+-- GET the 20 newest messages of group $GROUP with the app key (one request, formatted once).
 local key = os.getenv("PARLEY_KEY")
-local headers = { ["Authorization"] = "Bearer " .. key }
-local path = "/v1/groups/" .. os.getenv("GROUP") .. "/messages"
+local req = wrk.format("GET", "/v1/groups/" .. os.getenv("GROUP") .. "/messages", { ["Authorization"] = "Bearer " .. key })
 function request()
-  return wrk.format("GET", path, headers)
+  return req
 end
