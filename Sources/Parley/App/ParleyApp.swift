@@ -55,6 +55,9 @@ public final class ParleyApp: Sendable {
             // and many carry optional filters (`$n IS NULL OR …`) that make PostgreSQL's "auto" mode keep choosing
             // custom plans, so it re-planned every execution: perf showed planning as PostgreSQL's top cost on GET
             // history, and forcing generic plans took that route from 3.3k to 4.3k req/s (bench/RESULTS.md).
+            // The price: a generic plan cannot see which optional filters are open, so a new index can capture a list
+            // query (the BRIN index on messages.timestamp did, MessageStore.historySQL). Check a new index or list
+            // query with PREPARE + EXPLAIN EXECUTE on a big table, as MessagesTests does for history.
             var pooled = database
             pooled.addServerSetting("plan_cache_mode", "force_generic_plan")
             pool = PostgresPool(configuration: pooled, size: configuration.poolSize, logger: pgLogger)
