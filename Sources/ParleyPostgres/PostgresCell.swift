@@ -63,8 +63,7 @@ public struct PostgresCell {
     /// a `String` in between.
     public var textBytes: [UInt8] {
         get throws(PostgresError) {
-            if typeOID == OID.bytea { throw .decoding("column \(columnName) is bytea, not text") }
-            return try withRawBytes { Array($0) }
+            try withTextBytes { Array($0) }
         }
     }
 

@@ -12,8 +12,9 @@ public final class PostgresConnection {
     private let noticeSink: PostgresNoticeSink
     private var preparedNames: [String: String] = [:]
     /// `preparedNames` by the address of the SQL text's storage: hot statements are `static let` strings, so the
-    /// lookup need not hash ~1.5 KB of SQL per call. A hit is confirmed with `==`, which is O(1) for the same
-    /// storage and exact for any other string that reuses a freed address.
+    /// lookup need not hash ~1.5 KB of SQL per call. An entry keeps its text alive, so its address is not reused
+    /// while cached; a hit is still confirmed with `==` (O(1) for the same storage), which also covers small strings,
+    /// whose bytes are lent from a temporary copy.
     private var preparedByAddress: [Int: (sql: String, name: String)] = [:]
     private var nextPreparedID = 0
     private var nextSavepointID = 0

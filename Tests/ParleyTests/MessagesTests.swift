@@ -521,6 +521,37 @@ struct MessagesTests: ProblemAssertions {
         #expect(try Self.conversation(app, "b", "a")?["unread_count"]?.intValue == 1)
     }
 
+    /// History pages are written from the rows in place (MessageRow), single messages from a decoded Message: both
+    /// feed the one Message JSON layout, so every viewer must see byte-for-byte equal objects either way.
+    @Test func historyItemsEqualTheSingleMessageForEveryViewer() throws {
+        let (server, app) = try Self.start()
+        defer { server.stop() }
+        try app.createUser("a")
+        try app.createUser("b")
+        let quoted = "say \"hi\"\nback\\slash\u{01} é中"
+        let first = try Self.sendText(
+            app, "a", "b", quoted,
+            extra: #""client_msg_id":"k-1","extended_data":"x\"y","priority":3,"push":{"title":"T"},"mentions":{"user_ids":["b"]}"#)
+        let firstID = try #require(first.json?["message_id"]?.stringValue)
+        let reply = try Self.sendText(app, "b", "a", "reply", extra: #""reply_to":"\#(firstID)","need_receipt":true"#)
+        #expect(reply.status == 201, "\(reply.text)")
+        let viewers: [(String, String?)] = [("app", nil), ("a", try app.token(for: "a")), ("b", try app.token(for: "b"))]
+        for (name, token) in viewers {
+            let path = name == "b" ? "/v1/users/b/conversations/peer/a/messages" : "/v1/users/a/conversations/peer/b/messages"
+            let page = try token.map { try server.request(.get, path, bearer: $0) } ?? app.request(.get, path)
+            #expect(page.status == 200, "\(page.text)")
+            let items = page.json?["items"]?.arrayValue ?? []
+            #expect(items.count == 2)
+            for item in items {
+                let id = try #require(item["message_id"]?.stringValue)
+                let single =
+                    try token.map { try server.request(.get, "/v1/messages/\(id)", bearer: $0) }
+                    ?? app.request(.get, "/v1/messages/\(id)")
+                #expect(item == single.json, "viewer \(name), message \(id)")
+            }
+        }
+    }
+
     /// The pool runs generic plans (ParleyApp), which cannot see that history's time bounds are usually open: with
     /// the BRIN index on `timestamp` usable, a long conversation was read by a bitmap scan of all its rows and a sort
     /// (130 ms at 70,000 messages) instead of from the end of `messages_pkey`.

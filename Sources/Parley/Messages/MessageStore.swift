@@ -17,8 +17,6 @@ enum MessageStore {
         MessageColumn.allCases.map { "\(alias).\($0.name)" }.joined(separator: ", ")
     }
 
-    static let columnCount = MessageColumn.allCases.count
-
     private static let oneSQL = "SELECT \(columns()) FROM messages m WHERE m.app_id = $1 AND m.message_id = $2"
     private static let manySQL = "SELECT \(columns()) FROM messages m WHERE m.app_id = $1 AND m.message_id = ANY($2::text[])"
 
