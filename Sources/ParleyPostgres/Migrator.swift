@@ -1,13 +1,28 @@
 import Foundation
 
-/// Applies the forward-only SQL migrations (`NNNN_name.sql`) in version order, exactly once per database.
+/// Brings a database to the schema in the tree: the numbered migrations once each, then the database functions
+/// as they are now.
 ///
-/// Each file runs in its own transaction (unless its first line is `-- migrate: no-transaction`, for
-/// `CREATE INDEX CONCURRENTLY`), under `pg_advisory_lock(Migrator.advisoryLockKey)` so that several nodes
-/// starting at once serialise and apply each file once. `schema_migrations` records version, name, SHA-256
-/// and time; an applied file whose checksum changed is a start-up error naming the file (fix forward with a
-/// new file instead). A recorded version whose file is gone is logged and ignored.
-/// Files must not contain their own BEGIN/COMMIT.
+/// Numbered files (`NNNN_name.sql`) change tables and data, which cannot be redone, so each is applied exactly once,
+/// in version order, and never edited afterwards: `schema_migrations` records version, name, SHA-256 and time, and an
+/// applied file whose checksum changed is a start-up error naming the file (fix forward with a new file instead). Each
+/// runs in its own transaction unless its first line is `-- migrate: no-transaction` (for
+/// `CREATE INDEX CONCURRENTLY`).
+///
+/// Function files (`functions/*.sql`: one `CREATE OR REPLACE FUNCTION` each, with the `DROP TRIGGER IF EXISTS` /
+/// `CREATE TRIGGER` lines that use it, if any) can be re-run at will, so they are edited in place: the live definition
+/// is always the one in the tree, and a change to a function reviews as a diff of that function, not as a new copy of
+/// it in a migration. A file is re-applied whenever its SHA-256 differs from the one `schema_functions` records under
+/// its name (the file name without `.sql`). They run after every numbered migration, so that a function may use
+/// anything the migrations create (a numbered migration cannot rely on them: on a fresh database they do not exist
+/// yet when it runs), in file-name order (bytewise, whatever the locale), each in its own transaction. A function
+/// whose signature or return type changes needs its old definition dropped first, which `CREATE OR REPLACE` does not
+/// do.
+///
+/// A recorded version or function whose file is gone is logged and ignored: removing a function is a schema change,
+/// made by a numbered migration that drops it. Everything runs under `pg_advisory_lock(Migrator.advisoryLockKey)`,
+/// so that several nodes starting at once serialise and apply each file once. Files must not contain their own
+/// BEGIN/COMMIT.
 public struct Migrator: Sendable {
     /// One migration file.
     public struct Migration: Sendable, Equatable {
@@ -19,6 +34,29 @@ public struct Migrator: Sendable {
         public let checksum: String
         var runsInTransaction: Bool {
             !(sql.split(separator: "\n", maxSplits: 1).first?.contains("migrate: no-transaction") ?? false)
+        }
+    }
+
+    /// One database function file (`functions/name.sql`).
+    public struct FunctionFile: Sendable, Equatable {
+        /// The file name without `.sql`: its key in `schema_functions`.
+        public let name: String
+        public let path: String
+        public let sql: String
+        /// SHA-256 (hex) of the file's bytes.
+        public let checksum: String
+    }
+
+    /// What one run applied.
+    public struct Applied: Sendable, Equatable {
+        /// Versions of the numbered migrations applied, ascending.
+        public let versions: [Int]
+        /// Names of the function files applied (new or changed), in the order they ran.
+        public let functions: [String]
+
+        public init(versions: [Int], functions: [String]) {
+            self.versions = versions
+            self.functions = functions
         }
     }
 
@@ -37,6 +75,8 @@ public struct Migrator: Sendable {
 
     /// The directory the migrations are read from.
     public let directory: String
+    /// The directory the function files are read from (`functions` inside `directory`; it may be absent).
+    public var functionsDirectory: String { directory + "/functions" }
     private let logger: PostgresLogger
 
     /// Uses `directory`, or finds one with `locateDirectory`.
@@ -108,17 +148,11 @@ public struct Migrator: Sendable {
                 continue
             }
             let path = directory + "/" + fileName
-            guard let data = FileManager.default.contents(atPath: path) else {
-                throw Failure(message: "cannot read migration \(path)", underlying: nil)
-            }
-            let bytes = [UInt8](data)
-            guard let sql = String(validating: bytes, as: UTF8.self) else {
-                throw Failure(message: "migration \(fileName) is not valid UTF-8", underlying: nil)
-            }
+            let (sql, checksum) = try Self.read(path, named: "migration \(fileName)")
             migrations.append(
                 Migration(
                     version: version, name: String(stem[stem.index(after: underscore)...]), path: path, sql: sql,
-                    checksum: SHA256.hex(bytes)))
+                    checksum: checksum))
         }
         migrations.sort { $0.version < $1.version }
         for (a, b) in zip(migrations, migrations.dropFirst()) where a.version == b.version {
@@ -127,8 +161,55 @@ public struct Migrator: Sendable {
         return migrations
     }
 
+    /// Reads the function files in the order they are applied; none when `functionsDirectory` is absent.
+    public func loadFunctions() throws(Failure) -> [FunctionFile] {
+        guard Self.isDirectory(functionsDirectory) else { return [] }
+        let names: [String]
+        do {
+            names = try FileManager.default.contentsOfDirectory(atPath: functionsDirectory)
+        } catch {
+            throw Failure(message: "cannot read functions directory \(functionsDirectory)", underlying: nil)
+        }
+        var functions: [FunctionFile] = []
+        // Bytewise, so the order cannot depend on the locale or on Unicode collation.
+        for fileName in names.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) })
+        where fileName.hasSuffix(".sql") && fileName.count > 4 {
+            let path = functionsDirectory + "/" + fileName
+            if Self.isDirectory(path) { continue }
+            let (sql, checksum) = try Self.read(path, named: "function file functions/\(fileName)")
+            functions.append(FunctionFile(name: String(fileName.dropLast(4)), path: path, sql: sql, checksum: checksum))
+        }
+        return functions
+    }
+
+    /// The UTF-8 text and SHA-256 of one SQL file; `what` names it in errors.
+    private static func read(_ path: String, named what: String) throws(Failure) -> (sql: String, checksum: String) {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw Failure(message: "cannot read \(what) (\(path))", underlying: nil)
+        }
+        let bytes = [UInt8](data)
+        guard let sql = String(validating: bytes, as: UTF8.self) else {
+            throw Failure(message: "\(what) is not valid UTF-8", underlying: nil)
+        }
+        return (sql, SHA256.hex(bytes))
+    }
+
     /// Opens a dedicated connection, migrates, closes it; returns the versions applied now.
+    ///
+    /// Function files are applied too (and logged); `apply(configuration:)` also reports which.
     public func migrate(configuration: PostgresConfiguration) throws(Failure) -> [Int] {
+        try apply(configuration: configuration).versions
+    }
+
+    /// Migrates using `connection` (must not be inside a transaction); returns the versions applied now.
+    ///
+    /// Function files are applied too (and logged); `apply(on:)` also reports which.
+    public func migrate(on connection: PostgresConnection) throws(Failure) -> [Int] {
+        try apply(on: connection).versions
+    }
+
+    /// Opens a dedicated connection, applies the numbered migrations and the function files, closes it.
+    public func apply(configuration: PostgresConfiguration) throws(Failure) -> Applied {
         var migratorConfiguration = configuration
         migratorConfiguration.applicationName = "parley-migrator"
         let connection: PostgresConnection
@@ -137,21 +218,27 @@ public struct Migrator: Sendable {
         } catch {
             throw Failure(message: "cannot connect to migrate", underlying: error)
         }
-        return try migrate(on: connection)
+        return try apply(on: connection)
     }
 
-    /// Migrates using `connection` (must not be inside a transaction); returns the versions applied now.
-    public func migrate(on connection: PostgresConnection) throws(Failure) -> [Int] {
+    /// Applies the numbered migrations, then the function files, using `connection` (must not be inside a
+    /// transaction).
+    public func apply(on connection: PostgresConnection) throws(Failure) -> Applied {
+        // Every file is read before the database is touched: an unreadable one changes nothing.
         let migrations = try loadMigrations()
-        @discardableResult
-        func run<R>(_ what: String, _ body: () throws(PostgresError) -> R) throws(Failure) -> R {
-            do { return try body() } catch { throw Failure(message: what, underlying: error) }
-        }
-        try run("cannot take the migration lock") { () throws(PostgresError) in
+        let functions = try loadFunctions()
+        try Self.attempt("cannot take the migration lock") { () throws(PostgresError) in
             try connection.query("SELECT pg_advisory_lock($1)", [Self.advisoryLockKey])
         }
         defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", [Self.advisoryLockKey]) }
-        try run("cannot create schema_migrations") { () throws(PostgresError) in
+        let versions = try applyMigrations(migrations, on: connection)
+        let functionNames = try applyFunctions(functions, on: connection)
+        return Applied(versions: versions, functions: functionNames)
+    }
+
+    /// Applies the numbered migrations not recorded yet (the lock is held); returns their versions.
+    private func applyMigrations(_ migrations: [Migration], on connection: PostgresConnection) throws(Failure) -> [Int] {
+        try Self.attempt("cannot create schema_migrations") { () throws(PostgresError) in
             try connection.simpleQuery(
                 """
                 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -162,7 +249,7 @@ public struct Migrator: Sendable {
                 )
                 """)
         }
-        let applied: [Int: (name: String, checksum: String)] = try run("cannot read schema_migrations") {
+        let applied: [Int: (name: String, checksum: String)] = try Self.attempt("cannot read schema_migrations") {
             () throws(PostgresError) in
             var map: [Int: (name: String, checksum: String)] = [:]
             for row in try connection.query("SELECT version, name, checksum FROM schema_migrations") {
@@ -186,22 +273,79 @@ public struct Migrator: Sendable {
                 }
                 continue
             }
-            try run("migration \(fileName) failed") { () throws(PostgresError) in
-                do throws(PostgresError) {
-                    if migration.runsInTransaction { try connection.simpleQuery("BEGIN") }
+            try Self.attempt("migration \(fileName) failed") { () throws(PostgresError) in
+                try Self.inTransaction(migration.runsInTransaction, on: connection) { () throws(PostgresError) in
                     try connection.simpleQuery(migration.sql)
                     try connection.query(
                         "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
                         [migration.version, migration.name, migration.checksum])
-                    if migration.runsInTransaction { try connection.simpleQuery("COMMIT") }
-                } catch {
-                    if connection.inTransaction { _ = try? connection.simpleQuery("ROLLBACK") }
-                    throw error
                 }
             }
             logger.log(.info, "migrations: applied \(fileName)")
             appliedNow.append(migration.version)
         }
         return appliedNow
+    }
+
+    /// Applies the function files that are new or changed since recorded (the lock is held); returns their names.
+    private func applyFunctions(_ functions: [FunctionFile], on connection: PostgresConnection) throws(Failure) -> [String] {
+        try Self.attempt("cannot create schema_functions") { () throws(PostgresError) in
+            try connection.simpleQuery(
+                """
+                CREATE TABLE IF NOT EXISTS schema_functions (
+                    name text PRIMARY KEY,
+                    checksum text NOT NULL,
+                    applied_at timestamptz NOT NULL DEFAULT now()
+                )
+                """)
+        }
+        let recorded: [String: String] = try Self.attempt("cannot read schema_functions") { () throws(PostgresError) in
+            var map: [String: String] = [:]
+            for row in try connection.query("SELECT name, checksum FROM schema_functions") {
+                map[try row[0].string] = try row[1].string
+            }
+            return map
+        }
+        let known = Set(functions.map(\.name))
+        for name in recorded.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) where !known.contains(name) {
+            logger.log(.warning, "migrations: function file functions/\(name).sql is recorded but missing; ignoring (its definition stays)")
+        }
+        var appliedNow: [String] = []
+        for function in functions where recorded[function.name] != function.checksum {
+            try Self.attempt("function file functions/\(function.name).sql failed") { () throws(PostgresError) in
+                try Self.inTransaction(true, on: connection) { () throws(PostgresError) in
+                    try connection.simpleQuery(function.sql)
+                    try connection.query(
+                        """
+                        INSERT INTO schema_functions (name, checksum) VALUES ($1, $2)
+                        ON CONFLICT (name) DO UPDATE SET checksum = excluded.checksum, applied_at = now()
+                        """,
+                        [function.name, function.checksum])
+                }
+            }
+            logger.log(.info, "migrations: applied functions/\(function.name).sql\(recorded[function.name] == nil ? "" : " (changed)")")
+            appliedNow.append(function.name)
+        }
+        return appliedNow
+    }
+
+    /// Runs `body` inside BEGIN … COMMIT when `transactional`, rolling back when it throws.
+    private static func inTransaction(
+        _ transactional: Bool, on connection: PostgresConnection, _ body: () throws(PostgresError) -> Void
+    ) throws(PostgresError) {
+        do throws(PostgresError) {
+            if transactional { try connection.simpleQuery("BEGIN") }
+            try body()
+            if transactional { try connection.simpleQuery("COMMIT") }
+        } catch {
+            if connection.inTransaction { _ = try? connection.simpleQuery("ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// Runs `body`, turning a server error into a `Failure` that says `what` failed.
+    @discardableResult
+    private static func attempt<R>(_ what: String, _ body: () throws(PostgresError) -> R) throws(Failure) -> R {
+        do { return try body() } catch { throw Failure(message: what, underlying: error) }
     }
 }
