@@ -223,7 +223,10 @@ final class HTTPConnection: EventLoop.Watcher {
                 head: pending.head, body: body, routeTemplate: route.template, pathParameters: parameters, query: query,
                 requestID: pending.requestID, receivedAtMillis: loop.nowMillis)
             if route.options.runsOnEventLoop {
-                respond(Self.run(route.handler, request, hooks: server.hooks), to: pending, request: request)
+                var response = Self.run(route.handler, request, hooks: server.hooks)
+                // An event-loop route must answer at once: it cannot wait on its own loop.
+                if case .later = response.body { response = server.hooks.problem(.internalError, request.requestID) }
+                respond(response, to: pending, request: request)
                 return
             }
             phase = .handling
@@ -235,9 +238,10 @@ final class HTTPConnection: EventLoop.Watcher {
             _ = server.inFlightRequests.add(1, ordering: .relaxed)
             server.executor.execute(
                 {
-                    let response = Self.run(route.handler, request, hooks: hooks)
-                    server.inFlightRequests.subtract(1, ordering: .relaxed)
-                    request.deliver(response, to: id, on: loop)
+                    Self.run(route.handler, request, hooks: hooks).settle { response in
+                        server.inFlightRequests.subtract(1, ordering: .relaxed)
+                        request.deliver(response, to: id, on: loop)
+                    }
                 },
                 rejected: {
                     server.inFlightRequests.subtract(1, ordering: .relaxed)
@@ -319,6 +323,8 @@ final class HTTPConnection: EventLoop.Watcher {
             output.append(contentsOf: [0x0D, 0x0A])
             if !isHead && !body.isEmpty { output.append(contentsOf: body) }
             phase = .writing
+        case .later:
+            preconditionFailure("a deferred response reached respond() unsettled")
         case .stream(let start):
             if pending.head.version == .http1_1 {
                 output.append(contentsOf: "Transfer-Encoding: chunked\r\n".utf8)

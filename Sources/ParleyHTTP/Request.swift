@@ -43,6 +43,11 @@ public struct Response: Sendable {
         /// The server writes the head (chunked framing), then calls `start` on the event loop with a stream the
         /// owner may write to from any thread until it closes it.
         case stream(@Sendable (ResponseStream) -> Void)
+        /// Not known yet: the server calls `start` once (on the handler's thread) with a callback that any thread
+        /// calls exactly once with the response to send (which may itself be `later`). Handlers use it to wait for
+        /// work done elsewhere (a group commit) without holding their worker thread; the status and headers of the
+        /// `later` response itself are not used.
+        case later(@Sendable (_ respond: @escaping @Sendable (Response) -> Void) -> Void)
     }
 
     public var status: Int
@@ -71,6 +76,25 @@ public struct Response: Sendable {
     /// A JSON response from a literal string (constant bodies).
     public static func json(_ text: String, status: Int = 200) -> Response {
         json(Array(text.utf8), status: status)
+    }
+
+    /// A response that comes later: `start` gets the callback to call with it (see `Body.later`).
+    public static func later(_ start: @escaping @Sendable (_ respond: @escaping @Sendable (Response) -> Void) -> Void) -> Response {
+        var response = Response(status: 0)
+        response.body = .later(start)
+        return response
+    }
+
+    /// Calls `done` with this response once it is known: at once, or when a `later` body has produced it.
+    public func settle(_ done: @escaping @Sendable (Response) -> Void) {
+        guard case .later(let start) = body else { return done(self) }
+        start { next in next.settle(done) }
+    }
+
+    /// This response with `transform` applied once it is known (at once, unless the body is `later`).
+    public func whenSettled(_ transform: @escaping @Sendable (Response) -> Response) -> Response {
+        guard case .later = body else { return transform(self) }
+        return .later { respond in self.settle { respond(transform($0)) } }
     }
 
     public var bodyBytes: [UInt8]? {

@@ -171,6 +171,21 @@ public final class PostgresConnection {
         return try check(raw)
     }
 
+    /// BEGIN, `body`, COMMIT on this connection, once: ROLLBACK (and rethrow) when `body` throws. For the dedicated
+    /// connections of background threads; pooled work uses `PostgresPool.transaction`, which also retries.
+    @discardableResult
+    public func transaction<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
+        try simpleQuery("BEGIN")
+        do {
+            let value = try body(self)
+            try simpleQuery("COMMIT")
+            return value
+        } catch {
+            if !isBroken, inTransaction { _ = try? simpleQuery("ROLLBACK") }
+            throw error
+        }
+    }
+
     /// Runs `body` inside `SAVEPOINT`; rolls back to it (and rethrows) when `body` throws.
     ///
     /// Needs an open transaction; nests freely.

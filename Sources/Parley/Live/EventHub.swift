@@ -70,8 +70,7 @@ final class EventHub: Sendable {
     private let logger: Logger
     private let nodeID = String(UInt64.random(in: 0...UInt64.max), radix: 36)
     private let inbox = LockedValue(Inbox())
-    private let wakeRead: Int32
-    private let wakeWrite: Int32
+    private let wakeup = Wakeup()
     private let thread = LockedValue<BackgroundThread?>(nil)
     private let listener = LockedValue<PostgresListener?>(nil)
     /// Set by `start`, cleared by `stop`: the pool and clock the presence writes use.
@@ -81,19 +80,6 @@ final class EventHub: Sendable {
     init(heartbeatMillis: Int, logger: Logger) {
         self.heartbeatMillis = heartbeatMillis
         self.logger = logger
-        var fds: [Int32] = [-1, -1]
-        precondition(pipe(&fds) == 0, "pipe failed: \(errno)")
-        for fd in fds {
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-        }
-        wakeRead = fds[0]
-        wakeWrite = fds[1]
-    }
-
-    deinit {
-        close(wakeRead)
-        close(wakeWrite)
     }
 
     // MARK: - Any thread
@@ -182,8 +168,7 @@ final class EventHub: Sendable {
             return !inbox.signalled
         }
         guard wake else { return }
-        var byte: UInt8 = 1
-        _ = write(wakeWrite, &byte, 1)
+        wakeup.signal()
     }
 
     // MARK: - Lifecycle
@@ -212,8 +197,7 @@ final class EventHub: Sendable {
     func stop() {
         listener.withLock { $0.take() }?.stop()
         inbox.withLock { $0.stopped = true }
-        var byte: UInt8 = 1
-        _ = write(wakeWrite, &byte, 1)
+        wakeup.signal()
         thread.withLock { $0.take() }?.join()
         // The closed streams' own presence updates may find the pool gone: settle this node's rows now.
         if let services = services.withLock({ $0.take() }) {
@@ -255,7 +239,7 @@ final class EventHub: Sendable {
         var sweep = false
         while true {
             let now = EventLoop.monotonicMillis()
-            waitForSignal(timeoutMillis: Int(max(0, min(nextHeartbeat, nextSweep) - now)))
+            wakeup.wait(timeoutMillis: Int(max(0, min(nextHeartbeat, nextSweep) - now)))
             let batch = inbox.withLock { inbox -> Inbox in
                 let taken = inbox
                 inbox.newcomers = []
@@ -310,7 +294,7 @@ final class EventHub: Sendable {
                 logger.warning("msg=\"live hub read failed; retrying\" error=\"\(error)\"")
                 if db?.isBroken ?? true { db = nil }
                 retry = apps
-                Self.sleep(millis: 200)
+                Wakeup.sleep(millis: 200)
             }
             if EventLoop.monotonicMillis() >= nextHeartbeat {
                 for feed in feeds.values { for subscriber in feed.subscribers.values { subscriber.stream.write(Self.pingFrame) } }
@@ -420,18 +404,5 @@ final class EventHub: Sendable {
                 inbox.release(reservation.key)
             }
         }
-    }
-
-    private func waitForSignal(timeoutMillis: Int) {
-        var pfd = pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)
-        if poll(&pfd, 1, Int32(clamping: timeoutMillis)) > 0 {
-            var buffer = [UInt8](repeating: 0, count: 64)
-            while read(wakeRead, &buffer, buffer.count) > 0 {}
-        }
-    }
-
-    private static func sleep(millis: Int) {
-        var ts = timespec(tv_sec: millis / 1000, tv_nsec: (millis % 1000) * 1_000_000)
-        nanosleep(&ts, nil)
     }
 }
