@@ -337,6 +337,7 @@ struct FriendsTests: ProblemAssertions {
             fired.add((try? FriendApplicationExpiry.kind.fire(services, now)) ?? 0, ordering: .relaxed)
         }
         #expect(fired.load(ordering: .relaxed) <= 450)
+        for app in apps { services.sequencer.publishAndWait(app.appID) }
         for (i, app) in apps.enumerated() {
             let n = Int64(150 * (i + 1))
             #expect(try server.count("SELECT count(*) FROM friend_applications WHERE app_id = $1 AND state = 'expired'", [app.appID]) == n)

@@ -640,19 +640,21 @@ struct MessageBodyTests {
         #expect(expectValid(.barrage, ["text": "hi"])?.searchableText == "")
     }
 
-    /// The send statement fills seq and timestamp into ``Message/head()`` and ``Message/tail()``; tips messages use
-    /// ``Message/eventJSON()``: both must give the same event bytes.
-    @Test func theSendTemplateAndEventJSONAgree() {
+    /// The event copy of a message: what every recipient sees (no `push`), and `suppressed` added for the sender's and
+    /// the app's copy of a suppressed message (``MessageWrite/sentJSON(_:)``), closing the same object.
+    @Test func theEventJSONOfAMessage() throws {
         var m = Message.tombstone(
-            messageID: "m1", clientMsgID: "c\"1", conversationType: .group, from: "u1", to: "g1", seq: 7, timestamp: 1_700)
+            messageID: "m1", clientMsgID: "c\"1", conversationType: .peer, from: "u1", to: "u2", seq: 7, timestamp: 1_700)
         m.deleted = false
         m.type = 1
         m.body = Array(#"{"text":"hi"}"#.utf8)
-        m.mentionIDs = ["u2"]
         m.push = Array("{}".utf8)
-        m.suppressed = nil
-        let assembled = m.head() + Array("7,\"timestamp\":1700".utf8) + m.tail() + Array("}".utf8)
-        #expect(String(decoding: assembled, as: UTF8.self) == String(decoding: m.eventJSON(), as: UTF8.self))
+        #expect(MessageWrite.sentJSON(m) == m.eventJSON())
         #expect(!String(decoding: m.eventJSON(), as: UTF8.self).contains("\"push\""))
+        m.suppressed = "blacklist"
+        let suppressed = try JSONValue.parse(MessageWrite.sentJSON(m))
+        #expect(suppressed["suppressed"]?.stringValue == "blacklist")
+        #expect(suppressed["seq"]?.intValue == 7)
+        #expect(suppressed["client_msg_id"]?.stringValue == "c\"1")
     }
 }

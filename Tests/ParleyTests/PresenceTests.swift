@@ -262,6 +262,7 @@ struct PresenceTests: ProblemAssertions {
         }
         // The background sweep may have taken some of them too; together every status fired exactly once.
         #expect(fired.load(ordering: .relaxed) <= 300)
+        services.sequencer.publishAndWait(app.appID)
         #expect(try server.count("SELECT count(*) FROM user_statuses WHERE app_id = $1 AND custom_status <> ''", [app.appID]) == 0)
         let events = try (0..<4).reduce(into: [JSONValue]()) { all, _ in
             all += try app.events(after: all.last?["id"]?.stringValue ?? "earliest", query: "types=user.status_updated")

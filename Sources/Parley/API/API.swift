@@ -15,6 +15,8 @@ final class Services: Sendable {
     let stopping: StopFlag
     let timers: Timers
     let hub: EventHub
+    let sequencer: EventSequencer
+    let writer: MessageWriter
 
     init(pool: PostgresPool, clock: ServerClock, adminKey: String, metrics: Metrics, logger: Logger, configuration: Configuration, stopping: StopFlag)
     {
@@ -32,6 +34,8 @@ final class Services: Sendable {
         self.stopping = stopping
         timers = Timers()
         hub = EventHub(heartbeatMillis: configuration.sseHeartbeatMillis, logger: logger.named("live"))
+        sequencer = EventSequencer(hub: hub, logger: logger.named("events"))
+        writer = MessageWriter(logger: logger.named("messages"))
     }
 }
 
@@ -107,24 +111,51 @@ struct API {
             }
             let context = APIContext(request: request, credential: credential, app: app, now: now, services: services, db: db)
             response = try handler(context)
-            // A change may have committed events: the live hub reads them (API.md §14, DESIGN.md fan-out).
-            if request.method != .get && request.method != .head, let appID { services.hub.poke(appID) }
         } catch {
             response = ProblemRendering.handlerError(error, request: request, logger: services.logger)
         }
         if let idempotency {
-            do { try Idempotency.complete(idempotency, response: response, db: db) } catch {
-                services.logger.warning("request_id=\(request.requestID) msg=\"idempotency record not stored\" error=\"\(error)\"")
+            if case .later = response.body {
+                // The answer comes from another thread (a group commit): store it from a pool worker once known.
+                let pending = response
+                response = .later { respond in
+                    pending.settle { final in
+                        services.pool.submit(
+                            {
+                                try? services.pool.withConnection { db in complete(idempotency, final, request: request, services: services, db: db) }
+                                respond(final)
+                            }, rejected: { respond(final) })
+                    }
+                }
+            } else {
+                complete(idempotency, response, request: request, services: services, db: db)
             }
         }
-        return finish(response, rateHeaders: rateHeaders, appID: appID)
+        response = finish(response, rateHeaders: rateHeaders, appID: appID)
+        // A change may have committed events: they are sequenced before the answer goes out, so a client that has its
+        // answer finds the events in the log (API.md §14.1; the sequencer then pokes the live hub).
+        if request.method != .get && request.method != .head, let appID {
+            let answer = response
+            response = .later { respond in answer.settle { final in services.sequencer.publish(appID) { respond(final) } } }
+        }
+        return response
+    }
+
+    private static func complete(
+        _ idempotency: Idempotency.Claim, _ response: Response, request: Request, services: Services, db: PostgresConnection
+    ) {
+        do { try Idempotency.complete(idempotency, response: response, db: db) } catch {
+            services.logger.warning("request_id=\(request.requestID) msg=\"idempotency record not stored\" error=\"\(error)\"")
+        }
     }
 
     private static func finish(_ response: Response, rateHeaders: [(String, String)], appID: String?) -> Response {
-        var response = response
-        for (name, value) in rateHeaders { response.headers.add(name, value) }
-        if let appID { response.logContext = "app=\(appID)" }
-        return response
+        response.whenSettled { response in
+            var response = response
+            for (name, value) in rateHeaders { response.headers.add(name, value) }
+            if let appID { response.logContext = "app=\(appID)" }
+            return response
+        }
     }
 
     /// The "Who" rules: admin-only routes, app routes (admin needs `Parley-App-Id`), and self-only user routes.

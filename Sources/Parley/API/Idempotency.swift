@@ -4,7 +4,7 @@ import ParleyPostgres
 /// `Idempotency-Key` storage and replay (API.md §1.6), in PostgreSQL so every node sees the same keys.
 enum Idempotency {
     /// A key this request holds while it runs.
-    struct Claim {
+    struct Claim: Sendable {
         let appID: String
         let scope: String
         let key: String

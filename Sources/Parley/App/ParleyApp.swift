@@ -79,6 +79,8 @@ public final class ParleyApp: Sendable {
                 connectionsChanged: { metrics.connections($0) })
             server = try HTTPServer(
                 configuration: http, router: routes, executor: PoolExecutor(pool: pool), hooks: hooks, logger: httpLogger)
+            services.sequencer.start(database: database, pgLogger: pgLogger)
+            services.writer.start(database: database, pgLogger: pgLogger)
             services.hub.start(database: database, pgLogger: pgLogger, services: services)
             services.timers.start(services: services)
         } catch {
@@ -118,6 +120,9 @@ public final class ParleyApp: Sendable {
         if stopping.set() { return }
         services.hub.stop()
         server.shutdown()
+        // In-flight answers wait for the sequencer (and sends for the message writer): stop them after the server.
+        services.writer.stop()
+        services.sequencer.stop()
         services.timers.stop()
         pool.shutdown()
         embedded?.stop()

@@ -72,8 +72,8 @@ final class Timers: Sendable {
                 services.logger.error("msg=\"timer failed\" timer=\(kind.name) error=\"\(error)\"")
             }
         }
-        // Timers append events in any app: let the live hub look at every app it serves.
-        if fired > 0 { services.hub.pokeAll() }
+        // Timers append events in any app: have every app with pending events sequenced.
+        if fired > 0 { services.sequencer.pokeAll() }
         return fired
     }
 

@@ -28,42 +28,99 @@ public struct NewEvent: Sendable {
     }
 }
 
-/// The per-app event log: the one place events are appended and read.
+/// The per-app event log: the one place events are appended, numbered and read.
 ///
-/// Ids come from the app's `event_heads` row, updated in the writer's transaction. The row lock serialises
-/// the app's event-writing transactions from that statement to their commit, so ids become visible strictly in
-/// id order (a reader that saw N never later finds a smaller id). Appending is therefore the LAST statement of
-/// every transaction that writes events: it keeps the lock short and gives every transaction one lock order.
+/// Writers `append` their events to `pending_events` in their own transaction, touching no row shared by the app
+/// (Migrations/0011). `sequence`, run by the node's ``EventSequencer``, moves an app's committed pending events into
+/// `events` with ids after the head, under the app's `event_heads` row lock, in one short transaction per batch.
+/// Readers read `events` only, so they see ids strictly in id order (a reader that saw N never later finds a
+/// smaller id), and the head lock is held across one commit per batch instead of one per writer.
 public enum EventLog {
-    /// Appends `events` in order and returns their ids. Call it last in the transaction.
-    @discardableResult
-    public static func append(_ events: [NewEvent], appID: String, now: Int64, on db: PostgresConnection) throws -> [Int64] {
-        if events.isEmpty { return [] }
-        let result = try db.query(
+    /// Appends `events` in order to the transaction's pending events; they get their ids when sequenced.
+    public static func append(_ events: [NewEvent], appID: String, now: Int64, on db: PostgresConnection) throws {
+        if events.isEmpty { return }
+        try db.query(
             """
-            WITH h AS (UPDATE event_heads SET head = head + $2 WHERE app_id = $1 RETURNING head)
-            INSERT INTO events (app_id, id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
-            SELECT $1, h.head - $2 + e.ord, e.type, $3, e.data,
-                   ARRAY(SELECT json_array_elements_text(e.audience::json)), NULLIF(e.group_id, ''), NULLIF(e.room_id, ''),
-                   e.to_group_members, e.order_key
-            FROM h, unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $10::boolean[], $9::text[])
+            INSERT INTO pending_events (app_id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
+            SELECT $1, e.type, $2, e.data, ARRAY(SELECT json_array_elements_text(e.audience::json)), NULLIF(e.group_id, ''),
+                   NULLIF(e.room_id, ''), e.to_group_members, e.order_key
+            FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::boolean[], $9::text[])
                  WITH ORDINALITY AS e(type, data, audience, group_id, room_id, to_group_members, order_key, ord)
-            RETURNING id
+            ORDER BY e.ord
             """,
             [
-                appID, events.count, now,
+                appID, now,
                 events.map(\.type),
                 events.map { String(decoding: $0.data, as: UTF8.self) },
                 events.map { String(decoding: JSONValue.array($0.audience.map { .string($0) }).serialized(), as: UTF8.self) },
                 events.map { $0.groupID ?? "" },
                 events.map { $0.roomID ?? "" },
-                events.map(\.orderKey),
                 events.map(\.toGroupMembers),
+                events.map(\.orderKey),
             ], prepared: true)
-        guard result.rowCount == events.count else {
-            throw APIError(.internalError, "event head missing for app \(appID)")
+    }
+
+    /// Gives the committed pending events of `appID` their ids, in one transaction on `db` (the sequencer's own
+    /// connection); returns the new head, or nil when nothing was pending.
+    ///
+    /// The head row is locked first (nodes sequencing the same app queue here, never on a writer's commit), then
+    /// one statement, with a fresh snapshot that sees every writer committed before the lock was granted, moves the
+    /// rows in `pending` order and stamps the membership intervals their transactions wrote (Migrations/0011).
+    static func sequence(appID: String, on db: PostgresConnection) throws -> Int64? {
+        try db.transaction { db in
+            guard
+                let head = try db.query(
+                    """
+                    SELECT head FROM event_heads
+                    WHERE app_id = $1 AND EXISTS (SELECT 1 FROM pending_events WHERE app_id = $1) FOR UPDATE
+                    """, [appID], prepared: true
+                ).first
+            else { return nil }
+            let before = try head[0].int64
+            let moved =
+                try db.query(
+                    """
+                    WITH moved AS (
+                        DELETE FROM pending_events WHERE app_id = $1
+                        RETURNING pending, type, created_at, data, audience, group_id, room_id, to_group_members, order_key, xact
+                    ), numbered AS (
+                        SELECT m.*, $2 + row_number() OVER (ORDER BY m.pending) AS id FROM moved m
+                    ), stored AS (
+                        INSERT INTO events (app_id, id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
+                        SELECT $1, id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key
+                        FROM numbered ORDER BY id
+                    ), joins AS (
+                        SELECT group_id, xact, min(id) AS id FROM numbered
+                        WHERE type IN ('group.created', 'group.member_joined') GROUP BY group_id, xact
+                    ), joined AS (
+                        UPDATE group_members gm SET joined_event = j.id FROM joins j
+                        WHERE gm.app_id = $1 AND gm.group_id = j.group_id AND gm.joined_event IS NULL AND gm.joined_xact = j.xact
+                    ), leaves AS (
+                        SELECT group_id, xact, min(id) AS id FROM numbered
+                        WHERE type = 'group.member_left' GROUP BY group_id, xact
+                    ), history AS (
+                        -- One UPDATE for both ends: a membership that began and ended in this batch gets both stamps.
+                        UPDATE group_member_history h
+                        SET joined_event = coalesce(h.joined_event,
+                                (SELECT j.id FROM joins j WHERE j.group_id = h.group_id AND j.xact = h.joined_xact)),
+                            left_event = coalesce(h.left_event,
+                                (SELECT l.id FROM leaves l WHERE l.group_id = h.group_id AND l.xact = h.left_xact))
+                        WHERE h.app_id = $1 AND (h.joined_event IS NULL OR h.left_event IS NULL)
+                          AND h.group_id IN (SELECT group_id FROM joins UNION SELECT group_id FROM leaves)
+                    ), advanced AS (
+                        UPDATE event_heads SET head = $2 + (SELECT count(*) FROM numbered)
+                        WHERE app_id = $1 AND EXISTS (SELECT 1 FROM numbered)
+                    )
+                    SELECT count(*) FROM numbered
+                    """, [appID, before], prepared: true
+                ).first.map { try $0[0].int64 } ?? 0
+            return moved == 0 ? nil : before + moved
         }
-        return try result.rows.map { try $0[0].int64 }
+    }
+
+    /// The apps that have pending events (after a restart, or writes whose node died before asking for them).
+    static func appsWithPending(on db: PostgresConnection) throws -> [String] {
+        try db.query("SELECT DISTINCT app_id FROM pending_events", [], prepared: true).rows.map { try $0[0].string }
     }
 
     /// The head `H` and trim point `T` of an app's log.

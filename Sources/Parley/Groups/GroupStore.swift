@@ -182,15 +182,16 @@ enum GroupStore {
     /// Removes `userIDs` from the group; returns the ids that were members.
     static func deleteMembers(appID: String, groupID: String, userIDs: [String], on db: PostgresConnection) throws -> Set<String> {
         if userIDs.isEmpty { return [] }
-        // The membership moves to group_member_history; the group.member_left event stamps its end (Migrations/0009).
+        // The membership moves to group_member_history; the sequencer stamps its end with the group.member_left event
+        // of this transaction, and its start too when the join's event is not sequenced yet (Migrations/0011).
         let result = try db.query(
             """
             WITH d AS (
                 DELETE FROM group_members WHERE app_id = $1 AND group_id = $2 AND user_id = ANY($3::text[])
-                RETURNING user_id, joined_event
+                RETURNING user_id, joined_event, joined_xact
             )
-            INSERT INTO group_member_history (app_id, group_id, user_id, joined_event)
-            SELECT $1, $2, d.user_id, coalesce(d.joined_event, 0) FROM d
+            INSERT INTO group_member_history (app_id, group_id, user_id, joined_event, joined_xact)
+            SELECT $1, $2, d.user_id, d.joined_event, d.joined_xact FROM d
             ON CONFLICT (app_id, group_id, user_id, joined_event) DO NOTHING
             RETURNING user_id
             """,

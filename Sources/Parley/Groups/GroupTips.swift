@@ -82,52 +82,21 @@ struct GroupTips: Sendable {
     /// Stores the tips message as the next message of `group`'s conversation and returns its `message.sent` event
     /// for the caller to append after the action's membership event (dismissal: before `group.dismissed`).
     ///
-    /// The seq and timestamp come from the group's `conversation_seqs` row exactly as `parley_send_message`
-    /// (Migrations/0009, step 7) allocates them, and the entries change as that function changes them for a send: the
-    /// sender's read position moves to its own message, and deleted entries that follow the group reappear.
+    /// Written by ``MessageWrite`` like any group send (the one seq allocator), from the operator or the owner,
+    /// without checks: the action itself was checked.
     func write(appID: String, group: Group, now: Int64, on db: PostgresConnection) throws -> NewEvent {
         let from = operatorID ?? group.ownerID
-        let body = try self.body(appID: appID, on: db)
-        var message = Message(
+        let message = Message(
             messageID: IdentifierKind.generateSortableID(prefix: "m", timestampMs: now), clientMsgID: nil,
             type: MessageType.tips.rawValue, conversationType: .group, from: from, to: group.groupID, seq: 0, timestamp: now,
-            body: body, extendedData: "", mentionIDs: [], mentionAll: false, reply: nil, rootMessageID: nil, replyCount: 0,
-            priority: 2, needReceipt: false, noUnread: false, onlineOnly: false, repeatCount: 1, push: nil, suppressed: nil,
-            deleted: false)
-        // One statement: the seq head row is locked from the allocation to commit, as for a send. The entry update
-        // is one UPDATE so no row is modified twice by the statement.
-        let result = try db.query(
-            """
-            WITH head AS (
-                INSERT INTO conversation_seqs AS h (app_id, conv_type, conv_id, last_seq, last_ts)
-                VALUES ($1, 'group', $2, 1, $3)
-                ON CONFLICT (app_id, conv_type, conv_id) DO UPDATE SET last_seq = h.last_seq + 1, last_ts = greatest(h.last_ts, $3)
-                RETURNING h.last_seq, h.last_ts
-            ), m AS (
-                INSERT INTO messages (app_id, conv_type, conv_id, seq, message_id, sender, recipient, type, body, priority, timestamp)
-                SELECT $1, 'group', $2, head.last_seq, $4, $5, $2, $6, $7, 2, head.last_ts FROM head
-                RETURNING seq, timestamp
-            ), e AS (
-                UPDATE conversations c
-                SET read_seq = CASE WHEN c.user_id = $5 THEN greatest(c.read_seq, head.last_seq) ELSE c.read_seq END,
-                    deleted = false, updated_at = $3
-                FROM head
-                WHERE c.app_id = $1 AND c.conv_type = 'group' AND c.conv_id = $2 AND c.thread_id = $2 AND c.follows_group
-                  AND (c.user_id = $5 OR c.deleted)
-            )
-            SELECT seq, timestamp FROM m
-            """,
-            [appID, group.groupID, now, message.messageID, from, message.type, String(decoding: body, as: UTF8.self)],
-            prepared: true)
-        guard let row = result.first else { throw APIError(.internalError, "tips message of group \(group.groupID) not stored") }
-        message.seq = try row[0].int64
-        message.timestamp = try row[1].int64
-        let json = message.eventJSON()
-        var data = JSONObjectWriter(capacity: json.count + 16)
-        data.raw("message", json)
-        return NewEvent(
-            type: "message.sent", data: data.finish(), audience: [], groupID: group.groupID, toGroupMembers: true,
-            orderKey: ConversationType.group.rawValue + ":" + group.groupID)
+            body: try self.body(appID: appID, on: db), extendedData: "", mentionIDs: [], mentionAll: false, reply: nil,
+            rootMessageID: nil, replyCount: 0, priority: 2, needReceipt: false, noUnread: false, onlineOnly: false, repeatCount: 1,
+            push: nil, suppressed: nil, deleted: false)
+        let item = MessageWrite.Item(appID: appID, now: now, message: message, threadID: group.groupID, contentHash: "", checks: .none)
+        guard let written = try MessageWrite.write([item], on: db).first, written.outcome == .sent,
+            let event = MessageWrite.events(of: written, threadID: group.groupID).first
+        else { throw APIError(.internalError, "tips message of group \(group.groupID) not stored") }
+        return event
     }
 
     /// The tips body: `{event, operator, targets, change}` with the users' current names.

@@ -4,7 +4,9 @@ import ParleyPostgres
 /// is "the members when the event was written", Migrations/0009). Owned by the hub thread.
 ///
 /// A group's membership intervals (joined at event j, left at event l) are loaded once, in one statement that also
-/// reads the app's event head H: that snapshot holds every membership change with an event id ≤ H. The hub reads
+/// reads the app's event head H: that snapshot holds every membership change with an event id ≤ H. Changes whose
+/// events are not sequenced yet have NULL stamps (Migrations/0011): a join without `joined_event` is skipped (its
+/// event comes after H), a leave without `left_event` is still an open interval (its event comes after H). The hub reads
 /// events in id order, so a change it has not loaded shows up as a `group.created` / `member_joined` /
 /// `member_left` event with an id above H before any message written after it; seeing one drops the group and the
 /// next question reloads it. The answer for event k is exact: some interval has j < k and (no l, or k < l).
@@ -63,11 +65,11 @@ struct GroupAudience {
             WITH h AS (SELECT head FROM event_heads WHERE app_id = $1)
             SELECT h.head, x.user_id, x.joined_event, x.left_event
             FROM h LEFT JOIN (
-                SELECT user_id, coalesce(joined_event, 0) AS joined_event, NULL::bigint AS left_event
-                FROM group_members WHERE app_id = $1 AND group_id = $2
+                SELECT user_id, joined_event, NULL::bigint AS left_event
+                FROM group_members WHERE app_id = $1 AND group_id = $2 AND joined_event IS NOT NULL
                 UNION ALL
                 SELECT user_id, joined_event, left_event FROM group_member_history
-                WHERE app_id = $1 AND group_id = $2 AND left_event IS NOT NULL
+                WHERE app_id = $1 AND group_id = $2 AND joined_event IS NOT NULL
             ) x ON true
             """, [appID, groupID], prepared: true)
         var membership = Membership(loadedAt: 0, intervals: [:])

@@ -73,7 +73,7 @@ enum StreamPresence {
             try EventLog.append([try presence.statusUpdatedEvent(status, on: db)], appID: appID, now: now, on: db)
             return true
         }
-        if announced { services.hub.poke(appID) }
+        if announced { services.sequencer.poke(appID) }
     }
 
     /// Heartbeats (wall-clock ms) older than this mark a node dead; its streams are closed for presence.

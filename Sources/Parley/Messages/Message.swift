@@ -71,35 +71,14 @@ struct Message: Sendable {
         return w.bytes
     }
 
-    /// The Message JSON a `message.sent` event carries (what every recipient sees: no `suppressed`, no `push`), the
-    /// same bytes the send statement assembles from ``head()`` and ``tail()``.
+    /// The Message JSON every recipient of a `message.sent` event sees: no `suppressed`, no `push`
+    /// (``MessageWrite/sentJSON(_:)`` adds `suppressed` for the sender's and the app's copy).
     func eventJSON() -> [UInt8] {
         var w = JSONWriter(capacity: 640 + (body?.count ?? 0) + (reply?.count ?? 0))
         w.beginObject()
         writeMembers(&w)
         w.endObject()
         return w.bytes
-    }
-
-    /// The opening brace and the members before the seq value, ending with `"seq":` (the send statement fills seq
-    /// and timestamp in).
-    func head() -> [UInt8] {
-        var w = JSONWriter(capacity: 160)
-        w.beginObject()
-        writeHead(&w)
-        return w.bytes
-    }
-
-    /// The members after `timestamp`, starting with `,"body":`, without the closing brace.
-    func tail() -> [UInt8] {
-        var w = JSONWriter(capacity: 384 + (body?.count ?? 0) + (reply?.count ?? 0))
-        // A writer inside an object with one member written, so the first key gets its comma; cut before it.
-        w.beginObject()
-        w.key(static: "_")
-        w.writeNull()
-        let cut = w.count
-        writeTail(&w)
-        return Array(w.bytes[cut...])
     }
 
     /// The tombstone a dedupe key answers with once its stored message is gone (API.md §1.6).

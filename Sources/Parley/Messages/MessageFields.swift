@@ -66,7 +66,7 @@ extension MessageFields {
         try writeTail(&w)
     }
 
-    /// The members before the seq value, ending with `"seq":` (the send statement fills seq and timestamp in).
+    /// The members before the seq value, ending with `"seq":`.
     func writeHead(_ w: inout JSONWriter) throws(Failure) {
         w.key(static: "message_id")
         try writeText(.messageID, to: &w)

@@ -1,5 +1,6 @@
 import ParleyHTTP
 import ParleyPostgres
+import ParleySync
 
 /// Messages (API.md §11.1–§11.4): HTTP ↔ ``MessageService``.
 enum MessageRoutes {
@@ -42,7 +43,9 @@ enum MessageRoutes {
 
     // MARK: - Send
 
-    /// `POST /v1/messages`: 201 Message, or 200 with `Parley-Duplicate: true` for a `client_msg_id` duplicate.
+    /// `POST /v1/messages`: 201 Message, or 200 with `Parley-Duplicate: true` for a `client_msg_id` duplicate. The
+    /// send is written by the node's ``MessageWriter`` with the other sends of the moment; the answer comes after
+    /// its batch commits.
     private static func send(_ ctx: APIContext) throws -> Response {
         guard let app = ctx.app else { throw APIError.internalError }
         if let userID = ctx.tokenUserID {
@@ -54,18 +57,53 @@ enum MessageRoutes {
         }
         var body = try ctx.body()
         let request = try SendRequest(&body, ctx: ctx, settings: app.settings)
-        let sent = try MessageService(ctx).send(request, settings: app.settings, viewer: MessageViewer(ctx))
-        guard sent.duplicate else {
-            ctx.services.metrics.messageAccepted(request.conversationType, stored: request.stored)
-            return Reply.created(sent.json)
+        let service = MessageService(ctx)
+        let item = try service.item(for: request, settings: app.settings, on: ctx.db)
+        let viewer = MessageViewer(ctx)
+        let services = ctx.services
+        let httpRequest = ctx.request
+        return .later { respond in
+            services.writer.submit(item) { result in
+                do {
+                    let written = try result.get()
+                    if let problem = MessageService.problem(written.outcome, request) { throw problem }
+                    if written.outcome == .duplicate {
+                        // The original is read back on a pool worker, not on the writer's thread.
+                        services.pool.submit(
+                            {
+                                respond(
+                                    answer(httpRequest, services) {
+                                        var response = Reply.json(
+                                            try services.pool.withConnection { db in try service.duplicate(request, viewer: viewer, on: db) })
+                                        response.headers.add("Parley-Duplicate", "true")
+                                        return response
+                                    })
+                            },
+                            rejected: {
+                                respond(
+                                    answer(httpRequest, services) {
+                                        throw APIError.retryLater(.unavailable, "no database connection became free", retryAfterSeconds: 1)
+                                    })
+                            })
+                        return
+                    }
+                    services.metrics.messageAccepted(request.conversationType, stored: request.stored)
+                    respond(Reply.created(written.message.json(viewer)))
+                } catch {
+                    respond(ProblemRendering.handlerError(error, request: httpRequest, logger: services.logger))
+                }
+            }
         }
-        var response = Reply.json(sent.json)
-        response.headers.add("Parley-Duplicate", "true")
-        return response
+    }
+
+    /// The response `body` builds, or the problem it throws.
+    private static func answer(_ request: Request, _ services: Services, _ body: () throws -> Response) -> Response {
+        do { return try body() } catch { return ProblemRendering.handlerError(error, request: request, logger: services.logger) }
     }
 
     /// `POST /v1/messages/batch`: one peer message per recipient (≤ 500), results in input order; `data` =
-    /// `{message_id, seq}`. Request-level validation fails the whole request; steps 3–5 fail single items.
+    /// `{message_id, seq}`. Request-level validation fails the whole request; steps 3–5 fail single items. The items
+    /// go to the node's writer together, so they share its transactions.
     private static func batchSend(_ ctx: APIContext) throws -> Response {
         guard let app = ctx.app else { throw APIError.internalError }
         var body = try ctx.body()
@@ -76,7 +114,8 @@ enum MessageRoutes {
         try body.check()
         let service = MessageService(ctx)
         var seen: Set<String> = []
-        var results: [BatchResult] = []
+        var results: [BatchResult?] = []
+        var queued: [(index: Int, request: SendRequest, item: MessageWrite.Item)] = []
         for (index, value) in (recipients ?? []).enumerated() {
             guard case .string(let to) = value else {
                 results.append(BatchResult(index: index, id: "", outcome: .failed(.invalidParams, "to_user_ids[\(index)]: expected string")))
@@ -94,21 +133,47 @@ enum MessageRoutes {
                 results.append(BatchResult(index: index, id: to, outcome: .failed(.invalidParams, "user \(to) is repeated in this request")))
                 continue
             }
-            var item = body
+            var fields = body
             do {
-                let request = try SendRequest(&item, ctx: ctx, settings: app.settings, batchRecipient: to)
-                let sent = try service.send(request, settings: app.settings, viewer: .app)
-                if !sent.duplicate { ctx.services.metrics.messageAccepted(request.conversationType, stored: request.stored) }
-                var o = JSONObjectWriter(capacity: 64)
-                o["message_id"] = sent.messageID
-                o["seq"] = sent.seq
-                results.append(BatchResult(index: index, id: to, outcome: .ok(o.finish())))
+                let request = try SendRequest(&fields, ctx: ctx, settings: app.settings, batchRecipient: to)
+                queued.append((index, request, try service.item(for: request, settings: app.settings, on: ctx.db)))
+                results.append(nil)
             } catch let error as APIError {
                 results.append(BatchResult(index: index, id: to, outcome: .failed(error.code, error.detail)))
             }
         }
-        _ = template
-        return Reply.batch(results)
+        if queued.isEmpty { return Reply.batch(results.compactMap { $0 }) }
+        let services = ctx.services
+        let collected = LockedValue((results: results, left: queued.count))
+        let sends = queued
+        return .later { respond in
+            for (index, request, item) in sends {
+                services.writer.submit(item) { result in
+                    let outcome: BatchResult.Outcome
+                    switch result {
+                    case .success(let written):
+                        if let problem = MessageService.problem(written.outcome, request) {
+                            outcome = .failed(problem.code, problem.detail)
+                        } else {
+                            if written.outcome == .sent { services.metrics.messageAccepted(request.conversationType, stored: request.stored) }
+                            var o = JSONObjectWriter(capacity: 64)
+                            o["message_id"] = written.original?.messageID ?? written.message.messageID
+                            o["seq"] = written.original.map(\.seq) ?? written.message.seq
+                            outcome = .ok(o.finish())
+                        }
+                    case .failure(let error):
+                        let problem = error as? APIError ?? APIError.internalError
+                        outcome = .failed(problem.code, problem.detail)
+                    }
+                    let done = collected.withLock { collected -> [BatchResult]? in
+                        collected.results[index] = BatchResult(index: index, id: request.to, outcome: outcome)
+                        collected.left -= 1
+                        return collected.left == 0 ? collected.results.compactMap { $0 } : nil
+                    }
+                    if let done { respond(Reply.batch(done)) }
+                }
+            }
+        }
     }
 
     /// `POST /v1/messages/broadcast`: 202 `{message_id, timestamp}`.

@@ -1,7 +1,7 @@
 import ParleyPostgres
 
-/// The rules of API.md §11.1–§11.4 for peer and group messages: sending (dedupe, existence, policy, commit in one
-/// statement), batch send, broadcast, history and reads.
+/// The rules of API.md §11.1–§11.4 for peer and group messages: preparing sends for the node's writer (which
+/// checks and commits them in batches, ``MessageWrite``), broadcast, history and reads.
 ///
 /// A value made per request; it owns nothing mutable.
 struct MessageService: DomainService {
@@ -10,100 +10,88 @@ struct MessageService: DomainService {
     /// Server-clock ms of the request.
     let now: Int64
 
-    /// The answer to a send: the Message JSON as the caller sees it, and whether it was a `client_msg_id` duplicate.
-    struct Sent {
-        var json: [UInt8]
-        var messageID: String
-        var seq: Int64?
-        var duplicate: Bool
-    }
-
     // MARK: - Send
 
-    /// Sends one validated message as `viewer` sees it, following the check order of §11.1 from step 3 on.
-    func send(_ request: SendRequest, settings: AppSettings, viewer: MessageViewer) throws -> Sent {
+    /// The write item for one validated send (§11.1 step 2 is done): resolves `reply_to` and combined messages and
+    /// runs the sensitive-word filter on the request's connection, so the node's ``MessageWriter`` gets a batch-ready
+    /// item and checks steps 3–5 inside its statement.
+    func item(for request: SendRequest, settings: AppSettings, on db: PostgresConnection) throws -> MessageWrite.Item {
         guard request.conversationType != .room else {
             // Rooms come with their own domain; until then no such target exists.
             throw APIError(.targetNotFound, "room \(request.to) does not exist")
         }
-        return try pool.withConnection { db in
-            var body = request.body
-            let threadID = MessageStore.thread(request.conversationType, request.from, request.to)
-            var message = Message(
-                messageID: IdentifierKind.generateSortableID(prefix: "m", timestampMs: now), clientMsgID: request.clientMsgID,
-                type: body.type.rawValue, conversationType: request.conversationType, from: request.from, to: request.to,
-                seq: request.stored ? 0 : nil, timestamp: now, body: nil, extendedData: request.extendedData,
-                mentionIDs: request.mentionIDs, mentionAll: request.mentionAll, reply: nil, rootMessageID: nil, replyCount: 0,
-                priority: request.priority, needReceipt: request.needReceipt, noUnread: request.noUnread,
-                onlineOnly: request.onlineOnly, repeatCount: request.repeatCount, push: request.push.map { $0.serialized() },
-                suppressed: nil, deleted: false)
-            var options = MessageStore.SendOptions(
-                threadID: threadID, clientMsgID: request.clientMsgID, contentHash: request.contentHash,
-                mentionNotify: request.notifyMentioned, replyMissing: false, skipChecks: request.skipChecks,
-                blacklistError: settings.string("blacklist_feedback") == "error", friendOnly: settings.bool("friend_only_c2c"),
-                sensitiveReject: false, combineID: nil, combineItems: [])
-            if let replyTo = request.replyTo {
-                if let replied = try MessageStore.fetch(appID: appID, messageID: replyTo, on: db),
-                    replied.conversationType == request.conversationType,
-                    MessageStore.thread(replied.conversationType, replied.from, replied.to) == threadID, !replied.deleted,
-                    try isVisible(replied, to: .user(request.from), on: db)
-                {
-                    message.reply = Self.replyJSON(replied)
-                    message.rootMessageID = replied.rootMessageID ?? replied.messageID
-                } else {
-                    options.replyMissing = true
-                }
+        var body = request.body
+        let threadID = MessageStore.thread(request.conversationType, request.from, request.to)
+        var message = Message(
+            messageID: IdentifierKind.generateSortableID(prefix: "m", timestampMs: now), clientMsgID: request.clientMsgID,
+            type: body.type.rawValue, conversationType: request.conversationType, from: request.from, to: request.to,
+            seq: request.stored ? 0 : nil, timestamp: now, body: nil, extendedData: request.extendedData,
+            mentionIDs: request.mentionIDs, mentionAll: request.mentionAll, reply: nil, rootMessageID: nil, replyCount: 0,
+            priority: request.priority, needReceipt: request.needReceipt, noUnread: request.noUnread,
+            onlineOnly: request.onlineOnly, repeatCount: request.repeatCount, push: request.push.map { $0.serialized() },
+            suppressed: nil, deleted: false)
+        var item = MessageWrite.Item(
+            appID: appID, now: now, message: message, threadID: threadID, contentHash: request.contentHash,
+            mentionNotify: request.notifyMentioned, checks: request.skipChecks ? .existence : .all,
+            blacklistError: settings.string("blacklist_feedback") == "error", friendOnly: settings.bool("friend_only_c2c"))
+        if let replyTo = request.replyTo {
+            if let replied = try MessageStore.fetch(appID: appID, messageID: replyTo, on: db),
+                replied.conversationType == request.conversationType,
+                MessageStore.thread(replied.conversationType, replied.from, replied.to) == threadID, !replied.deleted,
+                try isVisible(replied, to: .user(request.from), on: db)
+            {
+                message.reply = Self.replyJSON(replied)
+                message.rootMessageID = replied.rootMessageID ?? replied.messageID
+            } else {
+                item.replyMissing = true
             }
-            if body.type == .combine {
-                let found = try MessageStore.fetchMany(appID: appID, messageIDs: body.combineMessageIDs, on: db)
-                let byID = Dictionary(found.map { ($0.messageID, $0) }, uniquingKeysWith: { a, _ in a })
-                let snapshots = try body.combineMessageIDs.compactMap { byID[$0] }.filter {
-                    try isVisible($0, to: .user(request.from), on: db)
-                }
-                if snapshots.count == body.combineMessageIDs.count {
-                    let combineID = IdentifierKind.generateSortableID(prefix: "cb", timestampMs: now)
-                    options.combineID = combineID
-                    options.combineItems = snapshots.map { String(decoding: $0.json(.user(request.from)), as: UTF8.self) }
-                    body.json = body.combineStored(combineID: combineID, messageCount: snapshots.count)
-                } else {
-                    options.replyMissing = true
-                }
+        }
+        if body.type == .combine {
+            let found = try MessageStore.fetchMany(appID: appID, messageIDs: body.combineMessageIDs, on: db)
+            let byID = Dictionary(found.map { ($0.messageID, $0) }, uniquingKeysWith: { a, _ in a })
+            let snapshots = try body.combineMessageIDs.compactMap { byID[$0] }.filter {
+                try isVisible($0, to: .user(request.from), on: db)
             }
-            if !request.skipChecks {
-                options.sensitiveReject = SensitiveWordFilter(settings: settings).apply(to: &body)
+            if snapshots.count == body.combineMessageIDs.count {
+                let combineID = IdentifierKind.generateSortableID(prefix: "cb", timestampMs: now)
+                item.combineID = combineID
+                item.combineItems = snapshots.map { String(decoding: $0.json(.user(request.from)), as: UTF8.self) }
+                body.json = body.combineStored(combineID: combineID, messageCount: snapshots.count)
+            } else {
+                item.replyMissing = true
             }
-            message.body = body.json.serialized()
-            let result = try MessageStore.send(appID: appID, now: now, message: message, options: options, on: db)
-            switch result.outcome {
-            case "sent":
-                message.seq = result.seq
-                message.timestamp = result.timestamp
-                message.suppressed = result.suppressed
-                return Sent(json: message.json(viewer), messageID: message.messageID, seq: message.seq, duplicate: false)
-            case "duplicate":
-                return try duplicate(request, viewer: viewer, on: db)
-            case "conflict":
-                throw APIError(.clientMsgIdConflict, "client_msg_id \(request.clientMsgID ?? "") was used for another message")
-            case "from_not_found": throw UserService.notFound(request.from)
-            case "to_not_found":
-                throw APIError(.targetNotFound, "\(request.conversationType == .group ? "group" : "user") \(request.to) does not exist")
-            case "group_dismissed": throw GroupService.dismissed(request.to)
-            case "not_member": throw GroupService.notMember(request.from, request.to)
-            case "receipt_group_too_large":
-                throw APIError(.receiptGroupTooLarge, "need_receipt is refused in big groups and groups over 500 members")
-            case "reply_not_found":
-                throw APIError(.messageNotFound, request.replyTo != nil ? "reply_to message not found" : "a combined message was not found")
-            case "muted": throw APIError(.senderMuted, "user \(request.from) is muted")
-            case "blocked": throw APIError(.blockedByRecipient, "the recipient has blocked the sender")
-            case "not_friends": throw APIError(.notFriendsC2c, "peer messages need a mutual friendship")
-            case "sensitive": throw APIError(.sensitiveWord, "the message contains a sensitive word")
-            default: throw APIError(.internalError, "unknown send outcome \(result.outcome)")
-            }
+        }
+        if !request.skipChecks {
+            item.sensitiveReject = SensitiveWordFilter(settings: settings).apply(to: &body)
+        }
+        message.body = body.json.serialized()
+        item.message = message
+        return item
+    }
+
+    /// The problem of a send the writer did not accept (§11.1 steps 3–5); nil for a sent message or a duplicate.
+    static func problem(_ outcome: MessageWrite.Outcome, _ request: SendRequest) -> APIError? {
+        switch outcome {
+        case .sent, .duplicate: nil
+        case .conflict: APIError(.clientMsgIdConflict, "client_msg_id \(request.clientMsgID ?? "") was used for another message")
+        case .fromNotFound: UserService.notFound(request.from)
+        case .toNotFound:
+            APIError(.targetNotFound, "\(request.conversationType == .group ? "group" : "user") \(request.to) does not exist")
+        case .groupDismissed: GroupService.dismissed(request.to)
+        case .notMember: GroupService.notMember(request.from, request.to)
+        case .receiptGroupTooLarge: APIError(.receiptGroupTooLarge, "need_receipt is refused in big groups and groups over 500 members")
+        case .replyNotFound:
+            APIError(.messageNotFound, request.replyTo != nil ? "reply_to message not found" : "a combined message was not found")
+        case .muted: APIError(.senderMuted, "user \(request.from) is muted")
+        case .blocked: APIError(.blockedByRecipient, "the recipient has blocked the sender")
+        case .notFriends: APIError(.notFriendsC2c, "peer messages need a mutual friendship")
+        case .sensitive: APIError(.sensitiveWord, "the message contains a sensitive word")
         }
     }
 
-    /// The stored answer to a repeated `client_msg_id` (a tombstone once its message is gone).
-    private func duplicate(_ request: SendRequest, viewer: MessageViewer, on db: PostgresConnection) throws -> Sent {
+    /// The stored answer to a repeated `client_msg_id` (a tombstone once its message is gone): the Message JSON as
+    /// `viewer` sees it.
+    func duplicate(_ request: SendRequest, viewer: MessageViewer, on db: PostgresConnection) throws -> [UInt8] {
         guard let clientMsgID = request.clientMsgID,
             let key = try MessageStore.key(appID: appID, from: request.from, clientMsgID: clientMsgID, on: db)
         else { throw APIError(.internalError, "dedupe key vanished") }
@@ -113,7 +101,7 @@ struct MessageService: DomainService {
                 messageID: key.messageID, clientMsgID: clientMsgID, conversationType: key.conversationType, from: request.from,
                 to: key.to, seq: key.seq, timestamp: key.timestamp
             ).json(viewer)
-        return Sent(json: json, messageID: key.messageID, seq: key.seq, duplicate: true)
+        return json
     }
 
     /// The `reply` object of a reply to `replied` (§2): its identity and a snapshot of its type and body.

@@ -26,65 +26,7 @@ enum MessageStore {
         return try MessageRow(row, at: offset).decode()
     }
 
-    // MARK: - Send
-
-    /// Everything the send statement needs besides the message itself.
-    struct SendOptions {
-        var threadID: String
-        var clientMsgID: String?
-        var contentHash: String
-        var mentionNotify: Bool
-        var replyMissing: Bool
-        var skipChecks: Bool
-        var blacklistError: Bool
-        var friendOnly: Bool
-        var sensitiveReject: Bool
-        var combineID: String?
-        var combineItems: [String]
-    }
-
-    /// What the send statement decided.
-    struct SendResult {
-        var outcome: String
-        var seq: Int64?
-        var timestamp: Int64
-        var suppressed: String?
-    }
-
-    /// Runs `parley_send_message` (Migrations/0006) for `message`: one statement, its own transaction.
-    static func send(appID: String, now: Int64, message: Message, options: SendOptions, on db: PostgresConnection) throws
-        -> SendResult
-    {
-        let head = String(decoding: message.head(), as: UTF8.self)
-        let tail = String(decoding: message.tail(), as: UTF8.self)
-        let parameters: [(any PostgresEncodable)?] = [
-            appID, now, message.conversationType.rawValue, options.threadID, message.from, message.to, message.messageID,
-            options.clientMsgID, options.contentHash, message.stored, message.type, message.body.map { String(decoding: $0, as: UTF8.self) },
-            message.extendedData, message.mentionIDs, message.mentionAll, options.mentionNotify,
-            message.reply.map { String(decoding: $0, as: UTF8.self) }, message.rootMessageID, options.replyMissing, message.priority,
-            message.needReceipt, message.noUnread, message.repeatCount, message.push.map { String(decoding: $0, as: UTF8.self) },
-            options.skipChecks, options.blacklistError, options.friendOnly, options.sensitiveReject, head, tail,
-            options.combineID, options.combineItems,
-        ]
-        let sql = """
-            SELECT outcome, seq, ts, suppressed FROM parley_send_message($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
-                $13, $14::text[], $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32::text[])
-            """
-        var attempt = 0
-        while true {
-            do {
-                guard let row = try db.query(sql, parameters, prepared: true).first else {
-                    throw APIError(.internalError, "send returned no row")
-                }
-                return SendResult(
-                    outcome: try row[0].string, seq: row[1].isNull ? nil : try row[1].int64,
-                    timestamp: row[2].isNull ? now : try row[2].int64, suppressed: row[3].isNull ? nil : try row[3].string)
-            } catch let error as PostgresError where attempt < 3 && ["23505", "40P01", "40001"].contains(error.sqlState) {
-                // A concurrent first send with the same client_msg_id won: run again to answer as its duplicate.
-                attempt += 1
-            }
-        }
-    }
+    // MARK: - Dedupe keys
 
     /// A dedupe key with its stored message, if the message still exists.
     struct StoredKey {

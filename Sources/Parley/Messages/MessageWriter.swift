@@ -1,0 +1,156 @@
+import ParleyHTTP
+import ParleyPostgres
+import ParleySync
+
+/// The node's group commit for sends: concurrent sends are written together, in shared transactions, by one
+/// thread with its own connection (DESIGN.md "per-conversation seqs are taken once per batch of sends").
+///
+/// Sends queue here from any thread; the writer takes everything queued, writes it with ``MessageWrite`` (one
+/// statement for the batch, then the events), commits, and answers each send with its own outcome. While one batch
+/// commits, the next one fills: no timer, so an idle server writes a lone send at once. A send is answered only after
+/// its batch's commit returned (`synchronous_commit` stays on: nothing acknowledged can be lost); when the commit's
+/// fate is unknown (the connection broke) every send of the batch fails with 503, and a retry with the same
+/// `client_msg_id` answers as a duplicate if the batch did commit.
+///
+/// Failures stay with their item: checks fail single items inside the statement; a concurrent first use of a
+/// `client_msg_id` on another node, a deadlock or a serialization failure re-runs the batch; any other error re-runs
+/// its items one per transaction, so one bad item cannot fail the others.
+///
+/// Owner: `inbox` (any thread); the connection lives in the writer thread's `run` loop.
+final class MessageWriter: Sendable {
+    typealias Completion = @Sendable (Result<MessageWrite.Written, any Error>) -> Void
+
+    private struct Job {
+        let item: MessageWrite.Item
+        let done: Completion
+    }
+
+    private struct Inbox {
+        var jobs: [Job] = []
+        var stopped = false
+    }
+
+    /// At most this many sends per transaction (a bound on statement size and lock time, not a wait).
+    static let maxBatch = 256
+    /// Retries of a whole batch after a conflict it can win on the next try.
+    static let maxConflictRetries = 5
+
+    private let inbox = LockedValue(Inbox())
+    private let wakeup = Wakeup()
+    private let thread = LockedValue<BackgroundThread?>(nil)
+    private let logger: Logger
+
+    init(logger: Logger) {
+        self.logger = logger
+    }
+
+    /// Queues one send; `done` runs on the writer thread once its batch committed (or failed): keep it short.
+    func submit(_ item: MessageWrite.Item, done: @escaping Completion) {
+        let accepted = inbox.withLock { inbox -> Bool in
+            guard !inbox.stopped else { return false }
+            inbox.jobs.append(Job(item: item, done: done))
+            return true
+        }
+        if accepted {
+            wakeup.signal()
+        } else {
+            done(.failure(APIError.retryLater(.unavailable, "the server is shutting down", retryAfterSeconds: 1)))
+        }
+    }
+
+    func start(database: PostgresConfiguration, pgLogger: PostgresLogger) {
+        var own = database
+        own.applicationName = "parley-writer"
+        let configuration = own
+        thread.withLock { $0 = BackgroundThread(name: "parley-writer") { [self] in run(database: configuration, pgLogger: pgLogger) } }
+    }
+
+    /// Writes what is queued, answers it, and stops the thread; later sends fail with 503.
+    func stop() {
+        inbox.withLock { $0.stopped = true }
+        wakeup.signal()
+        thread.withLock { $0.take() }?.join()
+    }
+
+    // MARK: - The writer thread
+
+    private func run(database: PostgresConfiguration, pgLogger: PostgresLogger) {
+        var db: PostgresConnection?
+        var deferred: [Job] = []
+        while true {
+            if deferred.isEmpty { wakeup.wait(timeoutMillis: 1_000) }
+            let (queued, stopped) = inbox.withLock { inbox -> ([Job], Bool) in
+                defer { inbox.jobs = [] }
+                return (inbox.jobs, inbox.stopped)
+            }
+            var pending = deferred + queued
+            deferred = []
+            while !pending.isEmpty {
+                let (batch, rest) = Self.nextBatch(pending)
+                pending = rest
+                do {
+                    let connection = try db ?? PostgresConnection(database, logger: pgLogger)
+                    db = connection
+                    write(batch, on: connection)
+                    if connection.isBroken { db = nil }
+                } catch {
+                    logger.warning("msg=\"message writer cannot reach PostgreSQL\" error=\"\(error)\"")
+                    for job in batch { job.done(.failure(Self.unavailable)) }
+                }
+            }
+            if stopped { return }
+        }
+    }
+
+    /// The first batch of `jobs` in queue order, and the rest. A send repeating a (sender, client_msg_id) already in
+    /// the batch waits for the next one, where it finds the first one's key and answers as its duplicate.
+    private static func nextBatch(_ jobs: [Job]) -> (batch: [Job], rest: [Job]) {
+        var batch: [Job] = []
+        var rest: [Job] = []
+        var keys: Set<String> = []
+        for job in jobs {
+            let message = job.item.message
+            let fresh = message.clientMsgID.map { keys.insert(job.item.appID + "\u{0}" + message.from + "\u{0}" + $0).inserted } ?? true
+            if fresh && batch.count < maxBatch { batch.append(job) } else { rest.append(job) }
+        }
+        return (batch, rest)
+    }
+
+    /// Writes `batch` in one transaction and answers every job.
+    private func write(_ batch: [Job], on db: PostgresConnection) {
+        var retries = 0
+        while true {
+            do {
+                let items = batch.map(\.item)
+                let written = try db.transaction { db in
+                    let written = try MessageWrite.write(items, on: db)
+                    try MessageWrite.appendEvents(items, written, on: db)
+                    return written
+                }
+                for (job, result) in zip(batch, written) { job.done(.success(result)) }
+                return
+            } catch let error as PostgresError
+                where !db.isBroken && retries < Self.maxConflictRetries
+                && (error.sqlState == "23505" || error.isDeadlock || error.isSerializationFailure)
+            {
+                // Another node's batch took a client_msg_id first (this batch then answers it as a duplicate), or two
+                // batches crossed on row locks.
+                retries += 1
+                Wakeup.sleep(millis: Int.random(in: 0...retries))
+            } catch {
+                if db.isBroken || batch.count == 1 {
+                    if !db.isBroken { logger.error("msg=\"message write failed\" error=\"\(error)\"") }
+                    for job in batch { job.done(.failure(db.isBroken ? Self.unavailable : error)) }
+                    return
+                }
+                // Find the item that fails: each on its own, so the others still commit.
+                for job in batch { write([job], on: db) }
+                return
+            }
+        }
+    }
+
+    private static var unavailable: APIError {
+        APIError.retryLater(.unavailable, "the database connection was lost; retry the send", retryAfterSeconds: 1)
+    }
+}
