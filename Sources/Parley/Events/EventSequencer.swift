@@ -79,10 +79,11 @@ final class EventSequencer: Sendable {
     // MARK: - Lifecycle
 
     func start(database: PostgresConfiguration, pgLogger: PostgresLogger) {
-        var own = database
-        own.applicationName = "parley-sequencer"
-        let configuration = own
-        thread.withLock { $0 = BackgroundThread(name: "parley-sequencer") { [self] in run(database: configuration, pgLogger: pgLogger) } }
+        thread.withLock {
+            $0 = BackgroundThread(name: "parley-sequencer") { [self] in
+                run(DedicatedConnection(database, applicationName: "parley-sequencer", logger: pgLogger))
+            }
+        }
     }
 
     /// Runs a last round for what is asked, answers every waiter and stops the thread.
@@ -94,8 +95,8 @@ final class EventSequencer: Sendable {
 
     // MARK: - The sequencer thread
 
-    private func run(database: PostgresConfiguration, pgLogger: PostgresLogger) {
-        var db: PostgresConnection?
+    private func run(_ connection: DedicatedConnection) {
+        var db = connection
         var nextSweep: Int64 = 0  // sequence what a previous run left pending, at once
         var retry: [String: [Waiter]] = [:]
         while true {
@@ -117,8 +118,7 @@ final class EventSequencer: Sendable {
             let sweep = round.all || EventLoop.monotonicMillis() >= nextSweep
             if sweep { nextSweep = EventLoop.monotonicMillis() + Self.sweepMillis }
             do {
-                let connection = try db ?? PostgresConnection(database, logger: pgLogger)
-                db = connection
+                let connection = try db.get()
                 if sweep { round.apps.formUnion(try EventLog.appsWithPending(on: connection)) }
                 for appID in round.apps.sorted() {
                     if try EventLog.sequence(appID: appID, on: connection) != nil { hub.poke(appID) }
@@ -126,7 +126,7 @@ final class EventSequencer: Sendable {
                 }
             } catch {
                 logger.warning("msg=\"event sequencing failed; retrying\" error=\"\(error)\"")
-                if db?.isBroken ?? true { db = nil }
+                db.dropIfBroken()
                 let now = EventLoop.monotonicMillis()
                 for (appID, waiters) in round.waiters {
                     // Past the deadline a request is answered without its events (they follow on a later round).

@@ -176,10 +176,9 @@ final class EventHub: Sendable {
     /// Starts the hub thread (reading on its own connection to `database`) and the listener for other nodes.
     func start(database: PostgresConfiguration, pgLogger: PostgresLogger, services: Services) {
         self.services.withLock { $0 = services }
-        var hubDatabase = database
-        hubDatabase.applicationName = "parley-hub"
-        let configuration = hubDatabase
-        let started = BackgroundThread(name: "parley-hub") { [self] in run(database: configuration, pgLogger: pgLogger) }
+        let started = BackgroundThread(name: "parley-hub") { [self] in
+            run(DedicatedConnection(database, applicationName: "parley-hub", logger: pgLogger))
+        }
         thread.withLock { $0 = started }
         let nodeID = self.nodeID
         let notified = PostgresListener(
@@ -228,10 +227,10 @@ final class EventHub: Sendable {
         var subscribers: [UInt64: Subscriber] = [:]
     }
 
-    private func run(database: PostgresConfiguration, pgLogger: PostgresLogger) {
+    private func run(_ connection: DedicatedConnection) {
         var feeds: [String: Feed] = [:]
         var audience = GroupAudience()
-        var db: PostgresConnection?
+        var db = connection
         var nextHeartbeat = EventLoop.monotonicMillis() + Int64(heartbeatMillis)
         var nextSweep = EventLoop.monotonicMillis() + 1000
         var nextNodeBeat: Int64 = 0
@@ -274,8 +273,7 @@ final class EventHub: Sendable {
             }
             retry = []
             do {
-                let connection = try db ?? PostgresConnection(database, logger: pgLogger)
-                db = connection
+                let connection = try db.get()
                 for appID in apps where feeds[appID] != nil {
                     if try pump(&feeds[appID]!, appID: appID, audience: &audience, db: connection) { retry.insert(appID) }
                 }
@@ -292,7 +290,7 @@ final class EventHub: Sendable {
                 }
             } catch {
                 logger.warning("msg=\"live hub read failed; retrying\" error=\"\(error)\"")
-                if db?.isBroken ?? true { db = nil }
+                db.dropIfBroken()
                 retry = apps
                 Wakeup.sleep(millis: 200)
             }

@@ -59,10 +59,11 @@ final class MessageWriter: Sendable {
     }
 
     func start(database: PostgresConfiguration, pgLogger: PostgresLogger) {
-        var own = database
-        own.applicationName = "parley-writer"
-        let configuration = own
-        thread.withLock { $0 = BackgroundThread(name: "parley-writer") { [self] in run(database: configuration, pgLogger: pgLogger) } }
+        thread.withLock {
+            $0 = BackgroundThread(name: "parley-writer") { [self] in
+                run(DedicatedConnection(database, applicationName: "parley-writer", logger: pgLogger))
+            }
+        }
     }
 
     /// Writes what is queued, answers it, and stops the thread; later sends fail with 503.
@@ -74,8 +75,8 @@ final class MessageWriter: Sendable {
 
     // MARK: - The writer thread
 
-    private func run(database: PostgresConfiguration, pgLogger: PostgresLogger) {
-        var db: PostgresConnection?
+    private func run(_ connection: DedicatedConnection) {
+        var db = connection
         var deferred: [Job] = []
         while true {
             if deferred.isEmpty { wakeup.wait(timeoutMillis: 1_000) }
@@ -89,10 +90,8 @@ final class MessageWriter: Sendable {
                 let (batch, rest) = Self.nextBatch(pending)
                 pending = rest
                 do {
-                    let connection = try db ?? PostgresConnection(database, logger: pgLogger)
-                    db = connection
-                    write(batch, on: connection)
-                    if connection.isBroken { db = nil }
+                    write(batch, on: try db.get())
+                    db.dropIfBroken()
                 } catch {
                     logger.warning("msg=\"message writer cannot reach PostgreSQL\" error=\"\(error)\"")
                     for job in batch { job.done(.failure(Self.unavailable)) }
