@@ -35,7 +35,7 @@ final class Services: Sendable {
         timers = Timers()
         hub = EventHub(heartbeatMillis: configuration.sseHeartbeatMillis, logger: logger.named("live"))
         sequencer = EventSequencer(hub: hub, logger: logger.named("events"))
-        writer = MessageWriter(logger: logger.named("messages"))
+        writer = MessageWriter(hub: hub, logger: logger.named("messages"))
     }
 }
 
@@ -49,15 +49,19 @@ struct API {
 
     /// Adds a route. `queryToken` routes (the SSE streams, which browsers' EventSource opens without headers)
     /// also accept the credential as the `access_token` query parameter when there is no `Authorization`.
+    /// `numbersItsEvents` routes write their events with ids before they answer (the message writer), so their
+    /// answer need not wait for the sequencer.
     mutating func add(
         _ method: HTTPMethod, _ template: String, _ access: Access, _ operationID: String, maxBodyBytes: Int? = nil,
-        queryToken: Bool = false, _ handler: @escaping Handler
+        queryToken: Bool = false, numbersItsEvents: Bool = false, _ handler: @escaping Handler
     ) {
         let services = self.services
         builder.add(method, template, options: RouteOptions(maxBodyBytes: maxBodyBytes, operationID: operationID)) { request in
             do {
                 return try services.pool.withConnection { db in
-                    Self.run(request, access: access, queryToken: queryToken, services: services, db: db, handler: handler)
+                    Self.run(
+                        request, access: access, queryToken: queryToken, sequenced: !numbersItsEvents, services: services, db: db,
+                        handler: handler)
                 }
             } catch {
                 return ProblemRendering.handlerError(error, request: request, logger: services.logger)
@@ -66,7 +70,8 @@ struct API {
     }
 
     private static func run(
-        _ request: Request, access: Access, queryToken: Bool, services: Services, db: PostgresConnection, handler: Handler
+        _ request: Request, access: Access, queryToken: Bool, sequenced: Bool, services: Services, db: PostgresConnection,
+        handler: Handler
     ) -> Response {
         var rateHeaders: [(String, String)] = []
         var idempotency: Idempotency.Claim?
@@ -134,7 +139,7 @@ struct API {
         response = finish(response, rateHeaders: rateHeaders, appID: appID)
         // A change may have committed events: they are sequenced before the answer goes out, so a client that has its
         // answer finds the events in the log (API.md §14.1; the sequencer then pokes the live hub).
-        if request.method != .get && request.method != .head, let appID {
+        if sequenced, request.method != .get && request.method != .head, let appID {
             let answer = response
             response = .later { respond in answer.settle { final in services.sequencer.publish(appID) { respond(final) } } }
         }

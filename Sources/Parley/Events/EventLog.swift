@@ -31,8 +31,10 @@ public struct NewEvent: Sendable {
 /// The per-app event log: the one place events are appended, numbered and read.
 ///
 /// Writers `append` their events to `pending_events` in their own transaction, touching no row shared by the app
-/// (Migrations/0011). `sequence`, run by the node's ``EventSequencer``, moves an app's committed pending events into
-/// `events` with ids after the head, under the app's `event_heads` row lock, in one short transaction per batch.
+/// (Migrations/0011); a writer that batches many changes per transaction (the message writer) may number its events
+/// itself with `appendNumbered`, taking the head lock once per batch as the sequencer does. `sequence`, run by the
+/// node's ``EventSequencer``, moves an app's committed pending events into `events` with ids after the head, under the
+/// app's `event_heads` row lock, in one short transaction per batch.
 /// Readers read `events` only, so they see ids strictly in id order (a reader that saw N never later finds a
 /// smaller id), and the head lock is held across one commit per batch instead of one per writer.
 public enum EventLog {
@@ -48,16 +50,41 @@ public enum EventLog {
                  WITH ORDINALITY AS e(type, data, audience, group_id, room_id, to_group_members, order_key, ord)
             ORDER BY e.ord
             """,
-            [
-                appID, now,
-                events.map(\.type),
-                events.map { String(decoding: $0.data, as: UTF8.self) },
-                events.map { String(decoding: JSONValue.array($0.audience.map { .string($0) }).serialized(), as: UTF8.self) },
-                events.map { $0.groupID ?? "" },
-                events.map { $0.roomID ?? "" },
-                events.map(\.toGroupMembers),
-                events.map(\.orderKey),
-            ], prepared: true)
+            [appID, now] + columns(events), prepared: true)
+    }
+
+    /// Appends `events` with their ids at once, under the app's head row lock held until the caller's commit: for a
+    /// writer that commits many changes in one transaction (the message writer's batches), so the lock is taken once
+    /// per batch, like the sequencer takes it. Call it last in the transaction. Returns the new head.
+    @discardableResult
+    static func appendNumbered(_ events: [NewEvent], appID: String, now: Int64, on db: PostgresConnection) throws -> Int64 {
+        let result = try db.query(
+            """
+            WITH h AS (UPDATE event_heads SET head = head + $2 WHERE app_id = $1 RETURNING head)
+            INSERT INTO events (app_id, id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
+            SELECT $1, h.head - $2 + e.ord, e.type, $3, e.data, ARRAY(SELECT json_array_elements_text(e.audience::json)),
+                   NULLIF(e.group_id, ''), NULLIF(e.room_id, ''), e.to_group_members, e.order_key
+            FROM h, unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::boolean[], $10::text[])
+                 WITH ORDINALITY AS e(type, data, audience, group_id, room_id, to_group_members, order_key, ord)
+            RETURNING id
+            """, [appID, events.count, now] + columns(events), prepared: true)
+        guard result.rowCount == events.count, let last = try result.rows.map({ try $0[0].int64 }).max() else {
+            throw APIError(.internalError, "event head missing for app \(appID)")
+        }
+        return last
+    }
+
+    /// The per-event arrays both appends bind after their leading parameters.
+    private static func columns(_ events: [NewEvent]) -> [(any PostgresEncodable)?] {
+        [
+            events.map(\.type),
+            events.map { String(decoding: $0.data, as: UTF8.self) },
+            events.map { String(decoding: JSONValue.array($0.audience.map { .string($0) }).serialized(), as: UTF8.self) },
+            events.map { $0.groupID ?? "" },
+            events.map { $0.roomID ?? "" },
+            events.map(\.toGroupMembers),
+            events.map(\.orderKey),
+        ]
     }
 
     /// Gives the committed pending events of `appID` their ids, in one transaction on `db` (the sequencer's own

@@ -5,11 +5,11 @@ import ParleySync
 /// Messages (API.md §11.1–§11.4): HTTP ↔ ``MessageService``.
 enum MessageRoutes {
     static func register(on api: inout API) {
-        api.add(.post, "/v1/messages", .appOrUser, "sendMessage") { ctx in
+        api.add(.post, "/v1/messages", .appOrUser, "sendMessage", numbersItsEvents: true) { ctx in
             try send(ctx)
         }
 
-        api.add(.post, "/v1/messages/batch", .app, "batchSendMessages") { ctx in
+        api.add(.post, "/v1/messages/batch", .app, "batchSendMessages", numbersItsEvents: true) { ctx in
             try batchSend(ctx)
         }
 

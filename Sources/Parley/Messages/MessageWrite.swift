@@ -65,7 +65,8 @@ enum MessageWrite {
         var original: (messageID: String, seq: Int64?)?
     }
 
-    /// Writes `items` in the caller's transaction (the caller appends their ``events(of:threadID:)`` and commits).
+    /// Writes `items` in the caller's transaction (the caller appends their events, ``appendEvents(_:_:on:)`` or
+    /// ``events(of:threadID:)``, and commits).
     /// Results are in item order. Items must not repeat a (sender, client_msg_id) pair: a repeat belongs to a later
     /// batch, where it finds the first one's key.
     static func write(_ items: [Item], on db: PostgresConnection) throws -> [Written] {
@@ -91,8 +92,10 @@ enum MessageWrite {
         return written
     }
 
-    /// Appends the events of the sent items, in item order (one statement per app).
-    static func appendEvents(_ items: [Item], _ written: [Written], on db: PostgresConnection) throws {
+    /// Appends the events of the sent items with their ids, in item order (one statement per app, each taking its
+    /// app's head lock until the batch commits: call it last). Returns the apps that got events.
+    @discardableResult
+    static func appendEvents(_ items: [Item], _ written: [Written], on db: PostgresConnection) throws -> [String] {
         var eventsByApp: [String: (now: Int64, events: [NewEvent])] = [:]
         var apps: [String] = []
         for (item, result) in zip(items, written) where result.outcome == .sent {
@@ -102,10 +105,12 @@ enum MessageWrite {
             }
             eventsByApp[item.appID]!.events += events(of: result, threadID: item.threadID)
         }
-        for appID in apps {
+        // Apps in key order, so two nodes' batches take their head locks in the same order.
+        for appID in apps.sorted() {
             let (now, events) = eventsByApp[appID]!
-            try EventLog.append(events, appID: appID, now: now, on: db)
+            try EventLog.appendNumbered(events, appID: appID, now: now, on: db)
         }
+        return apps
     }
 
     /// The JSON a `message.sent` event carries: what every recipient sees, plus `suppressed` when set (only the
@@ -299,8 +304,7 @@ enum MessageWrite {
                     WHEN u.user_id IS NULL OR u.deleted_at IS NOT NULL THEN 3
                     WHEN i.conv_type = 'group' AND g.group_id IS NULL THEN 4
                     WHEN i.conv_type = 'group' AND g.dismissed_at IS NOT NULL THEN 5
-                    WHEN i.conv_type = 'peer' AND NOT EXISTS (
-                        SELECT 1 FROM users r WHERE r.app_id = i.app_id AND r.user_id = i.recipient AND r.deleted_at IS NULL) THEN 4
+                    WHEN i.conv_type = 'peer' AND r.user_id IS NULL THEN 4
                     WHEN i.reply_missing THEN 6
                     WHEN i.conv_type = 'group' AND i.need_receipt AND (g.is_big_group OR g.member_count > 500) THEN 7
                     WHEN i.checks = 1 THEN 0
@@ -312,26 +316,46 @@ enum MessageWrite {
                              OR (g.mute_mode = 'custom' AND gm.role = ANY(g.mute_roles))))) THEN 8
                     WHEN bl.blocked AND i.blacklist_error THEN 10
                     WHEN bl.blocked THEN 0
-                    WHEN i.conv_type = 'peer' AND i.friend_only AND (
-                        SELECT count(*) FROM friends f
-                        WHERE f.app_id = i.app_id AND ((f.user_id = i.sender AND f.friend_id = i.recipient)
-                                                       OR (f.user_id = i.recipient AND f.friend_id = i.sender))) < 2 THEN 11
+                    WHEN i.conv_type = 'peer' AND i.friend_only AND fr.mutual < 2 THEN 11
                     WHEN i.sensitive_reject THEN 12
                     ELSE 0
                 END AS outcome,
                 CASE WHEN bl.blocked AND NOT i.blacklist_error THEN 'blacklist' END AS suppressed,
                 k.message_id AS original_id, k.seq AS original_seq
             FROM i
-            LEFT JOIN message_keys k ON k.app_id = i.app_id AND k.sender = i.sender AND k.client_msg_id = i.client_msg_id
-            LEFT JOIN users u ON u.app_id = i.app_id AND u.user_id = i.sender
-            LEFT JOIN groups g ON i.conv_type = 'group' AND g.app_id = i.app_id AND g.group_id = i.recipient
-            LEFT JOIN group_members gm
-                ON i.conv_type = 'group' AND gm.app_id = i.app_id AND gm.group_id = i.recipient AND gm.user_id = i.sender
+            -- Point look-ups by primary key, one per item: LATERAL with LIMIT keeps them parameterised index probes
+            -- (json_to_recordset is estimated at 100 rows, which on small tables made the planner hash whole tables).
+            LEFT JOIN LATERAL (
+                SELECT k.content_hash, k.message_id, k.seq FROM message_keys k
+                WHERE k.app_id = i.app_id AND k.sender = i.sender AND k.client_msg_id = i.client_msg_id LIMIT 1
+            ) k ON true
+            LEFT JOIN LATERAL (
+                SELECT u.user_id, u.muted_until, u.deleted_at FROM users u WHERE u.app_id = i.app_id AND u.user_id = i.sender LIMIT 1
+            ) u ON true
+            LEFT JOIN LATERAL (
+                SELECT r.user_id FROM users r
+                WHERE i.conv_type = 'peer' AND r.app_id = i.app_id AND r.user_id = i.recipient AND r.deleted_at IS NULL LIMIT 1
+            ) r ON true
+            LEFT JOIN LATERAL (
+                SELECT g.group_id, g.dismissed_at, g.is_big_group, g.member_count, g.mute_mode, g.mute_expires_at, g.mute_roles
+                FROM groups g WHERE i.conv_type = 'group' AND g.app_id = i.app_id AND g.group_id = i.recipient LIMIT 1
+            ) g ON true
+            LEFT JOIN LATERAL (
+                SELECT gm.user_id, gm.role, gm.muted_until FROM group_members gm
+                WHERE i.conv_type = 'group' AND gm.app_id = i.app_id AND gm.group_id = i.recipient AND gm.user_id = i.sender LIMIT 1
+            ) gm ON true
+            LEFT JOIN LATERAL (
+                SELECT true AS found FROM blacklist b
+                WHERE i.checks = 2 AND i.conv_type = 'peer' AND b.app_id = i.app_id AND b.user_id = i.recipient
+                  AND b.blocked_id = i.sender
+                LIMIT 1
+            ) b ON true
+            CROSS JOIN LATERAL (SELECT b.found IS NOT NULL AS blocked) bl
             CROSS JOIN LATERAL (
-                SELECT i.checks = 2 AND i.conv_type = 'peer' AND EXISTS (
-                    SELECT 1 FROM blacklist b WHERE b.app_id = i.app_id AND b.user_id = i.recipient AND b.blocked_id = i.sender
-                ) AS blocked
-            ) bl
+                SELECT count(*) AS mutual FROM friends f
+                WHERE i.checks = 2 AND i.friend_only AND i.conv_type = 'peer' AND f.app_id = i.app_id
+                  AND ((f.user_id = i.sender AND f.friend_id = i.recipient) OR (f.user_id = i.recipient AND f.friend_id = i.sender))
+            ) fr
         ), sent AS (
             SELECT * FROM checked WHERE outcome = 0
         ), counts AS (

@@ -6,7 +6,9 @@ import ParleySync
 /// thread with its own connection (DESIGN.md "per-conversation seqs are taken once per batch of sends").
 ///
 /// Sends queue here from any thread; the writer takes everything queued, writes it with ``MessageWrite`` (one
-/// statement for the batch, then the events), commits, and answers each send with its own outcome. While one batch
+/// statement for the batch, then its events, numbered under the app's head lock taken once per batch, as the
+/// ``EventSequencer`` takes it for other writers), commits, pokes the live hub and answers each send with its own
+/// outcome: its events are in the log by then, with no sequencer round in between. While one batch
 /// commits, the next one fills: no timer, so an idle server writes a lone send at once. A send is answered only after
 /// its batch's commit returned (`synchronous_commit` stays on: nothing acknowledged can be lost); when the commit's
 /// fate is unknown (the connection broke) every send of the batch fails with 503, and a retry with the same
@@ -38,9 +40,11 @@ final class MessageWriter: Sendable {
     private let inbox = LockedValue(Inbox())
     private let wakeup = Wakeup()
     private let thread = LockedValue<BackgroundThread?>(nil)
+    private let hub: EventHub
     private let logger: Logger
 
-    init(logger: Logger) {
+    init(hub: EventHub, logger: Logger) {
+        self.hub = hub
         self.logger = logger
     }
 
@@ -121,11 +125,11 @@ final class MessageWriter: Sendable {
         while true {
             do {
                 let items = batch.map(\.item)
-                let written = try db.transaction { db in
+                let (written, apps) = try db.transaction { db in
                     let written = try MessageWrite.write(items, on: db)
-                    try MessageWrite.appendEvents(items, written, on: db)
-                    return written
+                    return (written, try MessageWrite.appendEvents(items, written, on: db))
                 }
+                for appID in apps { hub.poke(appID) }
                 for (job, result) in zip(batch, written) { job.done(.success(result)) }
                 return
             } catch let error as PostgresError
