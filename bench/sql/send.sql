@@ -1,15 +1,43 @@
--- The one statement a peer text send runs (MessageStore.send → parley_send_message, Migrations/0009), with the
--- same kind of arguments the server passes: random users u1..u50 (HOT=1 in send.sh swaps in send_hot.sql), a
--- fresh message id and client_msg_id per transaction, and a Message JSON template of the server's size (its
--- colons written \x3a, so pgbench does not read ":null" as a variable).
+-- The SQL of one peer text send (API.md §11.1), one send per transaction: what the node's writer runs for a batch
+-- (MessageWriter.write): BEGIN; MessageWrite.statement (Sources/Parley/Messages/MessageWrite.swift) with the batch's
+-- items as $1 and its combine snapshots as $2; EventLog.appendNumbered (Sources/Parley/Events/EventLog.swift) of the batch's
+-- message.sent events, numbered under the app's head lock taken once per batch; COMMIT. Here the batch is this one send, with the same kind of item the
+-- server builds: random users u1..u50 (HOT=1 in send.sh swaps in send_hot.sql), a fresh message id and client_msg_id
+-- per transaction, every check on (checks 2), no combine ($2 '[]'); its event's data is a constant message.sent
+-- JSON of the server's size (569 bytes; colons written \x3a, or pgbench would read a colon and the word after it as
+-- a variable). The event gets its id at once, under the head lock, as the writer's do.
+-- A template: bench/py/send_sql.py pastes both statements in from the Swift sources when the bench runs (each
+-- @<statement>( ... ); block, with `$n := ` the value of its parameter $n), checks the item's names against the
+-- statement's json_to_recordset columns, and writes the pgbench script into the run's temporary directory; pgbench
+-- runs that, never this file. No copy of the statements is kept here, so the bench follows the server's SQL; when the
+-- statement's parameters or item columns change, send_sql.py stops the bench and says what to change here.
 \set a random(1, 50)
 \set d random(1, 49)
 \set b (:a + :d - 1) % 50 + 1
 \set r random(1, 9000000000000000000)
-SELECT outcome, seq, ts, suppressed FROM parley_send_message('default', (extract(epoch from clock_timestamp()) * 1000)::bigint, 'peer',
-    least('u' || :a, 'u' || :b) || ' ' || greatest('u' || :a, 'u' || :b), 'u' || :a, 'u' || :b, 'p' || :r, 'c' || :r,
-    '5f2c9a0e5f2c9a0e5f2c9a0e5f2c9a0e5f2c9a0e5f2c9a0e5f2c9a0e5f2c9a0e', true, 1, '{"text":"hello from the bench"}', '',
-    '{}'::text[], false, true, NULL, NULL, false, 2, false, false, 1, NULL, false, false, false, false,
-    E'{"message_id"\x3a"m0Vd3kQ1aB2cD3eF4gH5iJ6k","client_msg_id"\x3a"w1-1764530000-1","type"\x3a1,"conversation_type"\x3a"peer","from"\x3a"u1","to"\x3a"u2","seq"\x3a',
-    E',"body"\x3a{"text"\x3a"hello from the bench"},"extended_data"\x3a"","mentions"\x3a{"user_ids"\x3a[],"all"\x3afalse},"reply"\x3anull,"root_message_id"\x3anull,"reply_count"\x3a0,"priority"\x3a2,"need_receipt"\x3afalse,"receipt_status"\x3a"none","no_unread"\x3afalse,"online_only"\x3afalse,"stored"\x3atrue,"repeat_count"\x3a1,"is_broadcast"\x3afalse,"edited_at"\x3anull,"editor_id"\x3anull,"edit_count"\x3a0,"pinned"\x3anull,"reactions"\x3a[],"deleted"\x3afalse',
-    NULL, '{}'::text[]);
+BEGIN;
+@MessageWrite.statement(
+$1 := json_build_array(json_build_object(
+    'ord', 0, 'app_id', 'default', 'now', (extract(epoch from now()) * 1000)::bigint, 'conv_type', 'peer',
+    'conv_id', least('u' || :a, 'u' || :b) || ' ' || greatest('u' || :a, 'u' || :b),
+    'sender', 'u' || :a, 'recipient', 'u' || :b, 'message_id', 'p' || :r, 'client_msg_id', 'c' || :r,
+    'content_hash', '24775f8f3399bd94c94f7150c1d7b07e35dd89494209730ed255371ccabff411', 'stored', true, 'type', 1,
+    'body', '{"text":"hello from the bench"}', 'extended_data', '', 'mention_ids', json_build_array(),
+    'mention_all', false, 'mention_notify', true, 'reply', NULL, 'root_message_id', NULL, 'reply_missing', false,
+    'priority', 2, 'need_receipt', false, 'no_unread', false, 'repeat_count', 1, 'push', NULL, 'checks', 2,
+    'blacklist_error', false, 'friend_only', false, 'sensitive_reject', false, 'combine_id', NULL)),
+$2 := '[]'::json
+);
+@EventLog.appendNumbered(
+$1 := 'default',
+$2 := 1,
+$3 := (extract(epoch from now()) * 1000)::bigint,
+$4 := ARRAY['message.sent'],
+$5 := ARRAY[E'{"message"\x3a{"message_id"\x3a"m0Vcb0nlwryNzcRwVYlRdXk","client_msg_id"\x3a"w1-1764530000-1","type"\x3a1,"conversation_type"\x3a"peer","from"\x3a"u1","to"\x3a"u2","seq"\x3a1,"timestamp"\x3a1796167266480,"body"\x3a{"text"\x3a"hello from the bench"},"extended_data"\x3a"","mentions"\x3a{"user_ids"\x3a[],"all"\x3afalse},"reply"\x3anull,"root_message_id"\x3anull,"reply_count"\x3a0,"priority"\x3a2,"need_receipt"\x3afalse,"receipt_status"\x3a"none","no_unread"\x3afalse,"online_only"\x3afalse,"stored"\x3atrue,"repeat_count"\x3a1,"is_broadcast"\x3afalse,"edited_at"\x3anull,"editor_id"\x3anull,"edit_count"\x3a0,"pinned"\x3anull,"reactions"\x3a[],"deleted"\x3afalse}}'],
+$6 := ARRAY['["u' || :a || '","u' || :b || '"]'],
+$7 := ARRAY[''],
+$8 := ARRAY[''],
+$9 := ARRAY[false],
+$10 := ARRAY[E'peer\x3a' || least('u' || :a, 'u' || :b) || ' ' || greatest('u' || :a, 'u' || :b)]
+);
+END;
