@@ -23,6 +23,8 @@ final class EventSequencer: Sendable {
     private struct Inbox {
         var apps: Set<String> = []
         var waiters: [String: [Waiter]] = [:]
+        /// Waiting for every app's pending events (the test clock fired timers in any app).
+        var waitersForAll: [Waiter] = []
         var all = false
         var stopped = false
     }
@@ -70,6 +72,17 @@ final class EventSequencer: Sendable {
         wakeup.signal()
     }
 
+    /// Sequences every app with pending events, then calls `done` (on the sequencer thread: keep it short).
+    func publishAll(then done: @escaping @Sendable () -> Void) {
+        let accepted = inbox.withLock { inbox -> Bool in
+            guard !inbox.stopped else { return false }
+            inbox.all = true
+            inbox.waitersForAll.append(Waiter(deadline: EventLoop.monotonicMillis() + Self.maxWaitMillis, done: done))
+            return true
+        }
+        if accepted { wakeup.signal() } else { done() }
+    }
+
     /// Sequences every app with pending events soon (timers wrote in several apps).
     func pokeAll() {
         inbox.withLock { $0.all = true }
@@ -106,6 +119,7 @@ final class EventSequencer: Sendable {
                 defer {
                     inbox.apps = []
                     inbox.waiters = [:]
+                    inbox.waitersForAll = []
                     inbox.all = false
                 }
                 return inbox
@@ -124,10 +138,15 @@ final class EventSequencer: Sendable {
                     if try EventLog.sequence(appID: appID, on: connection) != nil { hub.poke(appID) }
                     for waiter in round.waiters.removeValue(forKey: appID) ?? [] { waiter.done() }
                 }
+                for waiter in round.waitersForAll { waiter.done() }
+                round.waitersForAll = []
             } catch {
                 logger.warning("msg=\"event sequencing failed; retrying\" error=\"\(error)\"")
                 db.dropIfBroken()
                 let now = EventLoop.monotonicMillis()
+                // Waiters for all apps are answered now: their timers' changes are committed, and the sweep finds
+                // the events on a later round.
+                for waiter in round.waitersForAll { waiter.done() }
                 for (appID, waiters) in round.waiters {
                     // Past the deadline a request is answered without its events (they follow on a later round).
                     let (late, waiting) = (waiters.filter { $0.deadline <= now }, waiters.filter { $0.deadline > now })
@@ -139,8 +158,11 @@ final class EventSequencer: Sendable {
             if round.stopped {
                 for waiter in retry.values.joined() { waiter.done() }
                 let left = inbox.withLock { inbox -> [Waiter] in
-                    defer { inbox.waiters = [:] }
-                    return Array(inbox.waiters.values.joined())
+                    defer {
+                        inbox.waiters = [:]
+                        inbox.waitersForAll = []
+                    }
+                    return Array(inbox.waiters.values.joined()) + inbox.waitersForAll
                 }
                 for waiter in left { waiter.done() }
                 return

@@ -78,7 +78,10 @@ enum OpsAPIRoutes {
             try body.check()
             ctx.services.clock.advance(by: ms!)
             ctx.services.timers.fireDue(services: ctx.services, now: ctx.services.clock.now())
-            return try clockResponse(ctx)
+            // The timers' events (in any app) are in the log before the answer, like those of any write.
+            let answer = try clockResponse(ctx)
+            let sequencer = ctx.services.sequencer
+            return .later { respond in sequencer.publishAll { respond(answer) } }
         }
     }
 
