@@ -498,7 +498,7 @@ struct WritePathTests: GroupTestSupport {
         let rows = try observer.query(
             """
             SELECT pid FROM pg_stat_activity
-            WHERE datname = current_database() AND application_name = 'parley-writer' AND wait_event_type = 'Lock'
+            WHERE datname = current_database() AND application_name LIKE 'parley-writer%' AND wait_event_type = 'Lock'
             """)
         return try rows.first.map { Int32(try $0[0].int) }
     }
