@@ -5,7 +5,7 @@
 # embedded PostgreSQL, in one run; then GET history (20 newest) beside pgbench running the history SELECT; then one hot
 # conversation (every connection sends u1 -> u2) both ways. Appends the figures to bench/RESULTS.md.
 # The send scripts are generated at the start of each run (bench/py/send_sql.py) from the templates bench/sql/send.sql
-# and send_hot.sql and the server's Swift sources, so they run the server's current statements.
+# (send_hot.sql: the same with u1 -> u2 only) and the server's Swift sources, so they run the server's current statements.
 # The physical limit in the same rounds: pgbench's single-row durable INSERT (bench/sql/floor_insert.sql) beside the
 # sends, the naive hot-counter transaction (bench/sql/hot_counter.sql) beside the hot pair. SSE commit-to-delivery:
 # bench/py/sse_latency.py on an app-level stream, at idle and during an extra wrk send phase.
@@ -25,7 +25,9 @@ source "$ROOT/bench/lib.sh"
 require_tools
 require_pgbench
 send_sql send.sql
-send_sql send_hot.sql
+# The hot pair is send.sql with every transaction in the one conversation u1 -> u2: each holds the pair's seq row from
+# the statement to its commit.
+sed -e 's/^\\set a .*/\\set a 1/' -e 's/^\\set b .*/\\set b 2/' "$TMP/sql/send.sql" >"$TMP/sql/send_hot.sql"
 
 build_parley
 start_parley

@@ -2,7 +2,7 @@
 -- (MessageWriter.write): BEGIN; MessageWrite.statement (Sources/Parley/Messages/MessageWrite.swift) with the batch's
 -- items as $1 and its combine snapshots as $2; EventLog.appendNumbered (Sources/Parley/Events/EventLog.swift) of the batch's
 -- message.sent events, numbered under the app's head lock taken once per batch; COMMIT. Here the batch is this one send, with the same kind of item the
--- server builds: random users u1..u50 (HOT=1 in send.sh swaps in send_hot.sql), a fresh message id and client_msg_id
+-- server builds: random users u1..u50 (send.sh's hot-pair run rewrites the \set lines to u1 -> u2), a fresh message id and client_msg_id
 -- per transaction, every check on (checks 2), no combine ($2 '[]'); its event's data is a constant message.sent
 -- JSON of the server's size (569 bytes; colons written \x3a, or pgbench would read a colon and the word after it as
 -- a variable). The event gets its id at once, under the head lock, as the writer's do.
