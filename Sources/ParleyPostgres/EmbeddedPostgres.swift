@@ -115,7 +115,7 @@ public final class EmbeddedPostgres: Sendable {
     public func createDatabase(_ name: String, ifNotExists: Bool = true) throws(PostgresError) {
         guard let configuration else { throw Self.failure("the embedded cluster is not running") }
         let connection = try PostgresConnection(configuration, logger: logger)
-        if ifNotExists, try connection.query("SELECT 1 FROM pg_database WHERE datname = $1", [name]).rowCount > 0 { return }
+        if ifNotExists, try connection.query(sql: "SELECT 1 FROM pg_database WHERE datname = $1", [name]).rowCount > 0 { return }
         do {
             try connection.simpleQuery("CREATE DATABASE " + (try connection.escapeIdentifier(name)))
         } catch  where ifNotExists && error.sqlState == "42P04" {

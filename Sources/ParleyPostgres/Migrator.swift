@@ -228,9 +228,9 @@ public struct Migrator: Sendable {
         let migrations = try loadMigrations()
         let functions = try loadFunctions()
         try Self.attempt("cannot take the migration lock") { () throws(PostgresError) in
-            try connection.query("SELECT pg_advisory_lock($1)", [Self.advisoryLockKey])
+            try connection.query(sql: "SELECT pg_advisory_lock($1)", [Self.advisoryLockKey])
         }
-        defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", [Self.advisoryLockKey]) }
+        defer { _ = try? connection.query(sql: "SELECT pg_advisory_unlock($1)", [Self.advisoryLockKey]) }
         let versions = try applyMigrations(migrations, on: connection)
         let functionNames = try applyFunctions(functions, on: connection)
         return Applied(versions: versions, functions: functionNames)
@@ -252,7 +252,7 @@ public struct Migrator: Sendable {
         let applied: [Int: (name: String, checksum: String)] = try Self.attempt("cannot read schema_migrations") {
             () throws(PostgresError) in
             var map: [Int: (name: String, checksum: String)] = [:]
-            for row in try connection.query("SELECT version, name, checksum FROM schema_migrations") {
+            for row in try connection.query(sql: "SELECT version, name, checksum FROM schema_migrations") {
                 map[try row[0].int] = (try row[1].string, try row[2].string)
             }
             return map
@@ -277,7 +277,8 @@ public struct Migrator: Sendable {
                 try Self.inTransaction(migration.runsInTransaction, on: connection) { () throws(PostgresError) in
                     try connection.simpleQuery(migration.sql)
                     try connection.query(
-                        "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+                        sql:
+                            "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
                         [migration.version, migration.name, migration.checksum])
                 }
             }
@@ -301,7 +302,7 @@ public struct Migrator: Sendable {
         }
         let recorded: [String: String] = try Self.attempt("cannot read schema_functions") { () throws(PostgresError) in
             var map: [String: String] = [:]
-            for row in try connection.query("SELECT name, checksum FROM schema_functions") {
+            for row in try connection.query(sql: "SELECT name, checksum FROM schema_functions") {
                 map[try row[0].string] = try row[1].string
             }
             return map
@@ -316,10 +317,11 @@ public struct Migrator: Sendable {
                 try Self.inTransaction(true, on: connection) { () throws(PostgresError) in
                     try connection.simpleQuery(function.sql)
                     try connection.query(
-                        """
-                        INSERT INTO schema_functions (name, checksum) VALUES ($1, $2)
-                        ON CONFLICT (name) DO UPDATE SET checksum = excluded.checksum, applied_at = now()
-                        """,
+                        sql:
+                            """
+                            INSERT INTO schema_functions (name, checksum) VALUES ($1, $2)
+                            ON CONFLICT (name) DO UPDATE SET checksum = excluded.checksum, applied_at = now()
+                            """,
                         [function.name, function.checksum])
                 }
             }

@@ -97,7 +97,7 @@ public final class PostgresConnection {
     /// use it for hot statements (it saves the parse and plan on every call).
     @discardableResult
     public func query(
-        _ sql: String, _ parameters: [(any PostgresEncodable)?] = [], prepared: Bool = false
+        sql: String, _ parameters: [(any PostgresEncodable)?] = [], prepared: Bool = false
     ) throws(PostgresError) -> PostgresResult {
         if prepared {
             if let name = preparedName(of: sql) {
@@ -143,9 +143,9 @@ public final class PostgresConnection {
     /// Runs one statement and returns the number of rows it affected.
     @discardableResult
     public func execute(
-        _ sql: String, _ parameters: [(any PostgresEncodable)?] = [], prepared: Bool = false
+        sql: String, _ parameters: [(any PostgresEncodable)?] = [], prepared: Bool = false
     ) throws(PostgresError) -> Int {
-        try query(sql, parameters, prepared: prepared).affectedRows
+        try query(sql: sql, parameters, prepared: prepared).affectedRows
     }
 
     /// Runs SQL text that may hold several statements, with the simple protocol (`PQexec`); no parameters.
@@ -171,11 +171,18 @@ public final class PostgresConnection {
         return try check(raw)
     }
 
-    /// BEGIN, `body`, COMMIT on this connection, once: ROLLBACK (and rethrow) when `body` throws. For the dedicated
-    /// connections of background threads; pooled work uses `PostgresPool.transaction`, which also retries.
+    /// BEGIN, `body`, COMMIT on this connection: ROLLBACK (and rethrow) when `body` throws.
+    ///
+    /// On a pool worker's own connection (a request's) this is `PostgresPool.transaction` on that worker: conflicts
+    /// re-run `body` and a connection that broke before COMMIT is replaced (so `body` must be re-runnable and use the
+    /// connection it is given); inside an open transaction it becomes a savepoint. On any other connection (the
+    /// dedicated connections of background threads) it runs once.
     @discardableResult
-    public func transaction<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
-        try simpleQuery("BEGIN")
+    public func transaction<T>(isolation: PostgresIsolation = .readCommitted, _ body: (PostgresConnection) throws -> T) throws -> T {
+        if let worker = WorkerContext.currentAny(), worker.connection === self {
+            return try worker.transaction(isolation: isolation, body)
+        }
+        try simpleQuery(isolation.beginSQL)
         do {
             let value = try body(self)
             try simpleQuery("COMMIT")
@@ -219,7 +226,7 @@ public final class PostgresConnection {
 
     /// Sends a NOTIFY through `pg_notify` (channel and payload are bound, never interpolated).
     public func notify(channel: String, payload: String) throws(PostgresError) {
-        try query("SELECT pg_notify($1, $2)", [channel, payload])
+        try query("SELECT pg_notify(\(channel), \(payload))", prepared: false)
     }
 
     /// Checks without a round trip whether the server closed an idle session (restart, termination).

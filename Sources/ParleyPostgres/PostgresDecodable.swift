@@ -45,3 +45,21 @@ extension Optional: PostgresDecodable where Wrapped: PostgresDecodable {
         self = cell.isNull ? nil : try Wrapped(postgresCell: cell)
     }
 }
+
+/// An element type of an array column that decodes into a Swift array (`text[]` as `[String]`, `int[]`/`bigint[]` as
+/// `[Int]`).
+public protocol PostgresDecodableArrayElement {
+    static func postgresArray(_ cell: PostgresCell) throws(PostgresError) -> [Self]
+}
+
+extension String: PostgresDecodableArrayElement {
+    public static func postgresArray(_ cell: PostgresCell) throws(PostgresError) -> [String] { try cell.stringArray }
+}
+
+extension Int: PostgresDecodableArrayElement {
+    public static func postgresArray(_ cell: PostgresCell) throws(PostgresError) -> [Int] { try cell.intArray }
+}
+
+extension Array: PostgresDecodable where Element: PostgresDecodableArrayElement {
+    public init(postgresCell cell: PostgresCell) throws(PostgresError) { self = try Element.postgresArray(cell) }
+}

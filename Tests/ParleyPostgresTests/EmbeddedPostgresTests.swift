@@ -15,9 +15,9 @@ import Testing
         try cluster.createDatabase("keep")  // idempotent
         let db = try PostgresConnection(configuration.with(database: "keep"))
         try db.simpleQuery("CREATE TABLE kept (x text); INSERT INTO kept VALUES ('survives')")
-        #expect(try db.query("SHOW max_connections")[0][0].string == "300")
-        #expect(try db.query("SHOW fsync")[0][0].string == "on")
-        #expect(try db.query("SHOW listen_addresses")[0][0].string == "")
+        #expect(try db.query(sql: "SHOW max_connections")[0][0].string == "300")
+        #expect(try db.query(sql: "SHOW fsync")[0][0].string == "on")
+        #expect(try db.query(sql: "SHOW listen_addresses")[0][0].string == "")
 
         // A second instance on the same directory is refused while the first runs.
         let intruder = EmbeddedPostgres(dataDirectory: cluster.dataDirectory)
@@ -36,7 +36,7 @@ import Testing
         let (again, seconds) = try measure { try cluster.start() }
         print("embedded postgres: restart in \(seconds) s")
         let reopened = try PostgresConnection(again.with(database: "keep"))
-        #expect(try reopened.query("SELECT x FROM kept")[0][0].string == "survives")
+        #expect(try reopened.query(sql: "SELECT x FROM kept")[0][0].string == "survives")
         // URL form with a socket directory works too.
         let url = try PostgresConfiguration("postgresql://parley@/keep?host=\(again.host!)")
         #expect(try PostgresConnection(url).query("SELECT count(*) FROM kept")[0][0].int == 1)

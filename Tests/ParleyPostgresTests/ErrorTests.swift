@@ -6,9 +6,9 @@ import Testing
     @Test func uniqueViolationCarriesSQLStateAndConstraint() throws {
         let db = try freshConnection()
         try db.simpleQuery("CREATE TABLE users (id int PRIMARY KEY, email text CONSTRAINT users_email_key UNIQUE)")
-        try db.execute("INSERT INTO users VALUES ($1, $2)", [1, "a@example.com"])
+        try db.execute(sql: "INSERT INTO users VALUES ($1, $2)", [1, "a@example.com"])
         do {
-            try db.execute("INSERT INTO users VALUES ($1, $2)", [2, "a@example.com"])
+            try db.execute(sql: "INSERT INTO users VALUES ($1, $2)", [2, "a@example.com"])
             Issue.record("expected a unique violation")
         } catch {
             #expect(error.kind == .query)
@@ -21,13 +21,13 @@ import Testing
             #expect(!error.isConnectionFailure)
         }
         // The connection stays usable after an error.
-        #expect(try db.query("SELECT count(*) FROM users")[0][0].int == 1)
+        #expect(try db.query(sql: "SELECT count(*) FROM users")[0][0].int == 1)
     }
 
     @Test func syntaxErrorAndBadInputAreQueryErrors() throws {
         let db = try freshConnection()
-        #expect { try db.query("SELEC 1") } throws: { ($0 as? PostgresError)?.sqlState == "42601" }
-        #expect { try db.query("SELECT $1::int", ["not a number"]) } throws: { ($0 as? PostgresError)?.sqlState == "22P02" }
+        #expect { try db.query(sql: "SELEC 1") } throws: { ($0 as? PostgresError)?.sqlState == "42601" }
+        #expect { try db.query(sql: "SELECT $1::int", ["not a number"]) } throws: { ($0 as? PostgresError)?.sqlState == "22P02" }
     }
 
     @Test func connectingToNowhereFailsFastWithAConnectionError() throws {

@@ -26,7 +26,7 @@ import Testing
         #expect(received.all == ["\(channel)|up to 42 ✓", "other|"])
 
         // Kill the listener's session: it reconnects, re-LISTENs and tells us.
-        try db.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND datname = current_database()")
+        try db.query(sql: "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND datname = current_database()")
         #expect(eventually(10) { reconnects.load(ordering: .relaxed) == 1 && listener.isListening })
         try db.notify(channel: channel, payload: "after")
         #expect(eventually(5) { received.all.last == "\(channel)|after" })

@@ -64,8 +64,8 @@ import Testing
         #expect(results.all.map(\.functions).filter { !$0.isEmpty } == [["counter_touch", "counter_value", "describe_counter"]])
 
         let db = try PostgresConnection(configuration)
-        #expect(try db.query("SELECT describe_counter()")[0][0].string == "one=1")
-        let rows = try db.query("SELECT name, checksum, applied_at::text FROM schema_functions ORDER BY name")
+        #expect(try db.query(sql: "SELECT describe_counter()")[0][0].string == "one=1")
+        let rows = try db.query(sql: "SELECT name, checksum, applied_at::text FROM schema_functions ORDER BY name")
         #expect(try rows.map { try $0[0].string } == ["counter_touch", "counter_value", "describe_counter"])
         #expect(try rows.map { try $0[1].string } == migrator.loadFunctions().map(\.checksum))
         #expect(try rows[0][1].string.count == 64)
@@ -73,7 +73,7 @@ import Testing
         // Running again applies nothing and leaves the records as they were.
         #expect(try migrator.apply(configuration: configuration) == Migrator.Applied(versions: [], functions: []))
         #expect(try migrator.migrate(configuration: configuration) == [])
-        let again = try db.query("SELECT applied_at::text FROM schema_functions ORDER BY name")
+        let again = try db.query(sql: "SELECT applied_at::text FROM schema_functions ORDER BY name")
         #expect(try again.map { try $0[0].string } == rows.map { try $0[2].string })
     }
 
@@ -84,8 +84,8 @@ import Testing
         let migrator = try Migrator(directory: directory)
         _ = try migrator.apply(configuration: configuration)
         let db = try PostgresConnection(configuration)
-        try db.query("UPDATE counter SET n = n + 1")
-        #expect(try db.query("SELECT describe_counter()")[0][0].string == "touched=2")
+        try db.query(sql: "UPDATE counter SET n = n + 1")
+        #expect(try db.query(sql: "SELECT describe_counter()")[0][0].string == "touched=2")
 
         try write(
             "CREATE OR REPLACE FUNCTION counter_value() RETURNS int LANGUAGE sql STABLE AS $$ SELECT n * 100 FROM counter $$;",
@@ -94,19 +94,20 @@ import Testing
         #expect(
             try migrator.apply(configuration: configuration)
                 == Migrator.Applied(versions: [], functions: ["counter_touch", "counter_value"]))
-        #expect(try db.query("SELECT describe_counter()")[0][0].string == "touched=200")
-        try db.query("UPDATE counter SET n = n + 1")
-        #expect(try db.query("SELECT describe_counter()")[0][0].string == "touched again=300")
+        #expect(try db.query(sql: "SELECT describe_counter()")[0][0].string == "touched=200")
+        try db.query(sql: "UPDATE counter SET n = n + 1")
+        #expect(try db.query(sql: "SELECT describe_counter()")[0][0].string == "touched again=300")
 
-        let recorded = try db.query("SELECT checksum FROM schema_functions WHERE name = 'counter_value'")[0][0].string
+        let recorded = try db.query(sql: "SELECT checksum FROM schema_functions WHERE name = 'counter_value'")[0][0].string
         #expect(try recorded == migrator.loadFunctions().first { $0.name == "counter_value" }?.checksum)
         // Re-applying stamps the time; the unchanged file keeps its first one.
         #expect(
             try db.query(
-                """
-                SELECT (SELECT applied_at FROM schema_functions WHERE name = 'counter_value')
-                     > (SELECT applied_at FROM schema_functions WHERE name = 'describe_counter')
-                """)[0][0].bool)
+                sql:
+                    """
+                    SELECT (SELECT applied_at FROM schema_functions WHERE name = 'counter_value')
+                         > (SELECT applied_at FROM schema_functions WHERE name = 'describe_counter')
+                    """)[0][0].bool)
         #expect(try migrator.apply(configuration: configuration) == Migrator.Applied(versions: [], functions: []))
     }
 
@@ -128,8 +129,8 @@ import Testing
 
         // The definition and its record stay: dropping a function is a numbered migration's job.
         let db = try PostgresConnection(configuration)
-        #expect(try db.query("SELECT describe_counter()")[0][0].string == "touched=11")
-        #expect(try db.query("SELECT count(*) FROM schema_functions WHERE name = 'describe_counter'")[0][0].int == 1)
+        #expect(try db.query(sql: "SELECT describe_counter()")[0][0].string == "touched=11")
+        #expect(try db.query(sql: "SELECT count(*) FROM schema_functions WHERE name = 'describe_counter'")[0][0].int == 1)
 
         // With no functions directory at all, only the numbered migrations matter.
         try FileManager.default.removeItem(atPath: directory + "/functions")
@@ -150,16 +151,16 @@ import Testing
                 && (error as? Migrator.Failure)?.underlying?.sqlState == "22012"
         }
         let db = try PostgresConnection(configuration)
-        #expect(try db.query("SELECT to_regprocedure('half()') IS NULL")[0][0].bool)
-        #expect(try db.query("SELECT count(*) FROM schema_functions")[0][0].int == 0)
+        #expect(try db.query(sql: "SELECT to_regprocedure('half()') IS NULL")[0][0].bool)
+        #expect(try db.query(sql: "SELECT count(*) FROM schema_functions")[0][0].int == 0)
         // The numbered migrations ran first and stay applied.
-        #expect(try db.query("SELECT count(*) FROM schema_migrations")[0][0].int == 2)
+        #expect(try db.query(sql: "SELECT count(*) FROM schema_migrations")[0][0].int == 2)
 
         try write("CREATE OR REPLACE FUNCTION half() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$;", directory + "/functions/broken.sql")
         #expect(
             try migrator.apply(configuration: configuration)
                 == Migrator.Applied(versions: [], functions: ["broken", "counter_touch", "counter_value", "describe_counter"]))
-        #expect(try db.query("SELECT half()")[0][0].int == 1)
+        #expect(try db.query(sql: "SELECT half()")[0][0].int == 1)
         #expect(lines.all.contains("info migrations: applied functions/broken.sql"), "\(lines.all)")
     }
 
@@ -167,7 +168,7 @@ import Testing
         let functions = try Migrator().loadFunctions()
         let db = try PostgresConnection(freshDatabase())
         var recorded: [String: String] = [:]
-        for row in try db.query("SELECT name, checksum FROM schema_functions") { recorded[try row[0].string] = try row[1].string }
+        for row in try db.query(sql: "SELECT name, checksum FROM schema_functions") { recorded[try row[0].string] = try row[1].string }
         for function in functions { #expect(recorded[function.name] == function.checksum, "\(function.name)") }
     }
 }

@@ -38,8 +38,8 @@ import Testing
         let applied = results.all.flatMap { $0 }
         #expect(applied.sorted() == [1, 2, 10])
         let db = try PostgresConnection(configuration)
-        #expect(try db.query("SELECT n FROM counter")[0][0].int == 12)
-        let rows = try db.query("SELECT version, name, checksum FROM schema_migrations ORDER BY version")
+        #expect(try db.query(sql: "SELECT n FROM counter")[0][0].int == 12)
+        let rows = try db.query(sql: "SELECT version, name, checksum FROM schema_migrations ORDER BY version")
         #expect(try rows.map { try $0[0].int } == [1, 2, 10])
         #expect(try rows.map { try $0[1].string } == ["counter", "bump", "bump_again"])
         #expect(try rows[0][2].string.count == 64)
@@ -67,8 +67,8 @@ import Testing
                 && (error as? Migrator.Failure)?.underlying?.sqlState == "22012"
         }
         let db = try PostgresConnection(configuration)
-        #expect(try db.query("SELECT to_regclass('half') IS NULL")[0][0].bool)
-        #expect(try db.query("SELECT count(*) FROM schema_migrations")[0][0].int == 3)
+        #expect(try db.query(sql: "SELECT to_regclass('half') IS NULL")[0][0].bool)
+        #expect(try db.query(sql: "SELECT count(*) FROM schema_migrations")[0][0].int == 3)
     }
 
     @Test func locatesTheRepositoryMigrations() throws {

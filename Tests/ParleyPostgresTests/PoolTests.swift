@@ -33,7 +33,7 @@ import Testing
                             defer { gauge.leave() }
                             maxInUse.max(pool.inUse, ordering: .relaxed)
                             pids.append(db.backendPID)
-                            return try db.query("SELECT $1::int * 2, pg_sleep(0.002)", [i * 100 + j], prepared: true)[0][0].int
+                            return try db.query(sql: "SELECT $1::int * 2, pg_sleep(0.002)", [i * 100 + j], prepared: true)[0][0].int
                         }
                         if value != (i * 100 + j) * 2 { failures.append("wrong value") }
                     } catch {
@@ -63,7 +63,7 @@ import Testing
                     try await pool.withConnection { db in
                         gauge.enter()
                         defer { gauge.leave() }
-                        return try db.query("SELECT $1::int, pg_sleep(0.01)", [i])[0][0].int
+                        return try db.query(sql: "SELECT $1::int, pg_sleep(0.01)", [i])[0][0].int
                     }
                 }
             }
@@ -81,7 +81,7 @@ import Testing
             {
                 try? pool.withConnection { db in
                     started.store(true, ordering: .releasing)
-                    try db.query("SELECT pg_sleep(1.5)")
+                    try db.query(sql: "SELECT pg_sleep(1.5)")
                 }
             }, rejected: {})
         #expect(eventually(5) { started.load(ordering: .acquiring) })
@@ -115,7 +115,7 @@ import Testing
                         (db.backendPID, try? pool.withConnection { $0.backendPID })
                     }
                     if let outer, outer.0 == outer.1 { pids.append(outer.0) }
-                    _ = try? pool.transaction { db in try db.query("SELECT 1") }
+                    _ = try? pool.transaction { db in try db.query(sql: "SELECT 1") }
                     done.add(1, ordering: .relaxed)
                 }, rejected: {})
         }
@@ -163,10 +163,10 @@ import Testing
         let first = try pool.withConnection { $0.backendPID }
         // Another session kills ours; the next borrow notices and reconnects instead of failing.
         let admin = try PostgresConnection(try sharedAdminConfiguration())
-        try admin.query("SELECT pg_terminate_backend($1)", [Int(first)])
+        try admin.query(sql: "SELECT pg_terminate_backend($1)", [Int(first)])
         usleep(100_000)
         let second = try pool.withConnection { db -> Int32 in
-            _ = try db.query("SELECT 1")
+            _ = try db.query(sql: "SELECT 1")
             return db.backendPID
         }
         #expect(second != first)

@@ -12,18 +12,18 @@ import Testing
         try pool.withConnection { try $0.simpleQuery("CREATE TABLE t (x int)") }
         #expect(throws: Boom.self) {
             try pool.transaction { db in
-                try db.execute("INSERT INTO t VALUES (1)")
+                try db.execute(sql: "INSERT INTO t VALUES (1)")
                 throw Boom()
             }
         }
         #expect(try pool.withConnection { try $0.query("SELECT count(*) FROM t")[0][0].int } == 0)
-        try pool.transaction { db in try db.execute("INSERT INTO t VALUES (2)") }
+        try pool.transaction { db in try db.execute(sql: "INSERT INTO t VALUES (2)") }
         #expect(try pool.withConnection { try $0.query("SELECT count(*) FROM t")[0][0].int } == 1)
         // A body that swallows a server error must not "commit" an aborted transaction.
         #expect(throws: PostgresError.self) {
             try pool.transaction { db in
-                _ = try? db.query("SELECT 1/0")
-                try db.execute("INSERT INTO t VALUES (3)")
+                _ = try? db.query(sql: "SELECT 1/0")
+                try db.execute(sql: "INSERT INTO t VALUES (3)")
             }
         }
     }
@@ -35,7 +35,7 @@ import Testing
         var attempts = 0
         let result = try pool.transaction(isolation: .serializable) { db -> Int in
             attempts += 1
-            try db.execute("INSERT INTO t VALUES ($1)", [attempts])
+            try db.execute(sql: "INSERT INTO t VALUES ($1)", [attempts])
             if attempts == 1 {
                 try db.simpleQuery("DO $$ BEGIN RAISE EXCEPTION 'forced' USING ERRCODE = 'serialization_failure'; END $$")
             }
@@ -64,8 +64,8 @@ import Testing
             for _ in 0..<4 {
                 group.addTask {
                     try await pool.transaction(isolation: .serializable) { db in
-                        let n = try db.query("SELECT n FROM c")[0][0].int
-                        try db.execute("UPDATE c SET n = $1", [n + 1])
+                        let n = try db.query(sql: "SELECT n FROM c")[0][0].int
+                        try db.execute(sql: "UPDATE c SET n = $1", [n + 1])
                     }
                 }
             }
@@ -81,8 +81,8 @@ import Testing
         var attempts = 0
         try pool.transaction { db in
             attempts += 1
-            try db.execute("INSERT INTO t VALUES ($1)", [attempts])
-            if attempts == 1 { try db.query("SELECT pg_terminate_backend(pg_backend_pid())") }
+            try db.execute(sql: "INSERT INTO t VALUES ($1)", [attempts])
+            if attempts == 1 { try db.query(sql: "SELECT pg_terminate_backend(pg_backend_pid())") }
         }
         #expect(attempts == 2)
         #expect(try pool.withConnection { try $0.query("SELECT array_agg(x) FROM t")[0][0].intArray } == [2])
@@ -93,18 +93,18 @@ import Testing
         defer { pool.shutdown() }
         try pool.withConnection { try $0.simpleQuery("CREATE TABLE t (x int)") }
         try pool.transaction { db in
-            try db.execute("INSERT INTO t VALUES (1)")
+            try db.execute(sql: "INSERT INTO t VALUES (1)")
             #expect(throws: PostgresError.self) {
                 try db.savepoint { db in
-                    try db.execute("INSERT INTO t VALUES (2)")
-                    try db.query("SELECT 1/0")
+                    try db.execute(sql: "INSERT INTO t VALUES (2)")
+                    try db.query(sql: "SELECT 1/0")
                 }
             }
-            try db.savepoint { db in try db.execute("INSERT INTO t VALUES (3)") }
+            try db.savepoint { db in try db.execute(sql: "INSERT INTO t VALUES (3)") }
             // A nested transaction is a savepoint.
             #expect(throws: Boom.self) {
                 try pool.transaction { db in
-                    try db.execute("INSERT INTO t VALUES (4)")
+                    try db.execute(sql: "INSERT INTO t VALUES (4)")
                     throw Boom()
                 }
             }

@@ -149,7 +149,7 @@ struct FriendsTests: ProblemAssertions {
         #expect(application?["expires_at"]?.intValue == created + 604_800_000)
         // The push config is validated and stored for the push bridge.
         let stored = try server.app.services.pool.withConnection { db in
-            try db.query("SELECT push::text FROM friend_applications WHERE application_id = $1", [id]).first?[0].string
+            try db.query(sql: "SELECT push::text FROM friend_applications WHERE application_id = $1", [id]).first?[0].string
         }
         let storedPush = try stored.map { try JSONValue.parse($0) }
         #expect(storedPush?["title"] == .string("Friend request"))

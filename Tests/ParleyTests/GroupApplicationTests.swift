@@ -136,7 +136,7 @@ struct GroupApplicationTests: GroupTestSupport {
         let jid = join.json?["application_id"]?.stringValue ?? ""
         // Move the clock without firing timers by writing the due time into the past (white box).
         try server.app.services.pool.withConnection { db in
-            _ = try db.query("UPDATE group_applications SET expires_at = 1 WHERE application_id = $1", [jid])
+            _ = try db.query(sql: "UPDATE group_applications SET expires_at = 1 WHERE application_id = $1", [jid])
         }
         let listed = try app.request(.get, "/v1/users/j/group_applications")
         #expect(listed.json?["items"]?[0]?["state"] == .string("expired"))

@@ -15,11 +15,11 @@ extension TestServer {
 
     /// Runs `sql` directly against the server's database (white box: bulk fixtures).
     func sql(_ sql: String, _ parameters: [(any PostgresEncodable)?]) throws {
-        try app.services.pool.withConnection { db in _ = try db.query(sql, parameters) }
+        try app.services.pool.withConnection { db in _ = try db.query(sql: sql, parameters) }
     }
 
     /// The first column of the first row of `sql`, an integer (-1 without rows).
     func count(_ sql: String, _ parameters: [(any PostgresEncodable)?]) throws -> Int64 {
-        try app.services.pool.withConnection { db in try db.query(sql, parameters).first?[0].int64 ?? -1 }
+        try app.services.pool.withConnection { db in try db.query(sql: sql, parameters).first?[0].int64 ?? -1 }
     }
 }

@@ -83,7 +83,7 @@ struct WritePathTests: GroupTestSupport {
     /// The first column of `sql`'s rows (white box: what is stored).
     static func column(_ server: TestServer, _ sql: String, _ parameters: [(any PostgresEncodable)?] = []) throws -> [String?] {
         try server.app.services.pool.withConnection { db in
-            try db.query(sql, parameters).rows.map { $0[0].isNull ? nil : try $0[0].string }
+            try db.query(sql: sql, parameters).rows.map { $0[0].isNull ? nil : try $0[0].string }
         }
     }
 
@@ -117,7 +117,8 @@ struct WritePathTests: GroupTestSupport {
 
         let stored = try server.app.services.pool.withConnection { db in
             try db.query(
-                "SELECT seq, message_id, timestamp FROM messages WHERE app_id = $1 AND conv_type = $2 AND conv_id = $3 ORDER BY seq",
+                sql:
+                    "SELECT seq, message_id, timestamp FROM messages WHERE app_id = $1 AND conv_type = $2 AND conv_id = $3 ORDER BY seq",
                 [app.appID, convType, convID]
             ).rows.map { (seq: try $0[0].int64, id: try $0[1].string, timestamp: try $0[2].int64) }
         }
@@ -496,10 +497,11 @@ struct WritePathTests: GroupTestSupport {
     /// The pid of the server's writer backend while it waits on a lock, if it does.
     static func writerWaitingOnALock(_ observer: PostgresConnection) throws -> Int32? {
         let rows = try observer.query(
-            """
-            SELECT pid FROM pg_stat_activity
-            WHERE datname = current_database() AND application_name LIKE 'parley-writer%' AND wait_event_type = 'Lock'
-            """)
+            sql:
+                """
+                SELECT pid FROM pg_stat_activity
+                WHERE datname = current_database() AND application_name LIKE 'parley-writer%' AND wait_event_type = 'Lock'
+                """)
         return try rows.first.map { Int32(try $0[0].int) }
     }
 
@@ -516,7 +518,8 @@ struct WritePathTests: GroupTestSupport {
         let locker = try PostgresConnection(server.database)
         try locker.simpleQuery("BEGIN")
         let locked = try locker.query(
-            "SELECT last_seq FROM conversation_seqs WHERE app_id = $1 AND conv_type = 'peer' AND conv_id = $2 FOR UPDATE",
+            sql:
+                "SELECT last_seq FROM conversation_seqs WHERE app_id = $1 AND conv_type = 'peer' AND conv_id = $2 FOR UPDATE",
             [app.appID, MessageStore.peerThread("a", "b")])
         #expect(try locked.first?[0].int64 == 1)
 
@@ -547,7 +550,7 @@ struct WritePathTests: GroupTestSupport {
                 continue
             }
             if terminated.isEmpty { usleep(300_000) }
-            #expect(try observer.query("SELECT pg_terminate_backend($1)", [pid]).first?[0].bool == true)
+            #expect(try observer.query(sql: "SELECT pg_terminate_backend($1)", [pid]).first?[0].bool == true)
             terminated.append(pid)
         }
         try locker.simpleQuery("ROLLBACK")

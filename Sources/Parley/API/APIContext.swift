@@ -1,37 +1,69 @@
 import ParleyHTTP
 import ParleyPostgres
 
-/// Everything a route handler works with: the request, the verified caller, its app, the server time and the
-/// database connection of the worker thread it runs on.
-public struct APIContext {
-    public let request: Request
-    public let credential: Credential
-    /// The app the request acts in (nil only on admin routes outside any app).
-    public let app: AppRecord?
+/// What every handler works with, app route or admin route: the request (path parameters, body, query string,
+/// cursors), the server time, the worker's connection and the shared services.
+protocol RequestContext {
+    var request: Request { get }
     /// Server-clock milliseconds, read once per request.
-    public let now: Int64
-    let services: Services
+    var now: Int64 { get }
     /// The worker thread's own connection (handlers run on PostgreSQL worker threads).
-    public let db: PostgresConnection
+    var db: PostgresConnection { get }
+    var services: Services { get }
+}
 
-    /// The app of an app-scoped route.
-    public var appID: String { app?.appID ?? "" }
-
+extension RequestContext {
     /// A percent-decoded path parameter (the router guarantees it exists).
-    public func path(_ name: String) -> String { request.pathParameters[name] ?? "" }
+    func path(_ name: String) -> String { request.pathParameters[name] ?? "" }
 
     /// A path parameter that must be a valid identifier of `kind` (else 400 naming it).
-    public func pathID(_ name: String, _ kind: IdentifierKind) throws -> String {
+    func pathID(_ name: String, _ kind: IdentifierKind) throws -> String {
         let value = path(name)
         if let problem = kind.problem(value) { throw APIError.invalidParam(name, problem) }
         return value
     }
 
     /// The JSON body as a field reader (an empty body reads as `{}`).
-    public func body() throws -> BodyReader { try BodyReader.parse(request.body) }
+    func body() throws -> BodyReader { try BodyReader.parse(request.body) }
 
     /// Typed query-parameter reading that collects field errors.
-    public func query() -> QueryReader { QueryReader(request.query) }
+    func query() -> QueryReader { QueryReader(request.query) }
+
+    /// Opaque cursors for lists.
+    var cursors: CursorCodec { services.cursors }
+
+    /// The values of a cursor of `list` (400 `invalid_cursor` when it is not one).
+    func decodeCursor(_ cursor: String, list: String) throws -> [JSONValue] {
+        do { return try cursors.decode(cursor, list: list) } catch { throw APIError(.invalidCursor, "invalid cursor") }
+    }
+
+    /// The `(created_at, id)` position of a keyset cursor of `list` (nil without a cursor): the shape of every list
+    /// ordered by creation time, then id.
+    func timeAndIDCursor(_ cursor: String?, list: String) throws -> (Int64, String)? {
+        guard let cursor else { return nil }
+        let values = try decodeCursor(cursor, list: list)
+        guard values.count == 2, let t = values[0].intValue, let id = values[1].stringValue else {
+            throw APIError(.invalidCursor, "malformed cursor")
+        }
+        return (t, id)
+    }
+}
+
+/// What an app route's handler works with: the request, the verified caller, its app, the server time and the
+/// database connection of the worker thread it runs on.
+public struct APIContext: RequestContext {
+    public let request: Request
+    public let credential: Credential
+    /// The app the request acts in.
+    public let app: AppRecord
+    /// Server-clock milliseconds, read once per request.
+    public let now: Int64
+    let services: Services
+    /// The worker thread's own connection (handlers run on PostgreSQL worker threads).
+    public let db: PostgresConnection
+
+    /// The app the request acts in.
+    public var appID: String { app.appID }
 
     /// True when the caller is the app (app key or admin acting as the app).
     public var isApp: Bool { credential.isAppAdministrator }
@@ -61,9 +93,16 @@ public struct APIContext {
     public func append(_ events: [NewEvent]) throws {
         try EventLog.append(events, appID: appID, now: now, on: db)
     }
+}
 
-    /// Opaque cursors for this app's lists.
-    var cursors: CursorCodec { services.cursors }
+/// What a server-admin route's handler works with (`/v1/apps/**`, `/v1/test/**`): no app of its own.
+public struct AdminContext: RequestContext {
+    public let request: Request
+    /// Server-clock milliseconds, read once per request.
+    public let now: Int64
+    let services: Services
+    /// The worker thread's own connection.
+    public let db: PostgresConnection
 }
 
 /// Query-string parameters read with the same error collection as bodies (`errors[].field` = the parameter).

@@ -7,27 +7,34 @@ struct Authenticator: Sendable {
     let apps: AppDirectory
     let clock: ServerClock
 
+    /// A verified credential and, when verifying it read the app's record (admin acting as an app, user tokens),
+    /// that record, so the pipeline does not look it up again.
+    struct Verified {
+        var credential: Credential
+        var app: AppRecord?
+    }
+
     /// The verified credential, or a 401/403/404 problem. `Parley-App-Id` is read only on app routes
     /// (`appRoute`); admin-only routes ignore it.
     func authenticate(_ request: Request, bearer overrideToken: String? = nil, appRoute: Bool = true, db: PostgresConnection) throws
-        -> Credential
+        -> Verified
     {
         guard let token = overrideToken ?? Self.bearer(request.headers["Authorization"]) else {
             throw APIError.unauthenticated("missing bearer credential")
         }
         // A recently verified app key: one cache lookup, no parsing or hashing.
         if let hash = apps.knownHash(ofPresented: token) {
-            if let key = try apps.key(hash: hash, now: clock.now(), db: db) { return .app(appID: key.appID, keyID: key.keyID) }
+            if let key = try apps.key(hash: hash, now: clock.now(), db: db) { return Verified(credential: .app(appID: key.appID, keyID: key.keyID)) }
             throw APIError.unauthenticated("unknown or revoked app key")
         }
         if Crypto.constantTimeEquals(token.utf8, adminKey.utf8) {
-            guard appRoute, let appID = request.headers["Parley-App-Id"] else { return .admin }
+            guard appRoute, let appID = request.headers["Parley-App-Id"] else { return Verified(credential: .admin) }
             let known = IdentifierKind.appID.problem(appID) == nil ? try apps.app(appID, db: db) : nil
-            if known == nil {
+            guard let known else {
                 // A header naming no app: the admin key is valid, the addressed app is not.
                 throw APIError(.notFound, "app \(appID) does not exist")
             }
-            return .adminAsApp(appID: appID)
+            return Verified(credential: .adminAsApp(appID: appID), app: known)
         }
         if AppKey.looksLikeAppKey(token) {
             let hash = AppKey.hash(token)
@@ -35,14 +42,14 @@ struct Authenticator: Sendable {
                 throw APIError.unauthenticated("unknown or revoked app key")
             }
             apps.remember(presented: token, hash: hash)
-            return .app(appID: key.appID, keyID: key.keyID)
+            return Verified(credential: .app(appID: key.appID, keyID: key.keyID))
         }
         if UserToken.looksLikeJWT(token) { return try verifyUserToken(token, db: db) }
         throw APIError.unauthenticated("the bearer value is not a Parley credential")
     }
 
     /// Verification in the order of §1.3: algorithm/signature/issuer, expiry, user and generation, ban.
-    private func verifyUserToken(_ token: String, db: PostgresConnection) throws -> Credential {
+    private func verifyUserToken(_ token: String, db: PostgresConnection) throws -> Verified {
         guard let (_, claims) = UserToken.decodeUnverified(token), let appID = claims["iss"]?.stringValue,
             let app = try apps.app(appID, db: db)
         else {
@@ -63,7 +70,7 @@ struct Authenticator: Sendable {
         if UserStore.isActive(until: user.bannedUntil, now: now) {
             throw APIError(.userBanned, "user \(verified.userID) is banned")
         }
-        return .user(appID: appID, userID: verified.userID)
+        return Verified(credential: .user(appID: appID, userID: verified.userID), app: app)
     }
 
     /// The value of `Authorization: Bearer <value>` (scheme case-insensitive), or nil.

@@ -41,10 +41,9 @@ public enum Credential: Sendable, Equatable {
     }
 }
 
-/// Which credentials a route accepts (the "Who" column of API.md).
+/// Which credentials an app route accepts (the "Who" column of API.md; server-admin routes, `S`, are added with
+/// ``API/addAdmin(_:_:_:maxBodyBytes:_:)``).
 public enum Access: Sendable {
-    /// `S`: the server admin key only (`/v1/apps/**`, `/v1/test/**`).
-    case admin
     /// `A`: an app key (or admin + `Parley-App-Id`).
     case app
     /// `A, U`: an app key, or a user token acting for itself (the `{user_id}` path parameter must be its user).

@@ -1,13 +1,15 @@
 import ParleyPostgres
 
-/// A domain's rules, made per request from its context: the pool, the app and the request's server time.
+/// A domain's rules, made per request from its context: the request's connection, the app and the request's server
+/// time. Services open their transactions on that connection (``PostgresConnection/transaction(isolation:_:)``
+/// retries conflicts there); they never reach for the pool.
 protocol DomainService {
-    init(pool: PostgresPool, appID: String, now: Int64)
+    init(db: PostgresConnection, appID: String, now: Int64)
 }
 
 extension DomainService {
     /// The service for the request `ctx`.
     init(_ ctx: APIContext) {
-        self.init(pool: ctx.services.pool, appID: ctx.appID, now: ctx.now)
+        self.init(db: ctx.db, appID: ctx.appID, now: ctx.now)
     }
 }

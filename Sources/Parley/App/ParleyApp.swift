@@ -93,11 +93,11 @@ public final class ParleyApp: Sendable {
     /// On the first start of the embedded default there is no app yet: create `default` and print its key once,
     /// so a newcomer can call the API at once.
     private static func createDefaultAppIfNone(services: Services, output: @Sendable (String) -> Void) throws {
-        let count = try services.pool.withConnection { db in try db.query("SELECT count(*) FROM apps").first?[0].int64 ?? 0 }
-        guard count == 0,
-            let created = try AppService.create(
-                appID: "default", name: "Default app", settings: .defaults(), now: services.clock.now(), pool: services.pool)
-        else { return }
+        let created = try services.pool.withConnection { db -> AppService.Created? in
+            guard try db.query("SELECT count(*) FROM apps").decodeFirst(Int64.self) ?? 0 == 0 else { return nil }
+            return try AppService.create(appID: "default", name: "Default app", settings: .defaults(), now: services.clock.now(), on: db)
+        }
+        guard let created else { return }
         output("Created the app \"default\". Its app key, shown only now (export it to use the README examples):")
         output("PARLEY_KEY=\(created.secret)")
     }

@@ -87,16 +87,13 @@ public enum ParleyCommand {
             let configuration = try Configuration.load(environment: environment, arguments: rest)
             return try withDatabase(configuration) { database in
                 let connection = try PostgresConnection(database)
-                try connection.query("BEGIN")
                 guard
                     let created = try AppService.create(
                         appID: appID, name: name, settings: .defaults(), now: Timestamp.wallMillis(), on: connection)
                 else {
-                    try connection.query("ROLLBACK")
                     printError("parley: app_id \(appID) is taken")
                     return 1
                 }
-                try connection.query("COMMIT")
                 print("Created app \(appID). Its key (shown only now):")
                 print(created.secret)
                 return 0

@@ -4,7 +4,7 @@ import ParleyPostgres
 /// Apps, keys and settings (API.md §3).
 enum AppRoutes {
     static func register(on api: inout API) {
-        api.add(.post, "/v1/apps", .admin, "createApp") { ctx in
+        api.addAdmin(.post, "/v1/apps", "createApp") { ctx in
             var body = try ctx.body()
             let appID = body.id("app_id", .appID) ?? IdentifierKind.generateAppID()
             let name = body.string("name", required: true, minBytes: 1, maxBytes: 128)
@@ -16,60 +16,57 @@ enum AppRoutes {
                 do throws(APIError) { _ = try settings.apply(patch, path: "body.settings") } catch { fieldErrors += error.fieldErrors }
             }
             if !fieldErrors.isEmpty { throw APIError.invalidParams(fieldErrors) }
-            guard let created = try AppService.create(appID: appID, name: name!, settings: settings, now: ctx.now, pool: ctx.services.pool)
+            guard let created = try AppService.create(appID: appID, name: name!, settings: settings, now: ctx.now, on: ctx.db)
             else { throw APIError(.conflict, "app_id \(appID) is taken") }
             return Reply.created(AppService.createdJSON(created))
         }
 
-        api.add(.get, "/v1/apps", .admin, "listApps") { ctx in
+        api.addAdmin(.get, "/v1/apps", "listApps") { ctx in
             var query = ctx.query()
             let limit = query.limit()
             let cursor = query.string("cursor")
             try query.check()
-            let after = try timeAndIDCursor(ctx, cursor, list: "apps")
-            let apps = try AppStore.list(after: after, limit: limit + 1, on: ctx.db)
+            let after = try ctx.timeAndIDCursor(cursor, list: "apps")
+            let apps = try AppService.list(after: after, limit: limit + 1, on: ctx.db)
             let page = Array(apps.prefix(limit))
             let next = apps.count > limit ? page.last.map { ctx.cursors.encode(list: "apps", values: [.int($0.createdAt), .string($0.appID)]) } : nil
             return Reply.list(page.map(\.json), nextCursor: next)
         }
 
-        api.add(.get, "/v1/apps/{app_id}", .admin, "getApp") { ctx in
+        api.addAdmin(.get, "/v1/apps/{app_id}", "getApp") { ctx in
             Reply.json(try existingApp(ctx).json)
         }
 
-        api.add(.patch, "/v1/apps/{app_id}", .admin, "updateApp") { ctx in
+        api.addAdmin(.patch, "/v1/apps/{app_id}", "updateApp") { ctx in
             let appID = try ctx.pathID("app_id", .appID)
             var body = try ctx.body()
             let name = body.string("name", minBytes: 1, maxBytes: 128)
             try body.check()
             guard let name else { return Reply.json(try existingApp(ctx).json) }
-            guard let record = try AppStore.rename(appID: appID, name: name, now: ctx.now, on: ctx.db) else {
-                throw APIError(.notFound, "app \(appID) does not exist")
-            }
+            let record = try AppService.rename(appID, to: name, now: ctx.now, on: ctx.db)
             ctx.services.apps.invalidate(appID: appID)
             return Reply.json(record.json)
         }
 
-        api.add(.delete, "/v1/apps/{app_id}", .admin, "deleteApp") { ctx in
+        api.addAdmin(.delete, "/v1/apps/{app_id}", "deleteApp") { ctx in
             let appID = try ctx.pathID("app_id", .appID)
-            let deleted = try ctx.services.pool.transaction { db in try AppStore.delete(appID: appID, on: db) }
-            guard deleted else { throw APIError(.notFound, "app \(appID) does not exist") }
+            try AppService.delete(appID, on: ctx.db)
             ctx.services.apps.invalidate(appID: appID)
             return Reply.noContent()
         }
 
-        api.add(.post, "/v1/apps/{app_id}/keys", .admin, "createAppKey") { ctx in
+        api.addAdmin(.post, "/v1/apps/{app_id}/keys", "createAppKey") { ctx in
             let app = try existingApp(ctx)
             var body = try ctx.body()
             let name = body.string("name", maxBytes: 64) ?? ""
             try body.check()
-            let key = try AppStore.insertKey(appID: app.appID, name: name, now: ctx.now, on: ctx.db)
+            let key = try AppService.createKey(app.appID, name: name, now: ctx.now, on: ctx.db)
             return Reply.created(keyJSON(keyID: key.keyID, name: name, secret: key.secret, createdAt: ctx.now))
         }
 
-        api.add(.get, "/v1/apps/{app_id}/keys", .admin, "listAppKeys") { ctx in
+        api.addAdmin(.get, "/v1/apps/{app_id}/keys", "listAppKeys") { ctx in
             let app = try existingApp(ctx)
-            let keys = try AppStore.keys(appID: app.appID, on: ctx.db).map { key in
+            let keys = try AppService.keys(app.appID, on: ctx.db).map { key in
                 var o = JSONObjectWriter()
                 o["key_id"] = key.keyID
                 o["name"] = key.name
@@ -82,62 +79,38 @@ enum AppRoutes {
             return Reply.list(keys, nextCursor: nil)
         }
 
-        api.add(.delete, "/v1/apps/{app_id}/keys/{key_id}", .admin, "revokeAppKey") { ctx in
+        api.addAdmin(.delete, "/v1/apps/{app_id}/keys/{key_id}", "revokeAppKey") { ctx in
             let app = try existingApp(ctx)
             let keyID = ctx.path("key_id")
-            let outcome = try ctx.services.pool.transaction { db in
-                try AppStore.revokeKey(appID: app.appID, keyID: keyID, now: ctx.now, on: db)
-            }
-            switch outcome {
-            case .notFound: throw APIError(.notFound, "key \(keyID) does not exist")
-            case .lastActiveKey: throw APIError(.lastActiveKey, "the app's last active key cannot be revoked")
-            case .revoked:
-                ctx.services.apps.invalidate(appID: app.appID)
-                return Reply.noContent()
-            }
+            try AppService.revokeKey(app.appID, keyID: keyID, now: ctx.now, on: ctx.db)
+            ctx.services.apps.invalidate(appID: app.appID)
+            return Reply.noContent()
         }
 
-        api.add(.get, "/v1/apps/{app_id}/settings", .admin, "getAppSettingsAsAdmin") { ctx in
+        api.addAdmin(.get, "/v1/apps/{app_id}/settings", "getAppSettingsAsAdmin") { ctx in
             Reply.json(try existingApp(ctx).settings.json)
         }
-        api.add(.patch, "/v1/apps/{app_id}/settings", .admin, "updateAppSettingsAsAdmin") { ctx in
-            try updateSettings(ctx, appID: try existingApp(ctx).appID)
+        api.addAdmin(.patch, "/v1/apps/{app_id}/settings", "updateAppSettingsAsAdmin") { ctx in
+            try updateSettings(ctx, appID: try existingApp(ctx).appID, services: ctx.services)
         }
         api.add(.get, "/v1/settings", .app, "getSettings") { ctx in
             Reply.json(try ctx.services.apps.app(ctx.appID, db: ctx.db)?.settings.json ?? [])
         }
         api.add(.patch, "/v1/settings", .app, "updateSettings") { ctx in
-            try updateSettings(ctx, appID: ctx.appID)
+            try updateSettings(ctx, appID: ctx.appID, services: ctx.services)
         }
     }
 
-    /// Applies a partial settings update under a row lock and writes `app.settings_updated` when something changed.
-    private static func updateSettings(_ ctx: APIContext, appID: String) throws -> Response {
+    /// `PATCH` of an app's settings, as the admin or as the app.
+    private static func updateSettings(_ ctx: some RequestContext, appID: String, services: Services) throws -> Response {
         let body = try ctx.body()
-        let settings = try ctx.services.pool.transaction { db -> AppSettings in
-            let locked = try db.query("SELECT \(AppStore.columns) FROM apps WHERE app_id = $1 FOR UPDATE", [appID])
-            guard let row = locked.first else { throw APIError(.notFound, "app \(appID) does not exist") }
-            var settings = try AppStore.record(row).settings
-            let changed = try settings.apply(body.object)
-            if !changed.isEmpty {
-                try AppStore.updateSettings(appID: appID, settings: settings, now: ctx.now, on: db)
-                var data = JSONObjectWriter()
-                data["changed"] = JSONValue.array(changed.map { .string($0) })
-                try EventLog.append(
-                    [NewEvent(type: "app.settings_updated", data: data.finish(), orderKey: "app")], appID: appID, now: ctx.now, on: db)
-            }
-            return settings
-        }
-        ctx.services.apps.invalidate(appID: appID)
+        let settings = try AppService.updateSettings(appID, patch: body.object, now: ctx.now, on: ctx.db)
+        services.apps.invalidate(appID: appID)
         return Reply.json(settings.json)
     }
 
-    private static func existingApp(_ ctx: APIContext) throws -> AppRecord {
-        let appID = try ctx.pathID("app_id", .appID)
-        guard let app = try AppStore.fetchRecord(appID: appID, on: ctx.db) else {
-            throw APIError(.notFound, "app \(appID) does not exist")
-        }
-        return app
+    private static func existingApp(_ ctx: AdminContext) throws -> AppRecord {
+        try AppService.existing(try ctx.pathID("app_id", .appID), on: ctx.db)
     }
 
     private static func keyJSON(keyID: String, name: String, secret: String, createdAt: Int64) -> [UInt8] {
@@ -147,20 +120,5 @@ enum AppRoutes {
         o["secret"] = secret
         o["created_at"] = createdAt
         return o.finish()
-    }
-
-    static func decodeCursor(_ ctx: APIContext, _ cursor: String, list: String) throws -> [JSONValue] {
-        do { return try ctx.cursors.decode(cursor, list: list) } catch { throw APIError(.invalidCursor, "invalid cursor") }
-    }
-
-    /// The `(created_at, id)` position of a keyset cursor of `list` (nil without a cursor): the shape of every list
-    /// ordered by creation time, then id.
-    static func timeAndIDCursor(_ ctx: APIContext, _ cursor: String?, list: String) throws -> (Int64, String)? {
-        guard let cursor else { return nil }
-        let values = try decodeCursor(ctx, cursor, list: list)
-        guard values.count == 2, let t = values[0].intValue, let id = values[1].stringValue else {
-            throw APIError(.invalidCursor, "malformed cursor")
-        }
-        return (t, id)
     }
 }

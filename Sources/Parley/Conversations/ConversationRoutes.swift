@@ -55,7 +55,7 @@ enum ConversationRoutes {
             filter.excludeDND = query.bool("exclude_dnd") ?? false
             try query.check()
             var o = JSONObjectWriter(capacity: 32)
-            o["unread_count"] = try ConversationStore.totalUnread(appID: ctx.appID, userID: userID, filter: filter, on: ctx.db)
+            o["unread_count"] = try ConversationService(ctx).totalUnread(userID: userID, filter: filter)
             return Reply.json(o.finish())
         }
     }
@@ -80,8 +80,8 @@ enum ConversationRoutes {
     }
 
     /// `types` and `marks` (-1 any marked, 0 unmarked, 1–20 union), shared by the list and the total.
-    private static func readFilter(_ query: inout QueryReader) -> ConversationStore.Filter {
-        var filter = ConversationStore.Filter()
+    private static func readFilter(_ query: inout QueryReader) -> ConversationService.Filter {
+        var filter = ConversationService.Filter()
         if let types = query.list("types", maxItems: 2) {
             if types.allSatisfy({ $0 == "peer" || $0 == "group" }) {
                 filter.types = types.isEmpty ? nil : types
@@ -122,13 +122,13 @@ enum ConversationRoutes {
             + "\(filter.unreadOnly)|\(String(describing: filter.pinned))"
         var after: (orderKey: Int64, type: String, id: String)?
         if let cursor {
-            let values = try AppRoutes.decodeCursor(ctx, cursor, list: list)
+            let values = try ctx.decodeCursor(cursor, list: list)
             guard values.count == 3, let key = values[0].intValue, let type = values[1].stringValue, let id = values[2].stringValue else {
                 throw APIError(.invalidCursor, "malformed cursor")
             }
             after = (key, type, id)
         }
-        let entries = try ConversationStore.list(appID: ctx.appID, userID: userID, filter: filter, after: after, limit: limit + 1, on: ctx.db)
+        let entries = try ConversationService(ctx).list(userID: userID, filter: filter, after: after, limit: limit + 1)
         let page = entries.prefix(limit)
         let next =
             entries.count > limit

@@ -5,7 +5,8 @@ import ParleyPostgres
 ///
 /// A value made per request; it owns nothing mutable. Transaction bodies are re-runnable.
 struct ConversationService: DomainService {
-    let pool: PostgresPool
+    /// The request's connection (its worker thread's): reads run on it and transactions open on it.
+    let db: PostgresConnection
     let appID: String
     /// Server-clock ms of the request.
     let now: Int64
@@ -39,7 +40,7 @@ struct ConversationService: DomainService {
     /// disabled group entry can still be patched, but `alias` lives on the member row and is ignored once the user
     /// is no longer a member.
     func update(userID: String, type: String, id: String, patch: Patch) throws -> Conversation {
-        try pool.transaction { db in
+        try db.transaction { db in
             let memberAlias =
                 type == "group" ? try ConversationStore.lockMemberAlias(appID: appID, userID: userID, groupID: id, on: db) : nil
             var current = try ConversationStore.lock(appID: appID, userID: userID, type: type, id: id, on: db)
@@ -89,7 +90,7 @@ struct ConversationService: DomainService {
 
     /// Deletes the entry until the next message (§12); `conversation.deleted` to the user.
     func delete(userID: String, type: String, id: String, deleteMessages: Bool) throws {
-        try pool.transaction { db in
+        try db.transaction { db in
             guard try ConversationStore.delete(appID: appID, userID: userID, type: type, id: id, clearHistory: deleteMessages, now: now, on: db)
             else { throw Self.notFound(type, id) }
             var data = JSONObjectWriter(capacity: 128)
@@ -105,7 +106,7 @@ struct ConversationService: DomainService {
 
     /// Marks one entry read up to `seq` (default `last_seq`); read_seq never goes back (§11.7).
     func markRead(userID: String, type: String, id: String, seq: Int64?) throws -> Conversation {
-        try pool.transaction { db in
+        try db.transaction { db in
             guard try ConversationStore.lock(appID: appID, userID: userID, type: type, id: id, on: db)?.deleted == false else {
                 throw Self.notFound(type, id)
             }
@@ -118,7 +119,7 @@ struct ConversationService: DomainService {
 
     /// Marks every entry of the user read; returns how many advanced.
     func markAllRead(userID: String) throws -> Int {
-        try pool.transaction { db in
+        try db.transaction { db in
             let moved = try ConversationStore.markRead(appID: appID, userID: userID, keys: nil, seq: nil, now: now, on: db)
             try EventLog.append(moved.map { readEvent(userID: userID, $0) }, appID: appID, now: now, on: db)
             return moved.count
@@ -140,7 +141,7 @@ struct ConversationService: DomainService {
     /// Sets or clears `mark` on distinct entries; returns the keys that exist (changed or not). One
     /// `conversation.updated` per changed entry.
     func setMark(userID: String, mark: Int64, enable: Bool, keys: [(type: String, id: String)]) throws -> Set<String> {
-        try pool.transaction { db in
+        try db.transaction { db in
             let existing = try ConversationStore.fetchMany(appID: appID, userID: userID, keys: keys, on: db)
             let changed = try ConversationStore.setMark(appID: appID, userID: userID, keys: keys, mark: mark, enable: enable, now: now, on: db)
             let updated = try ConversationStore.fetchMany(appID: appID, userID: userID, keys: changed, on: db)
@@ -154,5 +155,21 @@ struct ConversationService: DomainService {
             try EventLog.append(events, appID: appID, now: now, on: db)
             return Set(existing.map { $0.type + ":" + $0.id })
         }
+    }
+}
+
+// MARK: - Lists
+
+extension ConversationService {
+    typealias Filter = ConversationStore.Filter
+
+    /// Up to `limit` of the user's live entries by `order_key` desc, then type desc, then id desc, after `after`.
+    func list(userID: String, filter: Filter, after: (orderKey: Int64, type: String, id: String)?, limit: Int) throws -> [Conversation] {
+        try ConversationStore.list(appID: appID, userID: userID, filter: filter, after: after, limit: limit, on: db)
+    }
+
+    /// The sum of the unread counts of the user's matching entries.
+    func totalUnread(userID: String, filter: Filter) throws -> Int64 {
+        try ConversationStore.totalUnread(appID: appID, userID: userID, filter: filter, on: db)
     }
 }

@@ -82,7 +82,8 @@ enum ConversationStore {
     /// One entry that is not deleted.
     static func fetch(appID: String, userID: String, type: String, id: String, on db: PostgresConnection) throws -> Conversation? {
         try db.query(
-            select + " WHERE c.app_id = $1 AND c.user_id = $2 AND c.conv_type = $3 AND c.conv_id = $4 AND NOT c.deleted",
+            sql:
+                select + " WHERE c.app_id = $1 AND c.user_id = $2 AND c.conv_type = $3 AND c.conv_id = $4 AND NOT c.deleted",
             [appID, userID, type, id], prepared: true
         ).first.map(conversation)
     }
@@ -93,10 +94,11 @@ enum ConversationStore {
     {
         if keys.isEmpty { return [] }
         return try db.query(
-            select + """
-                 JOIN unnest($3::text[], $4::text[]) AS k(type, id) ON k.type = c.conv_type AND k.id = c.conv_id
-                WHERE c.app_id = $1 AND c.user_id = $2 AND NOT c.deleted
-                """, [appID, userID, keys.map(\.type), keys.map(\.id)], prepared: true
+            sql:
+                select + """
+                     JOIN unnest($3::text[], $4::text[]) AS k(type, id) ON k.type = c.conv_type AND k.id = c.conv_id
+                    WHERE c.app_id = $1 AND c.user_id = $2 AND NOT c.deleted
+                    """, [appID, userID, keys.map(\.type), keys.map(\.id)], prepared: true
         ).rows.map(conversation)
     }
 
@@ -137,7 +139,7 @@ enum ConversationStore {
             + " ORDER BY \(orderKey) DESC, c.conv_type DESC, c.conv_id DESC LIMIT $14"
         let parameters: [(any PostgresEncodable)?] =
             [appID, userID] + filterParameters(filter) + [after?.orderKey, after?.type, after?.id, limit]
-        return try db.query(sql, parameters, prepared: true).rows.map(conversation)
+        return try db.query(sql: sql, parameters, prepared: true).rows.map(conversation)
     }
 
     /// The sum of the unread counts of the matching entries.
@@ -145,7 +147,7 @@ enum ConversationStore {
         let sql =
             "SELECT coalesce(sum(\(unreadCount)), 0)::bigint FROM conversations c WHERE c.app_id = $1 AND c.user_id = $2 AND NOT c.deleted"
             + filterSQL
-        return try db.query(sql, [appID, userID] + filterParameters(filter), prepared: true).first?[0].int64 ?? 0
+        return try db.query(sql: sql, [appID, userID] + filterParameters(filter), prepared: true).first?[0].int64 ?? 0
     }
 
     // MARK: - Writes
@@ -160,21 +162,23 @@ enum ConversationStore {
 
     static func lock(appID: String, userID: String, type: String, id: String, on db: PostgresConnection) throws -> Settings? {
         try db.query(
-            """
-            SELECT pinned, notification_status, draft, deleted FROM conversations
-            WHERE app_id = $1 AND user_id = $2 AND conv_type = $3 AND conv_id = $4 FOR UPDATE
-            """, [appID, userID, type, id], prepared: true
+            sql:
+                """
+                SELECT pinned, notification_status, draft, deleted FROM conversations
+                WHERE app_id = $1 AND user_id = $2 AND conv_type = $3 AND conv_id = $4 FOR UPDATE
+                """, [appID, userID, type, id], prepared: true
         ).first.map { Settings(pinned: try $0[0].bool, notificationStatus: try $0[1].string, draft: try $0[2].string, deleted: try $0[3].bool) }
     }
 
     /// Creates an empty entry (PATCH on a conversation without one).
     static func create(appID: String, userID: String, type: String, id: String, threadID: String, now: Int64, on db: PostgresConnection) throws {
         try db.query(
-            """
-            INSERT INTO conversations (app_id, user_id, conv_type, conv_id, thread_id, order_key, created_at, updated_at)
-            VALUES ($1, $2, $3, $4, $5, $6, $6, $6)
-            ON CONFLICT (app_id, user_id, conv_type, conv_id) DO NOTHING
-            """, [appID, userID, type, id, threadID, now], prepared: true)
+            sql:
+                """
+                INSERT INTO conversations (app_id, user_id, conv_type, conv_id, thread_id, order_key, created_at, updated_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $6, $6)
+                ON CONFLICT (app_id, user_id, conv_type, conv_id) DO NOTHING
+                """, [appID, userID, type, id, threadID, now], prepared: true)
     }
 
     /// Creates the group entry of a current member (PATCH on a group conversation without an entry): it follows
@@ -183,15 +187,16 @@ enum ConversationStore {
     /// freezes the new entry after this transaction.
     static func createGroupEntry(appID: String, userID: String, groupID: String, now: Int64, on db: PostgresConnection) throws -> Bool {
         try db.query(
-            """
-            INSERT INTO conversations (app_id, user_id, conv_type, conv_id, thread_id, read_seq, follows_group, order_key,
-                                       created_at, updated_at)
-            SELECT gm.app_id, gm.user_id, 'group', gm.group_id, gm.group_id, coalesce(h.last_seq, 0), true, $4, $4, $4
-            FROM group_members gm
-            LEFT JOIN conversation_seqs h ON h.app_id = gm.app_id AND h.conv_type = 'group' AND h.conv_id = gm.group_id
-            WHERE gm.app_id = $1 AND gm.user_id = $2 AND gm.group_id = $3
-            ON CONFLICT (app_id, user_id, conv_type, conv_id) DO NOTHING
-            """, [appID, userID, groupID, now], prepared: true
+            sql:
+                """
+                INSERT INTO conversations (app_id, user_id, conv_type, conv_id, thread_id, read_seq, follows_group, order_key,
+                                           created_at, updated_at)
+                SELECT gm.app_id, gm.user_id, 'group', gm.group_id, gm.group_id, coalesce(h.last_seq, 0), true, $4, $4, $4
+                FROM group_members gm
+                LEFT JOIN conversation_seqs h ON h.app_id = gm.app_id AND h.conv_type = 'group' AND h.conv_id = gm.group_id
+                WHERE gm.app_id = $1 AND gm.user_id = $2 AND gm.group_id = $3
+                ON CONFLICT (app_id, user_id, conv_type, conv_id) DO NOTHING
+                """, [appID, userID, groupID, now], prepared: true
         ).affectedRows == 1
     }
 
@@ -199,7 +204,8 @@ enum ConversationStore {
     /// member. Taken before the entry's lock (the order a leave takes them: member row, then entry).
     static func lockMemberAlias(appID: String, userID: String, groupID: String, on db: PostgresConnection) throws -> String? {
         try db.query(
-            "SELECT alias FROM group_members WHERE app_id = $1 AND group_id = $2 AND user_id = $3 FOR UPDATE",
+            sql:
+                "SELECT alias FROM group_members WHERE app_id = $1 AND group_id = $2 AND user_id = $3 FOR UPDATE",
             [appID, groupID, userID], prepared: true
         ).first.map { try $0[0].string }
     }
@@ -207,7 +213,8 @@ enum ConversationStore {
     /// Sets the member's own alias for the group (the `alias` of its group entry).
     static func setMemberAlias(appID: String, userID: String, groupID: String, alias: String, on db: PostgresConnection) throws {
         try db.query(
-            "UPDATE group_members SET alias = $4 WHERE app_id = $1 AND group_id = $2 AND user_id = $3", [appID, groupID, userID, alias],
+            sql:
+                "UPDATE group_members SET alias = $4 WHERE app_id = $1 AND group_id = $2 AND user_id = $3", [appID, groupID, userID, alias],
             prepared: true)
     }
 
@@ -215,7 +222,8 @@ enum ConversationStore {
     static func pinnedCount(appID: String, userID: String, on db: PostgresConnection) throws -> Int {
         Int(
             try db.query(
-                "SELECT count(*) FROM conversations WHERE app_id = $1 AND user_id = $2 AND pinned AND NOT deleted", [appID, userID],
+                sql:
+                    "SELECT count(*) FROM conversations WHERE app_id = $1 AND user_id = $2 AND pinned AND NOT deleted", [appID, userID],
                 prepared: true
             ).first?[0].int64 ?? 0)
     }
@@ -226,13 +234,14 @@ enum ConversationStore {
         now: Int64, on db: PostgresConnection
     ) throws {
         try db.query(
-            """
-            UPDATE conversations SET pinned = coalesce($5, pinned), notification_status = coalesce($6, notification_status),
-                draft = coalesce($7, draft), draft_updated_at = CASE WHEN $7::text IS NULL THEN draft_updated_at ELSE $8 END,
-                order_key = CASE WHEN $7::text IS NULL THEN order_key ELSE greatest(order_key, $8) END,
-                deleted = false, updated_at = $8
-            WHERE app_id = $1 AND user_id = $2 AND conv_type = $3 AND conv_id = $4
-            """, [appID, userID, type, id, pinned, notificationStatus, draft, now], prepared: true)
+            sql:
+                """
+                UPDATE conversations SET pinned = coalesce($5, pinned), notification_status = coalesce($6, notification_status),
+                    draft = coalesce($7, draft), draft_updated_at = CASE WHEN $7::text IS NULL THEN draft_updated_at ELSE $8 END,
+                    order_key = CASE WHEN $7::text IS NULL THEN order_key ELSE greatest(order_key, $8) END,
+                    deleted = false, updated_at = $8
+                WHERE app_id = $1 AND user_id = $2 AND conv_type = $3 AND conv_id = $4
+                """, [appID, userID, type, id, pinned, notificationStatus, draft, now], prepared: true)
     }
 
     /// Deletes an entry: unread and mentions drop to nothing (read_seq = last_seq) and, with `clearHistory`, the
@@ -242,11 +251,12 @@ enum ConversationStore {
     {
         // The effective last_seq is stored too, so a followed group entry keeps the position it was deleted at.
         try db.query(
-            """
-            UPDATE conversations c SET deleted = true, last_seq = \(lastSeq), read_seq = greatest(c.read_seq, \(lastSeq)),
-                cleared_seq = CASE WHEN $5 THEN greatest(c.cleared_seq, \(lastSeq)) ELSE c.cleared_seq END, updated_at = $6
-            WHERE c.app_id = $1 AND c.user_id = $2 AND c.conv_type = $3 AND c.conv_id = $4 AND NOT c.deleted
-            """, [appID, userID, type, id, clearHistory, now], prepared: true
+            sql:
+                """
+                UPDATE conversations c SET deleted = true, last_seq = \(lastSeq), read_seq = greatest(c.read_seq, \(lastSeq)),
+                    cleared_seq = CASE WHEN $5 THEN greatest(c.cleared_seq, \(lastSeq)) ELSE c.cleared_seq END, updated_at = $6
+                WHERE c.app_id = $1 AND c.user_id = $2 AND c.conv_type = $3 AND c.conv_id = $4 AND NOT c.deleted
+                """, [appID, userID, type, id, clearHistory, now], prepared: true
         ).affectedRows == 1
     }
 
@@ -264,13 +274,14 @@ enum ConversationStore {
         throws -> [ReadMove]
     {
         let result = try db.query(
-            """
-            UPDATE conversations c SET read_seq = least(coalesce($5, \(lastSeq)), \(lastSeq)), updated_at = $6
-            WHERE c.app_id = $1 AND c.user_id = $2 AND NOT c.deleted
-              AND ($3::text[] IS NULL OR (c.conv_type, c.conv_id) IN (SELECT * FROM unnest($3::text[], $4::text[])))
-              AND least(coalesce($5, \(lastSeq)), \(lastSeq)) > c.read_seq
-            RETURNING c.conv_type, c.conv_id, c.thread_id, c.read_seq
-            """, [appID, userID, keys?.map(\.type), keys?.map(\.id), seq, now], prepared: true)
+            sql:
+                """
+                UPDATE conversations c SET read_seq = least(coalesce($5, \(lastSeq)), \(lastSeq)), updated_at = $6
+                WHERE c.app_id = $1 AND c.user_id = $2 AND NOT c.deleted
+                  AND ($3::text[] IS NULL OR (c.conv_type, c.conv_id) IN (SELECT * FROM unnest($3::text[], $4::text[])))
+                  AND least(coalesce($5, \(lastSeq)), \(lastSeq)) > c.read_seq
+                RETURNING c.conv_type, c.conv_id, c.thread_id, c.read_seq
+                """, [appID, userID, keys?.map(\.type), keys?.map(\.id), seq, now], prepared: true)
         return try result.rows.map {
             ReadMove(type: try $0[0].string, id: try $0[1].string, threadID: try $0[2].string, readSeq: try $0[3].int64)
         }
@@ -283,15 +294,16 @@ enum ConversationStore {
         throws -> [(type: String, id: String)]
     {
         try db.query(
-            """
-            UPDATE conversations c SET updated_at = $7,
-                marks = CASE WHEN $6 THEN ARRAY(SELECT DISTINCT x FROM unnest(c.marks || $5::int) x ORDER BY x)
-                             ELSE array_remove(c.marks, $5::int) END
-            FROM unnest($3::text[], $4::text[]) AS k(type, id)
-            WHERE c.app_id = $1 AND c.user_id = $2 AND c.conv_type = k.type AND c.conv_id = k.id AND NOT c.deleted
-              AND ($5::int = ANY(c.marks)) <> $6
-            RETURNING c.conv_type, c.conv_id
-            """, [appID, userID, keys.map(\.type), keys.map(\.id), mark, enable, now], prepared: true
+            sql:
+                """
+                UPDATE conversations c SET updated_at = $7,
+                    marks = CASE WHEN $6 THEN ARRAY(SELECT DISTINCT x FROM unnest(c.marks || $5::int) x ORDER BY x)
+                                 ELSE array_remove(c.marks, $5::int) END
+                FROM unnest($3::text[], $4::text[]) AS k(type, id)
+                WHERE c.app_id = $1 AND c.user_id = $2 AND c.conv_type = k.type AND c.conv_id = k.id AND NOT c.deleted
+                  AND ($5::int = ANY(c.marks)) <> $6
+                RETURNING c.conv_type, c.conv_id
+                """, [appID, userID, keys.map(\.type), keys.map(\.id), mark, enable, now], prepared: true
         ).rows.map { (try $0[0].string, try $0[1].string) }
     }
 }

@@ -7,7 +7,8 @@ import ParleyPostgres
 /// writes its events last (§18). Transaction bodies are re-runnable: they compute what they return from what they
 /// read.
 struct DeviceService: DomainService {
-    let pool: PostgresPool
+    /// The request's connection (its worker thread's): reads run on it and transactions open on it.
+    let db: PostgresConnection
     let appID: String
     /// Server-clock ms of the request.
     let now: Int64
@@ -22,7 +23,7 @@ struct DeviceService: DomainService {
 
     /// Replaces the user's rule and writes `user.push_rule_updated` to the user.
     func setPushRule(_ userID: String, _ rule: PushRule) throws -> PushRule {
-        try pool.transaction { db in
+        try db.transaction { db in
             try lockLiveUser(userID, on: db)
             try DeviceStore.savePushRule(appID: appID, userID: userID, rule: rule, now: now, on: db)
             var data = JSONObjectWriter(capacity: 160)
@@ -67,7 +68,7 @@ struct DeviceService: DomainService {
     }
 
     private func registerOnce(_ userID: String, _ r: DeviceRegistration) throws -> Registered {
-        try pool.transaction { db in
+        try db.transaction { db in
             var events: [NewEvent] = []
             let holder = try lockOwners(userID, r, on: db)
             // 404 of the user comes before the push-key format check (§1.4 precedence).
@@ -115,7 +116,7 @@ struct DeviceService: DomainService {
 
     /// Removes one device of the user; 404 `not_found` when it has no such device.
     func delete(_ userID: String, deviceID: String) throws {
-        try pool.transaction { db in
+        try db.transaction { db in
             try lockLiveUser(userID, on: db)
             guard try DeviceStore.delete(appID: appID, userID: userID, deviceID: deviceID, on: db) else {
                 throw APIError(.notFound, "user \(userID) has no device \(deviceID)")

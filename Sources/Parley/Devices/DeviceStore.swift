@@ -24,14 +24,16 @@ enum DeviceStore {
     /// The user's devices by `created_at`, then `device_id`.
     static func list(appID: String, userID: String, on db: PostgresConnection) throws -> [Device] {
         try db.query(
-            "SELECT \(columns) FROM devices WHERE app_id = $1 AND user_id = $2 ORDER BY created_at, device_id",
+            sql:
+                "SELECT \(columns) FROM devices WHERE app_id = $1 AND user_id = $2 ORDER BY created_at, device_id",
             [appID, userID], prepared: true
         ).rows.map(device)
     }
 
     static func fetch(appID: String, userID: String, deviceID: String, on db: PostgresConnection) throws -> Device? {
         try db.query(
-            "SELECT \(columns) FROM devices WHERE app_id = $1 AND user_id = $2 AND device_id = $3",
+            sql:
+                "SELECT \(columns) FROM devices WHERE app_id = $1 AND user_id = $2 AND device_id = $3",
             [appID, userID, deviceID], prepared: true
         ).first.map(device)
     }
@@ -41,18 +43,20 @@ enum DeviceStore {
         appID: String, provider: Device.Provider, pushAppID: String, pushKey: String, on db: PostgresConnection
     ) throws -> Device? {
         try db.query(
-            "SELECT \(columns) FROM devices WHERE app_id = $1 AND provider = $2 AND push_app_id = $3 AND push_key = $4",
+            sql:
+                "SELECT \(columns) FROM devices WHERE app_id = $1 AND provider = $2 AND push_app_id = $3 AND push_key = $4",
             [appID, provider.rawValue, pushAppID, pushKey], prepared: true
         ).first.map(device)
     }
 
     static func insert(appID: String, device d: Device, on db: PostgresConnection) throws {
         _ = try db.query(
-            """
-            INSERT INTO devices (app_id, user_id, device_id, platform, provider, push_key, push_app_id, voip, apptype, lang,
-                                 created_at, updated_at, last_push_at)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-            """,
+            sql:
+                """
+                INSERT INTO devices (app_id, user_id, device_id, platform, provider, push_key, push_app_id, voip, apptype, lang,
+                                     created_at, updated_at, last_push_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                """,
             [
                 appID, d.userID, d.deviceID, d.platform.rawValue, d.provider.rawValue, d.pushKey, d.pushAppID, d.voip,
                 d.apptype, d.lang, d.createdAt, d.updatedAt, d.lastPushAt,
@@ -62,11 +66,12 @@ enum DeviceStore {
     /// Writes `device` over the row of (`userID`, `oldDeviceID`), which may rename the device.
     static func update(appID: String, oldDeviceID: String, device d: Device, on db: PostgresConnection) throws {
         _ = try db.query(
-            """
-            UPDATE devices SET device_id = $4, platform = $5, provider = $6, push_key = $7, push_app_id = $8, voip = $9,
-                   apptype = $10, lang = $11, updated_at = $12
-            WHERE app_id = $1 AND user_id = $2 AND device_id = $3
-            """,
+            sql:
+                """
+                UPDATE devices SET device_id = $4, platform = $5, provider = $6, push_key = $7, push_app_id = $8, voip = $9,
+                       apptype = $10, lang = $11, updated_at = $12
+                WHERE app_id = $1 AND user_id = $2 AND device_id = $3
+                """,
             [
                 appID, d.userID, oldDeviceID, d.deviceID, d.platform.rawValue, d.provider.rawValue, d.pushKey, d.pushAppID,
                 d.voip, d.apptype, d.lang, d.updatedAt,
@@ -76,7 +81,8 @@ enum DeviceStore {
     /// Removes one device; false when there was none.
     static func delete(appID: String, userID: String, deviceID: String, on db: PostgresConnection) throws -> Bool {
         try db.query(
-            "DELETE FROM devices WHERE app_id = $1 AND user_id = $2 AND device_id = $3", [appID, userID, deviceID], prepared: true
+            sql:
+                "DELETE FROM devices WHERE app_id = $1 AND user_id = $2 AND device_id = $3", [appID, userID, deviceID], prepared: true
         ).affectedRows > 0
     }
 
@@ -85,24 +91,26 @@ enum DeviceStore {
     static func evict(appID: String, userID: String, count: Int, on db: PostgresConnection) throws -> [String] {
         if count <= 0 { return [] }
         let result = try db.query(
-            """
-            WITH victims AS (
-                SELECT device_id, updated_at, created_at FROM devices WHERE app_id = $1 AND user_id = $2
-                ORDER BY updated_at, created_at, device_id LIMIT $3
-            ), gone AS (
-                DELETE FROM devices d USING victims v
-                WHERE d.app_id = $1 AND d.user_id = $2 AND d.device_id = v.device_id
-                RETURNING d.device_id, d.updated_at, d.created_at
-            )
-            SELECT device_id FROM gone ORDER BY updated_at, created_at, device_id
-            """,
+            sql:
+                """
+                WITH victims AS (
+                    SELECT device_id, updated_at, created_at FROM devices WHERE app_id = $1 AND user_id = $2
+                    ORDER BY updated_at, created_at, device_id LIMIT $3
+                ), gone AS (
+                    DELETE FROM devices d USING victims v
+                    WHERE d.app_id = $1 AND d.user_id = $2 AND d.device_id = v.device_id
+                    RETURNING d.device_id, d.updated_at, d.created_at
+                )
+                SELECT device_id FROM gone ORDER BY updated_at, created_at, device_id
+                """,
             [appID, userID, count], prepared: true)
         return try result.rows.map { try $0[0].string }
     }
 
     static func count(appID: String, userID: String, on db: PostgresConnection) throws -> Int {
         let result = try db.query(
-            "SELECT count(*) FROM devices WHERE app_id = $1 AND user_id = $2", [appID, userID], prepared: true)
+            sql:
+                "SELECT count(*) FROM devices WHERE app_id = $1 AND user_id = $2", [appID, userID], prepared: true)
         return try result.first.map { try $0[0].int } ?? 0
     }
 
@@ -111,7 +119,8 @@ enum DeviceStore {
     static func pushRule(appID: String, userID: String, on db: PostgresConnection) throws -> PushRule? {
         guard
             let row = try db.query(
-                "SELECT online_platforms, not_to_receive_offline_push_platforms FROM push_rules WHERE app_id = $1 AND user_id = $2",
+                sql:
+                    "SELECT online_platforms, not_to_receive_offline_push_platforms FROM push_rules WHERE app_id = $1 AND user_id = $2",
                 [appID, userID], prepared: true
             ).first
         else { return nil }
@@ -122,14 +131,15 @@ enum DeviceStore {
 
     static func savePushRule(appID: String, userID: String, rule: PushRule, now: Int64, on db: PostgresConnection) throws {
         _ = try db.query(
-            """
-            INSERT INTO push_rules (app_id, user_id, online_platforms, not_to_receive_offline_push_platforms, updated_at)
-            VALUES ($1, $2, $3::text[], $4::text[], $5)
-            ON CONFLICT (app_id, user_id) DO UPDATE
-            SET online_platforms = EXCLUDED.online_platforms,
-                not_to_receive_offline_push_platforms = EXCLUDED.not_to_receive_offline_push_platforms,
-                updated_at = EXCLUDED.updated_at
-            """,
+            sql:
+                """
+                INSERT INTO push_rules (app_id, user_id, online_platforms, not_to_receive_offline_push_platforms, updated_at)
+                VALUES ($1, $2, $3::text[], $4::text[], $5)
+                ON CONFLICT (app_id, user_id) DO UPDATE
+                SET online_platforms = EXCLUDED.online_platforms,
+                    not_to_receive_offline_push_platforms = EXCLUDED.not_to_receive_offline_push_platforms,
+                    updated_at = EXCLUDED.updated_at
+                """,
             [appID, userID, rule.onlinePlatforms.map(\.rawValue), rule.mutedPlatforms.map(\.rawValue), now], prepared: true)
     }
 }

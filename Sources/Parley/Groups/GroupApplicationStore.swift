@@ -21,7 +21,8 @@ enum GroupApplicationStore {
         -> GroupApplication?
     {
         try db.query(
-            "SELECT \(columns) FROM group_applications a WHERE a.app_id = $1 AND a.application_id = $2" + (forUpdate ? " FOR UPDATE" : ""),
+            sql:
+                "SELECT \(columns) FROM group_applications a WHERE a.app_id = $1 AND a.application_id = $2" + (forUpdate ? " FOR UPDATE" : ""),
             [appID, applicationID], prepared: true
         ).first.map { try application($0) }
     }
@@ -31,21 +32,23 @@ enum GroupApplicationStore {
         -> GroupApplication?
     {
         try db.query(
-            """
-            SELECT \(columns) FROM group_applications a
-            WHERE a.app_id = $1 AND a.group_id = $2 AND a.user_id = $3 AND a.type = $4 AND a.state = 'waiting'
-            """,
+            sql:
+                """
+                SELECT \(columns) FROM group_applications a
+                WHERE a.app_id = $1 AND a.group_id = $2 AND a.user_id = $3 AND a.type = $4 AND a.state = 'waiting'
+                """,
             [appID, groupID, userID, type.rawValue], prepared: true
         ).first.map { try application($0) }
     }
 
     static func insert(appID: String, _ a: GroupApplication, on db: PostgresConnection) throws {
         _ = try db.query(
-            """
-            INSERT INTO group_applications (app_id, application_id, type, state, group_id, user_id, inviter_id, wording,
-                created_at, updated_at, expires_at)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-            """,
+            sql:
+                """
+                INSERT INTO group_applications (app_id, application_id, type, state, group_id, user_id, inviter_id, wording,
+                    created_at, updated_at, expires_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                """,
             [
                 appID, a.applicationID, a.type.rawValue, a.state.rawValue, a.groupID, a.userID, a.inviterID, a.wording, a.createdAt,
                 a.updatedAt, a.expiresAt,
@@ -55,11 +58,12 @@ enum GroupApplicationStore {
     /// Saves state, wording, operator and `updated_at`; `push` (an answer's PushConfig) is kept when given.
     static func save(appID: String, _ a: GroupApplication, push: JSONValue? = nil, on db: PostgresConnection) throws {
         _ = try db.query(
-            """
-            UPDATE group_applications SET state = $3, wording = $4, operated_by = $5, updated_at = $6, expires_at = $7,
-                response_push = COALESCE($8::jsonb, response_push)
-            WHERE app_id = $1 AND application_id = $2
-            """,
+            sql:
+                """
+                UPDATE group_applications SET state = $3, wording = $4, operated_by = $5, updated_at = $6, expires_at = $7,
+                    response_push = COALESCE($8::jsonb, response_push)
+                WHERE app_id = $1 AND application_id = $2
+                """,
             [
                 appID, a.applicationID, a.state.rawValue, a.wording, a.operatedBy, a.updatedAt, a.expiresAt,
                 push.map { String(decoding: $0.serialized(), as: UTF8.self) },
@@ -69,11 +73,12 @@ enum GroupApplicationStore {
     /// Marks one overdue waiting application expired (as the timer would) and returns it when this call did.
     static func expireOverdue(appID: String, applicationID: String, now: Int64, on db: PostgresConnection) throws -> GroupApplication? {
         try db.query(
-            """
-            UPDATE group_applications a SET state = 'expired', updated_at = a.expires_at
-            WHERE a.app_id = $1 AND a.application_id = $2 AND a.state = 'waiting' AND a.expires_at <= $3
-            RETURNING \(columns)
-            """,
+            sql:
+                """
+                UPDATE group_applications a SET state = 'expired', updated_at = a.expires_at
+                WHERE a.app_id = $1 AND a.application_id = $2 AND a.state = 'waiting' AND a.expires_at <= $3
+                RETURNING \(columns)
+                """,
             [appID, applicationID, now], prepared: true
         ).first.map { try application($0) }
     }
@@ -83,18 +88,19 @@ enum GroupApplicationStore {
     /// expire (and report) an application once.
     static func expireDue(now: Int64, limit: Int, on db: PostgresConnection) throws -> [(appID: String, application: GroupApplication)] {
         try db.query(
-            """
-            WITH due AS (
-                SELECT app_id, application_id FROM group_applications
-                WHERE state = 'waiting' AND expires_at <= $1
-                ORDER BY expires_at LIMIT $2
-                FOR UPDATE SKIP LOCKED
-            )
-            UPDATE group_applications a SET state = 'expired', updated_at = a.expires_at
-            FROM due
-            WHERE a.app_id = due.app_id AND a.application_id = due.application_id AND a.state = 'waiting'
-            RETURNING a.app_id, \(columns)
-            """,
+            sql:
+                """
+                WITH due AS (
+                    SELECT app_id, application_id FROM group_applications
+                    WHERE state = 'waiting' AND expires_at <= $1
+                    ORDER BY expires_at LIMIT $2
+                    FOR UPDATE SKIP LOCKED
+                )
+                UPDATE group_applications a SET state = 'expired', updated_at = a.expires_at
+                FROM due
+                WHERE a.app_id = due.app_id AND a.application_id = due.application_id AND a.state = 'waiting'
+                RETURNING a.app_id, \(columns)
+                """,
             [now, limit], prepared: true
         ).rows.map { row in (try row[0].string, try application(row, from: 1)) }
     }
@@ -136,6 +142,6 @@ enum GroupApplicationStore {
             sql += " AND (a.created_at, a.application_id) < ($\(n - 1), $\(n))"
         }
         sql += " ORDER BY a.created_at DESC, a.application_id DESC LIMIT $2"
-        return try db.query(sql, parameters, prepared: true).rows.map { try application($0) }
+        return try db.query(sql: sql, parameters, prepared: true).rows.map { try application($0) }
     }
 }

@@ -62,7 +62,7 @@ extension GroupService {
         _ groupID: String, actor: Actor, action: String,
         _ apply: (inout JSONObject) -> [(AttributeOutcome, (key: String, value: String)?)]
     ) throws -> [AttributeOutcome] {
-        try pool.transaction { db in
+        try db.transaction { db in
             var group = try lockActive(groupID, on: db)
             _ = try operatorMember(actor, group, on: db)
             let results = apply(&group.attributes)

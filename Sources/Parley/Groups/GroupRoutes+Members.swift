@@ -34,12 +34,12 @@ extension GroupRoutes {
             let groupID = try ctx.pathID("group_id", .groupID)
             var body = try ctx.body()
             let actor = try actor(ctx, &body)
-            let items = readIDs(from: &body)
+            let items = body.batchIDs(maxItems: GroupService.maxBatch)
             let wording = body.string("wording", maxBytes: 256) ?? ""
             try body.check()
             let outcomes = try GroupService.forRequest(ctx).invite(groupID, actor: actor, userIDs: items.compactMap(\.userID), wording: wording)
             return Reply.batch(
-                batchResults(items) { id in
+                BatchResult.results(items) { id in
                     var o = JSONObjectWriter(capacity: 96)
                     o["user_id"] = id
                     switch outcomes[id] {
@@ -60,10 +60,10 @@ extension GroupRoutes {
             let groupID = try ctx.pathID("group_id", .groupID)
             var body = try ctx.body()
             let actor = try actor(ctx, &body)
-            let items = readIDs(from: &body)
+            let items = body.batchIDs(maxItems: GroupService.maxBatch)
             try body.check()
             let outcomes = try GroupService.forRequest(ctx).kick(groupID, actor: actor, userIDs: items.compactMap(\.userID))
-            return Reply.batch(batchResults(items) { id in itemOutcome(outcomes[id]) { _ in nil } })
+            return Reply.batch(BatchResult.results(items) { id in itemOutcome(outcomes[id]) { _ in nil } })
         }
 
         api.add(.post, "/v1/groups/{group_id}/transfer_owner", .appOrUser, "transferGroupOwner") { ctx in
@@ -111,9 +111,7 @@ extension GroupRoutes {
             let service = GroupService.forRequest(ctx)
             let group = try service.get(groupID, on: ctx.db)
             _ = try service.reader(group, userID: ctx.tokenUserID, on: ctx.db)
-            guard let member = try GroupStore.member(appID: ctx.appID, groupID: groupID, userID: memberID, on: ctx.db) else {
-                throw GroupService.notMember(memberID, groupID)
-            }
+            let member = try service.member(memberID, of: groupID)
             return Reply.json(member.json(now: ctx.now))
         }
 
@@ -155,8 +153,8 @@ extension GroupRoutes {
             guard let role = values[0].intValue, let t = values[1].intValue, let id = values[2].stringValue else { throw malformedCursor() }
             after = (role, t, id)
         }
-        let members = try GroupStore.listMembers(
-            appID: ctx.appID, groupID: groupID, roles: roles, keywords: keywords, after: after, limit: limit + 1, on: ctx.db)
+        let members = try GroupService.forRequest(ctx).members(
+            of: groupID, roles: roles, keywords: keywords, after: after, limit: limit + 1)
         return page(members, limit: limit, list: list, ctx: ctx, { [.int($0.role), .int($0.joinedAt), .string($0.userID)] }) {
             $0.json(now: ctx.now)
         }
@@ -178,7 +176,7 @@ extension GroupRoutes {
             guard let t = values[0].intValue, let id = values[1].stringValue else { throw malformedCursor() }
             after = (t, id)
         }
-        let rows = try GroupStore.userGroups(appID: ctx.appID, userID: userID, keywords: keywords, after: after, limit: limit + 1, on: ctx.db)
+        let rows = try service.groups(of: userID, keywords: keywords, after: after, limit: limit + 1)
         return page(rows, limit: limit, list: list, ctx: ctx, { [.int($0.joinedAt), .string($0.group.groupID)] }) { row in
             var o = JSONObjectWriter()
             o.raw("group", row.group.json(service.limits, now: ctx.now))

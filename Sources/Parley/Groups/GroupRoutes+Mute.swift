@@ -28,14 +28,14 @@ extension GroupRoutes {
             let groupID = try ctx.pathID("group_id", .groupID)
             var body = try ctx.body()
             let actor = try actor(ctx, &body)
-            let items = readIDs(from: &body)
+            let items = body.batchIDs(maxItems: GroupService.maxBatch)
             let duration = readMuteDuration(&body, allowZero: true)
             try body.check()
             guard let duration else { throw APIError.internalError }
             let outcomes = try GroupService.forRequest(ctx).muteMembers(
                 groupID, actor: actor, userIDs: items.compactMap(\.userID), durationSeconds: duration)
             return Reply.batch(
-                batchResults(items) { id in
+                BatchResult.results(items) { id in
                     itemOutcome(outcomes[id]) { member in
                         var o = JSONObjectWriter(capacity: 64)
                         o["user_id"] = id
@@ -56,7 +56,7 @@ extension GroupRoutes {
             _ = try service.reader(group, userID: ctx.tokenUserID, on: ctx.db)
             let list = "group_muted|\(ctx.appID)|\(groupID)"
             let after = try cursorValues(ctx, cursor, list: list, count: 1)?[0].stringValue
-            let rows = try GroupStore.mutedMembers(appID: ctx.appID, groupID: groupID, now: ctx.now, after: after, limit: limit + 1, on: ctx.db)
+            let rows = try service.mutedMembers(of: groupID, after: after, limit: limit + 1)
             return page(rows, limit: limit, list: list, ctx: ctx, { [.string($0.userID)] }) { $0.json(now: ctx.now) }
         }
 

@@ -32,8 +32,7 @@ enum GroupRoutes {
                 after = (t, id)
             }
             let service = GroupService.forRequest(ctx)
-            let groups = try GroupStore.list(
-                appID: ctx.appID, keywords: keywords, includeDismissed: includeDismissed, after: after, limit: limit + 1, on: ctx.db)
+            let groups = try service.list(keywords: keywords, includeDismissed: includeDismissed, after: after, limit: limit + 1)
             return page(groups, limit: limit, list: list, ctx: ctx, { [.int($0.createdAt), .string($0.groupID)] }) {
                 $0.json(service.limits, now: ctx.now)
             }
@@ -107,13 +106,13 @@ enum GroupRoutes {
                 input.attributes.append((key, text))
             }
         }
-        let items = readIDs(from: &body, key: "members", minItems: 0, maxItems: GroupService.maxInitialMembers, required: false)
+        let items = body.batchIDs("members", minItems: 0, maxItems: GroupService.maxInitialMembers, required: false)
         _ = try ctx.appOnlyFlag(body.bool("skip_checks"))
         try body.check()
         input.memberIDs = items.compactMap(\.userID)
         let service = GroupService.forRequest(ctx)
         let (group, outcomes) = try service.create(input)
-        let results = batchResults(items) { id in
+        let results = BatchResult.results(items) { id in
             switch outcomes[id] {
             case .joined(let member)?: .ok(member.json(now: ctx.now))
             case .failed(let code, let message)?: .failed(code, message)
@@ -144,46 +143,10 @@ enum GroupRoutes {
         return GroupService.Actor(userID: op, checks: op != nil && !skip)
     }
 
-    /// The id items of the array `key` (request-level count errors go to `body`): a non-string or malformed id,
-    /// or a repeated one after its first occurrence, fails only its own item with `invalid_params` (§1.7).
-    static func readIDs(
-        from body: inout BodyReader, key: String = "user_ids", minItems: Int = 1, maxItems: Int = GroupService.maxBatch,
-        required: Bool = true
-    ) -> [BlacklistRoutes.Item] {
-        guard let raw = body.array(key, required: required, minItems: minItems, maxItems: maxItems) else { return [] }
-        var items: [BlacklistRoutes.Item] = []
-        var seen: Set<String> = []
-        for (index, value) in raw.enumerated() {
-            let path = "\(body.fieldPath(key))[\(index)]"
-            guard case .string(let userID) = value else {
-                items.append(BlacklistRoutes.Item(id: "", problem: "\(path): expected string, got \(value.typeName)"))
-                continue
-            }
-            if let problem = IdentifierKind.userID.problem(userID) {
-                items.append(BlacklistRoutes.Item(id: userID, problem: "\(path): \(problem)"))
-            } else if !seen.insert(userID).inserted {
-                items.append(BlacklistRoutes.Item(id: userID, problem: "user \(userID) is repeated in this request"))
-            } else {
-                items.append(BlacklistRoutes.Item(id: userID, userID: userID))
-            }
-        }
-        return items
-    }
-
-    /// One batch result per item, in input order; invalid items fail with `invalid_params`.
-    static func batchResults(_ items: [BlacklistRoutes.Item], _ outcome: (String) -> BatchResult.Outcome) -> [BatchResult] {
-        items.enumerated().map { index, item in
-            guard let id = item.userID else {
-                return BatchResult(index: index, id: item.id, outcome: .failed(.invalidParams, item.problem ?? "invalid"))
-            }
-            return BatchResult(index: index, id: id, outcome: outcome(id))
-        }
-    }
-
     /// The values of `cursor` for `list` (nil without a cursor); a cursor of another shape → 400 `7000007`.
     static func cursorValues(_ ctx: APIContext, _ cursor: String?, list: String, count: Int) throws -> [JSONValue]? {
         guard let cursor else { return nil }
-        let values = try AppRoutes.decodeCursor(ctx, cursor, list: list)
+        let values = try ctx.decodeCursor(cursor, list: list)
         guard values.count == count else { throw malformedCursor() }
         return values
     }

@@ -40,7 +40,7 @@ extension GroupService {
         _ applicationID: String, actor: Actor, push: JSONValue?,
         _ decide: (_ application: inout GroupApplication, _ group: inout Group, _ db: PostgresConnection) throws -> [NewEvent]
     ) throws -> GroupApplication {
-        try pool.transaction { db in
+        try db.transaction { db in
             guard let peek = try GroupApplicationStore.fetch(appID: appID, applicationID: applicationID, on: db) else {
                 throw APIError(.notFound, "application \(applicationID) does not exist")
             }

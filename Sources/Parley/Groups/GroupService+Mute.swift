@@ -13,7 +13,7 @@ extension GroupService {
 
     /// Sets the group mute (owner and admins); `none` clears it.
     func setGroupMute(_ groupID: String, actor: Actor, mode: Group.Mute.Mode, durationSeconds: Int64, roles: [Int64]) throws -> Group {
-        try pool.transaction { db in
+        try db.transaction { db in
             var group = try lockActive(groupID, on: db)
             let op = try operatorMember(actor, group, on: db)
             try permit(op.map { GroupRole.canEditGroup($0.role) }, "only the owner and admins may set the group mute")
@@ -36,7 +36,7 @@ extension GroupService {
     /// Mutes (or with 0 unmutes) `userIDs` (distinct, valid ids): per item `not_group_member`, or
     /// `group_permission_denied` for a target role the operator may not manage.
     func muteMembers(_ groupID: String, actor: Actor, userIDs: [String], durationSeconds: Int64) throws -> [String: ItemOutcome] {
-        try pool.transaction { db in
+        try db.transaction { db in
             let group = try lockActive(groupID, on: db)
             let op = try operatorMember(actor, group, on: db)
             try permit(op.map { GroupRole.canManageMembers($0.role) }, "only the owner and admins may mute members")

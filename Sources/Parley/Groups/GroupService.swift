@@ -7,15 +7,16 @@ import ParleyPostgres
 /// A value made per request; it owns nothing mutable. Transaction bodies are re-runnable (the pool retries them on
 /// serialization failures), so they compute everything they return from what they read.
 struct GroupService: DomainService {
-    let pool: PostgresPool
+    /// The request's connection (its worker thread's): reads run on it and transactions open on it.
+    let db: PostgresConnection
     let appID: String
     /// Server-clock ms of the request.
     let now: Int64
     /// The app's group settings (defaults unless made by ``forRequest(_:)``).
     var limits = GroupLimits()
 
-    init(pool: PostgresPool, appID: String, now: Int64) {
-        self.pool = pool
+    init(db: PostgresConnection, appID: String, now: Int64) {
+        self.db = db
         self.appID = appID
         self.now = now
     }
@@ -23,7 +24,7 @@ struct GroupService: DomainService {
     /// The service for a request, with its app's settings.
     static func forRequest(_ ctx: APIContext) -> GroupService {
         var service = GroupService(ctx)
-        service.limits = GroupLimits(ctx.app?.settings)
+        service.limits = GroupLimits(ctx.app.settings)
         return service
     }
 
@@ -83,7 +84,7 @@ struct GroupService: DomainService {
             }
             attributes[key] = .string(value)
         }
-        return try pool.transaction { db in
+        return try db.transaction { db in
             guard let owner = try UserStore.fetch(appID: appID, userID: input.owner, on: db), !owner.isDeleted else {
                 throw UserService.notFound(input.owner)
             }
@@ -151,7 +152,7 @@ struct GroupService: DomainService {
 
     /// Updates the group's info (owner and admins); writes `group.updated` when something changed.
     func update(_ groupID: String, actor: Actor, patch: Patch) throws -> Group {
-        try pool.transaction { db in
+        try db.transaction { db in
             var group = try lockActive(groupID, on: db)
             let op = try operatorMember(actor, group, on: db)
             try permit(op.map { GroupRole.canEditGroup($0.role) }, "only the owner and admins may update the group")
@@ -202,7 +203,7 @@ struct GroupService: DomainService {
     /// Dismisses the group (owner only): `dismissed_at` is set and the member rows stay as the members at
     /// dismissal.
     func dismiss(_ groupID: String, actor: Actor) throws -> Group {
-        try pool.transaction { db in
+        try db.transaction { db in
             var group = try lockActive(groupID, on: db)
             let op = try operatorMember(actor, group, on: db)
             try permit(op.map { GroupRole.isOwner($0.role) }, "only the owner may dismiss the group")
@@ -223,7 +224,7 @@ struct GroupService: DomainService {
 
     /// `userID` joins or applies to join.
     func join(_ groupID: String, userID: String, wording: String, skipChecks: Bool) throws -> JoinOutcome {
-        try pool.transaction { db in
+        try db.transaction { db in
             var group = try lockActive(groupID, on: db)
             guard try liveUsers([userID], on: db).contains(userID) else { throw UserService.notFound(userID) }
             if try GroupStore.member(appID: appID, groupID: groupID, userID: userID, on: db) != nil {
@@ -259,7 +260,7 @@ struct GroupService: DomainService {
 
     /// `userID` leaves; returns the new owner when ownership moved.
     func leave(_ groupID: String, userID: String) throws -> String? {
-        try pool.transaction { db in
+        try db.transaction { db in
             var group = try lockActive(groupID, on: db)
             guard try GroupStore.member(appID: appID, groupID: groupID, userID: userID, on: db) != nil else {
                 throw Self.notMember(userID, groupID)
@@ -273,7 +274,7 @@ struct GroupService: DomainService {
     /// Invites `userIDs` (distinct, valid ids): each joins directly, or — `be_invite_mode` `auth`, a user
     /// inviter with checks — gets a waiting invite application.
     func invite(_ groupID: String, actor: Actor, userIDs: [String], wording: String) throws -> [String: MemberOutcome] {
-        try pool.transaction { db in
+        try db.transaction { db in
             var group = try lockActive(groupID, on: db)
             let op = try operatorMember(actor, group, on: db)
             try permit(op.map { GroupRole.canInvite($0.role, mode: group.inviteMode) }, "only the owner and admins may invite")
@@ -323,7 +324,7 @@ struct GroupService: DomainService {
 
     /// Kicks `userIDs` (distinct, valid ids). The app itself may kick the owner (owner continuity applies).
     func kick(_ groupID: String, actor: Actor, userIDs: [String]) throws -> [String: ItemOutcome] {
-        try pool.transaction { db in
+        try db.transaction { db in
             var group = try lockActive(groupID, on: db)
             let op = try operatorMember(actor, group, on: db)
             try permit(op.map { GroupRole.canManageMembers($0.role) }, "only the owner and admins may kick members")
@@ -354,7 +355,7 @@ struct GroupService: DomainService {
 
     /// Makes `toUserID` the owner; the old owner becomes a member (role 3).
     func transferOwner(_ groupID: String, actor: Actor, to toUserID: String) throws -> Group {
-        try pool.transaction { db in
+        try db.transaction { db in
             var group = try lockActive(groupID, on: db)
             let op = try operatorMember(actor, group, on: db)
             try permit(op.map { GroupRole.isOwner($0.role) }, "only the owner may transfer ownership")
@@ -404,7 +405,7 @@ struct GroupService: DomainService {
         _ groupID: String, actor: Actor, memberID: String, field: String, tips: GroupTips.Change? = nil,
         _ change: (_ op: GroupMember?, _ target: inout GroupMember) throws -> Void
     ) throws -> GroupMember {
-        try pool.transaction { db in
+        try db.transaction { db in
             let group = try lockActive(groupID, on: db)
             let op = try operatorMember(actor, group, on: db)
             guard var target = try GroupStore.member(appID: appID, groupID: groupID, userID: memberID, on: db) else {
@@ -460,5 +461,42 @@ struct GroupService: DomainService {
             events += try removeMembers(&group, [userID], reason: "deleted", operator: nil, tips: nil, on: db).events
         }
         return events
+    }
+}
+
+// MARK: - Lists
+
+extension GroupService {
+    /// Up to `limit` groups by `created_at` desc, then `group_id` desc, strictly after `after`, whose name matches
+    /// every keyword (lowercased).
+    func list(keywords: [String], includeDismissed: Bool, after: (createdAt: Int64, groupID: String)?, limit: Int) throws -> [Group] {
+        try GroupStore.list(appID: appID, keywords: keywords, includeDismissed: includeDismissed, after: after, limit: limit, on: db)
+    }
+
+    /// A member of the group, or 404 `notMember`.
+    func member(_ memberID: String, of groupID: String) throws -> GroupMember {
+        guard let member = try GroupStore.member(appID: appID, groupID: groupID, userID: memberID, on: db) else {
+            throw Self.notMember(memberID, groupID)
+        }
+        return member
+    }
+
+    /// The member list (§9.3) by role, `joined_at`, `user_id`, strictly after `after`.
+    func members(
+        of groupID: String, roles: [Int64]?, keywords: [String], after: (role: Int64, joinedAt: Int64, userID: String)?, limit: Int
+    ) throws -> [GroupMember] {
+        try GroupStore.listMembers(appID: appID, groupID: groupID, roles: roles, keywords: keywords, after: after, limit: limit, on: db)
+    }
+
+    /// The muted members of the group, by `user_id`, strictly after `after`.
+    func mutedMembers(of groupID: String, after: String?, limit: Int) throws -> [GroupMember] {
+        try GroupStore.mutedMembers(appID: appID, groupID: groupID, now: now, after: after, limit: limit, on: db)
+    }
+
+    /// The live groups `userID` is a member of, by `joined_at` desc, then `group_id` desc, strictly after `after`.
+    func groups(
+        of userID: String, keywords: [String], after: (joinedAt: Int64, groupID: String)?, limit: Int
+    ) throws -> [GroupStore.Membership] {
+        try GroupStore.userGroups(appID: appID, userID: userID, keywords: keywords, after: after, limit: limit, on: db)
     }
 }

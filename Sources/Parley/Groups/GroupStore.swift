@@ -31,7 +31,8 @@ enum GroupStore {
     /// One group; `forUpdate` locks its row (every membership change does, so counts and limits stay exact).
     static func fetch(appID: String, groupID: String, forUpdate: Bool = false, on db: PostgresConnection) throws -> Group? {
         try db.query(
-            "SELECT \(groupColumns) FROM groups g WHERE g.app_id = $1 AND g.group_id = $2" + (forUpdate ? " FOR UPDATE" : ""),
+            sql:
+                "SELECT \(groupColumns) FROM groups g WHERE g.app_id = $1 AND g.group_id = $2" + (forUpdate ? " FOR UPDATE" : ""),
             [appID, groupID], prepared: true
         ).first.map { try group($0) }
     }
@@ -39,12 +40,13 @@ enum GroupStore {
     /// Stores a new group; false when the id is taken (also by a dismissed group).
     static func insert(appID: String, _ g: Group, on db: PostgresConnection) throws -> Bool {
         let result = try db.query(
-            """
-            INSERT INTO groups (app_id, group_id, name, avatar_url, notice, extended_data, owner_id, join_mode, invite_mode,
-                be_invite_mode, max_members, member_count, is_big_group, attributes, created_at, updated_at)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15, $16)
-            ON CONFLICT (app_id, group_id) DO NOTHING
-            """,
+            sql:
+                """
+                INSERT INTO groups (app_id, group_id, name, avatar_url, notice, extended_data, owner_id, join_mode, invite_mode,
+                    be_invite_mode, max_members, member_count, is_big_group, attributes, created_at, updated_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15, $16)
+                ON CONFLICT (app_id, group_id) DO NOTHING
+                """,
             [
                 appID, g.groupID, g.name, g.avatarURL, g.notice, g.extendedData, g.ownerID, g.joinMode.rawValue, g.inviteMode.rawValue,
                 g.beInviteMode.rawValue, g.maxMembers, g.memberCount, g.isBigGroup, text(g.attributes), g.createdAt, g.updatedAt,
@@ -55,13 +57,14 @@ enum GroupStore {
     /// Saves every mutable field of a locked group.
     static func save(appID: String, _ g: Group, on db: PostgresConnection) throws {
         _ = try db.query(
-            """
-            UPDATE groups SET name = $3, avatar_url = $4, notice = $5, extended_data = $6, owner_id = $7, join_mode = $8,
-                invite_mode = $9, be_invite_mode = $10, max_members = $11, member_count = $12, is_big_group = $13,
-                mute_mode = $14, mute_expires_at = $15, mute_roles = $16::int[], attributes = $17::jsonb, updated_at = $18,
-                dismissed_at = $19
-            WHERE app_id = $1 AND group_id = $2
-            """,
+            sql:
+                """
+                UPDATE groups SET name = $3, avatar_url = $4, notice = $5, extended_data = $6, owner_id = $7, join_mode = $8,
+                    invite_mode = $9, be_invite_mode = $10, max_members = $11, member_count = $12, is_big_group = $13,
+                    mute_mode = $14, mute_expires_at = $15, mute_roles = $16::int[], attributes = $17::jsonb, updated_at = $18,
+                    dismissed_at = $19
+                WHERE app_id = $1 AND group_id = $2
+                """,
             [
                 appID, g.groupID, g.name, g.avatarURL, g.notice, g.extendedData, g.ownerID, g.joinMode.rawValue, g.inviteMode.rawValue,
                 g.beInviteMode.rawValue, g.maxMembers, g.memberCount, g.isBigGroup, g.mute.mode.rawValue, g.mute.expiresAt,
@@ -88,7 +91,7 @@ enum GroupStore {
                 sql += match(["g.name"], parameters.count)
             }
             sql += " ORDER BY g.created_at DESC, g.group_id DESC LIMIT $2"
-            return try db.query(sql, parameters, prepared: true).rows.map { try group($0) }
+            return try db.query(sql: sql, parameters, prepared: true).rows.map { try group($0) }
         }
     }
 
@@ -111,7 +114,8 @@ enum GroupStore {
     static func members(appID: String, groupID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: GroupMember] {
         if userIDs.isEmpty { return [:] }
         let rows = try db.query(
-            "SELECT \(memberColumns) FROM \(memberJoin) WHERE m.app_id = $1 AND m.group_id = $2 AND m.user_id = ANY($3::text[])",
+            sql:
+                "SELECT \(memberColumns) FROM \(memberJoin) WHERE m.app_id = $1 AND m.group_id = $2 AND m.user_id = ANY($3::text[])",
             [appID, groupID, userIDs], prepared: true
         ).rows
         var out: [String: GroupMember] = [:]
@@ -131,11 +135,13 @@ enum GroupStore {
         let result =
             if let roles {
                 try db.query(
-                    "SELECT user_id FROM group_members WHERE app_id = $1 AND group_id = $2 AND role = ANY($3::int[]) ORDER BY user_id",
+                    sql:
+                        "SELECT user_id FROM group_members WHERE app_id = $1 AND group_id = $2 AND role = ANY($3::int[]) ORDER BY user_id",
                     [appID, groupID, roles], prepared: true)
             } else {
                 try db.query(
-                    "SELECT user_id FROM group_members WHERE app_id = $1 AND group_id = $2 ORDER BY user_id", [appID, groupID],
+                    sql:
+                        "SELECT user_id FROM group_members WHERE app_id = $1 AND group_id = $2 ORDER BY user_id", [appID, groupID],
                     prepared: true)
             }
         return try result.rows.map { try $0[0].string }
@@ -155,17 +161,18 @@ enum GroupStore {
     {
         if members.isEmpty { return [] }
         let rows = try db.query(
-            """
-            WITH ins AS (
-                INSERT INTO group_members (app_id, group_id, user_id, role, enter_type, joined_at, operated_by)
-                SELECT $1, $2, x.user_id, x.role, x.enter_type, $7, NULLIF(x.operated_by, '')
-                FROM unnest($3::text[], $4::int[], $5::text[], $6::text[]) WITH ORDINALITY AS x(user_id, role, enter_type, operated_by, ord)
-                RETURNING user_id, role, nickname, muted_until, enter_type, joined_at, operated_by
-            )
-            SELECT ins.user_id, u.name, u.avatar_url, ins.role, ins.nickname, ins.muted_until, ins.enter_type, ins.joined_at,
-                   ins.operated_by
-            FROM ins JOIN users u ON u.app_id = $1 AND u.user_id = ins.user_id
-            """,
+            sql:
+                """
+                WITH ins AS (
+                    INSERT INTO group_members (app_id, group_id, user_id, role, enter_type, joined_at, operated_by)
+                    SELECT $1, $2, x.user_id, x.role, x.enter_type, $7, NULLIF(x.operated_by, '')
+                    FROM unnest($3::text[], $4::int[], $5::text[], $6::text[]) WITH ORDINALITY AS x(user_id, role, enter_type, operated_by, ord)
+                    RETURNING user_id, role, nickname, muted_until, enter_type, joined_at, operated_by
+                )
+                SELECT ins.user_id, u.name, u.avatar_url, ins.role, ins.nickname, ins.muted_until, ins.enter_type, ins.joined_at,
+                       ins.operated_by
+                FROM ins JOIN users u ON u.app_id = $1 AND u.user_id = ins.user_id
+                """,
             [
                 appID, groupID, members.map(\.userID), members.map(\.role), members.map(\.enterType.rawValue),
                 members.map { $0.operatedBy ?? "" }, now,
@@ -185,16 +192,17 @@ enum GroupStore {
         // The membership moves to group_member_history; the sequencer stamps its end with the group.member_left event
         // of this transaction, and its start too when the join's event is not sequenced yet (Migrations/0011).
         let result = try db.query(
-            """
-            WITH d AS (
-                DELETE FROM group_members WHERE app_id = $1 AND group_id = $2 AND user_id = ANY($3::text[])
-                RETURNING user_id, joined_event, joined_xact
-            )
-            INSERT INTO group_member_history (app_id, group_id, user_id, joined_event, joined_xact)
-            SELECT $1, $2, d.user_id, d.joined_event, d.joined_xact FROM d
-            ON CONFLICT (app_id, group_id, user_id, joined_event) DO NOTHING
-            RETURNING user_id
-            """,
+            sql:
+                """
+                WITH d AS (
+                    DELETE FROM group_members WHERE app_id = $1 AND group_id = $2 AND user_id = ANY($3::text[])
+                    RETURNING user_id, joined_event, joined_xact
+                )
+                INSERT INTO group_member_history (app_id, group_id, user_id, joined_event, joined_xact)
+                SELECT $1, $2, d.user_id, d.joined_event, d.joined_xact FROM d
+                ON CONFLICT (app_id, group_id, user_id, joined_event) DO NOTHING
+                RETURNING user_id
+                """,
             [appID, groupID, userIDs], prepared: true)
         return Set(try result.rows.map { try $0[0].string })
     }
@@ -202,7 +210,8 @@ enum GroupStore {
     /// Saves a member's role, nickname and mute.
     static func saveMember(appID: String, groupID: String, _ m: GroupMember, on db: PostgresConnection) throws {
         _ = try db.query(
-            "UPDATE group_members SET role = $4, nickname = $5, muted_until = $6 WHERE app_id = $1 AND group_id = $2 AND user_id = $3",
+            sql:
+                "UPDATE group_members SET role = $4, nickname = $5, muted_until = $6 WHERE app_id = $1 AND group_id = $2 AND user_id = $3",
             [appID, groupID, m.userID, m.role, m.nickname, m.mutedUntil], prepared: true)
     }
 
@@ -210,10 +219,11 @@ enum GroupStore {
     /// `joined_at`, ties by smallest `user_id`; nil when nobody is left.
     static func successor(appID: String, groupID: String, on db: PostgresConnection) throws -> String? {
         try db.query(
-            """
-            SELECT user_id FROM group_members WHERE app_id = $1 AND group_id = $2 AND role <> 1
-            ORDER BY (role <> 2), joined_at, user_id LIMIT 1
-            """,
+            sql:
+                """
+                SELECT user_id FROM group_members WHERE app_id = $1 AND group_id = $2 AND role <> 1
+                ORDER BY (role <> 2), joined_at, user_id LIMIT 1
+                """,
             [appID, groupID], prepared: true
         ).first.map { try $0[0].string }
     }
@@ -241,7 +251,7 @@ enum GroupStore {
                 sql += match(["m.user_id", "u.name", "m.nickname"], parameters.count)
             }
             sql += " ORDER BY m.role, m.joined_at, m.user_id LIMIT $3"
-            return try db.query(sql, parameters, prepared: true).rows.map { try member($0) }
+            return try db.query(sql: sql, parameters, prepared: true).rows.map { try member($0) }
         }
     }
 
@@ -250,11 +260,12 @@ enum GroupStore {
         -> [GroupMember]
     {
         try db.query(
-            """
-            SELECT \(memberColumns) FROM \(memberJoin)
-            WHERE m.app_id = $1 AND m.group_id = $2 AND (m.muted_until = -1 OR m.muted_until > $3) AND m.user_id > $4
-            ORDER BY m.user_id LIMIT $5
-            """,
+            sql:
+                """
+                SELECT \(memberColumns) FROM \(memberJoin)
+                WHERE m.app_id = $1 AND m.group_id = $2 AND (m.muted_until = -1 OR m.muted_until > $3) AND m.user_id > $4
+                ORDER BY m.user_id LIMIT $5
+                """,
             [appID, groupID, now, after ?? "", limit], prepared: true
         ).rows.map { try member($0) }
     }
@@ -294,7 +305,7 @@ enum GroupStore {
             }
             sql += " ORDER BY m.joined_at DESC, m.group_id DESC LIMIT $3"
             let n = groupColumnCount
-            return try db.query(sql, parameters, prepared: true).rows.map { row in
+            return try db.query(sql: sql, parameters, prepared: true).rows.map { row in
                 Membership(
                     group: try group(row), role: try row[n].int64, joinedAt: try row[n + 1].int64,
                     notificationStatus: try row[n + 2].string, alias: try row[n + 3].string)
@@ -305,10 +316,11 @@ enum GroupStore {
     /// The live groups of `userID` (a hard delete removes it from each), locked in a stable order.
     static func groupIDs(appID: String, userID: String, on db: PostgresConnection) throws -> [String] {
         try db.query(
-            """
-            SELECT g.group_id FROM group_members m JOIN groups g ON g.app_id = m.app_id AND g.group_id = m.group_id
-            WHERE m.app_id = $1 AND m.user_id = $2 AND g.dismissed_at IS NULL ORDER BY g.group_id
-            """,
+            sql:
+                """
+                SELECT g.group_id FROM group_members m JOIN groups g ON g.app_id = m.app_id AND g.group_id = m.group_id
+                WHERE m.app_id = $1 AND m.user_id = $2 AND g.dismissed_at IS NULL ORDER BY g.group_id
+                """,
             [appID, userID], prepared: true
         ).rows.map { try $0[0].string }
     }

@@ -364,10 +364,11 @@ final class EventHub: Sendable {
         for appID in Array(feeds.keys) {
             let keyIDs = Set(feeds[appID]!.subscribers.values.compactMap(\.subscription.appKeyID))
             let row = try db.query(
-                """
-                SELECT EXISTS (SELECT 1 FROM apps WHERE app_id = $1),
-                       ARRAY(SELECT key_id FROM app_keys WHERE app_id = $1 AND key_id = ANY($2::text[]) AND revoked_at IS NULL)
-                """, [appID, Array(keyIDs)], prepared: true
+                sql:
+                    """
+                    SELECT EXISTS (SELECT 1 FROM apps WHERE app_id = $1),
+                           ARRAY(SELECT key_id FROM app_keys WHERE app_id = $1 AND key_id = ANY($2::text[]) AND revoked_at IS NULL)
+                    """, [appID, Array(keyIDs)], prepared: true
             ).first
             let appExists = try row?[0].bool ?? false
             let activeKeys = Set(try row?[1].stringArray ?? [])

@@ -32,9 +32,7 @@ enum LiveRoutes {
             let countsPresence = ctx.credential.userID != nil || presenceFlag
             let resume = resumeValue(ctx, &query)
             try query.check()
-            guard try UserStore.fetch(appID: ctx.appID, userID: userID, on: ctx.db) != nil else {
-                throw UserService.notFound(userID)
-            }
+            try UserService(ctx).requireExists(userID)
             return try open(
                 ctx, filter: filter, userID: userID, resume: resume, countedAs: "u:\(ctx.appID):\(userID)",
                 limit: maxStreamsPerUser, platform: platform, countsPresence: countsPresence)

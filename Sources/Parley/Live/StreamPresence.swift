@@ -20,10 +20,11 @@ enum StreamPresence {
     ) throws {
         try change(appID: appID, userID: userID, services: services, ending: .closed) { db, _ in
             try db.query(
-                """
-                INSERT INTO user_streams (app_id, user_id, stream_id, node_id, platform, counts_presence, opened_at)
-                VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING
-                """, [appID, userID, streamID, nodeID, platform, countsPresence, Timestamp.wallMillis()], prepared: true)
+                sql:
+                    """
+                    INSERT INTO user_streams (app_id, user_id, stream_id, node_id, platform, counts_presence, opened_at)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING
+                    """, [appID, userID, streamID, nodeID, platform, countsPresence, Timestamp.wallMillis()], prepared: true)
         }
     }
 
@@ -31,7 +32,8 @@ enum StreamPresence {
     static func closed(appID: String, userID: String, streamIDs: [String], ending: Ending, services: Services) throws {
         try change(appID: appID, userID: userID, services: services, ending: ending) { db, _ in
             try db.query(
-                "DELETE FROM user_streams WHERE app_id = $1 AND user_id = $2 AND stream_id = ANY($3::text[])",
+                sql:
+                    "DELETE FROM user_streams WHERE app_id = $1 AND user_id = $2 AND stream_id = ANY($3::text[])",
                 [appID, userID, streamIDs], prepared: true)
         }
     }
@@ -39,7 +41,8 @@ enum StreamPresence {
     /// The open streams of a user on any of `platforms` (every node), e.g. those a kick closes.
     static func count(appID: String, userID: String, platforms: [String], on db: PostgresConnection) throws -> Int {
         let row = try db.query(
-            "SELECT count(*) FROM user_streams WHERE app_id = $1 AND user_id = $2 AND platform = ANY($3::text[])",
+            sql:
+                "SELECT count(*) FROM user_streams WHERE app_id = $1 AND user_id = $2 AND platform = ANY($3::text[])",
             [appID, userID, platforms], prepared: true
         ).first
         return Int(try row?[0].int64 ?? 0)
@@ -58,13 +61,14 @@ enum StreamPresence {
             if user.isDeleted { return false }
             let platforms =
                 try db.query(
-                    """
-                    SELECT coalesce(array_agg(DISTINCT platform ORDER BY platform), '{}') FROM user_streams
-                    WHERE app_id = $1 AND user_id = $2 AND counts_presence
-                    """, [appID, userID], prepared: true
+                    sql:
+                        """
+                        SELECT coalesce(array_agg(DISTINCT platform ORDER BY platform), '{}') FROM user_streams
+                        WHERE app_id = $1 AND user_id = $2 AND counts_presence
+                        """, [appID, userID], prepared: true
                 ).first?[0].stringArray ?? []
             let online = platforms.isEmpty ? (ending == .logout ? "logout" : "offline") : "online"
-            let presence = PresenceService(pool: services.pool, appID: appID, now: now)
+            let presence = PresenceService(db: db, appID: appID, now: now)
             let stored = try presence.status(userID, on: db)
             guard stored.onlineStatus != online || Set(stored.onlinePlatforms) != Set(platforms) else { return false }
             let status = try PresenceStore.setOnline(
@@ -82,23 +86,25 @@ enum StreamPresence {
     /// Records that `nodeID` is alive.
     static func heartbeat(nodeID: String, on db: PostgresConnection) throws {
         try db.query(
-            """
-            INSERT INTO live_nodes (node_id, seen_at) VALUES ($1, $2)
-            ON CONFLICT (node_id) DO UPDATE SET seen_at = EXCLUDED.seen_at
-            """, [nodeID, Timestamp.wallMillis()], prepared: true)
+            sql:
+                """
+                INSERT INTO live_nodes (node_id, seen_at) VALUES ($1, $2)
+                ON CONFLICT (node_id) DO UPDATE SET seen_at = EXCLUDED.seen_at
+                """, [nodeID, Timestamp.wallMillis()], prepared: true)
     }
 
     /// The nodes that hold stream rows but stopped beating (crashed, killed), and forgets their heartbeats.
     static func deadNodes(on db: PostgresConnection) throws -> [String] {
         let cutoff = Timestamp.wallMillis() - nodeTimeoutMillis
         let nodes = try db.query(
-            """
-            SELECT DISTINCT s.node_id FROM user_streams s
-            WHERE s.opened_at < $1
-              AND NOT EXISTS (SELECT 1 FROM live_nodes n WHERE n.node_id = s.node_id AND n.seen_at >= $1)
-            """, [cutoff], prepared: true
+            sql:
+                """
+                SELECT DISTINCT s.node_id FROM user_streams s
+                WHERE s.opened_at < $1
+                  AND NOT EXISTS (SELECT 1 FROM live_nodes n WHERE n.node_id = s.node_id AND n.seen_at >= $1)
+                """, [cutoff], prepared: true
         ).rows.map { try $0[0].string }
-        try db.query("DELETE FROM live_nodes WHERE seen_at < $1", [cutoff], prepared: true)
+        try db.query(sql: "DELETE FROM live_nodes WHERE seen_at < $1", [cutoff], prepared: true)
         return nodes
     }
 
@@ -106,7 +112,8 @@ enum StreamPresence {
     static func nodeGone(_ nodeID: String, services: Services) throws {
         let users = try services.pool.withConnection { db in
             try db.query(
-                "SELECT app_id, user_id, array_agg(stream_id) FROM user_streams WHERE node_id = $1 GROUP BY 1, 2",
+                sql:
+                    "SELECT app_id, user_id, array_agg(stream_id) FROM user_streams WHERE node_id = $1 GROUP BY 1, 2",
                 [nodeID], prepared: true
             ).rows.map { (appID: try $0[0].string, userID: try $0[1].string, streams: try $0[2].stringArray) }
         }

@@ -47,7 +47,7 @@ enum MessageRoutes {
     /// send is written by the node's ``MessageWriter`` with the other sends of the moment; the answer comes after
     /// its batch commits.
     private static func send(_ ctx: APIContext) throws -> Response {
-        guard let app = ctx.app else { throw APIError.internalError }
+        let app = ctx.app
         if let userID = ctx.tokenUserID {
             // User-token sends have their own bucket besides the token's (§1.8).
             let decision = ctx.services.rateLimiter.take(key: "s:\(ctx.appID):\(userID)", ratePerSecond: app.settings.userSendRatePerS)
@@ -62,6 +62,7 @@ enum MessageRoutes {
         let viewer = MessageViewer(ctx)
         let services = ctx.services
         let httpRequest = ctx.request
+        let (appID, now) = (ctx.appID, ctx.now)
         return .later { respond in
             services.writer.submit(item) { result in
                 do {
@@ -74,7 +75,9 @@ enum MessageRoutes {
                                 respond(
                                     answer(httpRequest, services) {
                                         var response = Reply.json(
-                                            try services.pool.withConnection { db in try service.duplicate(request, viewer: viewer, on: db) })
+                                            try services.pool.withConnection { db in
+                                                try MessageService(db: db, appID: appID, now: now).duplicate(request, viewer: viewer, on: db)
+                                            })
                                         response.headers.add("Parley-Duplicate", "true")
                                         return response
                                     })
@@ -105,7 +108,7 @@ enum MessageRoutes {
     /// `{message_id, seq}`. Request-level validation fails the whole request; steps 3–5 fail single items. The items
     /// go to the node's writer together, so they share its transactions.
     private static func batchSend(_ ctx: APIContext) throws -> Response {
-        guard let app = ctx.app else { throw APIError.internalError }
+        let app = ctx.app
         var body = try ctx.body()
         let recipients = body.array("to_user_ids", required: true, minItems: 1, maxItems: 500)
         // Validate the shared fields once, for a placeholder recipient, so request-level problems fail the request.
@@ -178,7 +181,7 @@ enum MessageRoutes {
 
     /// `POST /v1/messages/broadcast`: 202 `{message_id, timestamp}`.
     private static func broadcast(_ ctx: APIContext) throws -> Response {
-        guard let app = ctx.app else { throw APIError.internalError }
+        let app = ctx.app
         var r = try ctx.body()
         let from = r.id("from", .userID, required: true)
         if let type = r.object["type"]?.intValue, ![1, 2, 11, 12, 13, 14, 200].contains(type) {
@@ -211,12 +214,12 @@ enum MessageRoutes {
         let list = "combined|\(ctx.appID)|\(messageID)"
         var from = 0
         if let cursor {
-            guard let position = try AppRoutes.decodeCursor(ctx, cursor, list: list).first?.intValue else {
+            guard let position = try ctx.decodeCursor(cursor, list: list).first?.intValue else {
                 throw APIError(.invalidCursor, "malformed cursor")
             }
             from = Int(position) + 1
         }
-        let rows = try MessageStore.combined(appID: ctx.appID, combineID: combineID, from: from, limit: limit + 1, on: ctx.db)
+        let rows = try MessageService(ctx).combined(combineID, from: from, limit: limit + 1)
         let page = rows.prefix(limit)
         let next = rows.count > limit ? page.last.map { ctx.cursors.encode(list: list, values: [.int(Int64($0.position))]) } : nil
         return Reply.list(page.map(\.json), nextCursor: next)
@@ -226,7 +229,7 @@ enum MessageRoutes {
     /// messages hidden), or with no viewer everything stored (the app's group read).
     private static func history(_ ctx: APIContext, type: ConversationType, id: String, viewer userID: String?) throws -> Response {
         var query = ctx.query()
-        var h = MessageStore.HistoryQuery()
+        var h = MessageService.HistoryQuery()
         let afterSeq = query.int("after_seq", range: 0...Int64.max)
         let beforeSeq = query.int("before_seq", range: 0...Int64.max)
         let startAt = query.int("start_at", range: Int64.min...Int64.max)
@@ -257,16 +260,14 @@ enum MessageRoutes {
             "history|\(ctx.appID)|\(userID ?? "")|\(type.rawValue)|\(id)|\(h.afterSeq)|\(h.beforeSeq)|\(h.startAt)|\(h.endAt)|"
             + "\(typeList)|\(h.forward)|\(h.includeHidden)"
         if let cursor {
-            guard let seq = try AppRoutes.decodeCursor(ctx, cursor, list: list).first?.intValue else {
+            guard let seq = try ctx.decodeCursor(cursor, list: list).first?.intValue else {
                 throw APIError(.invalidCursor, "malformed cursor")
             }
             if h.forward { h.afterSeq = max(h.afterSeq, seq) } else { h.beforeSeq = min(h.beforeSeq, seq) }
         }
         let limit = h.limit
         h.limit = limit + 1
-        let rows = try MessageStore.history(
-            appID: ctx.appID, conversationType: type, threadID: MessageStore.thread(type, userID ?? "", id), peer: id, query: h,
-            on: ctx.db)
+        let rows = try MessageService(ctx).history(type, id: id, viewer: userID, query: h)
         // No rows from a group: find out whether access was refused (404/409/403) or the page is empty.
         if rows.isEmpty && type == .group { try MessageService(ctx).requireGroupHistory(id, viewer: userID, on: ctx.db) }
         let pageCount = min(rows.count, limit)

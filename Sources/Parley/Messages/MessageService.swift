@@ -5,7 +5,8 @@ import ParleyPostgres
 ///
 /// A value made per request; it owns nothing mutable.
 struct MessageService: DomainService {
-    let pool: PostgresPool
+    /// The request's connection (its worker thread's): reads run on it and transactions open on it.
+    let db: PostgresConnection
     let appID: String
     /// Server-clock ms of the request.
     let now: Int64
@@ -134,7 +135,7 @@ struct MessageService: DomainService {
             reply: nil, rootMessageID: nil, replyCount: 0, priority: 2, needReceipt: false, noUnread: false, onlineOnly: false,
             repeatCount: 1, push: push.map { $0.serialized() }, suppressed: nil, deleted: false)
         message.isBroadcast = true
-        try pool.transaction { db in
+        try db.transaction { db in
             guard let user = try UserStore.fetch(appID: appID, userID: from, on: db), !user.isDeleted else {
                 throw UserService.notFound(from)
             }
@@ -144,7 +145,8 @@ struct MessageService: DomainService {
             // Every active user: the audience is resolved when the event is written, in the same transaction.
             let users =
                 try db.query(
-                    "SELECT coalesce(array_agg(user_id ORDER BY user_id), '{}') FROM users WHERE app_id = $1 AND deleted_at IS NULL",
+                    sql:
+                        "SELECT coalesce(array_agg(user_id ORDER BY user_id), '{}') FROM users WHERE app_id = $1 AND deleted_at IS NULL",
                     [appID], prepared: true
                 ).first?[0].stringArray ?? []
             try EventLog.append(
@@ -183,4 +185,21 @@ struct MessageService: DomainService {
     }
 
     static func notFound(_ messageID: String) -> APIError { APIError(.messageNotFound, "message \(messageID) not found") }
+}
+
+// MARK: - Reads
+
+extension MessageService {
+    typealias HistoryQuery = MessageStore.HistoryQuery
+
+    /// The history rows of a conversation (§11.3), as ``MessageRow`` reads them.
+    func history(_ type: ConversationType, id: String, viewer userID: String?, query: HistoryQuery) throws -> PostgresResult {
+        try MessageStore.history(
+            appID: appID, conversationType: type, threadID: MessageStore.thread(type, userID ?? "", id), peer: id, query: query, on: db)
+    }
+
+    /// The snapshots of a combine message from `position` on.
+    func combined(_ combineID: String, from position: Int, limit: Int) throws -> [(position: Int, json: [UInt8])] {
+        try MessageStore.combined(appID: appID, combineID: combineID, from: position, limit: limit, on: db)
+    }
 }

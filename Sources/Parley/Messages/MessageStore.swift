@@ -42,11 +42,12 @@ enum MessageStore {
 
     static func key(appID: String, from: String, clientMsgID: String, on db: PostgresConnection) throws -> StoredKey? {
         let result = try db.query(
-            """
-            SELECT k.message_id, k.conv_type, k.recipient, k.seq, k.timestamp, k.message, \(columns("m"))
-            FROM message_keys k LEFT JOIN messages m ON m.app_id = k.app_id AND m.message_id = k.message_id
-            WHERE k.app_id = $1 AND k.sender = $2 AND k.client_msg_id = $3
-            """, [appID, from, clientMsgID], prepared: true)
+            sql:
+                """
+                SELECT k.message_id, k.conv_type, k.recipient, k.seq, k.timestamp, k.message, \(columns("m"))
+                FROM message_keys k LEFT JOIN messages m ON m.app_id = k.app_id AND m.message_id = k.message_id
+                WHERE k.app_id = $1 AND k.sender = $2 AND k.client_msg_id = $3
+                """, [appID, from, clientMsgID], prepared: true)
         guard let row = result.first else { return nil }
         return StoredKey(
             messageID: try row[0].string, conversationType: ConversationType(rawValue: try row[1].string) ?? .peer,
@@ -58,14 +59,16 @@ enum MessageStore {
 
     static func fetch(appID: String, messageID: String, on db: PostgresConnection) throws -> Message? {
         let result = try db.query(
-            oneSQL, [appID, messageID], prepared: true)
+            sql:
+                oneSQL, [appID, messageID], prepared: true)
         return try result.first.flatMap { try message($0) }
     }
 
     static func fetchMany(appID: String, messageIDs: [String], on db: PostgresConnection) throws -> [Message] {
         if messageIDs.isEmpty { return [] }
         let result = try db.query(
-            manySQL, [appID, messageIDs],
+            sql:
+                manySQL, [appID, messageIDs],
             prepared: true)
         return try result.rows.compactMap { try message($0) }
     }
@@ -121,7 +124,8 @@ enum MessageStore {
     {
         let sql = query.forward ? historySQL.ascending : historySQL.descending
         let result = try db.query(
-            sql,
+            sql:
+                sql,
             [
                 appID, conversationType.rawValue, threadID, query.afterSeq, query.beforeSeq, query.startAt, query.endAt,
                 query.types, query.viewer, query.includeHidden, peer, query.limit, query.requireGroupAccess,
@@ -134,10 +138,11 @@ enum MessageStore {
         -> [(position: Int, json: [UInt8])]
     {
         let result = try db.query(
-            """
-            SELECT position, message FROM message_combines WHERE app_id = $1 AND combine_id = $2 AND position >= $3
-            ORDER BY position LIMIT $4
-            """, [appID, combineID, position, limit], prepared: true)
+            sql:
+                """
+                SELECT position, message FROM message_combines WHERE app_id = $1 AND combine_id = $2 AND position >= $3
+                ORDER BY position LIMIT $4
+                """, [appID, combineID, position, limit], prepared: true)
         return try result.rows.map { (try $0[0].int, try $0[1].textBytes) }
     }
 }

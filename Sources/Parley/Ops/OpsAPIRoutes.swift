@@ -20,13 +20,9 @@ enum OpsAPIRoutes {
             text += "# HELP parley_sse_streams_open Open SSE streams.\n# TYPE parley_sse_streams_open gauge\n"
             let streams = services.hub.openStreams()
             text += "parley_sse_streams_open{kind=\"user\"} \(streams.user)\nparley_sse_streams_open{kind=\"app\"} \(streams.app)\n"
-            if let heads = try? services.pool.withConnection({ db in try db.query("SELECT app_id, head FROM event_heads ORDER BY app_id") }) {
+            if let heads = try? services.pool.withConnection({ db in try StatsStore.eventHeads(on: db) }) {
                 text += "# HELP parley_event_log_head Newest event id per app.\n# TYPE parley_event_log_head gauge\n"
-                for row in heads {
-                    if let app = try? row[0].string, let head = try? row[1].int64 {
-                        text += "parley_event_log_head{app_id=\"\(Metrics.escape(app))\"} \(head)\n"
-                    }
-                }
+                for (app, head) in heads { text += "parley_event_log_head{app_id=\"\(Metrics.escape(app))\"} \(head)\n" }
             }
             return Response(status: 200, headers: ["Content-Type": "text/plain; version=0.0.4; charset=utf-8"], body: Array(text.utf8))
         }
@@ -39,39 +35,30 @@ enum OpsAPIRoutes {
         }
 
         api.add(.get, "/v1/stats", .app, "getStats") { ctx in
-            let row = try ctx.db.query(
-                """
-                SELECT (SELECT count(*) FROM users WHERE app_id = $1 AND deleted_at IS NULL),
-                       h.head, h.trim_point,
-                       (SELECT count(*) FROM user_statuses WHERE app_id = $1 AND online_status = 'online'),
-                       (SELECT count(*) FROM groups WHERE app_id = $1 AND dismissed_at IS NULL),
-                       (SELECT count(*) FROM messages WHERE app_id = $1),
-                       (SELECT count(*) FROM messages WHERE app_id = $1 AND timestamp > $2),
-                       (SELECT count(*) FROM user_streams WHERE app_id = $1)
-                FROM event_heads h WHERE h.app_id = $1
-                """, [ctx.appID, ctx.now - 86_400_000])
-            guard let stats = row.first else { throw APIError(.notFound, "app \(ctx.appID) does not exist") }
+            guard let stats = try StatsStore.counts(appID: ctx.appID, since: ctx.now - 86_400_000, on: ctx.db) else {
+                throw APIError(.notFound, "app \(ctx.appID) does not exist")
+            }
             var o = JSONObjectWriter()
-            o["users_total"] = try stats[0].int64
-            o["users_online"] = try stats[3].int64
-            o["groups_total"] = try stats[4].int64
-            o["messages_stored_total"] = try stats[5].int64
-            o["messages_24h"] = try stats[6].int64
+            o["users_total"] = stats.usersTotal
+            o["users_online"] = stats.usersOnline
+            o["groups_total"] = stats.groupsTotal
+            o["messages_stored_total"] = stats.messagesStored
+            o["messages_24h"] = stats.messagesSince
             // User streams on every node, app-level streams on this one (they are not recorded in the database).
-            o["streams_open"] = try stats[7].int64 + Int64(ctx.services.hub.openStreams(appID: ctx.appID).app)
+            o["streams_open"] = stats.userStreams + Int64(ctx.services.hub.openStreams(appID: ctx.appID).app)
             // Rooms and calls come with their issues.
             for zero in ["rooms_active", "calls_active"] { o[zero] = 0 }
-            o["event_log_head"] = String(try stats[1].int64)
-            o["event_log_trim_point"] = String(try stats[2].int64)
+            o["event_log_head"] = String(stats.eventLogHead)
+            o["event_log_trim_point"] = String(stats.eventLogTrimPoint)
             for zero in ["webhook_pending", "webhook_dead_24h", "push_sent_24h", "push_failed_24h"] { o[zero] = 0 }
             o["generated_at"] = ctx.now
             return Reply.json(o.finish())
         }
 
-        api.add(.get, "/v1/test/clock", .admin, "getTestClock") { ctx in
+        api.addAdmin(.get, "/v1/test/clock", "getTestClock") { ctx in
             try clockResponse(ctx)
         }
-        api.add(.post, "/v1/test/clock/advance", .admin, "advanceTestClock") { ctx in
+        api.addAdmin(.post, "/v1/test/clock/advance", "advanceTestClock") { ctx in
             guard ctx.services.clock.isTestClock else { throw APIError(.notFound, "the test clock is disabled") }
             var body = try ctx.body()
             let ms = body.int("ms", required: true, range: 1...(10 * 365 * 86_400_000))
@@ -85,7 +72,7 @@ enum OpsAPIRoutes {
         }
     }
 
-    private static func clockResponse(_ ctx: APIContext) throws -> Response {
+    private static func clockResponse(_ ctx: AdminContext) throws -> Response {
         let clock = ctx.services.clock
         guard clock.isTestClock else { throw APIError(.notFound, "the test clock is disabled") }
         var o = JSONObjectWriter()

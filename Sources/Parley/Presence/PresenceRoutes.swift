@@ -48,7 +48,7 @@ enum PresenceRoutes {
     }
 
     /// The failed result of an item that did not pass validation.
-    private static func invalid(_ index: Int, _ item: BlacklistRoutes.Item) -> BatchResult {
+    private static func invalid(_ index: Int, _ item: BatchItem) -> BatchResult {
         BatchResult(index: index, id: item.id, outcome: .failed(.invalidParams, item.problem ?? "invalid"))
     }
 
@@ -57,7 +57,7 @@ enum PresenceRoutes {
     /// `POST /v1/users/status/query`: per item `user_not_found` (unknown or soft-deleted).
     private static func queryStatuses(_ ctx: APIContext) throws -> Response {
         var body = try ctx.body()
-        let items = BlacklistRoutes.readItems(from: &body)
+        let items = body.batchIDs()
         try body.check()
         let found = try PresenceService(ctx).statuses(items.compactMap(\.userID), on: ctx.db)
         let results = items.enumerated().map { index, item -> BatchResult in
@@ -75,7 +75,7 @@ enum PresenceRoutes {
     private static func subscribe(_ ctx: APIContext) throws -> Response {
         let subscriberID = try ctx.pathID("user_id", .userID)
         var body = try ctx.body()
-        let items = BlacklistRoutes.readItems(from: &body)
+        let items = body.batchIDs()
         let duration = body.int("duration_min", required: true, range: PresenceService.subscriptionDuration)
         try body.check()
         let outcomes = try PresenceService(ctx).subscribe(
@@ -103,7 +103,7 @@ enum PresenceRoutes {
     private static func unsubscribe(_ ctx: APIContext) throws -> Response {
         let subscriberID = try ctx.pathID("user_id", .userID)
         var body = try ctx.body()
-        let items = BlacklistRoutes.readItems(from: &body)
+        let items = body.batchIDs()
         try body.check()
         let removed = try PresenceService(ctx).unsubscribe(subscriberID, targetIDs: items.compactMap(\.userID))
         let results = items.enumerated().map { index, item -> BatchResult in
@@ -137,7 +137,7 @@ enum PresenceRoutes {
         let list = "status_subscriptions|\(ctx.appID)|\(subscriberID)|\(filter.map { Set($0).sorted().joined(separator: ",") } ?? "")"
         var after: String?
         if let cursor {
-            let values = try AppRoutes.decodeCursor(ctx, cursor, list: list)
+            let values = try ctx.decodeCursor(cursor, list: list)
             guard values.count == 1, let id = values[0].stringValue else { throw APIError(.invalidCursor, "malformed cursor") }
             after = id
         }

@@ -10,7 +10,8 @@ import ParleyPostgres
 /// next to ``setCustomStatus(_:customStatus:expiresInSeconds:)``: update those columns in one transaction, then
 /// append ``statusUpdatedEvent(_:on:)`` last, so subscribers hear online changes exactly like custom ones.
 struct PresenceService: DomainService {
-    let pool: PostgresPool
+    /// The request's connection (its worker thread's): reads run on it and transactions open on it.
+    let db: PostgresConnection
     let appID: String
     /// Server-clock ms of the request.
     let now: Int64
@@ -48,7 +49,7 @@ struct PresenceService: DomainService {
     /// Sets (or with `""` clears) `userID`'s custom status and writes `user.status_updated` to the user and its
     /// unexpired subscribers. The user's row is locked so a concurrent hard delete cannot break the insert.
     func setCustomStatus(_ userID: String, customStatus: String, expiresInSeconds: Int64) throws -> UserStatus {
-        try pool.transaction { db in
+        try db.transaction { db in
             guard let user = try UserStore.fetch(appID: appID, userID: userID, forUpdate: true, on: db), !user.isDeleted else {
                 throw UserService.notFound(userID)
             }
@@ -73,7 +74,7 @@ struct PresenceService: DomainService {
     /// limit; a re-subscribe replaces `expires_at` and does not count again. The subscriber's users row is locked
     /// for the whole transaction, so concurrent subscribes of one user are serialised and never pass the limit.
     func subscribe(_ subscriberID: String, targetIDs: [String], durationMinutes: Int64) throws -> [String: SubscribeOutcome] {
-        try pool.transaction { db in
+        try db.transaction { db in
             try lockSubscriber(subscriberID, on: db)
             let live = try PresenceStore.statuses(appID: appID, userIDs: targetIDs, on: db)
             let held = try PresenceStore.subscribed(
@@ -107,7 +108,7 @@ struct PresenceService: DomainService {
 
     /// Removes `subscriberID`'s subscriptions to `targetIDs`; returns the targets it was (unexpired) subscribed to.
     func unsubscribe(_ subscriberID: String, targetIDs: [String]) throws -> Set<String> {
-        try pool.transaction { db in
+        try db.transaction { db in
             try lockSubscriber(subscriberID, on: db)
             return try PresenceStore.delete(appID: appID, subscriberID: subscriberID, targetIDs: targetIDs, now: now, on: db)
         }

@@ -25,11 +25,12 @@ enum PresenceStore {
     static func statuses(appID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: UserStatus] {
         if userIDs.isEmpty { return [:] }
         let result = try db.query(
-            """
-            SELECT u.user_id, \(columns)
-            FROM users u LEFT JOIN user_statuses s ON s.app_id = u.app_id AND s.user_id = u.user_id
-            WHERE u.app_id = $1 AND u.user_id = ANY($2::text[]) AND u.deleted_at IS NULL
-            """,
+            sql:
+                """
+                SELECT u.user_id, \(columns)
+                FROM users u LEFT JOIN user_statuses s ON s.app_id = u.app_id AND s.user_id = u.user_id
+                WHERE u.app_id = $1 AND u.user_id = ANY($2::text[]) AND u.deleted_at IS NULL
+                """,
             [appID, userIDs], prepared: true)
         var out: [String: UserStatus] = [:]
         for row in result.rows {
@@ -45,14 +46,15 @@ enum PresenceStore {
         appID: String, userID: String, customStatus: String, expiresAt: Int64, now: Int64, on db: PostgresConnection
     ) throws -> UserStatus {
         let result = try db.query(
-            """
-            INSERT INTO user_statuses AS s (app_id, user_id, custom_status, custom_status_expires_at, last_custom_status_updated_at)
-            VALUES ($1, $2, $3, $4, $5)
-            ON CONFLICT (app_id, user_id) DO UPDATE
-            SET custom_status = EXCLUDED.custom_status, custom_status_expires_at = EXCLUDED.custom_status_expires_at,
-                last_custom_status_updated_at = EXCLUDED.last_custom_status_updated_at
-            RETURNING \(columns)
-            """,
+            sql:
+                """
+                INSERT INTO user_statuses AS s (app_id, user_id, custom_status, custom_status_expires_at, last_custom_status_updated_at)
+                VALUES ($1, $2, $3, $4, $5)
+                ON CONFLICT (app_id, user_id) DO UPDATE
+                SET custom_status = EXCLUDED.custom_status, custom_status_expires_at = EXCLUDED.custom_status_expires_at,
+                    last_custom_status_updated_at = EXCLUDED.last_custom_status_updated_at
+                RETURNING \(columns)
+                """,
             [appID, userID, customStatus, expiresAt, now], prepared: true)
         guard let row = result.first else { throw APIError(.internalError, "status of \(userID) not written") }
         return try status(userID: userID, row, from: 0)
@@ -64,14 +66,15 @@ enum PresenceStore {
         appID: String, userID: String, onlineStatus: String, platforms: [String], now: Int64, on db: PostgresConnection
     ) throws -> UserStatus {
         let result = try db.query(
-            """
-            INSERT INTO user_statuses AS s (app_id, user_id, online_status, online_platforms, last_online_status_updated_at)
-            VALUES ($1, $2, $3, $4, $5)
-            ON CONFLICT (app_id, user_id) DO UPDATE
-            SET online_status = EXCLUDED.online_status, online_platforms = EXCLUDED.online_platforms,
-                last_online_status_updated_at = EXCLUDED.last_online_status_updated_at
-            RETURNING \(columns)
-            """,
+            sql:
+                """
+                INSERT INTO user_statuses AS s (app_id, user_id, online_status, online_platforms, last_online_status_updated_at)
+                VALUES ($1, $2, $3, $4, $5)
+                ON CONFLICT (app_id, user_id) DO UPDATE
+                SET online_status = EXCLUDED.online_status, online_platforms = EXCLUDED.online_platforms,
+                    last_online_status_updated_at = EXCLUDED.last_online_status_updated_at
+                RETURNING \(columns)
+                """,
             [appID, userID, onlineStatus, platforms, now], prepared: true)
         guard let row = result.first else { throw APIError(.internalError, "status of \(userID) not written") }
         return try status(userID: userID, row, from: 0)
@@ -82,21 +85,22 @@ enum PresenceStore {
     /// runs (and a concurrent set) never revert, and so never announce, the same status twice.
     static func expireDueCustom(now: Int64, limit: Int, on db: PostgresConnection) throws -> [(appID: String, status: UserStatus)] {
         let result = try db.query(
-            """
-            WITH due AS (
-                SELECT app_id, user_id FROM user_statuses
-                WHERE custom_status <> '' AND custom_status_expires_at <= $1
-                ORDER BY custom_status_expires_at
-                LIMIT $2
-                FOR UPDATE SKIP LOCKED
-            )
-            UPDATE user_statuses s
-            SET custom_status = '', custom_status_expires_at = 0, last_custom_status_updated_at = s.custom_status_expires_at
-            FROM due
-            WHERE s.app_id = due.app_id AND s.user_id = due.user_id
-              AND s.custom_status <> '' AND s.custom_status_expires_at <= $1
-            RETURNING s.app_id, s.user_id, \(columns)
-            """,
+            sql:
+                """
+                WITH due AS (
+                    SELECT app_id, user_id FROM user_statuses
+                    WHERE custom_status <> '' AND custom_status_expires_at <= $1
+                    ORDER BY custom_status_expires_at
+                    LIMIT $2
+                    FOR UPDATE SKIP LOCKED
+                )
+                UPDATE user_statuses s
+                SET custom_status = '', custom_status_expires_at = 0, last_custom_status_updated_at = s.custom_status_expires_at
+                FROM due
+                WHERE s.app_id = due.app_id AND s.user_id = due.user_id
+                  AND s.custom_status <> '' AND s.custom_status_expires_at <= $1
+                RETURNING s.app_id, s.user_id, \(columns)
+                """,
             [now, limit], prepared: true)
         return try result.rows.map { row in
             (try row[0].string, try status(userID: try row[1].string, row, from: 2))
@@ -115,11 +119,12 @@ enum PresenceStore {
     static func subscribers(appID: String, targetIDs: [String], now: Int64, on db: PostgresConnection) throws -> [String: [String]] {
         if targetIDs.isEmpty { return [:] }
         let result = try db.query(
-            """
-            SELECT target_id, subscriber_id FROM status_subscriptions
-            WHERE app_id = $1 AND target_id = ANY($2::text[]) AND expires_at > $3
-            ORDER BY target_id, subscriber_id
-            """,
+            sql:
+                """
+                SELECT target_id, subscriber_id FROM status_subscriptions
+                WHERE app_id = $1 AND target_id = ANY($2::text[]) AND expires_at > $3
+                ORDER BY target_id, subscriber_id
+                """,
             [appID, targetIDs, now], prepared: true)
         var out: [String: [String]] = [:]
         for row in result.rows { out[try row[0].string, default: []].append(try row[1].string) }
@@ -129,7 +134,8 @@ enum PresenceStore {
     /// How many unexpired subscriptions `subscriberID` holds at `now`.
     static func count(appID: String, subscriberID: String, now: Int64, on db: PostgresConnection) throws -> Int {
         let result = try db.query(
-            "SELECT count(*) FROM status_subscriptions WHERE app_id = $1 AND subscriber_id = $2 AND expires_at > $3",
+            sql:
+                "SELECT count(*) FROM status_subscriptions WHERE app_id = $1 AND subscriber_id = $2 AND expires_at > $3",
             [appID, subscriberID, now], prepared: true)
         return Int(try result.first?[0].int64 ?? 0)
     }
@@ -140,10 +146,11 @@ enum PresenceStore {
     ) throws -> Set<String> {
         if targetIDs.isEmpty { return [] }
         let result = try db.query(
-            """
-            SELECT target_id FROM status_subscriptions
-            WHERE app_id = $1 AND subscriber_id = $2 AND target_id = ANY($3::text[]) AND expires_at > $4
-            """,
+            sql:
+                """
+                SELECT target_id FROM status_subscriptions
+                WHERE app_id = $1 AND subscriber_id = $2 AND target_id = ANY($3::text[]) AND expires_at > $4
+                """,
             [appID, subscriberID, targetIDs, now], prepared: true)
         return Set(try result.rows.map { try $0[0].string })
     }
@@ -155,11 +162,12 @@ enum PresenceStore {
     ) throws {
         if targetIDs.isEmpty { return }
         _ = try db.query(
-            """
-            INSERT INTO status_subscriptions (app_id, subscriber_id, target_id, created_at, expires_at)
-            SELECT $1, $2, t, $4, $5 FROM unnest($3::text[]) AS t
-            ON CONFLICT (app_id, subscriber_id, target_id) DO UPDATE SET expires_at = EXCLUDED.expires_at
-            """,
+            sql:
+                """
+                INSERT INTO status_subscriptions (app_id, subscriber_id, target_id, created_at, expires_at)
+                SELECT $1, $2, t, $4, $5 FROM unnest($3::text[]) AS t
+                ON CONFLICT (app_id, subscriber_id, target_id) DO UPDATE SET expires_at = EXCLUDED.expires_at
+                """,
             [appID, subscriberID, targetIDs, now, expiresAt], prepared: true)
     }
 
@@ -170,11 +178,12 @@ enum PresenceStore {
     ) throws -> Set<String> {
         if targetIDs.isEmpty { return [] }
         let result = try db.query(
-            """
-            DELETE FROM status_subscriptions
-            WHERE app_id = $1 AND subscriber_id = $2 AND target_id = ANY($3::text[])
-            RETURNING target_id, expires_at
-            """,
+            sql:
+                """
+                DELETE FROM status_subscriptions
+                WHERE app_id = $1 AND subscriber_id = $2 AND target_id = ANY($3::text[])
+                RETURNING target_id, expires_at
+                """,
             [appID, subscriberID, targetIDs], prepared: true)
         var out: Set<String> = []
         for row in result.rows {
@@ -207,7 +216,7 @@ enum PresenceStore {
             sql += " AND b.target_id > $\(parameters.count)"
         }
         sql += " ORDER BY b.target_id LIMIT $4"
-        return try db.query(sql, parameters, prepared: true).rows.map { row in
+        return try db.query(sql: sql, parameters, prepared: true).rows.map { row in
             let targetID = try row[0].string
             return (Subscription(targetID: targetID, expiresAt: try row[1].int64), try status(userID: targetID, row, from: 2))
         }
@@ -217,19 +226,20 @@ enum PresenceStore {
     /// silently (API.md §5); `SKIP LOCKED` plus the re-checked condition keep concurrent runs and re-subscribes safe.
     static func deleteExpired(now: Int64, limit: Int, on db: PostgresConnection) throws -> Int {
         let result = try db.query(
-            """
-            WITH due AS (
-                SELECT app_id, subscriber_id, target_id FROM status_subscriptions
-                WHERE expires_at <= $1
-                ORDER BY expires_at
-                LIMIT $2
-                FOR UPDATE SKIP LOCKED
-            )
-            DELETE FROM status_subscriptions b USING due
-            WHERE b.app_id = due.app_id AND b.subscriber_id = due.subscriber_id AND b.target_id = due.target_id
-              AND b.expires_at <= $1
-            RETURNING b.target_id
-            """,
+            sql:
+                """
+                WITH due AS (
+                    SELECT app_id, subscriber_id, target_id FROM status_subscriptions
+                    WHERE expires_at <= $1
+                    ORDER BY expires_at
+                    LIMIT $2
+                    FOR UPDATE SKIP LOCKED
+                )
+                DELETE FROM status_subscriptions b USING due
+                WHERE b.app_id = due.app_id AND b.subscriber_id = due.subscriber_id AND b.target_id = due.target_id
+                  AND b.expires_at <= $1
+                RETURNING b.target_id
+                """,
             [now, limit], prepared: true)
         return result.rowCount
     }

@@ -42,43 +42,12 @@ enum BlacklistRoutes {
 
     // MARK: - Batches
 
-    /// One input item of a batch: its natural key and, when valid, the id to act on.
-    struct Item {
-        var id: String
-        /// Nil when the item failed validation (then `problem` says why).
-        var userID: String?
-        var problem: String?
-    }
-
     /// Reads `user_ids` (1–100): a non-string or malformed id, or a repeated one after its first occurrence,
     /// fails only its own item with `invalid_params`.
-    private static func readItems(_ ctx: APIContext) throws -> [Item] {
+    private static func readItems(_ ctx: APIContext) throws -> [BatchItem] {
         var body = try ctx.body()
-        let items = readItems(from: &body)
+        let items = body.batchIDs()
         try body.check()
-        return items
-    }
-
-    /// The items of the `user_ids` member of `body` (request-level errors go to `body`); shared with the friend
-    /// batches, which read `mode` from the same body.
-    static func readItems(from body: inout BodyReader) -> [Item] {
-        guard let raw = body.array("user_ids", required: true, minItems: 1, maxItems: 100) else { return [] }
-        var items: [Item] = []
-        var seen: Set<String> = []
-        for (index, value) in raw.enumerated() {
-            let path = "\(body.fieldPath("user_ids"))[\(index)]"
-            guard case .string(let userID) = value else {
-                items.append(Item(id: "", problem: "\(path): expected string, got \(value.typeName)"))
-                continue
-            }
-            if let problem = IdentifierKind.userID.problem(userID) {
-                items.append(Item(id: userID, problem: "\(path): \(problem)"))
-            } else if !seen.insert(userID).inserted {
-                items.append(Item(id: userID, problem: "user \(userID) is repeated in this request"))
-            } else {
-                items.append(Item(id: userID, userID: userID))
-            }
-        }
         return items
     }
 
@@ -140,7 +109,7 @@ enum BlacklistRoutes {
         let cursor = query.string("cursor")
         try query.check()
         let list = "blacklist|\(ctx.appID)|\(owner)"
-        let after: (createdAt: Int64, userID: String)? = try AppRoutes.timeAndIDCursor(ctx, cursor, list: list)
+        let after: (createdAt: Int64, userID: String)? = try ctx.timeAndIDCursor(cursor, list: list)
         let entries = try BlacklistService(ctx).list(owner: owner, after: after, limit: limit + 1, on: ctx.db)
         let page = entries.prefix(limit)
         let next =

@@ -6,7 +6,8 @@ import ParleyPostgres
 /// A value made per request; it owns nothing mutable. Transaction bodies are re-runnable (the pool retries them on
 /// serialization failures), so they compute everything they return from what they read.
 struct BlacklistService: DomainService {
-    let pool: PostgresPool
+    /// The request's connection (its worker thread's): reads run on it and transactions open on it.
+    let db: PostgresConnection
     let appID: String
     /// Server-clock ms of the request.
     let now: Int64
@@ -26,7 +27,7 @@ struct BlacklistService: DomainService {
     /// Adds `blockedIDs` (distinct, valid ids) to `owner`'s list, in order, up to the limit. The owner's users row
     /// is locked for the whole transaction, so concurrent adds to one list are serialised and never pass the limit.
     func add(owner: String, blockedIDs: [String]) throws -> [String: AddOutcome] {
-        try pool.transaction { db in
+        try db.transaction { db in
             try lockOwner(owner, on: db)
             var live: Set<String> = []
             for user in try UserStore.fetchMany(appID: appID, userIDs: blockedIDs, on: db) where !user.isDeleted {
@@ -59,7 +60,7 @@ struct BlacklistService: DomainService {
 
     /// Removes `blockedIDs` (distinct, valid ids) from `owner`'s list; returns the ids that were on it.
     func remove(owner: String, blockedIDs: [String]) throws -> Set<String> {
-        try pool.transaction { db in
+        try db.transaction { db in
             try lockOwner(owner, on: db)
             let removed = try BlacklistStore.delete(appID: appID, owner: owner, blockedIDs: blockedIDs, on: db)
             let ordered = blockedIDs.filter(removed.contains)

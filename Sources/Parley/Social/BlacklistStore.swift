@@ -23,7 +23,8 @@ enum BlacklistStore {
     /// How many entries `owner`'s list has.
     static func count(appID: String, owner: String, on db: PostgresConnection) throws -> Int {
         let result = try db.query(
-            "SELECT count(*) FROM blacklist WHERE app_id = $1 AND user_id = $2", [appID, owner], prepared: true)
+            sql:
+                "SELECT count(*) FROM blacklist WHERE app_id = $1 AND user_id = $2", [appID, owner], prepared: true)
         return Int(try result.first?[0].int64 ?? 0)
     }
 
@@ -31,7 +32,8 @@ enum BlacklistStore {
     static func present(appID: String, owner: String, blockedIDs: [String], on db: PostgresConnection) throws -> Set<String> {
         if blockedIDs.isEmpty { return [] }
         let result = try db.query(
-            "SELECT blocked_id FROM blacklist WHERE app_id = $1 AND user_id = $2 AND blocked_id = ANY($3::text[])",
+            sql:
+                "SELECT blocked_id FROM blacklist WHERE app_id = $1 AND user_id = $2 AND blocked_id = ANY($3::text[])",
             [appID, owner, blockedIDs], prepared: true)
         return Set(try result.rows.map { try $0[0].string })
     }
@@ -40,11 +42,12 @@ enum BlacklistStore {
     static func insert(appID: String, owner: String, blockedIDs: [String], now: Int64, on db: PostgresConnection) throws {
         if blockedIDs.isEmpty { return }
         _ = try db.query(
-            """
-            INSERT INTO blacklist (app_id, user_id, blocked_id, created_at)
-            SELECT $1, $2, b, $4 FROM unnest($3::text[]) AS b
-            ON CONFLICT (app_id, user_id, blocked_id) DO NOTHING
-            """,
+            sql:
+                """
+                INSERT INTO blacklist (app_id, user_id, blocked_id, created_at)
+                SELECT $1, $2, b, $4 FROM unnest($3::text[]) AS b
+                ON CONFLICT (app_id, user_id, blocked_id) DO NOTHING
+                """,
             [appID, owner, blockedIDs, now], prepared: true)
     }
 
@@ -52,7 +55,8 @@ enum BlacklistStore {
     static func delete(appID: String, owner: String, blockedIDs: [String], on db: PostgresConnection) throws -> Set<String> {
         if blockedIDs.isEmpty { return [] }
         let result = try db.query(
-            "DELETE FROM blacklist WHERE app_id = $1 AND user_id = $2 AND blocked_id = ANY($3::text[]) RETURNING blocked_id",
+            sql:
+                "DELETE FROM blacklist WHERE app_id = $1 AND user_id = $2 AND blocked_id = ANY($3::text[]) RETURNING blocked_id",
             [appID, owner, blockedIDs], prepared: true)
         return Set(try result.rows.map { try $0[0].string })
     }
@@ -71,10 +75,11 @@ enum BlacklistStore {
         let result =
             if let after {
                 try db.query(
-                    select + " AND (b.created_at, b.blocked_id) < ($4, $5)" + order,
+                    sql:
+                        select + " AND (b.created_at, b.blocked_id) < ($4, $5)" + order,
                     [appID, owner, limit, after.createdAt, after.userID], prepared: true)
             } else {
-                try db.query(select + order, [appID, owner, limit], prepared: true)
+                try db.query(sql: select + order, [appID, owner, limit], prepared: true)
             }
         return try result.rows.map {
             Entry(userID: try $0[0].string, name: try $0[1].string, avatarURL: try $0[2].string, createdAt: try $0[3].int64)

@@ -31,13 +31,14 @@ enum FriendApplicationStore {
     {
         let sql =
             "SELECT \(columns) FROM friend_applications WHERE app_id = $1 AND application_id = $2" + (forUpdate ? " FOR UPDATE" : "")
-        return try db.query(sql, [appID, applicationID], prepared: true).first.map(application)
+        return try db.query(sql: sql, [appID, applicationID], prepared: true).first.map(application)
     }
 
     /// The waiting application `from` → `to` (at most one exists), locked until the transaction ends.
     static func waiting(appID: String, from: String, to: String, on db: PostgresConnection) throws -> FriendApplication? {
         try db.query(
-            "SELECT \(columns) FROM friend_applications WHERE app_id = $1 AND from_id = $2 AND to_id = $3 AND state = 'waiting' FOR UPDATE",
+            sql:
+                "SELECT \(columns) FROM friend_applications WHERE app_id = $1 AND from_id = $2 AND to_id = $3 AND state = 'waiting' FOR UPDATE",
             [appID, from, to], prepared: true
         ).first.map(application)
     }
@@ -45,11 +46,12 @@ enum FriendApplicationStore {
     /// Stores a new application with the send's push config.
     static func insert(appID: String, _ a: FriendApplication, push: JSONValue?, on db: PostgresConnection) throws {
         _ = try db.query(
-            """
-            INSERT INTO friend_applications
-                (app_id, application_id, from_id, to_id, wording, alias, attributes, push, state, created_at, updated_at, expires_at)
-            VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9, $10, $11, $12)
-            """,
+            sql:
+                """
+                INSERT INTO friend_applications
+                    (app_id, application_id, from_id, to_id, wording, alias, attributes, push, state, created_at, updated_at, expires_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9, $10, $11, $12)
+                """,
             [
                 appID, a.applicationID, a.from, a.to, a.wording, a.alias, text(.object(a.attributes)), text(push), a.state.rawValue,
                 a.createdAt, a.updatedAt, a.expiresAt,
@@ -59,18 +61,20 @@ enum FriendApplicationStore {
     /// Stores a repeated send: wording, alias, attributes, `updated_at`, and the push config when one was given.
     static func saveResend(appID: String, _ a: FriendApplication, push: JSONValue?, on db: PostgresConnection) throws {
         _ = try db.query(
-            """
-            UPDATE friend_applications SET wording = $3, alias = $4, attributes = $5::jsonb, updated_at = $6,
-                push = COALESCE($7::jsonb, push)
-            WHERE app_id = $1 AND application_id = $2
-            """,
+            sql:
+                """
+                UPDATE friend_applications SET wording = $3, alias = $4, attributes = $5::jsonb, updated_at = $6,
+                    push = COALESCE($7::jsonb, push)
+                WHERE app_id = $1 AND application_id = $2
+                """,
             [appID, a.applicationID, a.wording, a.alias, text(.object(a.attributes)), a.updatedAt, text(push)], prepared: true)
     }
 
     /// Stores an answer (accept or reject): the new state, `updated_at` and the answer's push config.
     static func saveAnswer(appID: String, _ a: FriendApplication, push: JSONValue?, on db: PostgresConnection) throws {
         _ = try db.query(
-            "UPDATE friend_applications SET state = $3, updated_at = $4, response_push = $5::jsonb WHERE app_id = $1 AND application_id = $2",
+            sql:
+                "UPDATE friend_applications SET state = $3, updated_at = $4, response_push = $5::jsonb WHERE app_id = $1 AND application_id = $2",
             [appID, a.applicationID, a.state.rawValue, a.updatedAt, text(push)], prepared: true)
     }
 
@@ -79,11 +83,12 @@ enum FriendApplicationStore {
         -> FriendApplication?
     {
         try db.query(
-            """
-            UPDATE friend_applications SET state = 'expired', updated_at = expires_at
-            WHERE app_id = $1 AND from_id = $2 AND to_id = $3 AND state = 'waiting' AND expires_at <= $4
-            RETURNING \(columns)
-            """,
+            sql:
+                """
+                UPDATE friend_applications SET state = 'expired', updated_at = expires_at
+                WHERE app_id = $1 AND from_id = $2 AND to_id = $3 AND state = 'waiting' AND expires_at <= $4
+                RETURNING \(columns)
+                """,
             [appID, from, to, now], prepared: true
         ).first.map(application)
     }
@@ -94,19 +99,20 @@ enum FriendApplicationStore {
     /// (the background sweep, a test-clock advance, other nodes) each expire — and report — an application once.
     static func expireDue(now: Int64, limit: Int, on db: PostgresConnection) throws -> [(appID: String, application: FriendApplication)] {
         let result = try db.query(
-            """
-            WITH due AS (
-                SELECT app_id, application_id FROM friend_applications
-                WHERE state = 'waiting' AND expires_at <= $1
-                ORDER BY expires_at
-                LIMIT $2
-                FOR UPDATE SKIP LOCKED
-            )
-            UPDATE friend_applications f SET state = 'expired', updated_at = f.expires_at
-            FROM due
-            WHERE f.app_id = due.app_id AND f.application_id = due.application_id AND f.state = 'waiting'
-            RETURNING f.app_id, \(prefixedColumns)
-            """,
+            sql:
+                """
+                WITH due AS (
+                    SELECT app_id, application_id FROM friend_applications
+                    WHERE state = 'waiting' AND expires_at <= $1
+                    ORDER BY expires_at
+                    LIMIT $2
+                    FOR UPDATE SKIP LOCKED
+                )
+                UPDATE friend_applications f SET state = 'expired', updated_at = f.expires_at
+                FROM due
+                WHERE f.app_id = due.app_id AND f.application_id = due.application_id AND f.state = 'waiting'
+                RETURNING f.app_id, \(prefixedColumns)
+                """,
             [now, limit], prepared: true)
         return try result.rows.map { row in (try row[0].string, try application(row, from: 1)) }
     }
@@ -134,6 +140,6 @@ enum FriendApplicationStore {
             sql += " AND (created_at, application_id) < ($\(n - 1), $\(n))"
         }
         sql += " ORDER BY created_at DESC, application_id DESC LIMIT $3"
-        return try db.query(sql, parameters, prepared: true).rows.map(application)
+        return try db.query(sql: sql, parameters, prepared: true).rows.map(application)
     }
 }

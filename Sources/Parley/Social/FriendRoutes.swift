@@ -67,7 +67,7 @@ enum FriendRoutes {
             let push = PushConfig.read(from: &body)
             try body.check()
             guard let to else { throw APIError.internalError }
-            let expiry = ctx.app?.settings.int("application_expiry_s") ?? 604_800
+            let expiry = ctx.app.settings.int("application_expiry_s") ?? 604_800
             let outcome = try FriendService(ctx).apply(from: from, to: to, entry, push: push, expirySeconds: expiry)
             return outcome.created ? Reply.created(outcome.application.json()) : Reply.json(outcome.application.json())
         }
@@ -111,16 +111,16 @@ enum FriendRoutes {
     // MARK: - Batches
 
     /// The `user_ids` items and the `mode` (default `both`) of a delete or check body.
-    private static func readBatch(_ ctx: APIContext) throws -> (items: [BlacklistRoutes.Item], mode: Friend.DeleteMode) {
+    private static func readBatch(_ ctx: APIContext) throws -> (items: [BatchItem], mode: Friend.DeleteMode) {
         var body = try ctx.body()
-        let items = BlacklistRoutes.readItems(from: &body)
+        let items = body.batchIDs()
         let mode = body.enumeration("mode", Friend.DeleteMode.self) ?? .both
         try body.check()
         return (items, mode)
     }
 
     /// The result of an item that failed validation.
-    private static func invalid(_ index: Int, _ item: BlacklistRoutes.Item) -> BatchResult {
+    private static func invalid(_ index: Int, _ item: BatchItem) -> BatchResult {
         BatchResult(index: index, id: item.id, outcome: .failed(.invalidParams, item.problem ?? "invalid"))
     }
 
@@ -174,7 +174,7 @@ enum FriendRoutes {
         let matchAlias = query.bool("match_alias") ?? false
         try query.check()
         let list = "friends|\(ctx.appID)|\(owner)|\(keywords.joined(separator: " "))|\(matchAlias)"
-        let after: (createdAt: Int64, userID: String)? = try AppRoutes.timeAndIDCursor(ctx, cursor, list: list)
+        let after: (createdAt: Int64, userID: String)? = try ctx.timeAndIDCursor(cursor, list: list)
         let friends = try FriendService(ctx).list(
             owner: owner, keywords: keywords, matchAlias: matchAlias, after: after, limit: limit + 1, on: ctx.db)
         let page = friends.prefix(limit)
@@ -197,7 +197,7 @@ enum FriendRoutes {
         let state = query.choice("state", FriendApplication.State.allCases.map(\.rawValue)).flatMap(FriendApplication.State.init)
         try query.check()
         let list = "friend_applications|\(ctx.appID)|\(userID)|\(direction.rawValue)|\(state?.rawValue ?? "")"
-        let after: (createdAt: Int64, applicationID: String)? = try AppRoutes.timeAndIDCursor(ctx, cursor, list: list)
+        let after: (createdAt: Int64, applicationID: String)? = try ctx.timeAndIDCursor(cursor, list: list)
         let applications = try FriendService(ctx).applications(
             of: userID, direction: direction, state: state, after: after, limit: limit + 1, on: ctx.db)
         let page = applications.prefix(limit)

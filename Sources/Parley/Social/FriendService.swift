@@ -11,7 +11,8 @@ import ParleyPostgres
 /// A value made per request; it owns nothing mutable. Transaction bodies are re-runnable (the pool retries them on
 /// serialization failures and deadlocks), so they compute everything they return from what they read.
 struct FriendService: DomainService {
-    let pool: PostgresPool
+    /// The request's connection (its worker thread's): reads run on it and transactions open on it.
+    let db: PostgresConnection
     let appID: String
     /// Server-clock ms of the request.
     let now: Int64
@@ -30,7 +31,7 @@ struct FriendService: DomainService {
     /// alias and attributes). Errors in the order of API.md §7.
     func add(owner: String, friendID: String, _ entry: EntryRequest) throws -> Friend {
         if owner == friendID { throw Self.cannotFriendSelf() }
-        return try pool.transaction { db in
+        return try db.transaction { db in
             let users = try lockPair(owner, friendID, on: db)
             guard let friend = users[friendID] else { throw UserService.notFound(friendID) }
             if try !FriendStore.present(appID: appID, owner: owner, friendIDs: [friendID], on: db).isEmpty {
@@ -63,7 +64,7 @@ struct FriendService: DomainService {
         -> (application: FriendApplication, created: Bool)
     {
         if from == to { throw Self.cannotFriendSelf() }
-        return try pool.transaction { db in
+        return try db.transaction { db in
             try lockPair(from, to, on: db)
             if try !FriendStore.present(appID: appID, owner: from, friendIDs: [to], on: db).isEmpty {
                 throw APIError(.alreadyFriends, "user \(to) is already a friend of \(from)")
@@ -101,7 +102,7 @@ struct FriendService: DomainService {
     /// other; the acceptor's entry takes `entry`, the applicant's the alias and attributes of its application.
     /// Returns the acceptor's entry.
     func accept(owner: String, applicationID: String, _ entry: EntryRequest, push: JSONValue?) throws -> Friend {
-        try pool.transaction { db in
+        try db.transaction { db in
             try requireOwner(owner, on: db)
             guard let found = try FriendApplicationStore.fetch(appID: appID, applicationID: applicationID, on: db), found.to == owner else {
                 throw Self.applicationNotFound(applicationID)
@@ -136,7 +137,7 @@ struct FriendService: DomainService {
 
     /// `POST …/friend_applications/{id}/reject` by `owner` (the application's `to`).
     func reject(owner: String, applicationID: String, push: JSONValue?) throws -> FriendApplication {
-        try pool.transaction { db in
+        try db.transaction { db in
             try requireOwner(owner, on: db)
             guard var application = try FriendApplicationStore.fetch(appID: appID, applicationID: applicationID, forUpdate: true, on: db),
                 application.to == owner
@@ -185,7 +186,7 @@ struct FriendService: DomainService {
     /// `PATCH …/friends/{friend_id}`: a new alias and/or attributes merged in (`""` removes a key). Writes
     /// `friend.updated` to the owner only when something changed.
     func update(owner: String, friendID: String, alias: String?, attributes: JSONObject?) throws -> Friend {
-        try pool.transaction { db in
+        try db.transaction { db in
             try requireOwner(owner, on: db)
             guard var friend = try FriendStore.fetch(appID: appID, owner: owner, friendID: friendID, on: db) else {
                 throw Self.notFriends(friendID)
@@ -215,7 +216,7 @@ struct FriendService: DomainService {
     /// Removes `friendIDs` (distinct, valid ids) from `owner`'s list, and for `both` `owner` from theirs. One
     /// `friend.deleted` per removed friend, to the owner (and the friend for `both`).
     func delete(owner: String, friendIDs: [String], mode: Friend.DeleteMode) throws -> [String: DeleteOutcome] {
-        try pool.transaction { db in
+        try db.transaction { db in
             try requireOwner(owner, on: db)
             let others = friendIDs.filter { $0 != owner }
             let removed = try FriendStore.delete(appID: appID, owner: owner, friendIDs: others, on: db)

@@ -22,12 +22,12 @@ enum FriendStore {
         let sql =
             select + " WHERE f.app_id = $1 AND f.user_id = $2 AND f.friend_id = $3"
             + (visibleOnly ? " AND u.deleted_at IS NULL" : "")
-        return try db.query(sql, [appID, owner, friendID], prepared: true).first.map(friend)
+        return try db.query(sql: sql, [appID, owner, friendID], prepared: true).first.map(friend)
     }
 
     /// How many entries `owner`'s list has.
     static func count(appID: String, owner: String, on db: PostgresConnection) throws -> Int {
-        let result = try db.query("SELECT count(*) FROM friends WHERE app_id = $1 AND user_id = $2", [appID, owner], prepared: true)
+        let result = try db.query(sql: "SELECT count(*) FROM friends WHERE app_id = $1 AND user_id = $2", [appID, owner], prepared: true)
         return Int(try result.first?[0].int64 ?? 0)
     }
 
@@ -35,7 +35,8 @@ enum FriendStore {
     static func present(appID: String, owner: String, friendIDs: [String], on db: PostgresConnection) throws -> Set<String> {
         if friendIDs.isEmpty { return [] }
         let result = try db.query(
-            "SELECT friend_id FROM friends WHERE app_id = $1 AND user_id = $2 AND friend_id = ANY($3::text[])",
+            sql:
+                "SELECT friend_id FROM friends WHERE app_id = $1 AND user_id = $2 AND friend_id = ANY($3::text[])",
             [appID, owner, friendIDs], prepared: true)
         return Set(try result.rows.map { try $0[0].string })
     }
@@ -44,7 +45,8 @@ enum FriendStore {
     static func listing(appID: String, friendID: String, userIDs: [String], on db: PostgresConnection) throws -> Set<String> {
         if userIDs.isEmpty { return [] }
         let result = try db.query(
-            "SELECT user_id FROM friends WHERE app_id = $1 AND friend_id = $2 AND user_id = ANY($3::text[])",
+            sql:
+                "SELECT user_id FROM friends WHERE app_id = $1 AND friend_id = $2 AND user_id = ANY($3::text[])",
             [appID, friendID, userIDs], prepared: true)
         return Set(try result.rows.map { try $0[0].string })
     }
@@ -56,11 +58,12 @@ enum FriendStore {
         on db: PostgresConnection
     ) throws -> Bool {
         let result = try db.query(
-            """
-            INSERT INTO friends (app_id, user_id, friend_id, alias, attributes, wording, created_at, updated_at)
-            VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $7)
-            ON CONFLICT (app_id, user_id, friend_id) DO NOTHING
-            """,
+            sql:
+                """
+                INSERT INTO friends (app_id, user_id, friend_id, alias, attributes, wording, created_at, updated_at)
+                VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $7)
+                ON CONFLICT (app_id, user_id, friend_id) DO NOTHING
+                """,
             [appID, owner, friendID, alias, String(decoding: JSONValue.object(attributes).serialized(), as: UTF8.self), wording, now],
             prepared: true)
         return result.affectedRows == 1
@@ -69,7 +72,8 @@ enum FriendStore {
     /// Stores `friend`'s alias, attributes and `updated_at` in `owner`'s list.
     static func save(appID: String, owner: String, friend: Friend, on db: PostgresConnection) throws {
         _ = try db.query(
-            "UPDATE friends SET alias = $4, attributes = $5::jsonb, updated_at = $6 WHERE app_id = $1 AND user_id = $2 AND friend_id = $3",
+            sql:
+                "UPDATE friends SET alias = $4, attributes = $5::jsonb, updated_at = $6 WHERE app_id = $1 AND user_id = $2 AND friend_id = $3",
             [
                 appID, owner, friend.userID, friend.alias,
                 String(decoding: JSONValue.object(friend.attributes).serialized(), as: UTF8.self), friend.updatedAt,
@@ -80,7 +84,8 @@ enum FriendStore {
     static func delete(appID: String, owner: String, friendIDs: [String], on db: PostgresConnection) throws -> Set<String> {
         if friendIDs.isEmpty { return [] }
         let result = try db.query(
-            "DELETE FROM friends WHERE app_id = $1 AND user_id = $2 AND friend_id = ANY($3::text[]) RETURNING friend_id",
+            sql:
+                "DELETE FROM friends WHERE app_id = $1 AND user_id = $2 AND friend_id = ANY($3::text[]) RETURNING friend_id",
             [appID, owner, friendIDs], prepared: true)
         return Set(try result.rows.map { try $0[0].string })
     }
@@ -89,7 +94,8 @@ enum FriendStore {
     static func deleteReverse(appID: String, friendID: String, userIDs: [String], on db: PostgresConnection) throws {
         if userIDs.isEmpty { return }
         _ = try db.query(
-            "DELETE FROM friends WHERE app_id = $1 AND friend_id = $2 AND user_id = ANY($3::text[])",
+            sql:
+                "DELETE FROM friends WHERE app_id = $1 AND friend_id = $2 AND user_id = ANY($3::text[])",
             [appID, friendID, userIDs], prepared: true)
     }
 
@@ -133,6 +139,6 @@ enum FriendStore {
             sql += " AND NOT EXISTS (SELECT 1 FROM unnest(\(p)) AS k WHERE NOT (\(any)))"
         }
         sql += " ORDER BY f.created_at DESC, f.friend_id DESC LIMIT $3"
-        return try db.query(sql, parameters, prepared: true).rows.map(friend)
+        return try db.query(sql: sql, parameters, prepared: true).rows.map(friend)
     }
 }

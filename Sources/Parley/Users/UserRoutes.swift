@@ -63,7 +63,7 @@ enum UserRoutes {
             var body = try ctx.body()
             let ttl = body.int("ttl_s", range: 60...2_592_000)
             try body.check()
-            guard let app = ctx.app else { throw APIError.internalError }
+            let app = ctx.app
             let minted = try UserService(ctx).mintToken(
                 userID, ttlSeconds: ttl ?? app.settings.tokenDefaultTTLSeconds, secret: app.tokenSecret, on: ctx.db)
             var o = JSONObjectWriter()
@@ -214,7 +214,7 @@ enum UserRoutes {
         }
         let wanted = items.compactMap { if case .valid(let id) = $0 { id } else { nil } }
         var found: [String: User] = [:]
-        for user in try UserStore.fetchMany(appID: ctx.appID, userIDs: wanted, on: ctx.db) where !user.isDeleted {
+        for user in try UserService(ctx).liveUsers(wanted) {
             found[user.userID] = user
         }
         let results = items.enumerated().map { index, item -> BatchResult in
@@ -236,7 +236,7 @@ enum UserRoutes {
     /// `GET /v1/users`: by `user_id` asc; the cursor is bound to the `state` and `q` it was minted for.
     private static func listUsers(_ ctx: APIContext) throws -> Response {
         var query = ctx.query()
-        let state = query.choice("state", UserStore.ListState.allCases.map(\.rawValue)).flatMap(UserStore.ListState.init) ?? .active
+        let state = query.choice("state", UserService.ListState.allCases.map(\.rawValue)).flatMap(UserService.ListState.init) ?? .active
         let q = query.string("q").map { $0.lowercased() }.flatMap { $0.isEmpty ? nil : $0 }
         let limit = query.limit()
         let cursor = query.string("cursor")
@@ -244,12 +244,11 @@ enum UserRoutes {
         let list = "users|\(state.rawValue)|\(q ?? "")"
         var after: String?
         if let cursor {
-            let values = try AppRoutes.decodeCursor(ctx, cursor, list: list)
+            let values = try ctx.decodeCursor(cursor, list: list)
             guard values.count == 1, let id = values[0].stringValue else { throw APIError(.invalidCursor, "malformed cursor") }
             after = id
         }
-        let users = try UserStore.list(
-            appID: ctx.appID, state: state, query: q, after: after, now: ctx.now, limit: limit + 1, on: ctx.db)
+        let users = try UserService(ctx).list(state: state, query: q, after: after, limit: limit + 1)
         let page = users.prefix(limit)
         let next = users.count > limit ? page.last.map { ctx.cursors.encode(list: list, values: [.string($0.userID)]) } : nil
         return Reply.list(page.map { $0.json(.app) }, nextCursor: next)

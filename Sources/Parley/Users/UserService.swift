@@ -6,7 +6,8 @@ import ParleyPostgres
 /// A value made per request; it owns nothing mutable. Transaction bodies are re-runnable (the pool retries them on
 /// serialization failures), so they compute everything they return from what they read.
 struct UserService: DomainService {
-    let pool: PostgresPool
+    /// The request's connection (its worker thread's): reads run on it and transactions open on it.
+    let db: PostgresConnection
     let appID: String
     /// Server-clock ms of the request.
     let now: Int64
@@ -32,7 +33,7 @@ struct UserService: DomainService {
     /// Creates one user; 409 `user_already_exists` when the id is taken, also by a soft-deleted user.
     func create(_ userID: String, profile: UserProfile) throws -> User {
         let user = User(userID: userID, profile: profile, now: now)
-        try pool.transaction { db in
+        try db.transaction { db in
             guard try UserStore.insert(appID: appID, user: user, on: db) else {
                 throw APIError(.userAlreadyExists, "user \(userID) already exists")
             }
@@ -59,7 +60,7 @@ struct UserService: DomainService {
     /// created or changed user, in input order. Items must have distinct user ids.
     func importUsers(_ items: [ImportItem], upsert: Bool) throws -> [String: ImportOutcome] {
         if items.isEmpty { return [:] }
-        return try pool.transaction { db in
+        return try db.transaction { db in
             let ids = items.map(\.userID)
             var existing: [String: User] = [:]
             for user in try UserStore.fetchMany(appID: appID, userIDs: ids, forUpdate: upsert, on: db) {
@@ -115,7 +116,7 @@ struct UserService: DomainService {
         _ userID: String, target: Target = .live, extra: (User) -> [NewEvent] = { _ in [] },
         _ change: (inout User) throws -> [String]
     ) throws -> User {
-        try pool.transaction { db in
+        try db.transaction { db in
             guard var user = try UserStore.fetch(appID: appID, userID: userID, forUpdate: true, on: db),
                 user.isDeleted == (target == .softDeleted)
             else { throw Self.notFound(userID) }
@@ -183,7 +184,7 @@ struct UserService: DomainService {
     /// Kick: with `revokeTokens` every token minted before it stops verifying; the live hub closes the user's
     /// streams on `platforms` when it delivers `user.kicked`.
     func kick(_ userID: String, platforms: [String], revokeTokens: Bool) throws {
-        try pool.transaction { db in
+        try db.transaction { db in
             guard var user = try UserStore.fetch(appID: appID, userID: userID, forUpdate: true, on: db), !user.isDeleted else {
                 throw Self.notFound(userID)
             }
@@ -202,7 +203,7 @@ struct UserService: DomainService {
     /// Soft delete (deactivate; tokens are revoked) or hard delete (the row goes; the id may be created again).
     /// Soft delete addresses live users only; hard delete also purges a soft-deleted user.
     func delete(_ userID: String, mode: DeleteMode) throws {
-        try pool.transaction { db in
+        try db.transaction { db in
             var groupEvents: [NewEvent] = []
             switch mode {
             case .soft:
@@ -216,7 +217,7 @@ struct UserService: DomainService {
                 try UserStore.save(appID: appID, user: user, on: db)
             case .hard:
                 // The user leaves its groups first (owner continuity, dismissal of emptied groups; API.md §9.3).
-                groupEvents = try GroupService(pool: pool, appID: appID, now: now).removeDeletedUser(userID, on: db)
+                groupEvents = try GroupService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
                 guard try UserStore.delete(appID: appID, userID: userID, on: db) else { throw Self.notFound(userID) }
             }
             var data = JSONObjectWriter(capacity: 64)
@@ -270,5 +271,26 @@ struct UserService: DomainService {
         data["platforms"] = platforms
         data["revoke_tokens"] = revokeTokens
         return NewEvent(type: "user.kicked", data: data.finish(), audience: [userID], orderKey: userID)
+    }
+}
+
+// MARK: - Reads
+
+extension UserService {
+    typealias ListState = UserStore.ListState
+
+    /// Up to `limit` users of the app in `state`, by `user_id`, strictly after `after`, matching `query`.
+    func list(state: ListState, query: String?, after: String?, limit: Int) throws -> [User] {
+        try UserStore.list(appID: appID, state: state, query: query, after: after, now: now, limit: limit, on: db)
+    }
+
+    /// The users among `userIDs` that exist and are not deleted, in no particular order.
+    func liveUsers(_ userIDs: [String]) throws -> [User] {
+        try UserStore.fetchMany(appID: appID, userIDs: userIDs, on: db).filter { !$0.isDeleted }
+    }
+
+    /// 404 `user_not_found` unless the user exists (deleted users included, as a stream may be opened for them).
+    func requireExists(_ userID: String) throws {
+        guard try UserStore.fetch(appID: appID, userID: userID, on: db) != nil else { throw Self.notFound(userID) }
     }
 }

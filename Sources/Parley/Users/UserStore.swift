@@ -11,7 +11,8 @@ enum UserStore {
 
     static func authState(appID: String, userID: String, on db: PostgresConnection) throws -> AuthState? {
         let result = try db.query(
-            "SELECT deleted_at, token_generation, banned_until FROM users WHERE app_id = $1 AND user_id = $2",
+            sql:
+                "SELECT deleted_at, token_generation, banned_until FROM users WHERE app_id = $1 AND user_id = $2",
             [appID, userID], prepared: true)
         guard let row = result.first else { return nil }
         return AuthState(
@@ -46,7 +47,7 @@ enum UserStore {
 
     /// One user, soft-deleted or not; `forUpdate` locks the row until the transaction ends.
     static func fetch(appID: String, userID: String, forUpdate: Bool = false, on db: PostgresConnection) throws -> User? {
-        try db.query(forUpdate ? fetchSQL.forUpdate : fetchSQL.plain, [appID, userID], prepared: true).first.map(user)
+        try db.query(sql: forUpdate ? fetchSQL.forUpdate : fetchSQL.plain, [appID, userID], prepared: true).first.map(user)
     }
 
     /// The users among `userIDs` that exist (soft-deleted included), in `user_id` order; `forUpdate` locks them in
@@ -57,7 +58,7 @@ enum UserStore {
             forUpdate
             ? "SELECT \(columns) FROM users WHERE app_id = $1 AND user_id = ANY($2::text[]) ORDER BY user_id FOR UPDATE"
             : "SELECT \(columns) FROM users WHERE app_id = $1 AND user_id = ANY($2::text[]) ORDER BY user_id"
-        return try db.query(sql, [appID, userIDs], prepared: true).rows.map(user)
+        return try db.query(sql: sql, [appID, userIDs], prepared: true).rows.map(user)
     }
 
     /// Which users `GET /v1/users` lists (API.md §4).
@@ -120,7 +121,7 @@ enum UserStore {
             conditions.append("(starts_with(lower(user_id), \(p)) OR strpos(\(name), \(p)) > 0)")
         }
         let sql = "SELECT \(columns) FROM users WHERE " + conditions.joined(separator: " AND ") + " ORDER BY user_id LIMIT $2"
-        return try db.query(sql, parameters, prepared: true).rows.map(user)
+        return try db.query(sql: sql, parameters, prepared: true).rows.map(user)
     }
 
     // MARK: - Writes
@@ -134,14 +135,15 @@ enum UserStore {
     static func insertMany(appID: String, users: [User], on db: PostgresConnection) throws -> Set<String> {
         if users.isEmpty { return [] }
         let result = try db.query(
-            """
-            INSERT INTO users (app_id, user_id, name, avatar_url, extended_data, created_at, updated_at, token_generation)
-            SELECT $1, u.user_id, u.name, u.avatar_url, u.extended_data, u.created_at, u.created_at, u.token_generation
-            FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[])
-                 AS u(user_id, name, avatar_url, extended_data, created_at, token_generation)
-            ON CONFLICT (app_id, user_id) DO NOTHING
-            RETURNING user_id
-            """,
+            sql:
+                """
+                INSERT INTO users (app_id, user_id, name, avatar_url, extended_data, created_at, updated_at, token_generation)
+                SELECT $1, u.user_id, u.name, u.avatar_url, u.extended_data, u.created_at, u.created_at, u.token_generation
+                FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[])
+                     AS u(user_id, name, avatar_url, extended_data, created_at, token_generation)
+                ON CONFLICT (app_id, user_id) DO NOTHING
+                RETURNING user_id
+                """,
             [
                 appID, users.map(\.userID), users.map(\.name), users.map(\.avatarURL), users.map(\.extendedData),
                 users.map(\.createdAt), users.map(\.tokenGeneration),
@@ -158,16 +160,17 @@ enum UserStore {
     static func saveMany(appID: String, users: [User], on db: PostgresConnection) throws {
         if users.isEmpty { return }
         _ = try db.query(
-            """
-            UPDATE users SET name = u.name, avatar_url = u.avatar_url, extended_data = u.extended_data,
-                   updated_at = u.updated_at, muted_until = u.muted_until, banned_until = u.banned_until,
-                   ban_reason = u.ban_reason, deleted_at = NULLIF(u.deleted_at, -1), token_generation = u.token_generation
-            FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[],
-                        $9::text[], $10::bigint[], $11::bigint[])
-                 AS u(user_id, name, avatar_url, extended_data, updated_at, muted_until, banned_until, ban_reason,
-                      deleted_at, token_generation)
-            WHERE users.app_id = $1 AND users.user_id = u.user_id
-            """,
+            sql:
+                """
+                UPDATE users SET name = u.name, avatar_url = u.avatar_url, extended_data = u.extended_data,
+                       updated_at = u.updated_at, muted_until = u.muted_until, banned_until = u.banned_until,
+                       ban_reason = u.ban_reason, deleted_at = NULLIF(u.deleted_at, -1), token_generation = u.token_generation
+                FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[],
+                            $9::text[], $10::bigint[], $11::bigint[])
+                     AS u(user_id, name, avatar_url, extended_data, updated_at, muted_until, banned_until, ban_reason,
+                          deleted_at, token_generation)
+                WHERE users.app_id = $1 AND users.user_id = u.user_id
+                """,
             [
                 appID, users.map(\.userID), users.map(\.name), users.map(\.avatarURL), users.map(\.extendedData),
                 users.map(\.updatedAt), users.map(\.mutedUntil), users.map(\.bannedUntil), users.map(\.banReason),
@@ -178,6 +181,6 @@ enum UserStore {
 
     /// Removes the user's row (hard delete); false when there was none.
     static func delete(appID: String, userID: String, on db: PostgresConnection) throws -> Bool {
-        try db.query("DELETE FROM users WHERE app_id = $1 AND user_id = $2", [appID, userID], prepared: true).affectedRows > 0
+        try db.query(sql: "DELETE FROM users WHERE app_id = $1 AND user_id = $2", [appID, userID], prepared: true).affectedRows > 0
     }
 }

@@ -1,0 +1,55 @@
+import ParleyPostgres
+import Synchronization
+import Testing
+
+/// Interpolated binds, typed row decoding, and transactions opened on a pooled connection.
+@Suite struct PostgresQueryTests {
+    @Test func interpolatedValuesAreBoundNeverSpliced() throws {
+        let hostile = "x'); DROP TABLE t; --"
+        let query: PostgresQuery = "SELECT \(hostile)::text, \(42)::int, \(nil as String?)::text, \(sql: "'fragment'")"
+        #expect(query.sql == "SELECT $1::text, $2::int, $3::text, 'fragment'")
+        #expect(query.binds.count == 3)
+
+        let db = try freshConnection()
+        let row = try #require(try db.query(query).decodeFirst((String, Int, String?, String).self))
+        #expect(row.0 == hostile)
+        #expect(row.1 == 42)
+        #expect(row.2 == nil)
+        #expect(row.3 == "fragment")
+    }
+
+    @Test func decodesRowsIntoTypedTuples() throws {
+        let db = try freshConnection()
+        let values = try db.query("SELECT x, 'n' || x, ARRAY['a', x::text] FROM generate_series(1, \(3)) AS x ORDER BY x")
+            .decode((Int64, String, [String]).self)
+        #expect(values.map(\.0) == [1, 2, 3])
+        #expect(values.map(\.1) == ["n1", "n2", "n3"])
+        #expect(values.map(\.2) == [["a", "1"], ["a", "2"], ["a", "3"]])
+        #expect(try db.query("SELECT 1 WHERE false").decodeFirst(Int.self) == nil)
+        #expect(try db.query("SELECT 7").decodeFirst(Int.self) == 7)
+    }
+
+    @Test func aColumnCountThatDoesNotMatchIsADecodingError() throws {
+        let db = try freshConnection()
+        #expect(throws: PostgresError.self) { try db.query("SELECT 1, 2").decode((Int, Int, Int).self) }
+        #expect(throws: PostgresError.self) { try db.query("SELECT 1, 2").decode(Int.self) }
+    }
+
+    @Test func aPooledConnectionsTransactionRetriesConflicts() throws {
+        let pool = PostgresPool(configuration: try freshDatabase(migrated: false), size: 2)
+        defer { pool.shutdown() }
+        try pool.withConnection { try $0.simpleQuery("CREATE TABLE t (x int)") }
+        let attempts = Atomic<Int>(0)
+        try pool.withConnection { db in
+            try db.transaction { db in
+                try db.query("INSERT INTO t VALUES (\(1))")
+                if attempts.add(1, ordering: .relaxed).newValue == 1 {
+                    throw PostgresError(kind: .query, sqlState: "40001", message: "could not serialize access")
+                }
+            }
+        }
+        #expect(attempts.load(ordering: .relaxed) == 2)
+        // The first attempt was rolled back; the retry committed.
+        #expect(try pool.withConnection { try $0.query("SELECT count(*) FROM t").decodeFirst(Int.self) } == 1)
+    }
+}
