@@ -6,47 +6,81 @@
 /// `\(sql: fragment)`; never pass a value that way. Statements kept as static text with numbered parameters (long
 /// shared statements such as the message write) use ``init(sql:binds:)``.
 public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation {
-    /// The SQL text, with `$n` where values are bound.
-    public let sql: String
+    /// The text around the bound values: `segments[i]` comes before value `i + 1`, the last one after the last
+    /// value. A statement written with numbered parameters keeps its whole text in `numberedSQL` instead.
+    private var segments: [String]
+    private var numberedSQL: String?
     /// The bound values in parameter order (`nil` binds NULL).
-    public let binds: [(any PostgresEncodable)?]
+    public private(set) var binds: [(any PostgresEncodable)?]
 
-    /// A statement written with numbered parameters and its values in order.
+    /// The SQL text, with `$n` where values are bound.
+    public var sql: String {
+        if let numberedSQL { return numberedSQL }
+        var text = segments[0]
+        for (index, segment) in segments.dropFirst().enumerated() {
+            text += "$"
+            text += String(index + 1)
+            text += segment
+        }
+        return text
+    }
+
+    /// A statement written with numbered parameters and its values in order (long shared statements kept as static
+    /// text). It cannot be appended to another query.
     public init(sql: String, binds: [(any PostgresEncodable)?]) {
-        self.sql = sql
+        segments = [""]
+        numberedSQL = sql
         self.binds = binds
     }
 
     public init(stringLiteral value: String) {
-        sql = value
+        segments = [value]
         binds = []
     }
 
     public init(stringInterpolation: StringInterpolation) {
-        sql = stringInterpolation.sql
-        binds = stringInterpolation.binds
+        segments = stringInterpolation.query.segments
+        binds = stringInterpolation.query.binds
     }
+
+    /// Appends `other`'s text and values (its parameters are numbered after this query's).
+    public mutating func append(_ other: PostgresQuery) {
+        precondition(numberedSQL == nil && other.numberedSQL == nil, "queries written with numbered parameters cannot be combined")
+        segments[segments.count - 1] += other.segments[0]
+        segments += other.segments.dropFirst()
+        binds += other.binds
+    }
+
+    public static func + (lhs: PostgresQuery, rhs: PostgresQuery) -> PostgresQuery {
+        var query = lhs
+        query.append(rhs)
+        return query
+    }
+
+    public static func += (lhs: inout PostgresQuery, rhs: PostgresQuery) { lhs.append(rhs) }
 
     /// Builds the text and the binds as the literal is read.
     public struct StringInterpolation: StringInterpolationProtocol {
-        var sql = ""
-        var binds: [(any PostgresEncodable)?] = []
+        var query = PostgresQuery(stringLiteral: "")
 
         public init(literalCapacity: Int, interpolationCount: Int) {
-            sql.reserveCapacity(literalCapacity + 4 * interpolationCount)
-            binds.reserveCapacity(interpolationCount)
+            query.segments.reserveCapacity(interpolationCount + 1)
+            query.binds.reserveCapacity(interpolationCount)
         }
 
-        public mutating func appendLiteral(_ literal: String) { sql += literal }
+        public mutating func appendLiteral(_ literal: String) { query.segments[query.segments.count - 1] += literal }
 
         /// A value: bound as the next parameter (`nil` binds NULL).
         public mutating func appendInterpolation(_ value: (some PostgresEncodable)?) {
-            binds.append(value)
-            sql += "$\(binds.count)"
+            query.binds.append(value)
+            query.segments.append("")
         }
 
+        /// A part of a statement built elsewhere (a shared condition, an optional filter), with its values.
+        public mutating func appendInterpolation(_ part: PostgresQuery) { query.append(part) }
+
         /// A fragment of the statement's own text: a constant of the code, never a value from a request.
-        public mutating func appendInterpolation(sql fragment: String) { sql += fragment }
+        public mutating func appendInterpolation(sql fragment: String) { query.segments[query.segments.count - 1] += fragment }
     }
 }
 

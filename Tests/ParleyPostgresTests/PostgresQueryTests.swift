@@ -18,6 +18,21 @@ import Testing
         #expect(row.3 == "fragment")
     }
 
+    @Test func partsCombineWithTheirValuesRenumbered() throws {
+        var query: PostgresQuery = "SELECT x FROM generate_series(\(1)::int, \(10)::int) AS x WHERE true"
+        let odd: PostgresQuery = " AND x % \(2)::int = \(1)"
+        query += odd
+        let nested: PostgresQuery = "SELECT count(*) FROM (\(query)) AS s WHERE s.x > \(4)::int"
+        #expect(
+            nested.sql
+                == "SELECT count(*) FROM (SELECT x FROM generate_series($1::int, $2::int) AS x WHERE true AND x % $3::int = $4) AS s WHERE s.x > $5::int"
+        )
+        #expect(try freshConnection().query(nested).decodeFirst(Int.self) == 3)
+        // A string literal in an interpolation is a value like any other.
+        let literal: PostgresQuery = "SELECT \("abc")::text"
+        #expect(literal.sql == "SELECT $1::text")
+    }
+
     @Test func decodesRowsIntoTypedTuples() throws {
         let db = try freshConnection()
         let values = try db.query("SELECT x, 'n' || x, ARRAY['a', x::text] FROM generate_series(1, \(3)) AS x ORDER BY x")
