@@ -93,6 +93,12 @@ extension PostgresConnection {
     public func query(_ query: PostgresQuery, prepared: Bool = true) throws(PostgresError) -> PostgresResult {
         try self.query(sql: query.sql, query.binds, prepared: prepared)
     }
+
+    /// Runs `query` and returns the number of rows it affected.
+    @discardableResult
+    public func execute(_ query: PostgresQuery, prepared: Bool = true) throws(PostgresError) -> Int {
+        try self.query(query, prepared: prepared).affectedRows
+    }
 }
 
 extension PostgresRow {

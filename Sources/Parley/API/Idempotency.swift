@@ -28,23 +28,19 @@ enum Idempotency {
         let path = String(request.head.rawPath)
         let bodyHash = Crypto.hex(Crypto.sha256(request.body))
         let claimed = try db.query(
-            sql:
-                """
-                INSERT INTO idempotency_keys AS k (app_id, scope, key, method, path, body_hash, created_at, expires_at)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-                ON CONFLICT (app_id, scope, key) DO UPDATE
-                  SET method = EXCLUDED.method, path = EXCLUDED.path, body_hash = EXCLUDED.body_hash, status = NULL,
-                      headers = NULL, body = NULL, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
-                  WHERE k.expires_at <= $7 OR (k.status IS NULL AND k.created_at < $7 - $9)
-                RETURNING 1
-                """,
-            [appID, scope, key, request.method.rawValue, path, bodyHash, now, now + retentionMillis, abandonedAfterMillis],
-            prepared: true)
+            """
+            INSERT INTO idempotency_keys AS k (app_id, scope, key, method, path, body_hash, created_at, expires_at)
+            VALUES (\(appID), \(scope), \(key), \(request.method.rawValue), \(path), \(bodyHash), \(now), \(now + retentionMillis))
+            ON CONFLICT (app_id, scope, key) DO UPDATE
+              SET method = EXCLUDED.method, path = EXCLUDED.path, body_hash = EXCLUDED.body_hash, status = NULL,
+                  headers = NULL, body = NULL, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+              WHERE k.expires_at <= \(now) OR (k.status IS NULL AND k.created_at < \(now) - \(abandonedAfterMillis))
+            RETURNING 1
+            """)
         if claimed.rowCount == 1 { return .proceed(Claim(appID: appID, scope: scope, key: key)) }
         let existing = try db.query(
-            sql:
-                "SELECT method, path, body_hash, status, headers, body FROM idempotency_keys WHERE app_id = $1 AND scope = $2 AND key = $3",
-            [appID, scope, key], prepared: true)
+            "SELECT method, path, body_hash, status, headers, body FROM idempotency_keys WHERE app_id = \(appID) AND scope = \(scope) AND key = \(key)"
+        )
         guard let row = existing.first else {
             // Deleted between the two statements (expired and purged): treat as new.
             return try begin(key: key, request: request, appID: appID, scope: scope, now: now, db: db)
@@ -65,18 +61,14 @@ enum Idempotency {
     /// Stores the answer (or releases the key for statuses that must execute again: 429 and ≥ 500).
     static func complete(_ claim: Claim, response: Response, db: PostgresConnection) throws {
         guard response.status != 429, response.status < 500, let body = response.bodyBytes else {
-            try db.query(
-                sql:
-                    "DELETE FROM idempotency_keys WHERE app_id = $1 AND scope = $2 AND key = $3",
-                [claim.appID, claim.scope, claim.key], prepared: true)
+            try db.query("DELETE FROM idempotency_keys WHERE app_id = \(claim.appID) AND scope = \(claim.scope) AND key = \(claim.key)")
             return
         }
         let headers = JSONValue.array(
             response.headers.fields.map { JSONValue.array([.string($0.name), .string($0.value)]) }
         ).serialized()
         try db.query(
-            sql:
-                "UPDATE idempotency_keys SET status = $4, headers = $5, body = $6 WHERE app_id = $1 AND scope = $2 AND key = $3",
-            [claim.appID, claim.scope, claim.key, response.status, String(decoding: headers, as: UTF8.self), body], prepared: true)
+            "UPDATE idempotency_keys SET status = \(response.status), headers = \(String(decoding: headers, as: UTF8.self)), body = \(body) WHERE app_id = \(claim.appID) AND scope = \(claim.scope) AND key = \(claim.key)"
+        )
     }
 }

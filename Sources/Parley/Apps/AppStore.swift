@@ -13,34 +13,30 @@ enum AppStore {
     }
 
     static func fetchRecord(appID: String, on db: PostgresConnection) throws -> AppRecord? {
-        let result = try db.query(sql: "SELECT \(columns) FROM apps WHERE app_id = $1", [appID], prepared: true)
+        let result = try db.query("SELECT \(sql: columns) FROM apps WHERE app_id = \(appID)")
         return try result.first.map(record)
     }
 
     /// The app of an active (not revoked) key with this hash.
     static func activeKey(hash: String, on db: PostgresConnection) throws -> (appID: String, keyID: String)? {
-        let result = try db.query(
-            sql:
-                "SELECT app_id, key_id FROM app_keys WHERE key_hash = $1 AND revoked_at IS NULL", [hash], prepared: true)
+        let result = try db.query("SELECT app_id, key_id FROM app_keys WHERE key_hash = \(hash) AND revoked_at IS NULL")
         guard let row = result.first else { return nil }
         return (try row[0].string, try row[1].string)
     }
 
     static func touchKey(appID: String, keyID: String, at now: Int64, on db: PostgresConnection) throws {
-        try db.query(sql: "UPDATE app_keys SET last_used_at = $3 WHERE app_id = $1 AND key_id = $2", [appID, keyID, now], prepared: true)
+        try db.query("UPDATE app_keys SET last_used_at = \(now) WHERE app_id = \(appID) AND key_id = \(keyID)")
     }
 
     /// Inserts an app with its event-log head. Returns false when the id is taken.
     static func insert(appID: String, name: String, settings: AppSettings, now: Int64, on db: PostgresConnection) throws -> Bool {
         let inserted = try db.query(
-            sql:
-                """
-                INSERT INTO apps (app_id, name, settings, token_secret, created_at, updated_at)
-                VALUES ($1, $2, $3::jsonb, $4, $5, $5) ON CONFLICT (app_id) DO NOTHING RETURNING 1
-                """,
-            [appID, name, String(decoding: settings.json, as: UTF8.self), Crypto.randomBytes(32), now])
+            """
+            INSERT INTO apps (app_id, name, settings, token_secret, created_at, updated_at)
+            VALUES (\(appID), \(name), \(String(decoding: settings.json, as: UTF8.self))::jsonb, \(Crypto.randomBytes(32)), \(now), \(now)) ON CONFLICT (app_id) DO NOTHING RETURNING 1
+            """, prepared: false)
         guard inserted.rowCount == 1 else { return false }
-        try db.query(sql: "INSERT INTO event_heads (app_id) VALUES ($1)", [appID])
+        try db.query("INSERT INTO event_heads (app_id) VALUES (\(appID))", prepared: false)
         return true
     }
 
@@ -49,49 +45,44 @@ enum AppStore {
         let secret = AppKey.generate(appID: appID)
         let keyID = IdentifierKind.generateID(prefix: "key_", length: 16)
         try db.query(
-            sql:
-                "INSERT INTO app_keys (app_id, key_id, name, key_hash, prefix, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
-            [appID, keyID, name, AppKey.hash(secret), String(secret.prefix(12)), now])
+            "INSERT INTO app_keys (app_id, key_id, name, key_hash, prefix, created_at) VALUES (\(appID), \(keyID), \(name), \(AppKey.hash(secret)), \(String(secret.prefix(12))), \(now))",
+            prepared: false)
         return (keyID, secret)
     }
 
     static func list(after: (Int64, String)?, limit: Int, on db: PostgresConnection) throws -> [AppRecord] {
         let result = try db.query(
-            sql:
-                """
-                SELECT \(columns) FROM apps
-                WHERE $1::bigint IS NULL OR (created_at, app_id) > ($1, $2)
-                ORDER BY created_at, app_id LIMIT $3
-                """,
-            [after?.0, after?.1, limit])
+            """
+            SELECT \(sql: columns) FROM apps
+            WHERE \(after?.0)::bigint IS NULL OR (created_at, app_id) > (\(after?.0), \(after?.1))
+            ORDER BY created_at, app_id LIMIT \(limit)
+            """, prepared: false)
         return try result.rows.map(record)
     }
 
     static func rename(appID: String, name: String, now: Int64, on db: PostgresConnection) throws -> AppRecord? {
         let result = try db.query(
-            sql:
-                "UPDATE apps SET name = $2, updated_at = $3 WHERE app_id = $1 RETURNING \(columns)", [appID, name, now])
+            "UPDATE apps SET name = \(name), updated_at = \(now) WHERE app_id = \(appID) RETURNING \(sql: columns)", prepared: false)
         return try result.first.map(record)
     }
 
     /// The app's settings, its row locked until the transaction ends; nil when there is no such app.
     static func lockSettings(appID: String, on db: PostgresConnection) throws -> AppSettings? {
-        try db.query(sql: "SELECT \(columns) FROM apps WHERE app_id = $1 FOR UPDATE", [appID]).first.map { try record($0).settings }
+        try db.query("SELECT \(sql: columns) FROM apps WHERE app_id = \(appID) FOR UPDATE", prepared: false).first.map { try record($0).settings }
     }
 
     static func updateSettings(appID: String, settings: AppSettings, now: Int64, on db: PostgresConnection) throws {
         try db.query(
-            sql:
-                "UPDATE apps SET settings = $2::jsonb, updated_at = $3 WHERE app_id = $1",
-            [appID, String(decoding: settings.json, as: UTF8.self), now])
+            "UPDATE apps SET settings = \(String(decoding: settings.json, as: UTF8.self))::jsonb, updated_at = \(now) WHERE app_id = \(appID)",
+            prepared: false)
     }
 
     /// Deletes the app and everything it owns. Returns false when it did not exist.
     static func delete(appID: String, on db: PostgresConnection) throws -> Bool {
         // Tables without a foreign key to apps (the high-volume ones) are cleared explicitly.
-        try db.query(sql: "DELETE FROM events WHERE app_id = $1", [appID])
-        try db.query(sql: "DELETE FROM idempotency_keys WHERE app_id = $1", [appID])
-        return try db.query(sql: "DELETE FROM apps WHERE app_id = $1", [appID]).affectedRows == 1
+        try db.query("DELETE FROM events WHERE app_id = \(appID)", prepared: false)
+        try db.query("DELETE FROM idempotency_keys WHERE app_id = \(appID)", prepared: false)
+        return try db.query("DELETE FROM apps WHERE app_id = \(appID)", prepared: false).affectedRows == 1
     }
 
     struct KeyRow {
@@ -105,11 +96,10 @@ enum AppStore {
 
     static func keys(appID: String, on db: PostgresConnection) throws -> [KeyRow] {
         let result = try db.query(
-            sql:
-                """
-                SELECT key_id, name, prefix, created_at, last_used_at, revoked_at FROM app_keys
-                WHERE app_id = $1 ORDER BY created_at, key_id
-                """, [appID])
+            """
+            SELECT key_id, name, prefix, created_at, last_used_at, revoked_at FROM app_keys
+            WHERE app_id = \(appID) ORDER BY created_at, key_id
+            """, prepared: false)
         return try result.rows.map { row in
             KeyRow(
                 keyID: try row[0].string, name: try row[1].string, prefix: try row[2].string, createdAt: try row[3].int64,
@@ -121,17 +111,16 @@ enum AppStore {
 
     /// Revokes a key unless it is the app's last active one (checked under a lock on the app row).
     static func revokeKey(appID: String, keyID: String, now: Int64, on db: PostgresConnection) throws -> RevokeOutcome {
-        try db.query(sql: "SELECT 1 FROM apps WHERE app_id = $1 FOR UPDATE", [appID])
+        try db.query("SELECT 1 FROM apps WHERE app_id = \(appID) FOR UPDATE", prepared: false)
         let result = try db.query(
-            sql:
-                "SELECT revoked_at IS NULL, (SELECT count(*) FROM app_keys WHERE app_id = $1 AND revoked_at IS NULL) FROM app_keys WHERE app_id = $1 AND key_id = $2",
-            [appID, keyID])
+            "SELECT revoked_at IS NULL, (SELECT count(*) FROM app_keys WHERE app_id = \(appID) AND revoked_at IS NULL) FROM app_keys WHERE app_id = \(appID) AND key_id = \(keyID)",
+            prepared: false)
         guard let row = result.first else { return .notFound }
         let active = try row[0].bool
         let activeCount = try row[1].int64
         if active && activeCount <= 1 { return .lastActiveKey }
         if active {
-            try db.query(sql: "UPDATE app_keys SET revoked_at = $3 WHERE app_id = $1 AND key_id = $2", [appID, keyID, now])
+            try db.query("UPDATE app_keys SET revoked_at = \(now) WHERE app_id = \(appID) AND key_id = \(keyID)", prepared: false)
         }
         return .revoked
     }

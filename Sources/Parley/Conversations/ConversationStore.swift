@@ -82,9 +82,7 @@ enum ConversationStore {
     /// One entry that is not deleted.
     static func fetch(appID: String, userID: String, type: String, id: String, on db: PostgresConnection) throws -> Conversation? {
         try db.query(
-            sql:
-                select + " WHERE c.app_id = $1 AND c.user_id = $2 AND c.conv_type = $3 AND c.conv_id = $4 AND NOT c.deleted",
-            [appID, userID, type, id], prepared: true
+            "\(sql: select) WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND c.conv_type = \(type) AND c.conv_id = \(id) AND NOT c.deleted"
         ).first.map(conversation)
     }
 
@@ -94,11 +92,11 @@ enum ConversationStore {
     {
         if keys.isEmpty { return [] }
         return try db.query(
-            sql:
-                select + """
-                     JOIN unnest($3::text[], $4::text[]) AS k(type, id) ON k.type = c.conv_type AND k.id = c.conv_id
-                    WHERE c.app_id = $1 AND c.user_id = $2 AND NOT c.deleted
-                    """, [appID, userID, keys.map(\.type), keys.map(\.id)], prepared: true
+            """
+            \(sql: select)
+             JOIN unnest(\(keys.map(\.type))::text[], \(keys.map(\.id))::text[]) AS k(type, id) ON k.type = c.conv_type AND k.id = c.conv_id
+            WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND NOT c.deleted
+            """
         ).rows.map(conversation)
     }
 
@@ -116,16 +114,17 @@ enum ConversationStore {
         var hasMarks: Bool { marks != nil || anyMarked || unmarked }
     }
 
-    private static let filterSQL = """
-          AND ($3::text[] IS NULL OR c.conv_type = ANY($3::text[]))
-          AND (NOT $4 OR ($5 AND cardinality(c.marks) > 0) OR ($6 AND cardinality(c.marks) = 0) OR c.marks && $7::int[])
-          AND ($8::boolean IS NULL OR c.pinned = $8)
-          AND (NOT $9 OR EXISTS (SELECT 1 FROM messages m WHERE \(countable) AND NOT m.no_unread))
-          AND (NOT $10 OR c.notification_status <> 'do_not_disturb')
+    /// The conditions of `f` (each an always-present condition with its switch bound, so one statement text serves
+    /// every filter).
+    private static func conditions(_ f: Filter) -> PostgresQuery {
         """
-
-    private static func filterParameters(_ f: Filter) -> [(any PostgresEncodable)?] {
-        [f.types, f.hasMarks, f.anyMarked, f.unmarked, f.marks ?? [], f.pinned, f.unreadOnly, f.excludeDND]
+          AND (\(f.types)::text[] IS NULL OR c.conv_type = ANY(\(f.types)::text[]))
+          AND (NOT \(f.hasMarks) OR (\(f.anyMarked) AND cardinality(c.marks) > 0) OR (\(f.unmarked) AND cardinality(c.marks) = 0)
+               OR c.marks && \(f.marks ?? [])::int[])
+          AND (\(f.pinned)::boolean IS NULL OR c.pinned = \(f.pinned))
+          AND (NOT \(f.unreadOnly) OR EXISTS (SELECT 1 FROM messages m WHERE \(sql: countable) AND NOT m.no_unread))
+          AND (NOT \(f.excludeDND) OR c.notification_status <> 'do_not_disturb')
+        """
     }
 
     /// Up to `limit` entries by `order_key` desc, then type desc, then id desc, strictly after `after`.
@@ -133,21 +132,24 @@ enum ConversationStore {
         appID: String, userID: String, filter: Filter, after: (orderKey: Int64, type: String, id: String)?, limit: Int,
         on db: PostgresConnection
     ) throws -> [Conversation] {
-        let sql =
-            select + " WHERE c.app_id = $1 AND c.user_id = $2 AND NOT c.deleted" + filterSQL
-            + " AND ($11::bigint IS NULL OR (\(orderKey), c.conv_type, c.conv_id) < ($11, $12, $13))"
-            + " ORDER BY \(orderKey) DESC, c.conv_type DESC, c.conv_id DESC LIMIT $14"
-        let parameters: [(any PostgresEncodable)?] =
-            [appID, userID] + filterParameters(filter) + [after?.orderKey, after?.type, after?.id, limit]
-        return try db.query(sql: sql, parameters, prepared: true).rows.map(conversation)
+        try db.query(
+            """
+            \(sql: select) WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND NOT c.deleted\(conditions(filter))
+              AND (\(after?.orderKey)::bigint IS NULL
+                   OR (\(sql: orderKey), c.conv_type, c.conv_id) < (\(after?.orderKey)::bigint, \(after?.type)::text, \(after?.id)::text))
+            ORDER BY \(sql: orderKey) DESC, c.conv_type DESC, c.conv_id DESC LIMIT \(limit)
+            """
+        ).rows.map(conversation)
     }
 
     /// The sum of the unread counts of the matching entries.
     static func totalUnread(appID: String, userID: String, filter: Filter, on db: PostgresConnection) throws -> Int64 {
-        let sql =
-            "SELECT coalesce(sum(\(unreadCount)), 0)::bigint FROM conversations c WHERE c.app_id = $1 AND c.user_id = $2 AND NOT c.deleted"
-            + filterSQL
-        return try db.query(sql: sql, [appID, userID] + filterParameters(filter), prepared: true).first?[0].int64 ?? 0
+        try db.query(
+            """
+            SELECT coalesce(sum(\(sql: unreadCount)), 0)::bigint FROM conversations c
+            WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND NOT c.deleted\(conditions(filter))
+            """
+        ).decodeFirst(Int64.self) ?? 0
     }
 
     // MARK: - Writes
@@ -162,23 +164,21 @@ enum ConversationStore {
 
     static func lock(appID: String, userID: String, type: String, id: String, on db: PostgresConnection) throws -> Settings? {
         try db.query(
-            sql:
-                """
-                SELECT pinned, notification_status, draft, deleted FROM conversations
-                WHERE app_id = $1 AND user_id = $2 AND conv_type = $3 AND conv_id = $4 FOR UPDATE
-                """, [appID, userID, type, id], prepared: true
+            """
+            SELECT pinned, notification_status, draft, deleted FROM conversations
+            WHERE app_id = \(appID) AND user_id = \(userID) AND conv_type = \(type) AND conv_id = \(id) FOR UPDATE
+            """
         ).first.map { Settings(pinned: try $0[0].bool, notificationStatus: try $0[1].string, draft: try $0[2].string, deleted: try $0[3].bool) }
     }
 
     /// Creates an empty entry (PATCH on a conversation without one).
     static func create(appID: String, userID: String, type: String, id: String, threadID: String, now: Int64, on db: PostgresConnection) throws {
         try db.query(
-            sql:
-                """
-                INSERT INTO conversations (app_id, user_id, conv_type, conv_id, thread_id, order_key, created_at, updated_at)
-                VALUES ($1, $2, $3, $4, $5, $6, $6, $6)
-                ON CONFLICT (app_id, user_id, conv_type, conv_id) DO NOTHING
-                """, [appID, userID, type, id, threadID, now], prepared: true)
+            """
+            INSERT INTO conversations (app_id, user_id, conv_type, conv_id, thread_id, order_key, created_at, updated_at)
+            VALUES (\(appID), \(userID), \(type), \(id), \(threadID), \(now), \(now), \(now))
+            ON CONFLICT (app_id, user_id, conv_type, conv_id) DO NOTHING
+            """)
     }
 
     /// Creates the group entry of a current member (PATCH on a group conversation without an entry): it follows
@@ -187,45 +187,35 @@ enum ConversationStore {
     /// freezes the new entry after this transaction.
     static func createGroupEntry(appID: String, userID: String, groupID: String, now: Int64, on db: PostgresConnection) throws -> Bool {
         try db.query(
-            sql:
-                """
-                INSERT INTO conversations (app_id, user_id, conv_type, conv_id, thread_id, read_seq, follows_group, order_key,
-                                           created_at, updated_at)
-                SELECT gm.app_id, gm.user_id, 'group', gm.group_id, gm.group_id, coalesce(h.last_seq, 0), true, $4, $4, $4
-                FROM group_members gm
-                LEFT JOIN conversation_seqs h ON h.app_id = gm.app_id AND h.conv_type = 'group' AND h.conv_id = gm.group_id
-                WHERE gm.app_id = $1 AND gm.user_id = $2 AND gm.group_id = $3
-                ON CONFLICT (app_id, user_id, conv_type, conv_id) DO NOTHING
-                """, [appID, userID, groupID, now], prepared: true
+            """
+            INSERT INTO conversations (app_id, user_id, conv_type, conv_id, thread_id, read_seq, follows_group, order_key,
+                                       created_at, updated_at)
+            SELECT gm.app_id, gm.user_id, 'group', gm.group_id, gm.group_id, coalesce(h.last_seq, 0), true, \(now), \(now), \(now)
+            FROM group_members gm
+            LEFT JOIN conversation_seqs h ON h.app_id = gm.app_id AND h.conv_type = 'group' AND h.conv_id = gm.group_id
+            WHERE gm.app_id = \(appID) AND gm.user_id = \(userID) AND gm.group_id = \(groupID)
+            ON CONFLICT (app_id, user_id, conv_type, conv_id) DO NOTHING
+            """
         ).affectedRows == 1
     }
 
     /// The member's own alias for the group, its member row locked until the transaction ends; nil when it is not a
     /// member. Taken before the entry's lock (the order a leave takes them: member row, then entry).
     static func lockMemberAlias(appID: String, userID: String, groupID: String, on db: PostgresConnection) throws -> String? {
-        try db.query(
-            sql:
-                "SELECT alias FROM group_members WHERE app_id = $1 AND group_id = $2 AND user_id = $3 FOR UPDATE",
-            [appID, groupID, userID], prepared: true
-        ).first.map { try $0[0].string }
+        try db.query("SELECT alias FROM group_members WHERE app_id = \(appID) AND group_id = \(groupID) AND user_id = \(userID) FOR UPDATE").first.map
+        { try $0[0].string }
     }
 
     /// Sets the member's own alias for the group (the `alias` of its group entry).
     static func setMemberAlias(appID: String, userID: String, groupID: String, alias: String, on db: PostgresConnection) throws {
-        try db.query(
-            sql:
-                "UPDATE group_members SET alias = $4 WHERE app_id = $1 AND group_id = $2 AND user_id = $3", [appID, groupID, userID, alias],
-            prepared: true)
+        try db.query("UPDATE group_members SET alias = \(alias) WHERE app_id = \(appID) AND group_id = \(groupID) AND user_id = \(userID)")
     }
 
     /// How many of the user's live entries are pinned.
     static func pinnedCount(appID: String, userID: String, on db: PostgresConnection) throws -> Int {
         Int(
-            try db.query(
-                sql:
-                    "SELECT count(*) FROM conversations WHERE app_id = $1 AND user_id = $2 AND pinned AND NOT deleted", [appID, userID],
-                prepared: true
-            ).first?[0].int64 ?? 0)
+            try db.query("SELECT count(*) FROM conversations WHERE app_id = \(appID) AND user_id = \(userID) AND pinned AND NOT deleted").first?[0]
+                .int64 ?? 0)
     }
 
     /// Saves the settable fields (nil = unchanged); a draft sets `draft_updated_at`, which raises `order_key`.
@@ -234,14 +224,13 @@ enum ConversationStore {
         now: Int64, on db: PostgresConnection
     ) throws {
         try db.query(
-            sql:
-                """
-                UPDATE conversations SET pinned = coalesce($5, pinned), notification_status = coalesce($6, notification_status),
-                    draft = coalesce($7, draft), draft_updated_at = CASE WHEN $7::text IS NULL THEN draft_updated_at ELSE $8 END,
-                    order_key = CASE WHEN $7::text IS NULL THEN order_key ELSE greatest(order_key, $8) END,
-                    deleted = false, updated_at = $8
-                WHERE app_id = $1 AND user_id = $2 AND conv_type = $3 AND conv_id = $4
-                """, [appID, userID, type, id, pinned, notificationStatus, draft, now], prepared: true)
+            """
+            UPDATE conversations SET pinned = coalesce(\(pinned), pinned), notification_status = coalesce(\(notificationStatus), notification_status),
+                draft = coalesce(\(draft), draft), draft_updated_at = CASE WHEN \(draft)::text IS NULL THEN draft_updated_at ELSE \(now) END,
+                order_key = CASE WHEN \(draft)::text IS NULL THEN order_key ELSE greatest(order_key, \(now)) END,
+                deleted = false, updated_at = \(now)
+            WHERE app_id = \(appID) AND user_id = \(userID) AND conv_type = \(type) AND conv_id = \(id)
+            """)
     }
 
     /// Deletes an entry: unread and mentions drop to nothing (read_seq = last_seq) and, with `clearHistory`, the
@@ -251,12 +240,11 @@ enum ConversationStore {
     {
         // The effective last_seq is stored too, so a followed group entry keeps the position it was deleted at.
         try db.query(
-            sql:
-                """
-                UPDATE conversations c SET deleted = true, last_seq = \(lastSeq), read_seq = greatest(c.read_seq, \(lastSeq)),
-                    cleared_seq = CASE WHEN $5 THEN greatest(c.cleared_seq, \(lastSeq)) ELSE c.cleared_seq END, updated_at = $6
-                WHERE c.app_id = $1 AND c.user_id = $2 AND c.conv_type = $3 AND c.conv_id = $4 AND NOT c.deleted
-                """, [appID, userID, type, id, clearHistory, now], prepared: true
+            """
+            UPDATE conversations c SET deleted = true, last_seq = \(sql: lastSeq), read_seq = greatest(c.read_seq, \(sql: lastSeq)),
+                cleared_seq = CASE WHEN \(clearHistory) THEN greatest(c.cleared_seq, \(sql: lastSeq)) ELSE c.cleared_seq END, updated_at = \(now)
+            WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND c.conv_type = \(type) AND c.conv_id = \(id) AND NOT c.deleted
+            """
         ).affectedRows == 1
     }
 
@@ -274,14 +262,13 @@ enum ConversationStore {
         throws -> [ReadMove]
     {
         let result = try db.query(
-            sql:
-                """
-                UPDATE conversations c SET read_seq = least(coalesce($5, \(lastSeq)), \(lastSeq)), updated_at = $6
-                WHERE c.app_id = $1 AND c.user_id = $2 AND NOT c.deleted
-                  AND ($3::text[] IS NULL OR (c.conv_type, c.conv_id) IN (SELECT * FROM unnest($3::text[], $4::text[])))
-                  AND least(coalesce($5, \(lastSeq)), \(lastSeq)) > c.read_seq
-                RETURNING c.conv_type, c.conv_id, c.thread_id, c.read_seq
-                """, [appID, userID, keys?.map(\.type), keys?.map(\.id), seq, now], prepared: true)
+            """
+            UPDATE conversations c SET read_seq = least(coalesce(\(seq), \(sql: lastSeq)), \(sql: lastSeq)), updated_at = \(now)
+            WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND NOT c.deleted
+              AND (\(keys?.map(\.type))::text[] IS NULL OR (c.conv_type, c.conv_id) IN (SELECT * FROM unnest(\(keys?.map(\.type))::text[], \(keys?.map(\.id))::text[])))
+              AND least(coalesce(\(seq), \(sql: lastSeq)), \(sql: lastSeq)) > c.read_seq
+            RETURNING c.conv_type, c.conv_id, c.thread_id, c.read_seq
+            """)
         return try result.rows.map {
             ReadMove(type: try $0[0].string, id: try $0[1].string, threadID: try $0[2].string, readSeq: try $0[3].int64)
         }
@@ -294,16 +281,15 @@ enum ConversationStore {
         throws -> [(type: String, id: String)]
     {
         try db.query(
-            sql:
-                """
-                UPDATE conversations c SET updated_at = $7,
-                    marks = CASE WHEN $6 THEN ARRAY(SELECT DISTINCT x FROM unnest(c.marks || $5::int) x ORDER BY x)
-                                 ELSE array_remove(c.marks, $5::int) END
-                FROM unnest($3::text[], $4::text[]) AS k(type, id)
-                WHERE c.app_id = $1 AND c.user_id = $2 AND c.conv_type = k.type AND c.conv_id = k.id AND NOT c.deleted
-                  AND ($5::int = ANY(c.marks)) <> $6
-                RETURNING c.conv_type, c.conv_id
-                """, [appID, userID, keys.map(\.type), keys.map(\.id), mark, enable, now], prepared: true
+            """
+            UPDATE conversations c SET updated_at = \(now),
+                marks = CASE WHEN \(enable) THEN ARRAY(SELECT DISTINCT x FROM unnest(c.marks || \(mark)::int) x ORDER BY x)
+                             ELSE array_remove(c.marks, \(mark)::int) END
+            FROM unnest(\(keys.map(\.type))::text[], \(keys.map(\.id))::text[]) AS k(type, id)
+            WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND c.conv_type = k.type AND c.conv_id = k.id AND NOT c.deleted
+              AND (\(mark)::int = ANY(c.marks)) <> \(enable)
+            RETURNING c.conv_type, c.conv_id
+            """
         ).rows.map { (try $0[0].string, try $0[1].string) }
     }
 }

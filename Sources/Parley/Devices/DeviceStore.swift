@@ -23,19 +23,13 @@ enum DeviceStore {
 
     /// The user's devices by `created_at`, then `device_id`.
     static func list(appID: String, userID: String, on db: PostgresConnection) throws -> [Device] {
-        try db.query(
-            sql:
-                "SELECT \(columns) FROM devices WHERE app_id = $1 AND user_id = $2 ORDER BY created_at, device_id",
-            [appID, userID], prepared: true
-        ).rows.map(device)
+        try db.query("SELECT \(sql: columns) FROM devices WHERE app_id = \(appID) AND user_id = \(userID) ORDER BY created_at, device_id").rows.map(
+            device)
     }
 
     static func fetch(appID: String, userID: String, deviceID: String, on db: PostgresConnection) throws -> Device? {
-        try db.query(
-            sql:
-                "SELECT \(columns) FROM devices WHERE app_id = $1 AND user_id = $2 AND device_id = $3",
-            [appID, userID, deviceID], prepared: true
-        ).first.map(device)
+        try db.query("SELECT \(sql: columns) FROM devices WHERE app_id = \(appID) AND user_id = \(userID) AND device_id = \(deviceID)").first.map(
+            device)
     }
 
     /// The device (of any user) holding `provider` + `pushAppID` + `pushKey`.
@@ -43,47 +37,32 @@ enum DeviceStore {
         appID: String, provider: Device.Provider, pushAppID: String, pushKey: String, on db: PostgresConnection
     ) throws -> Device? {
         try db.query(
-            sql:
-                "SELECT \(columns) FROM devices WHERE app_id = $1 AND provider = $2 AND push_app_id = $3 AND push_key = $4",
-            [appID, provider.rawValue, pushAppID, pushKey], prepared: true
+            "SELECT \(sql: columns) FROM devices WHERE app_id = \(appID) AND provider = \(provider.rawValue) AND push_app_id = \(pushAppID) AND push_key = \(pushKey)"
         ).first.map(device)
     }
 
     static func insert(appID: String, device d: Device, on db: PostgresConnection) throws {
         _ = try db.query(
-            sql:
-                """
-                INSERT INTO devices (app_id, user_id, device_id, platform, provider, push_key, push_app_id, voip, apptype, lang,
-                                     created_at, updated_at, last_push_at)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-                """,
-            [
-                appID, d.userID, d.deviceID, d.platform.rawValue, d.provider.rawValue, d.pushKey, d.pushAppID, d.voip,
-                d.apptype, d.lang, d.createdAt, d.updatedAt, d.lastPushAt,
-            ], prepared: true)
+            """
+            INSERT INTO devices (app_id, user_id, device_id, platform, provider, push_key, push_app_id, voip, apptype, lang,
+                                 created_at, updated_at, last_push_at)
+            VALUES (\(appID), \(d.userID), \(d.deviceID), \(d.platform.rawValue), \(d.provider.rawValue), \(d.pushKey), \(d.pushAppID), \(d.voip), \(d.apptype), \(d.lang), \(d.createdAt), \(d.updatedAt), \(d.lastPushAt))
+            """)
     }
 
     /// Writes `device` over the row of (`userID`, `oldDeviceID`), which may rename the device.
     static func update(appID: String, oldDeviceID: String, device d: Device, on db: PostgresConnection) throws {
         _ = try db.query(
-            sql:
-                """
-                UPDATE devices SET device_id = $4, platform = $5, provider = $6, push_key = $7, push_app_id = $8, voip = $9,
-                       apptype = $10, lang = $11, updated_at = $12
-                WHERE app_id = $1 AND user_id = $2 AND device_id = $3
-                """,
-            [
-                appID, d.userID, oldDeviceID, d.deviceID, d.platform.rawValue, d.provider.rawValue, d.pushKey, d.pushAppID,
-                d.voip, d.apptype, d.lang, d.updatedAt,
-            ], prepared: true)
+            """
+            UPDATE devices SET device_id = \(d.deviceID), platform = \(d.platform.rawValue), provider = \(d.provider.rawValue), push_key = \(d.pushKey), push_app_id = \(d.pushAppID), voip = \(d.voip),
+                   apptype = \(d.apptype), lang = \(d.lang), updated_at = \(d.updatedAt)
+            WHERE app_id = \(appID) AND user_id = \(d.userID) AND device_id = \(oldDeviceID)
+            """)
     }
 
     /// Removes one device; false when there was none.
     static func delete(appID: String, userID: String, deviceID: String, on db: PostgresConnection) throws -> Bool {
-        try db.query(
-            sql:
-                "DELETE FROM devices WHERE app_id = $1 AND user_id = $2 AND device_id = $3", [appID, userID, deviceID], prepared: true
-        ).affectedRows > 0
+        try db.query("DELETE FROM devices WHERE app_id = \(appID) AND user_id = \(userID) AND device_id = \(deviceID)").affectedRows > 0
     }
 
     /// Removes the user's `count` least recently updated devices (ties: oldest created, then `device_id`) and
@@ -91,26 +70,22 @@ enum DeviceStore {
     static func evict(appID: String, userID: String, count: Int, on db: PostgresConnection) throws -> [String] {
         if count <= 0 { return [] }
         let result = try db.query(
-            sql:
-                """
-                WITH victims AS (
-                    SELECT device_id, updated_at, created_at FROM devices WHERE app_id = $1 AND user_id = $2
-                    ORDER BY updated_at, created_at, device_id LIMIT $3
-                ), gone AS (
-                    DELETE FROM devices d USING victims v
-                    WHERE d.app_id = $1 AND d.user_id = $2 AND d.device_id = v.device_id
-                    RETURNING d.device_id, d.updated_at, d.created_at
-                )
-                SELECT device_id FROM gone ORDER BY updated_at, created_at, device_id
-                """,
-            [appID, userID, count], prepared: true)
+            """
+            WITH victims AS (
+                SELECT device_id, updated_at, created_at FROM devices WHERE app_id = \(appID) AND user_id = \(userID)
+                ORDER BY updated_at, created_at, device_id LIMIT \(count)
+            ), gone AS (
+                DELETE FROM devices d USING victims v
+                WHERE d.app_id = \(appID) AND d.user_id = \(userID) AND d.device_id = v.device_id
+                RETURNING d.device_id, d.updated_at, d.created_at
+            )
+            SELECT device_id FROM gone ORDER BY updated_at, created_at, device_id
+            """)
         return try result.rows.map { try $0[0].string }
     }
 
     static func count(appID: String, userID: String, on db: PostgresConnection) throws -> Int {
-        let result = try db.query(
-            sql:
-                "SELECT count(*) FROM devices WHERE app_id = $1 AND user_id = $2", [appID, userID], prepared: true)
+        let result = try db.query("SELECT count(*) FROM devices WHERE app_id = \(appID) AND user_id = \(userID)")
         return try result.first.map { try $0[0].int } ?? 0
     }
 
@@ -119,9 +94,7 @@ enum DeviceStore {
     static func pushRule(appID: String, userID: String, on db: PostgresConnection) throws -> PushRule? {
         guard
             let row = try db.query(
-                sql:
-                    "SELECT online_platforms, not_to_receive_offline_push_platforms FROM push_rules WHERE app_id = $1 AND user_id = $2",
-                [appID, userID], prepared: true
+                "SELECT online_platforms, not_to_receive_offline_push_platforms FROM push_rules WHERE app_id = \(appID) AND user_id = \(userID)"
             ).first
         else { return nil }
         return PushRule(
@@ -131,15 +104,13 @@ enum DeviceStore {
 
     static func savePushRule(appID: String, userID: String, rule: PushRule, now: Int64, on db: PostgresConnection) throws {
         _ = try db.query(
-            sql:
-                """
-                INSERT INTO push_rules (app_id, user_id, online_platforms, not_to_receive_offline_push_platforms, updated_at)
-                VALUES ($1, $2, $3::text[], $4::text[], $5)
-                ON CONFLICT (app_id, user_id) DO UPDATE
-                SET online_platforms = EXCLUDED.online_platforms,
-                    not_to_receive_offline_push_platforms = EXCLUDED.not_to_receive_offline_push_platforms,
-                    updated_at = EXCLUDED.updated_at
-                """,
-            [appID, userID, rule.onlinePlatforms.map(\.rawValue), rule.mutedPlatforms.map(\.rawValue), now], prepared: true)
+            """
+            INSERT INTO push_rules (app_id, user_id, online_platforms, not_to_receive_offline_push_platforms, updated_at)
+            VALUES (\(appID), \(userID), \(rule.onlinePlatforms.map(\.rawValue))::text[], \(rule.mutedPlatforms.map(\.rawValue))::text[], \(now))
+            ON CONFLICT (app_id, user_id) DO UPDATE
+            SET online_platforms = EXCLUDED.online_platforms,
+                not_to_receive_offline_push_platforms = EXCLUDED.not_to_receive_offline_push_platforms,
+                updated_at = EXCLUDED.updated_at
+            """)
     }
 }

@@ -41,17 +41,17 @@ public enum EventLog {
     /// Appends `events` in order to the transaction's pending events; they get their ids when sequenced.
     public static func append(_ events: [NewEvent], appID: String, now: Int64, on db: PostgresConnection) throws {
         if events.isEmpty { return }
+        // Numbered parameters: bench/py/send_sql.py pastes this text into the send benchmark.
         try db.query(
-            sql:
-                """
-                INSERT INTO pending_events (app_id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
-                SELECT $1, e.type, $2, e.data, ARRAY(SELECT json_array_elements_text(e.audience::json)), NULLIF(e.group_id, ''),
-                       NULLIF(e.room_id, ''), e.to_group_members, e.order_key
-                FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::boolean[], $9::text[])
-                     WITH ORDINALITY AS e(type, data, audience, group_id, room_id, to_group_members, order_key, ord)
-                ORDER BY e.ord
-                """,
-            [appID, now] + columns(events), prepared: true)
+            PostgresQuery(
+                sql: """
+                    INSERT INTO pending_events (app_id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
+                    SELECT $1, e.type, $2, e.data, ARRAY(SELECT json_array_elements_text(e.audience::json)), NULLIF(e.group_id, ''),
+                           NULLIF(e.room_id, ''), e.to_group_members, e.order_key
+                    FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::boolean[], $9::text[])
+                         WITH ORDINALITY AS e(type, data, audience, group_id, room_id, to_group_members, order_key, ord)
+                    ORDER BY e.ord
+                    """, binds: [appID, now] + Columns(events).binds))
     }
 
     /// Appends `events` with their ids at once, under the app's head row lock held until the caller's commit: for a
@@ -59,34 +59,48 @@ public enum EventLog {
     /// per batch, like the sequencer takes it. Call it last in the transaction. Returns the new head.
     @discardableResult
     static func appendNumbered(_ events: [NewEvent], appID: String, now: Int64, on db: PostgresConnection) throws -> Int64 {
-        let result = try db.query(
-            sql:
-                """
-                WITH h AS (UPDATE event_heads SET head = head + $2 WHERE app_id = $1 RETURNING head)
-                INSERT INTO events (app_id, id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
-                SELECT $1, h.head - $2 + e.ord, e.type, $3, e.data, ARRAY(SELECT json_array_elements_text(e.audience::json)),
-                       NULLIF(e.group_id, ''), NULLIF(e.room_id, ''), e.to_group_members, e.order_key
-                FROM h, unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::boolean[], $10::text[])
-                     WITH ORDINALITY AS e(type, data, audience, group_id, room_id, to_group_members, order_key, ord)
-                RETURNING id
-                """, [appID, events.count, now] + columns(events), prepared: true)
-        guard result.rowCount == events.count, let last = try result.rows.map({ try $0[0].int64 }).max() else {
+        // Numbered parameters: bench/py/send_sql.py pastes this text into the send benchmark.
+        let ids = try db.query(
+            PostgresQuery(
+                sql: """
+                    WITH h AS (UPDATE event_heads SET head = head + $2 WHERE app_id = $1 RETURNING head)
+                    INSERT INTO events (app_id, id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
+                    SELECT $1, h.head - $2 + e.ord, e.type, $3, e.data, ARRAY(SELECT json_array_elements_text(e.audience::json)),
+                           NULLIF(e.group_id, ''), NULLIF(e.room_id, ''), e.to_group_members, e.order_key
+                    FROM h, unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::boolean[], $10::text[])
+                         WITH ORDINALITY AS e(type, data, audience, group_id, room_id, to_group_members, order_key, ord)
+                    RETURNING id
+                    """, binds: [appID, events.count, now] + Columns(events).binds)
+        ).decode(Int64.self)
+        guard ids.count == events.count, let last = ids.max() else {
             throw APIError(.internalError, "event head missing for app \(appID)")
         }
         return last
     }
 
-    /// The per-event arrays both appends bind after their leading parameters.
-    private static func columns(_ events: [NewEvent]) -> [(any PostgresEncodable)?] {
-        [
-            events.map(\.type),
-            events.map { String(decoding: $0.data, as: UTF8.self) },
-            events.map { String(decoding: JSONValue.array($0.audience.map { .string($0) }).serialized(), as: UTF8.self) },
-            events.map { $0.groupID ?? "" },
-            events.map { $0.roomID ?? "" },
-            events.map(\.toGroupMembers),
-            events.map(\.orderKey),
-        ]
+    /// The per-event arrays both appends bind, one element per event.
+    private struct Columns {
+        var types: [String]
+        var data: [String]
+        /// Each audience as a JSON array text.
+        var audiences: [String]
+        var groupIDs: [String]
+        var roomIDs: [String]
+        var toGroupMembers: [Bool]
+        var orderKeys: [String]
+
+        init(_ events: [NewEvent]) {
+            types = events.map(\.type)
+            data = events.map { String(decoding: $0.data, as: UTF8.self) }
+            audiences = events.map { String(decoding: JSONValue.array($0.audience.map { .string($0) }).serialized(), as: UTF8.self) }
+            groupIDs = events.map { $0.groupID ?? "" }
+            roomIDs = events.map { $0.roomID ?? "" }
+            toGroupMembers = events.map(\.toGroupMembers)
+            orderKeys = events.map(\.orderKey)
+        }
+
+        /// The arrays in the order both statements number them, after their leading parameters.
+        var binds: [(any PostgresEncodable)?] { [types, data, audiences, groupIDs, roomIDs, toGroupMembers, orderKeys] }
     }
 
     /// Gives the committed pending events of `appID` their ids, in one transaction on `db` (the sequencer's own
@@ -99,51 +113,49 @@ public enum EventLog {
         try db.transaction { db in
             guard
                 let head = try db.query(
-                    sql:
-                        """
-                        SELECT head FROM event_heads
-                        WHERE app_id = $1 AND EXISTS (SELECT 1 FROM pending_events WHERE app_id = $1) FOR UPDATE
-                        """, [appID], prepared: true
+                    """
+                    SELECT head FROM event_heads
+                    WHERE app_id = \(appID) AND EXISTS (SELECT 1 FROM pending_events WHERE app_id = \(appID)) FOR UPDATE
+                    """
                 ).first
             else { return nil }
             let before = try head[0].int64
             let moved =
                 try db.query(
-                    sql:
-                        """
-                        WITH moved AS (
-                            DELETE FROM pending_events WHERE app_id = $1
-                            RETURNING pending, type, created_at, data, audience, group_id, room_id, to_group_members, order_key, xact
-                        ), numbered AS (
-                            SELECT m.*, $2 + row_number() OVER (ORDER BY m.pending) AS id FROM moved m
-                        ), stored AS (
-                            INSERT INTO events (app_id, id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
-                            SELECT $1, id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key
-                            FROM numbered ORDER BY id
-                        ), joins AS (
-                            SELECT group_id, xact, min(id) AS id FROM numbered
-                            WHERE type IN ('group.created', 'group.member_joined') GROUP BY group_id, xact
-                        ), joined AS (
-                            UPDATE group_members gm SET joined_event = j.id FROM joins j
-                            WHERE gm.app_id = $1 AND gm.group_id = j.group_id AND gm.joined_event IS NULL AND gm.joined_xact = j.xact
-                        ), leaves AS (
-                            SELECT group_id, xact, min(id) AS id FROM numbered
-                            WHERE type = 'group.member_left' GROUP BY group_id, xact
-                        ), history AS (
-                            -- One UPDATE for both ends: a membership that began and ended in this batch gets both stamps.
-                            UPDATE group_member_history h
-                            SET joined_event = coalesce(h.joined_event,
-                                    (SELECT j.id FROM joins j WHERE j.group_id = h.group_id AND j.xact = h.joined_xact)),
-                                left_event = coalesce(h.left_event,
-                                    (SELECT l.id FROM leaves l WHERE l.group_id = h.group_id AND l.xact = h.left_xact))
-                            WHERE h.app_id = $1 AND (h.joined_event IS NULL OR h.left_event IS NULL)
-                              AND h.group_id IN (SELECT group_id FROM joins UNION SELECT group_id FROM leaves)
-                        ), advanced AS (
-                            UPDATE event_heads SET head = $2 + (SELECT count(*) FROM numbered)
-                            WHERE app_id = $1 AND EXISTS (SELECT 1 FROM numbered)
-                        )
-                        SELECT count(*) FROM numbered
-                        """, [appID, before], prepared: true
+                    """
+                    WITH moved AS (
+                        DELETE FROM pending_events WHERE app_id = \(appID)
+                        RETURNING pending, type, created_at, data, audience, group_id, room_id, to_group_members, order_key, xact
+                    ), numbered AS (
+                        SELECT m.*, \(before) + row_number() OVER (ORDER BY m.pending) AS id FROM moved m
+                    ), stored AS (
+                        INSERT INTO events (app_id, id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
+                        SELECT \(appID), id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key
+                        FROM numbered ORDER BY id
+                    ), joins AS (
+                        SELECT group_id, xact, min(id) AS id FROM numbered
+                        WHERE type IN ('group.created', 'group.member_joined') GROUP BY group_id, xact
+                    ), joined AS (
+                        UPDATE group_members gm SET joined_event = j.id FROM joins j
+                        WHERE gm.app_id = \(appID) AND gm.group_id = j.group_id AND gm.joined_event IS NULL AND gm.joined_xact = j.xact
+                    ), leaves AS (
+                        SELECT group_id, xact, min(id) AS id FROM numbered
+                        WHERE type = 'group.member_left' GROUP BY group_id, xact
+                    ), history AS (
+                        -- One UPDATE for both ends: a membership that began and ended in this batch gets both stamps.
+                        UPDATE group_member_history h
+                        SET joined_event = coalesce(h.joined_event,
+                                (SELECT j.id FROM joins j WHERE j.group_id = h.group_id AND j.xact = h.joined_xact)),
+                            left_event = coalesce(h.left_event,
+                                (SELECT l.id FROM leaves l WHERE l.group_id = h.group_id AND l.xact = h.left_xact))
+                        WHERE h.app_id = \(appID) AND (h.joined_event IS NULL OR h.left_event IS NULL)
+                          AND h.group_id IN (SELECT group_id FROM joins UNION SELECT group_id FROM leaves)
+                    ), advanced AS (
+                        UPDATE event_heads SET head = \(before) + (SELECT count(*) FROM numbered)
+                        WHERE app_id = \(appID) AND EXISTS (SELECT 1 FROM numbered)
+                    )
+                    SELECT count(*) FROM numbered
+                    """
                 ).first.map { try $0[0].int64 } ?? 0
             return moved == 0 ? nil : before + moved
         }
@@ -151,12 +163,12 @@ public enum EventLog {
 
     /// The apps that have pending events (after a restart, or writes whose node died before asking for them).
     static func appsWithPending(on db: PostgresConnection) throws -> [String] {
-        try db.query(sql: "SELECT DISTINCT app_id FROM pending_events", [], prepared: true).rows.map { try $0[0].string }
+        try db.query("SELECT DISTINCT app_id FROM pending_events").rows.map { try $0[0].string }
     }
 
     /// The head `H` and trim point `T` of an app's log.
     public static func bounds(appID: String, on db: PostgresConnection) throws -> (head: Int64, trimPoint: Int64) {
-        let result = try db.query(sql: "SELECT head, trim_point FROM event_heads WHERE app_id = $1", [appID], prepared: true)
+        let result = try db.query("SELECT head, trim_point FROM event_heads WHERE app_id = \(appID)")
         guard let row = result.first else { return (0, 0) }
         return (try row[0].int64, try row[1].int64)
     }
@@ -176,21 +188,18 @@ public enum EventLog {
     {
         let types = EventTypeFilter(filter.types)
         let result = try db.query(
-            sql:
-                """
-                SELECT id, \(eventJSON)
-                FROM events
-                WHERE app_id = $1 AND id > $2
-                  AND ($4 OR type = ANY($5::text[]) OR EXISTS (SELECT 1 FROM unnest($6::text[]) p WHERE starts_with(type, p)))
-                  AND ($7::text IS NULL OR $7 = ANY(audience)
-                       OR (to_group_members AND parley_member_at(app_id, group_id, $7, id)))
-                  AND ($8::text IS NULL OR group_id = $8)
-                  AND ($9::text IS NULL OR room_id = $9)
-                ORDER BY id
-                LIMIT $3
-                """,
-            [appID, after, limit, types.all, types.exact, types.prefixes, filter.userID, filter.groupID, filter.roomID],
-            prepared: true)
+            """
+            SELECT id, \(sql: eventJSON)
+            FROM events
+            WHERE app_id = \(appID) AND id > \(after)
+              AND (\(types.all) OR type = ANY(\(types.exact)::text[]) OR EXISTS (SELECT 1 FROM unnest(\(types.prefixes)::text[]) p WHERE starts_with(type, p)))
+              AND (\(filter.userID)::text IS NULL OR \(filter.userID) = ANY(audience)
+                   OR (to_group_members AND parley_member_at(app_id, group_id, \(filter.userID), id)))
+              AND (\(filter.groupID)::text IS NULL OR group_id = \(filter.groupID))
+              AND (\(filter.roomID)::text IS NULL OR room_id = \(filter.roomID))
+            ORDER BY id
+            LIMIT \(limit)
+            """)
         return try result.rows.map { (try $0[0].int64, try $0[1].textBytes) }
     }
 
@@ -206,18 +215,16 @@ public enum EventLog {
         -> [LiveEvent]
     {
         let result = try db.query(
-            sql:
-                """
-                SELECT id, type, audience, group_id, room_id, to_group_members,
-                       CASE WHEN type = 'user.deleted' THEN data::json->>'user_id' END,
-                       CASE WHEN type = 'user.kicked' THEN ARRAY(SELECT json_array_elements_text(data::json->'platforms')) END,
-                       'id: ' || id || E'\\nevent: ' || type || E'\\ndata: ' || \(eventJSON) || E'\\n\\n'
-                FROM events
-                WHERE app_id = $1 AND id > $2 AND ($3::bigint IS NULL OR id <= $3)
-                ORDER BY id
-                LIMIT $4
-                """,
-            [appID, after, upTo, limit], prepared: true)
+            """
+            SELECT id, type, audience, group_id, room_id, to_group_members,
+                   CASE WHEN type = 'user.deleted' THEN data::json->>'user_id' END,
+                   CASE WHEN type = 'user.kicked' THEN ARRAY(SELECT json_array_elements_text(data::json->'platforms')) END,
+                   'id: ' || id || E'\\nevent: ' || type || E'\\ndata: ' || \(sql: eventJSON) || E'\\n\\n'
+            FROM events
+            WHERE app_id = \(appID) AND id > \(after) AND (\(upTo)::bigint IS NULL OR id <= \(upTo))
+            ORDER BY id
+            LIMIT \(limit)
+            """)
         return try result.rows.map { row in
             LiveEvent(
                 id: try row[0].int64, type: try row[1].string, audience: try row[2].stringArray,

@@ -13,12 +13,11 @@ enum EventRetention {
     static let kind = TimerKind(name: "event_retention", everyMillis: 60_000) { services, now in
         let apps = try services.pool.withConnection { db in
             try db.query(
-                sql:
-                    """
-                    SELECT h.app_id, h.trim_point, COALESCE((a.settings->>'event_retention_hours')::bigint, 72)
-                    FROM event_heads h JOIN apps a USING (app_id)
-                    ORDER BY h.app_id
-                    """
+                """
+                SELECT h.app_id, h.trim_point, COALESCE((a.settings->>'event_retention_hours')::bigint, 72)
+                FROM event_heads h JOIN apps a USING (app_id)
+                ORDER BY h.app_id
+                """, prepared: false
             ).rows.map { (appID: try $0[0].string, trimPoint: try $0[1].int64, hours: try $0[2].int64) }
         }
         var trimmed = 0
@@ -40,21 +39,20 @@ enum EventRetention {
     private static func trimBatch(appID: String, after: Int64, before: Int64, services: Services) throws -> (Int64, Int) {
         try services.pool.transaction { db in
             let row = try db.query(
-                sql:
-                    """
-                    WITH batch AS (
-                        SELECT id, created_at FROM events WHERE app_id = $1 AND id > $2 ORDER BY id LIMIT $4
-                    ), run AS (
-                        SELECT id FROM batch
-                        WHERE id < COALESCE((SELECT min(id) FROM batch WHERE created_at >= $3), 9223372036854775807)
-                    ), gone AS (
-                        DELETE FROM events e USING run WHERE e.app_id = $1 AND e.id = run.id RETURNING e.id
-                    ), moved AS (
-                        UPDATE event_heads SET trim_point = (SELECT max(id) FROM gone)
-                        WHERE app_id = $1 AND (SELECT max(id) FROM gone) > trim_point
-                    )
-                    SELECT COALESCE((SELECT max(id) FROM gone), $2), (SELECT count(*) FROM gone)
-                    """, [appID, after, before, batchSize], prepared: true
+                """
+                WITH batch AS (
+                    SELECT id, created_at FROM events WHERE app_id = \(appID) AND id > \(after) ORDER BY id LIMIT \(batchSize)
+                ), run AS (
+                    SELECT id FROM batch
+                    WHERE id < COALESCE((SELECT min(id) FROM batch WHERE created_at >= \(before)), 9223372036854775807)
+                ), gone AS (
+                    DELETE FROM events e USING run WHERE e.app_id = \(appID) AND e.id = run.id RETURNING e.id
+                ), moved AS (
+                    UPDATE event_heads SET trim_point = (SELECT max(id) FROM gone)
+                    WHERE app_id = \(appID) AND (SELECT max(id) FROM gone) > trim_point
+                )
+                SELECT COALESCE((SELECT max(id) FROM gone), \(after)), (SELECT count(*) FROM gone)
+                """
             ).first!
             return (try row[0].int64, Int(try row[1].int64))
         }

@@ -364,11 +364,10 @@ final class EventHub: Sendable {
         for appID in Array(feeds.keys) {
             let keyIDs = Set(feeds[appID]!.subscribers.values.compactMap(\.subscription.appKeyID))
             let row = try db.query(
-                sql:
-                    """
-                    SELECT EXISTS (SELECT 1 FROM apps WHERE app_id = $1),
-                           ARRAY(SELECT key_id FROM app_keys WHERE app_id = $1 AND key_id = ANY($2::text[]) AND revoked_at IS NULL)
-                    """, [appID, Array(keyIDs)], prepared: true
+                """
+                SELECT EXISTS (SELECT 1 FROM apps WHERE app_id = \(appID)),
+                       ARRAY(SELECT key_id FROM app_keys WHERE app_id = \(appID) AND key_id = ANY(\(Array(keyIDs))::text[]) AND revoked_at IS NULL)
+                """
             ).first
             let appExists = try row?[0].bool ?? false
             let activeKeys = Set(try row?[1].stringArray ?? [])

@@ -61,18 +61,17 @@ struct GroupAudience {
 
     private static func load(appID: String, groupID: String, on db: PostgresConnection) throws -> Membership {
         let result = try db.query(
-            sql:
-                """
-                WITH h AS (SELECT head FROM event_heads WHERE app_id = $1)
-                SELECT h.head, x.user_id, x.joined_event, x.left_event
-                FROM h LEFT JOIN (
-                    SELECT user_id, joined_event, NULL::bigint AS left_event
-                    FROM group_members WHERE app_id = $1 AND group_id = $2 AND joined_event IS NOT NULL
-                    UNION ALL
-                    SELECT user_id, joined_event, left_event FROM group_member_history
-                    WHERE app_id = $1 AND group_id = $2 AND joined_event IS NOT NULL
-                ) x ON true
-                """, [appID, groupID], prepared: true)
+            """
+            WITH h AS (SELECT head FROM event_heads WHERE app_id = \(appID))
+            SELECT h.head, x.user_id, x.joined_event, x.left_event
+            FROM h LEFT JOIN (
+                SELECT user_id, joined_event, NULL::bigint AS left_event
+                FROM group_members WHERE app_id = \(appID) AND group_id = \(groupID) AND joined_event IS NOT NULL
+                UNION ALL
+                SELECT user_id, joined_event, left_event FROM group_member_history
+                WHERE app_id = \(appID) AND group_id = \(groupID) AND joined_event IS NOT NULL
+            ) x ON true
+            """)
         var membership = Membership(loadedAt: 0, intervals: [:])
         for row in result.rows {
             membership.loadedAt = try row[0].int64

@@ -20,30 +20,24 @@ enum StreamPresence {
     ) throws {
         try change(appID: appID, userID: userID, services: services, ending: .closed) { db, _ in
             try db.query(
-                sql:
-                    """
-                    INSERT INTO user_streams (app_id, user_id, stream_id, node_id, platform, counts_presence, opened_at)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING
-                    """, [appID, userID, streamID, nodeID, platform, countsPresence, Timestamp.wallMillis()], prepared: true)
+                """
+                INSERT INTO user_streams (app_id, user_id, stream_id, node_id, platform, counts_presence, opened_at)
+                VALUES (\(appID), \(userID), \(streamID), \(nodeID), \(platform), \(countsPresence), \(Timestamp.wallMillis())) ON CONFLICT DO NOTHING
+                """)
         }
     }
 
     /// Removes closed user streams of one user (one stream, or every stream of a dead node).
     static func closed(appID: String, userID: String, streamIDs: [String], ending: Ending, services: Services) throws {
         try change(appID: appID, userID: userID, services: services, ending: ending) { db, _ in
-            try db.query(
-                sql:
-                    "DELETE FROM user_streams WHERE app_id = $1 AND user_id = $2 AND stream_id = ANY($3::text[])",
-                [appID, userID, streamIDs], prepared: true)
+            try db.query("DELETE FROM user_streams WHERE app_id = \(appID) AND user_id = \(userID) AND stream_id = ANY(\(streamIDs)::text[])")
         }
     }
 
     /// The open streams of a user on any of `platforms` (every node), e.g. those a kick closes.
     static func count(appID: String, userID: String, platforms: [String], on db: PostgresConnection) throws -> Int {
         let row = try db.query(
-            sql:
-                "SELECT count(*) FROM user_streams WHERE app_id = $1 AND user_id = $2 AND platform = ANY($3::text[])",
-            [appID, userID, platforms], prepared: true
+            "SELECT count(*) FROM user_streams WHERE app_id = \(appID) AND user_id = \(userID) AND platform = ANY(\(platforms)::text[])"
         ).first
         return Int(try row?[0].int64 ?? 0)
     }
@@ -61,11 +55,10 @@ enum StreamPresence {
             if user.isDeleted { return false }
             let platforms =
                 try db.query(
-                    sql:
-                        """
-                        SELECT coalesce(array_agg(DISTINCT platform ORDER BY platform), '{}') FROM user_streams
-                        WHERE app_id = $1 AND user_id = $2 AND counts_presence
-                        """, [appID, userID], prepared: true
+                    """
+                    SELECT coalesce(array_agg(DISTINCT platform ORDER BY platform), '{}') FROM user_streams
+                    WHERE app_id = \(appID) AND user_id = \(userID) AND counts_presence
+                    """
                 ).first?[0].stringArray ?? []
             let online = platforms.isEmpty ? (ending == .logout ? "logout" : "offline") : "online"
             let presence = PresenceService(db: db, appID: appID, now: now)
@@ -86,36 +79,32 @@ enum StreamPresence {
     /// Records that `nodeID` is alive.
     static func heartbeat(nodeID: String, on db: PostgresConnection) throws {
         try db.query(
-            sql:
-                """
-                INSERT INTO live_nodes (node_id, seen_at) VALUES ($1, $2)
-                ON CONFLICT (node_id) DO UPDATE SET seen_at = EXCLUDED.seen_at
-                """, [nodeID, Timestamp.wallMillis()], prepared: true)
+            """
+            INSERT INTO live_nodes (node_id, seen_at) VALUES (\(nodeID), \(Timestamp.wallMillis()))
+            ON CONFLICT (node_id) DO UPDATE SET seen_at = EXCLUDED.seen_at
+            """)
     }
 
     /// The nodes that hold stream rows but stopped beating (crashed, killed), and forgets their heartbeats.
     static func deadNodes(on db: PostgresConnection) throws -> [String] {
         let cutoff = Timestamp.wallMillis() - nodeTimeoutMillis
         let nodes = try db.query(
-            sql:
-                """
-                SELECT DISTINCT s.node_id FROM user_streams s
-                WHERE s.opened_at < $1
-                  AND NOT EXISTS (SELECT 1 FROM live_nodes n WHERE n.node_id = s.node_id AND n.seen_at >= $1)
-                """, [cutoff], prepared: true
+            """
+            SELECT DISTINCT s.node_id FROM user_streams s
+            WHERE s.opened_at < \(cutoff)
+              AND NOT EXISTS (SELECT 1 FROM live_nodes n WHERE n.node_id = s.node_id AND n.seen_at >= \(cutoff))
+            """
         ).rows.map { try $0[0].string }
-        try db.query(sql: "DELETE FROM live_nodes WHERE seen_at < $1", [cutoff], prepared: true)
+        try db.query("DELETE FROM live_nodes WHERE seen_at < \(cutoff)")
         return nodes
     }
 
     /// Closes, for presence, every stream row of `nodeID` (a node stopping, or found dead).
     static func nodeGone(_ nodeID: String, services: Services) throws {
         let users = try services.pool.withConnection { db in
-            try db.query(
-                sql:
-                    "SELECT app_id, user_id, array_agg(stream_id) FROM user_streams WHERE node_id = $1 GROUP BY 1, 2",
-                [nodeID], prepared: true
-            ).rows.map { (appID: try $0[0].string, userID: try $0[1].string, streams: try $0[2].stringArray) }
+            try db.query("SELECT app_id, user_id, array_agg(stream_id) FROM user_streams WHERE node_id = \(nodeID) GROUP BY 1, 2").rows.map {
+                (appID: try $0[0].string, userID: try $0[1].string, streams: try $0[2].stringArray)
+            }
         }
         for user in users {
             try closed(appID: user.appID, userID: user.userID, streamIDs: user.streams, ending: .closed, services: services)

@@ -13,11 +13,10 @@ enum HistoryRetention {
     static let kind = TimerKind(name: "history_retention", everyMillis: 3_600_000) { services, now in
         let apps = try services.pool.withConnection { db in
             try db.query(
-                sql:
-                    """
-                    SELECT app_id, (settings->>'history_retention_days')::bigint FROM apps
-                    WHERE coalesce((settings->>'history_retention_days')::bigint, 0) > 0 ORDER BY app_id
-                    """
+                """
+                SELECT app_id, (settings->>'history_retention_days')::bigint FROM apps
+                WHERE coalesce((settings->>'history_retention_days')::bigint, 0) > 0 ORDER BY app_id
+                """, prepared: false
             ).rows.map { (appID: try $0[0].string, days: try $0[1].int64) }
         }
         var purged = 0
@@ -26,18 +25,17 @@ enum HistoryRetention {
             while true {
                 let count = try services.pool.withConnection { db in
                     try db.query(
-                        sql:
-                            """
-                            WITH gone AS (
-                                DELETE FROM messages m
-                                WHERE m.ctid = ANY(ARRAY(SELECT ctid FROM messages WHERE app_id = $1 AND timestamp < $2 LIMIT $3))
-                                RETURNING m.type, m.body
-                            ), snapshots AS (
-                                DELETE FROM message_combines c USING gone
-                                WHERE gone.type = 100 AND c.app_id = $1 AND c.combine_id = gone.body::json->>'combine_id'
-                            )
-                            SELECT count(*) FROM gone
-                            """, [app.appID, horizon, batchSize], prepared: true
+                        """
+                        WITH gone AS (
+                            DELETE FROM messages m
+                            WHERE m.ctid = ANY(ARRAY(SELECT ctid FROM messages WHERE app_id = \(app.appID) AND timestamp < \(horizon) LIMIT \(batchSize)))
+                            RETURNING m.type, m.body
+                        ), snapshots AS (
+                            DELETE FROM message_combines c USING gone
+                            WHERE gone.type = 100 AND c.app_id = \(app.appID) AND c.combine_id = gone.body::json->>'combine_id'
+                        )
+                        SELECT count(*) FROM gone
+                        """
                     ).first?[0].int64 ?? 0
                 }
                 purged += Int(count)

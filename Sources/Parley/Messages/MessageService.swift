@@ -144,11 +144,8 @@ struct MessageService: DomainService {
             data.raw("message", json)
             // Every active user: the audience is resolved when the event is written, in the same transaction.
             let users =
-                try db.query(
-                    sql:
-                        "SELECT coalesce(array_agg(user_id ORDER BY user_id), '{}') FROM users WHERE app_id = $1 AND deleted_at IS NULL",
-                    [appID], prepared: true
-                ).first?[0].stringArray ?? []
+                try db.query("SELECT coalesce(array_agg(user_id ORDER BY user_id), '{}') FROM users WHERE app_id = \(appID) AND deleted_at IS NULL")
+                .first?[0].stringArray ?? []
             try EventLog.append(
                 [NewEvent(type: "message.broadcast", data: data.finish(), audience: users, orderKey: appID)], appID: appID, now: now,
                 on: db)

@@ -17,8 +17,8 @@ enum MessageStore {
         MessageColumn.allCases.map { "\(alias).\($0.name)" }.joined(separator: ", ")
     }
 
-    private static let oneSQL = "SELECT \(columns()) FROM messages m WHERE m.app_id = $1 AND m.message_id = $2"
-    private static let manySQL = "SELECT \(columns()) FROM messages m WHERE m.app_id = $1 AND m.message_id = ANY($2::text[])"
+    /// The message columns of `messages m`, computed once.
+    private static let messageColumns = columns()
 
     /// The message whose columns start at `offset` (nil when its `message_id` is NULL, as after a LEFT JOIN).
     static func message(_ row: PostgresRow, at offset: Int = 0) throws -> Message? {
@@ -42,12 +42,11 @@ enum MessageStore {
 
     static func key(appID: String, from: String, clientMsgID: String, on db: PostgresConnection) throws -> StoredKey? {
         let result = try db.query(
-            sql:
-                """
-                SELECT k.message_id, k.conv_type, k.recipient, k.seq, k.timestamp, k.message, \(columns("m"))
-                FROM message_keys k LEFT JOIN messages m ON m.app_id = k.app_id AND m.message_id = k.message_id
-                WHERE k.app_id = $1 AND k.sender = $2 AND k.client_msg_id = $3
-                """, [appID, from, clientMsgID], prepared: true)
+            """
+            SELECT k.message_id, k.conv_type, k.recipient, k.seq, k.timestamp, k.message, \(sql: columns("m"))
+            FROM message_keys k LEFT JOIN messages m ON m.app_id = k.app_id AND m.message_id = k.message_id
+            WHERE k.app_id = \(appID) AND k.sender = \(from) AND k.client_msg_id = \(clientMsgID)
+            """)
         guard let row = result.first else { return nil }
         return StoredKey(
             messageID: try row[0].string, conversationType: ConversationType(rawValue: try row[1].string) ?? .peer,
@@ -58,18 +57,14 @@ enum MessageStore {
     // MARK: - Reads
 
     static func fetch(appID: String, messageID: String, on db: PostgresConnection) throws -> Message? {
-        let result = try db.query(
-            sql:
-                oneSQL, [appID, messageID], prepared: true)
+        let result = try db.query("SELECT \(sql: messageColumns) FROM messages m WHERE m.app_id = \(appID) AND m.message_id = \(messageID)")
         return try result.first.flatMap { try message($0) }
     }
 
     static func fetchMany(appID: String, messageIDs: [String], on db: PostgresConnection) throws -> [Message] {
         if messageIDs.isEmpty { return [] }
         let result = try db.query(
-            sql:
-                manySQL, [appID, messageIDs],
-            prepared: true)
+            "SELECT \(sql: messageColumns) FROM messages m WHERE m.app_id = \(appID) AND m.message_id = ANY(\(messageIDs)::text[])")
         return try result.rows.compactMap { try message($0) }
     }
 
@@ -100,7 +95,7 @@ enum MessageStore {
     static let historySQL: (ascending: String, descending: String) = {
         func sql(_ order: String) -> String {
             """
-            SELECT \(columns()) FROM messages m
+            SELECT \(messageColumns) FROM messages m
             WHERE m.app_id = $1 AND m.conv_type = $2 AND m.conv_id = $3 AND m.seq > $4 AND m.seq < $5
               AND m.timestamp + 0 >= $6 AND m.timestamp + 0 < $7 AND ($8::int[] IS NULL OR m.type = ANY($8::int[]))
               AND ($9::text IS NULL OR $10 OR m.suppressed IS NULL OR m.sender = $9)
@@ -122,15 +117,14 @@ enum MessageStore {
     )
         throws -> PostgresResult
     {
-        let sql = query.forward ? historySQL.ascending : historySQL.descending
-        let result = try db.query(
-            sql:
-                sql,
-            [
-                appID, conversationType.rawValue, threadID, query.afterSeq, query.beforeSeq, query.startAt, query.endAt,
-                query.types, query.viewer, query.includeHidden, peer, query.limit, query.requireGroupAccess,
-            ], prepared: true)
-        return result
+        // Numbered parameters over text built once (see historySQL).
+        try db.query(
+            PostgresQuery(
+                sql: query.forward ? historySQL.ascending : historySQL.descending,
+                binds: [
+                    appID, conversationType.rawValue, threadID, query.afterSeq, query.beforeSeq, query.startAt, query.endAt, query.types,
+                    query.viewer, query.includeHidden, peer, query.limit, query.requireGroupAccess,
+                ]))
     }
 
     /// A page of the snapshots of combine `combineID` from `position`.
@@ -138,11 +132,10 @@ enum MessageStore {
         -> [(position: Int, json: [UInt8])]
     {
         let result = try db.query(
-            sql:
-                """
-                SELECT position, message FROM message_combines WHERE app_id = $1 AND combine_id = $2 AND position >= $3
-                ORDER BY position LIMIT $4
-                """, [appID, combineID, position, limit], prepared: true)
+            """
+            SELECT position, message FROM message_combines WHERE app_id = \(appID) AND combine_id = \(combineID) AND position >= \(position)
+            ORDER BY position LIMIT \(limit)
+            """)
         return try result.rows.map { (try $0[0].int, try $0[1].textBytes) }
     }
 }

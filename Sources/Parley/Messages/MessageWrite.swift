@@ -71,7 +71,7 @@ enum MessageWrite {
     /// batch, where it finds the first one's key.
     static func write(_ items: [Item], on db: PostgresConnection) throws -> [Written] {
         if items.isEmpty { return [] }
-        let rows = try db.query(sql: statement, [itemsJSON(items), combinesJSON(items)], prepared: true).rows
+        let rows = try db.query(PostgresQuery(sql: statement, binds: [itemsJSON(items), combinesJSON(items)])).rows
         guard rows.count == items.count else { throw APIError(.internalError, "message write returned \(rows.count) of \(items.count) rows") }
         var written: [Written] = []
         written.reserveCapacity(items.count)
@@ -176,12 +176,11 @@ enum MessageWrite {
         w.endArray()
         guard count > 0 else { return }
         try db.query(
-            sql:
-                """
-                UPDATE message_keys k SET message = x.message
-                FROM json_to_recordset($1::json) AS x(app_id text, sender text, client_msg_id text, message text)
-                WHERE k.app_id = x.app_id AND k.sender = x.sender AND k.client_msg_id = x.client_msg_id
-                """, [String(decoding: w.bytes, as: UTF8.self)], prepared: true)
+            """
+            UPDATE message_keys k SET message = x.message
+            FROM json_to_recordset(\(String(decoding: w.bytes, as: UTF8.self))::json) AS x(app_id text, sender text, client_msg_id text, message text)
+            WHERE k.app_id = x.app_id AND k.sender = x.sender AND k.client_msg_id = x.client_msg_id
+            """)
     }
 
     // MARK: - The statement

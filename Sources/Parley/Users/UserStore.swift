@@ -10,10 +10,7 @@ enum UserStore {
     }
 
     static func authState(appID: String, userID: String, on db: PostgresConnection) throws -> AuthState? {
-        let result = try db.query(
-            sql:
-                "SELECT deleted_at, token_generation, banned_until FROM users WHERE app_id = $1 AND user_id = $2",
-            [appID, userID], prepared: true)
+        let result = try db.query("SELECT deleted_at, token_generation, banned_until FROM users WHERE app_id = \(appID) AND user_id = \(userID)")
         guard let row = result.first else { return nil }
         return AuthState(
             deletedAt: row[0].isNull ? nil : try row[0].int64, tokenGeneration: try row[1].int64, bannedUntil: try row[2].int64)
@@ -47,29 +44,28 @@ enum UserStore {
 
     /// One user, soft-deleted or not; `forUpdate` locks the row until the transaction ends.
     static func fetch(appID: String, userID: String, forUpdate: Bool = false, on db: PostgresConnection) throws -> User? {
-        try db.query(sql: forUpdate ? fetchSQL.forUpdate : fetchSQL.plain, [appID, userID], prepared: true).first.map(user)
+        // Numbered parameters over text built once: GET user is a hot read.
+        try db.query(PostgresQuery(sql: forUpdate ? fetchSQL.forUpdate : fetchSQL.plain, binds: [appID, userID])).first.map(user)
     }
 
     /// The users among `userIDs` that exist (soft-deleted included), in `user_id` order; `forUpdate` locks them in
     /// that order, so concurrent batch writers never deadlock on each other.
     static func fetchMany(appID: String, userIDs: [String], forUpdate: Bool = false, on db: PostgresConnection) throws -> [User] {
         if userIDs.isEmpty { return [] }
-        let sql =
-            forUpdate
-            ? "SELECT \(columns) FROM users WHERE app_id = $1 AND user_id = ANY($2::text[]) ORDER BY user_id FOR UPDATE"
-            : "SELECT \(columns) FROM users WHERE app_id = $1 AND user_id = ANY($2::text[]) ORDER BY user_id"
-        return try db.query(sql: sql, [appID, userIDs], prepared: true).rows.map(user)
+        return try db.query(
+            """
+            SELECT \(sql: columns) FROM users WHERE app_id = \(appID) AND user_id = ANY(\(userIDs)::text[]) ORDER BY user_id
+            \(sql: forUpdate ? "FOR UPDATE" : "")
+            """
+        ).rows.map(user)
     }
 
     /// Which users `GET /v1/users` lists (API.md §4).
     enum ListState: String, CaseIterable, Sendable {
         case active, deleted, banned, muted, all
 
-        /// Whether the condition compares with the server time.
-        var needsNow: Bool { self == .banned || self == .muted }
-
-        /// The SQL condition; `now` is the placeholder of the server time in ms.
-        func condition(now: String) -> String {
+        /// The SQL condition at server time `now` (ms).
+        func condition(now: Int64) -> PostgresQuery {
             switch self {
             case .active: "deleted_at IS NULL"
             case .deleted: "deleted_at IS NOT NULL"
@@ -102,26 +98,14 @@ enum UserStore {
         appID: String, state: ListState, query: String?, after: String?, now: Int64, limit: Int, unicode: Bool,
         on db: PostgresConnection
     ) throws -> [User] {
-        var parameters: [(any PostgresEncodable)?] = [appID, limit]
-        var conditions = ["app_id = $1"]
-        if state.needsNow {
-            parameters.append(now)
-            conditions.append(state.condition(now: "$\(parameters.count)"))
-        } else {
-            conditions.append(state.condition(now: ""))
-        }
-        if let after {
-            parameters.append(after)
-            conditions.append("user_id > $\(parameters.count)")
-        }
+        var sql: PostgresQuery = "SELECT \(sql: columns) FROM users WHERE app_id = \(appID) AND \(state.condition(now: now))"
+        if let after { sql += " AND user_id > \(after)" }
         if let query {
-            parameters.append(query)
-            let p = "$\(parameters.count)"
             let name = unicode ? #"lower(name COLLATE "und-x-icu")"# : "lower(name)"
-            conditions.append("(starts_with(lower(user_id), \(p)) OR strpos(\(name), \(p)) > 0)")
+            sql += " AND (starts_with(lower(user_id), \(query)) OR strpos(\(sql: name), \(query)) > 0)"
         }
-        let sql = "SELECT \(columns) FROM users WHERE " + conditions.joined(separator: " AND ") + " ORDER BY user_id LIMIT $2"
-        return try db.query(sql: sql, parameters, prepared: true).rows.map(user)
+        sql += " ORDER BY user_id LIMIT \(limit)"
+        return try db.query(sql).rows.map(user)
     }
 
     // MARK: - Writes
@@ -135,19 +119,14 @@ enum UserStore {
     static func insertMany(appID: String, users: [User], on db: PostgresConnection) throws -> Set<String> {
         if users.isEmpty { return [] }
         let result = try db.query(
-            sql:
-                """
-                INSERT INTO users (app_id, user_id, name, avatar_url, extended_data, created_at, updated_at, token_generation)
-                SELECT $1, u.user_id, u.name, u.avatar_url, u.extended_data, u.created_at, u.created_at, u.token_generation
-                FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[])
-                     AS u(user_id, name, avatar_url, extended_data, created_at, token_generation)
-                ON CONFLICT (app_id, user_id) DO NOTHING
-                RETURNING user_id
-                """,
-            [
-                appID, users.map(\.userID), users.map(\.name), users.map(\.avatarURL), users.map(\.extendedData),
-                users.map(\.createdAt), users.map(\.tokenGeneration),
-            ], prepared: true)
+            """
+            INSERT INTO users (app_id, user_id, name, avatar_url, extended_data, created_at, updated_at, token_generation)
+            SELECT \(appID), u.user_id, u.name, u.avatar_url, u.extended_data, u.created_at, u.created_at, u.token_generation
+            FROM unnest(\(users.map(\.userID))::text[], \(users.map(\.name))::text[], \(users.map(\.avatarURL))::text[], \(users.map(\.extendedData))::text[], \(users.map(\.createdAt))::bigint[], \(users.map(\.tokenGeneration))::bigint[])
+                 AS u(user_id, name, avatar_url, extended_data, created_at, token_generation)
+            ON CONFLICT (app_id, user_id) DO NOTHING
+            RETURNING user_id
+            """)
         return Set(try result.rows.map { try $0[0].string })
     }
 
@@ -160,27 +139,21 @@ enum UserStore {
     static func saveMany(appID: String, users: [User], on db: PostgresConnection) throws {
         if users.isEmpty { return }
         _ = try db.query(
-            sql:
-                """
-                UPDATE users SET name = u.name, avatar_url = u.avatar_url, extended_data = u.extended_data,
-                       updated_at = u.updated_at, muted_until = u.muted_until, banned_until = u.banned_until,
-                       ban_reason = u.ban_reason, deleted_at = NULLIF(u.deleted_at, -1), token_generation = u.token_generation
-                FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[],
-                            $9::text[], $10::bigint[], $11::bigint[])
-                     AS u(user_id, name, avatar_url, extended_data, updated_at, muted_until, banned_until, ban_reason,
-                          deleted_at, token_generation)
-                WHERE users.app_id = $1 AND users.user_id = u.user_id
-                """,
-            [
-                appID, users.map(\.userID), users.map(\.name), users.map(\.avatarURL), users.map(\.extendedData),
-                users.map(\.updatedAt), users.map(\.mutedUntil), users.map(\.bannedUntil), users.map(\.banReason),
-                // -1 never occurs as a deletion time; it stands for NULL in the array.
-                users.map { $0.deletedAt ?? -1 }, users.map(\.tokenGeneration),
-            ], prepared: true)
+            """
+            UPDATE users SET name = u.name, avatar_url = u.avatar_url, extended_data = u.extended_data,
+                   updated_at = u.updated_at, muted_until = u.muted_until, banned_until = u.banned_until,
+                   ban_reason = u.ban_reason, deleted_at = NULLIF(u.deleted_at, -1), token_generation = u.token_generation
+            FROM unnest(\(users.map(\.userID))::text[], \(users.map(\.name))::text[], \(users.map(\.avatarURL))::text[], \(users.map(\.extendedData))::text[], \(users.map(\.updatedAt))::bigint[], \(users.map(\.mutedUntil))::bigint[], \(users.map(\.bannedUntil))::bigint[],
+                        \(users.map(\.banReason))::text[], \(// -1 never occurs as a deletion time; it stands for NULL in the array.
+                users.map { $0.deletedAt ?? -1 })::bigint[], \(users.map(\.tokenGeneration))::bigint[])
+                 AS u(user_id, name, avatar_url, extended_data, updated_at, muted_until, banned_until, ban_reason,
+                      deleted_at, token_generation)
+            WHERE users.app_id = \(appID) AND users.user_id = u.user_id
+            """)
     }
 
     /// Removes the user's row (hard delete); false when there was none.
     static func delete(appID: String, userID: String, on db: PostgresConnection) throws -> Bool {
-        try db.query(sql: "DELETE FROM users WHERE app_id = $1 AND user_id = $2", [appID, userID], prepared: true).affectedRows > 0
+        try db.query("DELETE FROM users WHERE app_id = \(appID) AND user_id = \(userID)").affectedRows > 0
     }
 }
