@@ -9,7 +9,15 @@ enum Routes {
         OpsRoutes(services: services).register(on: &builder)
         var api = API(services: services, builder: builder)
         AppRoutes.register(on: &api)
-        UserRoutes.register(on: &api)
+        // Users is below Groups and Live: what its routes need from them is handed in here.
+        let userHooks = UserHooks(
+            removeFromGroups: { db, appID, userID, now in
+                try GroupService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
+            },
+            openStreams: { db, appID, userID, platforms in
+                try StreamPresence.count(appID: appID, userID: userID, platforms: platforms, on: db)
+            })
+        UserRoutes.register(on: &api, hooks: userHooks)
         PresenceRoutes.register(on: &api)
         BlacklistRoutes.register(on: &api)
         FriendRoutes.register(on: &api)

@@ -78,8 +78,8 @@ struct MessageService: DomainService {
         case .fromNotFound: UserService.notFound(request.from)
         case .toNotFound:
             APIError(.targetNotFound, "\(request.conversationType == .group ? "group" : "user") \(request.to) does not exist")
-        case .groupDismissed: GroupService.dismissed(request.to)
-        case .notMember: GroupService.notMember(request.from, request.to)
+        case .groupDismissed: .groupDismissed(request.to)
+        case .notMember: .notGroupMember(request.from, request.to)
         case .receiptGroupTooLarge: APIError(.receiptGroupTooLarge, "need_receipt is refused in big groups and groups over 500 members")
         case .replyNotFound:
             APIError(.messageNotFound, request.replyTo != nil ? "reply_to message not found" : "a combined message was not found")
@@ -168,17 +168,17 @@ struct MessageService: DomainService {
     func isVisible(_ message: Message, to viewer: MessageViewer, on db: PostgresConnection) throws -> Bool {
         guard message.isVisible(to: viewer) else { return false }
         guard case .user(let userID) = viewer, message.conversationType == .group else { return true }
-        return try GroupStore.member(appID: appID, groupID: message.to, userID: userID, on: db) != nil
+        return try MessageStore.groupAccess(appID: appID, groupID: message.to, userID: userID, on: db)?.member ?? false
     }
 
     /// Group history reads (§9.1, §11.3): the group exists (404), is not dismissed (409) and a reading user is a
     /// current member (403).
     func requireGroupHistory(_ groupID: String, viewer userID: String?, on db: PostgresConnection) throws {
-        guard let group = try GroupStore.fetch(appID: appID, groupID: groupID, on: db) else { throw GroupService.notFound(groupID) }
-        if group.isDismissed { throw GroupService.dismissed(groupID) }
-        if let userID, try GroupStore.member(appID: appID, groupID: groupID, userID: userID, on: db) == nil {
-            throw GroupService.notMember(userID, groupID)
+        guard let access = try MessageStore.groupAccess(appID: appID, groupID: groupID, userID: userID, on: db) else {
+            throw APIError.groupNotFound(groupID)
         }
+        if access.dismissed { throw APIError.groupDismissed(groupID) }
+        if let userID, !access.member { throw APIError.notGroupMember(userID, groupID) }
     }
 
     static func notFound(_ messageID: String) -> APIError { APIError(.messageNotFound, "message \(messageID) not found") }

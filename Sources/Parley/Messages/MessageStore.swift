@@ -127,6 +127,21 @@ enum MessageStore {
                 ]))
     }
 
+    /// Whether group `groupID` is dismissed and `userID` is a current member of it (false without a user); nil when
+    /// there is no such group. Messages read the group rows themselves: groups write messages (tips), so the message
+    /// domain stays below the group domain.
+    static func groupAccess(appID: String, groupID: String, userID: String?, on db: PostgresConnection) throws
+        -> (dismissed: Bool, member: Bool)?
+    {
+        try db.query(
+            """
+            SELECT g.dismissed_at IS NOT NULL,
+                   EXISTS (SELECT 1 FROM group_members m WHERE m.app_id = g.app_id AND m.group_id = g.group_id AND m.user_id = \(userID))
+            FROM groups g WHERE g.app_id = \(appID) AND g.group_id = \(groupID)
+            """
+        ).decodeFirst((Bool, Bool).self).map { (dismissed: $0.0, member: $0.1) }
+    }
+
     /// A page of the snapshots of combine `combineID` from `position`.
     static func combined(appID: String, combineID: String, from position: Int, limit: Int, on db: PostgresConnection) throws
         -> [(position: Int, json: [UInt8])]

@@ -3,7 +3,7 @@ import ParleyPostgres
 
 /// Users (API.md §4): HTTP ↔ ``UserService``.
 enum UserRoutes {
-    static func register(on api: inout API) {
+    static func register(on api: inout API, hooks: UserHooks) {
         api.add(.post, "/v1/users", .app, "createUser") { ctx in
             var body = try ctx.body()
             let userID = body.id("user_id", .userID, required: true)
@@ -49,7 +49,7 @@ enum UserRoutes {
             var query = ctx.query()
             let mode = query.choice("mode", UserService.DeleteMode.allCases.map(\.rawValue)).flatMap(UserService.DeleteMode.init)
             try query.check()
-            try UserService(ctx).delete(userID, mode: mode ?? .soft)
+            try UserService(ctx).delete(userID, mode: mode ?? .soft, removeFromGroups: hooks.removeFromGroups)
             return Reply.noContent()
         }
 
@@ -81,7 +81,7 @@ enum UserRoutes {
             try body.check()
             let kickedPlatforms = platforms ?? UserService.platforms
             // The streams open now on those platforms (every node): the hub closes them on `user.kicked`.
-            let closing = try StreamPresence.count(appID: ctx.appID, userID: userID, platforms: kickedPlatforms, on: ctx.db)
+            let closing = try hooks.openStreams(ctx.db, ctx.appID, userID, kickedPlatforms)
             try UserService(ctx).kick(userID, platforms: kickedPlatforms, revokeTokens: revokeTokens)
             var o = JSONObjectWriter(capacity: 32)
             o["closed_streams"] = closing

@@ -201,8 +201,9 @@ struct UserService: DomainService {
     }
 
     /// Soft delete (deactivate; tokens are revoked) or hard delete (the row goes; the id may be created again).
-    /// Soft delete addresses live users only; hard delete also purges a soft-deleted user.
-    func delete(_ userID: String, mode: DeleteMode) throws {
+    /// Soft delete addresses live users only; hard delete also purges a soft-deleted user, after
+    /// `removeFromGroups` (``UserHooks``) took it out of its groups.
+    func delete(_ userID: String, mode: DeleteMode, removeFromGroups: UserHooks.RemoveFromGroups) throws {
         try db.transaction { db in
             var groupEvents: [NewEvent] = []
             switch mode {
@@ -217,7 +218,7 @@ struct UserService: DomainService {
                 try UserStore.save(appID: appID, user: user, on: db)
             case .hard:
                 // The user leaves its groups first (owner continuity, dismissal of emptied groups; API.md §9.3).
-                groupEvents = try GroupService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
+                groupEvents = try removeFromGroups(db, appID, userID, now)
                 guard try UserStore.delete(appID: appID, userID: userID, on: db) else { throw Self.notFound(userID) }
             }
             var data = JSONObjectWriter(capacity: 64)
