@@ -20,11 +20,10 @@ enum GroupApplicationStore {
     static func fetch(appID: String, applicationID: String, forUpdate: Bool = false, on db: PostgresConnection) throws
         -> GroupApplication?
     {
-        try db.query(
-            sql:
-                "SELECT \(columns) FROM group_applications a WHERE a.app_id = $1 AND a.application_id = $2" + (forUpdate ? " FOR UPDATE" : ""),
-            [appID, applicationID], prepared: true
-        ).first.map { try application($0) }
+        var query: PostgresQuery =
+            "SELECT \(sql: columns) FROM group_applications a WHERE a.app_id = \(appID) AND a.application_id = \(applicationID)"
+        if forUpdate { query += " FOR UPDATE" }
+        return try db.query(query).first.map { try application($0) }
     }
 
     /// The waiting application of `type` for `userID` in the group, if any (the caller holds the group lock).
@@ -32,54 +31,43 @@ enum GroupApplicationStore {
         -> GroupApplication?
     {
         try db.query(
-            sql:
-                """
-                SELECT \(columns) FROM group_applications a
-                WHERE a.app_id = $1 AND a.group_id = $2 AND a.user_id = $3 AND a.type = $4 AND a.state = 'waiting'
-                """,
-            [appID, groupID, userID, type.rawValue], prepared: true
+            """
+            SELECT \(sql: columns) FROM group_applications a
+            WHERE a.app_id = \(appID) AND a.group_id = \(groupID) AND a.user_id = \(userID) AND a.type = \(type.rawValue)
+                AND a.state = 'waiting'
+            """
         ).first.map { try application($0) }
     }
 
     static func insert(appID: String, _ a: GroupApplication, on db: PostgresConnection) throws {
-        _ = try db.query(
-            sql:
-                """
-                INSERT INTO group_applications (app_id, application_id, type, state, group_id, user_id, inviter_id, wording,
-                    created_at, updated_at, expires_at)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-                """,
-            [
-                appID, a.applicationID, a.type.rawValue, a.state.rawValue, a.groupID, a.userID, a.inviterID, a.wording, a.createdAt,
-                a.updatedAt, a.expiresAt,
-            ], prepared: true)
+        try db.query(
+            """
+            INSERT INTO group_applications (app_id, application_id, type, state, group_id, user_id, inviter_id, wording,
+                created_at, updated_at, expires_at)
+            VALUES (\(appID), \(a.applicationID), \(a.type.rawValue), \(a.state.rawValue), \(a.groupID), \(a.userID), \(a.inviterID),
+                \(a.wording), \(a.createdAt), \(a.updatedAt), \(a.expiresAt))
+            """)
     }
 
     /// Saves state, wording, operator and `updated_at`; `push` (an answer's PushConfig) is kept when given.
     static func save(appID: String, _ a: GroupApplication, push: JSONValue? = nil, on db: PostgresConnection) throws {
-        _ = try db.query(
-            sql:
-                """
-                UPDATE group_applications SET state = $3, wording = $4, operated_by = $5, updated_at = $6, expires_at = $7,
-                    response_push = COALESCE($8::jsonb, response_push)
-                WHERE app_id = $1 AND application_id = $2
-                """,
-            [
-                appID, a.applicationID, a.state.rawValue, a.wording, a.operatedBy, a.updatedAt, a.expiresAt,
-                push.map { String(decoding: $0.serialized(), as: UTF8.self) },
-            ], prepared: true)
+        let pushText = push.map { String(decoding: $0.serialized(), as: UTF8.self) }
+        try db.query(
+            """
+            UPDATE group_applications SET state = \(a.state.rawValue), wording = \(a.wording), operated_by = \(a.operatedBy),
+                updated_at = \(a.updatedAt), expires_at = \(a.expiresAt), response_push = COALESCE(\(pushText)::jsonb, response_push)
+            WHERE app_id = \(appID) AND application_id = \(a.applicationID)
+            """)
     }
 
     /// Marks one overdue waiting application expired (as the timer would) and returns it when this call did.
     static func expireOverdue(appID: String, applicationID: String, now: Int64, on db: PostgresConnection) throws -> GroupApplication? {
         try db.query(
-            sql:
-                """
-                UPDATE group_applications a SET state = 'expired', updated_at = a.expires_at
-                WHERE a.app_id = $1 AND a.application_id = $2 AND a.state = 'waiting' AND a.expires_at <= $3
-                RETURNING \(columns)
-                """,
-            [appID, applicationID, now], prepared: true
+            """
+            UPDATE group_applications a SET state = 'expired', updated_at = a.expires_at
+            WHERE a.app_id = \(appID) AND a.application_id = \(applicationID) AND a.state = 'waiting' AND a.expires_at <= \(now)
+            RETURNING \(sql: columns)
+            """
         ).first.map { try application($0) }
     }
 
@@ -88,20 +76,18 @@ enum GroupApplicationStore {
     /// expire (and report) an application once.
     static func expireDue(now: Int64, limit: Int, on db: PostgresConnection) throws -> [(appID: String, application: GroupApplication)] {
         try db.query(
-            sql:
-                """
-                WITH due AS (
-                    SELECT app_id, application_id FROM group_applications
-                    WHERE state = 'waiting' AND expires_at <= $1
-                    ORDER BY expires_at LIMIT $2
-                    FOR UPDATE SKIP LOCKED
-                )
-                UPDATE group_applications a SET state = 'expired', updated_at = a.expires_at
-                FROM due
-                WHERE a.app_id = due.app_id AND a.application_id = due.application_id AND a.state = 'waiting'
-                RETURNING a.app_id, \(columns)
-                """,
-            [now, limit], prepared: true
+            """
+            WITH due AS (
+                SELECT app_id, application_id FROM group_applications
+                WHERE state = 'waiting' AND expires_at <= \(now)
+                ORDER BY expires_at LIMIT \(limit)
+                FOR UPDATE SKIP LOCKED
+            )
+            UPDATE group_applications a SET state = 'expired', updated_at = a.expires_at
+            FROM due
+            WHERE a.app_id = due.app_id AND a.application_id = due.application_id AND a.state = 'waiting'
+            RETURNING a.app_id, \(sql: columns)
+            """
         ).rows.map { row in (try row[0].string, try application(row, from: 1)) }
     }
 
@@ -117,31 +103,17 @@ enum GroupApplicationStore {
         appID: String, scope: Scope, type: GroupApplication.Kind?, state: GroupApplication.State?, now: Int64,
         after: (createdAt: Int64, applicationID: String)?, limit: Int, on db: PostgresConnection
     ) throws -> [GroupApplication] {
-        var parameters: [(any PostgresEncodable)?] = [appID, limit]
-        var sql = "SELECT \(columns) FROM group_applications a WHERE a.app_id = $1"
+        var query: PostgresQuery = "SELECT \(sql: columns) FROM group_applications a WHERE a.app_id = \(appID)"
         switch scope {
-        case .group(let groupID):
-            parameters.append(groupID)
-            sql += " AND a.group_id = $3"
-        case .user(let userID):
-            parameters.append(userID)
-            sql += " AND (a.user_id = $3 OR a.inviter_id = $3)"
+        case .group(let groupID): query += " AND a.group_id = \(groupID)"
+        case .user(let userID): query += " AND (a.user_id = \(userID) OR a.inviter_id = \(userID))"
         }
-        if let type {
-            parameters.append(type.rawValue)
-            sql += " AND a.type = $\(parameters.count)"
-        }
+        if let type { query += " AND a.type = \(type.rawValue)" }
         if let state {
-            parameters += [state.rawValue, now]
-            let n = parameters.count
-            sql += " AND (CASE WHEN a.state = 'waiting' AND a.expires_at <= $\(n) THEN 'expired' ELSE a.state END) = $\(n - 1)"
+            query += " AND (CASE WHEN a.state = 'waiting' AND a.expires_at <= \(now) THEN 'expired' ELSE a.state END) = \(state.rawValue)"
         }
-        if let after {
-            parameters += [after.createdAt, after.applicationID]
-            let n = parameters.count
-            sql += " AND (a.created_at, a.application_id) < ($\(n - 1), $\(n))"
-        }
-        sql += " ORDER BY a.created_at DESC, a.application_id DESC LIMIT $2"
-        return try db.query(sql: sql, parameters, prepared: true).rows.map { try application($0) }
+        if let after { query += " AND (a.created_at, a.application_id) < (\(after.createdAt), \(after.applicationID))" }
+        query += " ORDER BY a.created_at DESC, a.application_id DESC LIMIT \(limit)"
+        return try db.query(query).rows.map { try application($0) }
     }
 }

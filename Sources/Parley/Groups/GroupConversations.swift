@@ -12,24 +12,22 @@ enum GroupConversations {
         if userIDs.isEmpty { return }
         // last_seq / last_ts / order of a following entry come from the head at read time; the stored ones only
         // matter once it is frozen again.
-        _ = try db.query(
-            sql:
-                """
-                INSERT INTO conversations AS c (app_id, user_id, conv_type, conv_id, thread_id, read_seq, last_seq, last_ts, order_key,
-                                                created_at, updated_at, follows_group)
-                SELECT $1, u.user_id, 'group', $2, $2,
-                       coalesce((SELECT h.last_seq FROM conversation_seqs h
-                                 WHERE h.app_id = $1 AND h.conv_type = 'group' AND h.conv_id = $2), 0),
-                       0, 0, $4, $4, $4, true
-                FROM unnest($3::text[]) AS u(user_id)
-                ON CONFLICT (app_id, user_id, conv_type, conv_id) DO UPDATE SET
-                    follows_group = true,
-                    deleted = false,
-                    read_seq = excluded.read_seq,
-                    order_key = greatest(c.order_key, excluded.order_key),
-                    updated_at = excluded.updated_at
-                """,
-            [appID, groupID, userIDs, now], prepared: true)
+        try db.query(
+            """
+            INSERT INTO conversations AS c (app_id, user_id, conv_type, conv_id, thread_id, read_seq, last_seq, last_ts, order_key,
+                                            created_at, updated_at, follows_group)
+            SELECT \(appID), u.user_id, 'group', \(groupID), \(groupID),
+                   coalesce((SELECT h.last_seq FROM conversation_seqs h
+                             WHERE h.app_id = \(appID) AND h.conv_type = 'group' AND h.conv_id = \(groupID)), 0),
+                   0, 0, \(now), \(now), \(now), true
+            FROM unnest(\(userIDs)::text[]) AS u(user_id)
+            ON CONFLICT (app_id, user_id, conv_type, conv_id) DO UPDATE SET
+                follows_group = true,
+                deleted = false,
+                read_seq = excluded.read_seq,
+                order_key = greatest(c.order_key, excluded.order_key),
+                updated_at = excluded.updated_at
+            """)
     }
 
     /// Freezes the entries of `userIDs`, who are no longer members (or whose group is dismissed): `last_seq` and
@@ -39,19 +37,18 @@ enum GroupConversations {
         if userIDs.isEmpty { return }
         // The head row is locked first, as a send locks it before touching entries: one lock order, and no send can
         // slip a message in between the frozen head and the membership change.
-        _ = try db.query(
-            sql:
-                """
-                WITH h AS (
-                    SELECT coalesce(max(s.last_seq), 0) AS seq, coalesce(max(s.last_ts), 0) AS ts
-                    FROM (SELECT last_seq, last_ts FROM conversation_seqs
-                          WHERE app_id = $1 AND conv_type = 'group' AND conv_id = $2 FOR UPDATE) s
-                )
-                UPDATE conversations c
-                SET last_seq = h.seq, last_ts = h.ts, order_key = greatest(c.order_key, h.ts), follows_group = false, updated_at = $4
-                FROM h
-                WHERE c.app_id = $1 AND c.user_id = ANY($3::text[]) AND c.conv_type = 'group' AND c.conv_id = $2 AND c.follows_group
-                """,
-            [appID, groupID, userIDs, now], prepared: true)
+        try db.query(
+            """
+            WITH h AS (
+                SELECT coalesce(max(s.last_seq), 0) AS seq, coalesce(max(s.last_ts), 0) AS ts
+                FROM (SELECT last_seq, last_ts FROM conversation_seqs
+                      WHERE app_id = \(appID) AND conv_type = 'group' AND conv_id = \(groupID) FOR UPDATE) s
+            )
+            UPDATE conversations c
+            SET last_seq = h.seq, last_ts = h.ts, order_key = greatest(c.order_key, h.ts), follows_group = false, updated_at = \(now)
+            FROM h
+            WHERE c.app_id = \(appID) AND c.user_id = ANY(\(userIDs)::text[]) AND c.conv_type = 'group' AND c.conv_id = \(groupID)
+                AND c.follows_group
+            """)
     }
 }

@@ -30,46 +30,37 @@ enum GroupStore {
 
     /// One group; `forUpdate` locks its row (every membership change does, so counts and limits stay exact).
     static func fetch(appID: String, groupID: String, forUpdate: Bool = false, on db: PostgresConnection) throws -> Group? {
-        try db.query(
-            sql:
-                "SELECT \(groupColumns) FROM groups g WHERE g.app_id = $1 AND g.group_id = $2" + (forUpdate ? " FOR UPDATE" : ""),
-            [appID, groupID], prepared: true
-        ).first.map { try group($0) }
+        var query: PostgresQuery = "SELECT \(sql: groupColumns) FROM groups g WHERE g.app_id = \(appID) AND g.group_id = \(groupID)"
+        if forUpdate { query += " FOR UPDATE" }
+        return try db.query(query).first.map { try group($0) }
     }
 
     /// Stores a new group; false when the id is taken (also by a dismissed group).
     static func insert(appID: String, _ g: Group, on db: PostgresConnection) throws -> Bool {
         let result = try db.query(
-            sql:
-                """
-                INSERT INTO groups (app_id, group_id, name, avatar_url, notice, extended_data, owner_id, join_mode, invite_mode,
-                    be_invite_mode, max_members, member_count, is_big_group, attributes, created_at, updated_at)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15, $16)
-                ON CONFLICT (app_id, group_id) DO NOTHING
-                """,
-            [
-                appID, g.groupID, g.name, g.avatarURL, g.notice, g.extendedData, g.ownerID, g.joinMode.rawValue, g.inviteMode.rawValue,
-                g.beInviteMode.rawValue, g.maxMembers, g.memberCount, g.isBigGroup, text(g.attributes), g.createdAt, g.updatedAt,
-            ], prepared: true)
+            """
+            INSERT INTO groups (app_id, group_id, name, avatar_url, notice, extended_data, owner_id, join_mode, invite_mode,
+                be_invite_mode, max_members, member_count, is_big_group, attributes, created_at, updated_at)
+            VALUES (\(appID), \(g.groupID), \(g.name), \(g.avatarURL), \(g.notice), \(g.extendedData), \(g.ownerID),
+                \(g.joinMode.rawValue), \(g.inviteMode.rawValue), \(g.beInviteMode.rawValue), \(g.maxMembers), \(g.memberCount),
+                \(g.isBigGroup), \(text(g.attributes))::jsonb, \(g.createdAt), \(g.updatedAt))
+            ON CONFLICT (app_id, group_id) DO NOTHING
+            """)
         return result.affectedRows == 1
     }
 
     /// Saves every mutable field of a locked group.
     static func save(appID: String, _ g: Group, on db: PostgresConnection) throws {
-        _ = try db.query(
-            sql:
-                """
-                UPDATE groups SET name = $3, avatar_url = $4, notice = $5, extended_data = $6, owner_id = $7, join_mode = $8,
-                    invite_mode = $9, be_invite_mode = $10, max_members = $11, member_count = $12, is_big_group = $13,
-                    mute_mode = $14, mute_expires_at = $15, mute_roles = $16::int[], attributes = $17::jsonb, updated_at = $18,
-                    dismissed_at = $19
-                WHERE app_id = $1 AND group_id = $2
-                """,
-            [
-                appID, g.groupID, g.name, g.avatarURL, g.notice, g.extendedData, g.ownerID, g.joinMode.rawValue, g.inviteMode.rawValue,
-                g.beInviteMode.rawValue, g.maxMembers, g.memberCount, g.isBigGroup, g.mute.mode.rawValue, g.mute.expiresAt,
-                g.mute.roles, text(g.attributes), g.updatedAt, g.dismissedAt,
-            ], prepared: true)
+        try db.query(
+            """
+            UPDATE groups SET name = \(g.name), avatar_url = \(g.avatarURL), notice = \(g.notice), extended_data = \(g.extendedData),
+                owner_id = \(g.ownerID), join_mode = \(g.joinMode.rawValue), invite_mode = \(g.inviteMode.rawValue),
+                be_invite_mode = \(g.beInviteMode.rawValue), max_members = \(g.maxMembers), member_count = \(g.memberCount),
+                is_big_group = \(g.isBigGroup), mute_mode = \(g.mute.mode.rawValue), mute_expires_at = \(g.mute.expiresAt),
+                mute_roles = \(g.mute.roles)::int[], attributes = \(text(g.attributes))::jsonb, updated_at = \(g.updatedAt),
+                dismissed_at = \(g.dismissedAt)
+            WHERE app_id = \(appID) AND group_id = \(g.groupID)
+            """)
     }
 
     /// Up to `limit` groups by `created_at` desc, then `group_id` desc, strictly after `after`, whose name matches
@@ -79,19 +70,12 @@ enum GroupStore {
         on db: PostgresConnection
     ) throws -> [Group] {
         try KeywordMatch.query(keywords: keywords, on: db) { match in
-            var parameters: [(any PostgresEncodable)?] = [appID, limit]
-            var sql = "SELECT \(groupColumns) FROM groups g WHERE g.app_id = $1"
-            if !includeDismissed { sql += " AND g.dismissed_at IS NULL" }
-            if let after {
-                parameters += [after.createdAt, after.groupID]
-                sql += " AND (g.created_at, g.group_id) < ($3, $4)"
-            }
-            if !keywords.isEmpty {
-                parameters.append(keywords)
-                sql += match(["g.name"], parameters.count)
-            }
-            sql += " ORDER BY g.created_at DESC, g.group_id DESC LIMIT $2"
-            return try db.query(sql: sql, parameters, prepared: true).rows.map { try group($0) }
+            var query: PostgresQuery = "SELECT \(sql: groupColumns) FROM groups g WHERE g.app_id = \(appID)"
+            if !includeDismissed { query += " AND g.dismissed_at IS NULL" }
+            if let after { query += " AND (g.created_at, g.group_id) < (\(after.createdAt), \(after.groupID))" }
+            query += match(["g.name"])
+            query += " ORDER BY g.created_at DESC, g.group_id DESC LIMIT \(limit)"
+            return try db.query(query).rows.map { try group($0) }
         }
     }
 
@@ -114,9 +98,10 @@ enum GroupStore {
     static func members(appID: String, groupID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: GroupMember] {
         if userIDs.isEmpty { return [:] }
         let rows = try db.query(
-            sql:
-                "SELECT \(memberColumns) FROM \(memberJoin) WHERE m.app_id = $1 AND m.group_id = $2 AND m.user_id = ANY($3::text[])",
-            [appID, groupID, userIDs], prepared: true
+            """
+            SELECT \(sql: memberColumns) FROM \(sql: memberJoin)
+            WHERE m.app_id = \(appID) AND m.group_id = \(groupID) AND m.user_id = ANY(\(userIDs)::text[])
+            """
         ).rows
         var out: [String: GroupMember] = [:]
         for row in rows {
@@ -132,19 +117,10 @@ enum GroupStore {
 
     /// Every member's id (event audiences); `roles` restricts to those roles (owner and admins: `[1, 2]`).
     static func memberIDs(appID: String, groupID: String, roles: [Int64]? = nil, on db: PostgresConnection) throws -> [String] {
-        let result =
-            if let roles {
-                try db.query(
-                    sql:
-                        "SELECT user_id FROM group_members WHERE app_id = $1 AND group_id = $2 AND role = ANY($3::int[]) ORDER BY user_id",
-                    [appID, groupID, roles], prepared: true)
-            } else {
-                try db.query(
-                    sql:
-                        "SELECT user_id FROM group_members WHERE app_id = $1 AND group_id = $2 ORDER BY user_id", [appID, groupID],
-                    prepared: true)
-            }
-        return try result.rows.map { try $0[0].string }
+        var query: PostgresQuery = "SELECT user_id FROM group_members WHERE app_id = \(appID) AND group_id = \(groupID)"
+        if let roles { query += " AND role = ANY(\(roles)::int[])" }
+        query += " ORDER BY user_id"
+        return try db.query(query).decode(String.self)
     }
 
     /// A new membership row (the user's profile is joined in on reads).
@@ -160,23 +136,23 @@ enum GroupStore {
         -> [GroupMember]
     {
         if members.isEmpty { return [] }
+        let userIDs = members.map(\.userID)
+        let roles = members.map(\.role)
+        let enterTypes = members.map(\.enterType.rawValue)
+        let operators = members.map { $0.operatedBy ?? "" }
         let rows = try db.query(
-            sql:
-                """
-                WITH ins AS (
-                    INSERT INTO group_members (app_id, group_id, user_id, role, enter_type, joined_at, operated_by)
-                    SELECT $1, $2, x.user_id, x.role, x.enter_type, $7, NULLIF(x.operated_by, '')
-                    FROM unnest($3::text[], $4::int[], $5::text[], $6::text[]) WITH ORDINALITY AS x(user_id, role, enter_type, operated_by, ord)
-                    RETURNING user_id, role, nickname, muted_until, enter_type, joined_at, operated_by
-                )
-                SELECT ins.user_id, u.name, u.avatar_url, ins.role, ins.nickname, ins.muted_until, ins.enter_type, ins.joined_at,
-                       ins.operated_by
-                FROM ins JOIN users u ON u.app_id = $1 AND u.user_id = ins.user_id
-                """,
-            [
-                appID, groupID, members.map(\.userID), members.map(\.role), members.map(\.enterType.rawValue),
-                members.map { $0.operatedBy ?? "" }, now,
-            ], prepared: true
+            """
+            WITH ins AS (
+                INSERT INTO group_members (app_id, group_id, user_id, role, enter_type, joined_at, operated_by)
+                SELECT \(appID), \(groupID), x.user_id, x.role, x.enter_type, \(now), NULLIF(x.operated_by, '')
+                FROM unnest(\(userIDs)::text[], \(roles)::int[], \(enterTypes)::text[], \(operators)::text[])
+                    WITH ORDINALITY AS x(user_id, role, enter_type, operated_by, ord)
+                RETURNING user_id, role, nickname, muted_until, enter_type, joined_at, operated_by
+            )
+            SELECT ins.user_id, u.name, u.avatar_url, ins.role, ins.nickname, ins.muted_until, ins.enter_type, ins.joined_at,
+                   ins.operated_by
+            FROM ins JOIN users u ON u.app_id = \(appID) AND u.user_id = ins.user_id
+            """
         ).rows
         var byID: [String: GroupMember] = [:]
         for row in rows {
@@ -191,41 +167,39 @@ enum GroupStore {
         if userIDs.isEmpty { return [] }
         // The membership moves to group_member_history; the sequencer stamps its end with the group.member_left event
         // of this transaction, and its start too when the join's event is not sequenced yet (Migrations/0011).
-        let result = try db.query(
-            sql:
-                """
-                WITH d AS (
-                    DELETE FROM group_members WHERE app_id = $1 AND group_id = $2 AND user_id = ANY($3::text[])
-                    RETURNING user_id, joined_event, joined_xact
-                )
-                INSERT INTO group_member_history (app_id, group_id, user_id, joined_event, joined_xact)
-                SELECT $1, $2, d.user_id, d.joined_event, d.joined_xact FROM d
-                ON CONFLICT (app_id, group_id, user_id, joined_event) DO NOTHING
-                RETURNING user_id
-                """,
-            [appID, groupID, userIDs], prepared: true)
-        return Set(try result.rows.map { try $0[0].string })
+        let deleted = try db.query(
+            """
+            WITH d AS (
+                DELETE FROM group_members WHERE app_id = \(appID) AND group_id = \(groupID) AND user_id = ANY(\(userIDs)::text[])
+                RETURNING user_id, joined_event, joined_xact
+            )
+            INSERT INTO group_member_history (app_id, group_id, user_id, joined_event, joined_xact)
+            SELECT \(appID), \(groupID), d.user_id, d.joined_event, d.joined_xact FROM d
+            ON CONFLICT (app_id, group_id, user_id, joined_event) DO NOTHING
+            RETURNING user_id
+            """
+        ).decode(String.self)
+        return Set(deleted)
     }
 
     /// Saves a member's role, nickname and mute.
     static func saveMember(appID: String, groupID: String, _ m: GroupMember, on db: PostgresConnection) throws {
-        _ = try db.query(
-            sql:
-                "UPDATE group_members SET role = $4, nickname = $5, muted_until = $6 WHERE app_id = $1 AND group_id = $2 AND user_id = $3",
-            [appID, groupID, m.userID, m.role, m.nickname, m.mutedUntil], prepared: true)
+        try db.query(
+            """
+            UPDATE group_members SET role = \(m.role), nickname = \(m.nickname), muted_until = \(m.mutedUntil)
+            WHERE app_id = \(appID) AND group_id = \(groupID) AND user_id = \(m.userID)
+            """)
     }
 
     /// Owner continuity (§9.3): the admin with the earliest `joined_at`, else the member with the earliest
     /// `joined_at`, ties by smallest `user_id`; nil when nobody is left.
     static func successor(appID: String, groupID: String, on db: PostgresConnection) throws -> String? {
         try db.query(
-            sql:
-                """
-                SELECT user_id FROM group_members WHERE app_id = $1 AND group_id = $2 AND role <> 1
-                ORDER BY (role <> 2), joined_at, user_id LIMIT 1
-                """,
-            [appID, groupID], prepared: true
-        ).first.map { try $0[0].string }
+            """
+            SELECT user_id FROM group_members WHERE app_id = \(appID) AND group_id = \(groupID) AND role <> 1
+            ORDER BY (role <> 2), joined_at, user_id LIMIT 1
+            """
+        ).decodeFirst(String.self)
     }
 
     /// The member list (§9.3): by role asc, `joined_at` asc, `user_id` asc, strictly after `after`, optionally
@@ -235,23 +209,15 @@ enum GroupStore {
         limit: Int, on db: PostgresConnection
     ) throws -> [GroupMember] {
         try KeywordMatch.query(keywords: keywords, on: db) { match in
-            var parameters: [(any PostgresEncodable)?] = [appID, groupID, limit]
-            var sql = "SELECT \(memberColumns) FROM \(memberJoin) WHERE m.app_id = $1 AND m.group_id = $2"
-            if let roles {
-                parameters.append(roles)
-                sql += " AND m.role = ANY($\(parameters.count)::int[])"
-            }
+            var query: PostgresQuery =
+                "SELECT \(sql: memberColumns) FROM \(sql: memberJoin) WHERE m.app_id = \(appID) AND m.group_id = \(groupID)"
+            if let roles { query += " AND m.role = ANY(\(roles)::int[])" }
             if let after {
-                parameters += [after.role, after.joinedAt, after.userID]
-                let n = parameters.count
-                sql += " AND (m.role, m.joined_at, m.user_id) > ($\(n - 2), $\(n - 1), $\(n))"
+                query += " AND (m.role, m.joined_at, m.user_id) > (\(after.role), \(after.joinedAt), \(after.userID))"
             }
-            if !keywords.isEmpty {
-                parameters.append(keywords)
-                sql += match(["m.user_id", "u.name", "m.nickname"], parameters.count)
-            }
-            sql += " ORDER BY m.role, m.joined_at, m.user_id LIMIT $3"
-            return try db.query(sql: sql, parameters, prepared: true).rows.map { try member($0) }
+            query += match(["m.user_id", "u.name", "m.nickname"])
+            query += " ORDER BY m.role, m.joined_at, m.user_id LIMIT \(limit)"
+            return try db.query(query).rows.map { try member($0) }
         }
     }
 
@@ -260,13 +226,12 @@ enum GroupStore {
         -> [GroupMember]
     {
         try db.query(
-            sql:
-                """
-                SELECT \(memberColumns) FROM \(memberJoin)
-                WHERE m.app_id = $1 AND m.group_id = $2 AND (m.muted_until = -1 OR m.muted_until > $3) AND m.user_id > $4
-                ORDER BY m.user_id LIMIT $5
-                """,
-            [appID, groupID, now, after ?? "", limit], prepared: true
+            """
+            SELECT \(sql: memberColumns) FROM \(sql: memberJoin)
+            WHERE m.app_id = \(appID) AND m.group_id = \(groupID) AND (m.muted_until = -1 OR m.muted_until > \(now))
+                AND m.user_id > \(after ?? "")
+            ORDER BY m.user_id LIMIT \(limit)
+            """
         ).rows.map { try member($0) }
     }
 
@@ -286,26 +251,19 @@ enum GroupStore {
         on db: PostgresConnection
     ) throws -> [Membership] {
         try KeywordMatch.query(keywords: keywords, on: db) { match in
-            var parameters: [(any PostgresEncodable)?] = [appID, userID, limit]
-            var sql = """
-                SELECT \(groupColumns), m.role, m.joined_at, coalesce(c.notification_status, 'notify'), m.alias
+            var query: PostgresQuery = """
+                SELECT \(sql: groupColumns), m.role, m.joined_at, coalesce(c.notification_status, 'notify'), m.alias
                 FROM group_members m
                 JOIN groups g ON g.app_id = m.app_id AND g.group_id = m.group_id
                 LEFT JOIN conversations c ON c.app_id = m.app_id AND c.user_id = m.user_id AND c.conv_type = 'group'
                     AND c.conv_id = m.group_id
-                WHERE m.app_id = $1 AND m.user_id = $2 AND g.dismissed_at IS NULL
+                WHERE m.app_id = \(appID) AND m.user_id = \(userID) AND g.dismissed_at IS NULL
                 """
-            if let after {
-                parameters += [after.joinedAt, after.groupID]
-                sql += " AND (m.joined_at, m.group_id) < ($4, $5)"
-            }
-            if !keywords.isEmpty {
-                parameters.append(keywords)
-                sql += match(["g.name"], parameters.count)
-            }
-            sql += " ORDER BY m.joined_at DESC, m.group_id DESC LIMIT $3"
+            if let after { query += " AND (m.joined_at, m.group_id) < (\(after.joinedAt), \(after.groupID))" }
+            query += match(["g.name"])
+            query += " ORDER BY m.joined_at DESC, m.group_id DESC LIMIT \(limit)"
             let n = groupColumnCount
-            return try db.query(sql: sql, parameters, prepared: true).rows.map { row in
+            return try db.query(query).rows.map { row in
                 Membership(
                     group: try group(row), role: try row[n].int64, joinedAt: try row[n + 1].int64,
                     notificationStatus: try row[n + 2].string, alias: try row[n + 3].string)
@@ -316,12 +274,10 @@ enum GroupStore {
     /// The live groups of `userID` (a hard delete removes it from each), locked in a stable order.
     static func groupIDs(appID: String, userID: String, on db: PostgresConnection) throws -> [String] {
         try db.query(
-            sql:
-                """
-                SELECT g.group_id FROM group_members m JOIN groups g ON g.app_id = m.app_id AND g.group_id = m.group_id
-                WHERE m.app_id = $1 AND m.user_id = $2 AND g.dismissed_at IS NULL ORDER BY g.group_id
-                """,
-            [appID, userID], prepared: true
-        ).rows.map { try $0[0].string }
+            """
+            SELECT g.group_id FROM group_members m JOIN groups g ON g.app_id = m.app_id AND g.group_id = m.group_id
+            WHERE m.app_id = \(appID) AND m.user_id = \(userID) AND g.dismissed_at IS NULL ORDER BY g.group_id
+            """
+        ).decode(String.self)
     }
 }

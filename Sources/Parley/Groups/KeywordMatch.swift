@@ -3,17 +3,17 @@ import ParleyPostgres
 /// The SQL of a keyword filter (API.md §1.5 `q`): every keyword must be a substring of one of the named fields,
 /// both sides compared after Unicode lowercasing. The group lists share it.
 enum KeywordMatch {
-    /// Runs `body`, which builds its SQL with the given clause maker (`match(fields, parameterIndex)` → ` AND …`
-    /// over the `text[]` parameter of lowercased keywords). Lowercasing uses ICU's root locale because lower()
-    /// under the "C" locale of the embedded cluster folds ASCII only; a server built without ICU (no
+    /// Runs `body`, which builds its statement with the given clause maker (`match(fields)` → ` AND …` binding the
+    /// lowercased keywords as one `text[]` value; no text at all without keywords). Lowercasing uses ICU's root locale
+    /// because lower() under the "C" locale of the embedded cluster folds ASCII only; a server built without ICU (no
     /// "und-x-icu" collation) falls back to lower() of the database locale.
     static func query<T>(
-        keywords: [String], on db: PostgresConnection, _ body: (_ match: ([String], Int) -> String) throws -> T
+        keywords: [String], on db: PostgresConnection, _ body: (_ match: ([String]) -> PostgresQuery) throws -> T
     ) throws -> T {
         do {
-            return try body { fields, index in clause(fields, index, unicode: true) }
+            return try body { fields in clause(fields, keywords, unicode: true) }
         } catch let error as PostgresError where error.sqlState == "42704" && !keywords.isEmpty {
-            return try body { fields, index in clause(fields, index, unicode: false) }
+            return try body { fields in clause(fields, keywords, unicode: false) }
         }
     }
 
@@ -24,9 +24,10 @@ enum KeywordMatch {
         return keywords
     }
 
-    private static func clause(_ fields: [String], _ index: Int, unicode: Bool) -> String {
+    private static func clause(_ fields: [String], _ keywords: [String], unicode: Bool) -> PostgresQuery {
+        if keywords.isEmpty { return "" }
         func lower(_ column: String) -> String { unicode ? #"lower(\#(column) COLLATE "und-x-icu")"# : "lower(\(column))" }
         let any = fields.map { "strpos(\(lower($0)), k) > 0" }.joined(separator: " OR ")
-        return " AND NOT EXISTS (SELECT 1 FROM unnest($\(index)::text[]) AS k WHERE NOT (\(any)))"
+        return " AND NOT EXISTS (SELECT 1 FROM unnest(\(keywords)::text[]) AS k WHERE NOT (\(sql: any)))"
     }
 }

@@ -25,13 +25,11 @@ enum PresenceStore {
     static func statuses(appID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: UserStatus] {
         if userIDs.isEmpty { return [:] }
         let result = try db.query(
-            sql:
-                """
-                SELECT u.user_id, \(columns)
-                FROM users u LEFT JOIN user_statuses s ON s.app_id = u.app_id AND s.user_id = u.user_id
-                WHERE u.app_id = $1 AND u.user_id = ANY($2::text[]) AND u.deleted_at IS NULL
-                """,
-            [appID, userIDs], prepared: true)
+            """
+            SELECT u.user_id, \(sql: columns)
+            FROM users u LEFT JOIN user_statuses s ON s.app_id = u.app_id AND s.user_id = u.user_id
+            WHERE u.app_id = \(appID) AND u.user_id = ANY(\(userIDs)::text[]) AND u.deleted_at IS NULL
+            """)
         var out: [String: UserStatus] = [:]
         for row in result.rows {
             let userID = try row[0].string
@@ -46,16 +44,14 @@ enum PresenceStore {
         appID: String, userID: String, customStatus: String, expiresAt: Int64, now: Int64, on db: PostgresConnection
     ) throws -> UserStatus {
         let result = try db.query(
-            sql:
-                """
-                INSERT INTO user_statuses AS s (app_id, user_id, custom_status, custom_status_expires_at, last_custom_status_updated_at)
-                VALUES ($1, $2, $3, $4, $5)
-                ON CONFLICT (app_id, user_id) DO UPDATE
-                SET custom_status = EXCLUDED.custom_status, custom_status_expires_at = EXCLUDED.custom_status_expires_at,
-                    last_custom_status_updated_at = EXCLUDED.last_custom_status_updated_at
-                RETURNING \(columns)
-                """,
-            [appID, userID, customStatus, expiresAt, now], prepared: true)
+            """
+            INSERT INTO user_statuses AS s (app_id, user_id, custom_status, custom_status_expires_at, last_custom_status_updated_at)
+            VALUES (\(appID), \(userID), \(customStatus), \(expiresAt), \(now))
+            ON CONFLICT (app_id, user_id) DO UPDATE
+            SET custom_status = EXCLUDED.custom_status, custom_status_expires_at = EXCLUDED.custom_status_expires_at,
+                last_custom_status_updated_at = EXCLUDED.last_custom_status_updated_at
+            RETURNING \(sql: columns)
+            """)
         guard let row = result.first else { throw APIError(.internalError, "status of \(userID) not written") }
         return try status(userID: userID, row, from: 0)
     }
@@ -66,16 +62,14 @@ enum PresenceStore {
         appID: String, userID: String, onlineStatus: String, platforms: [String], now: Int64, on db: PostgresConnection
     ) throws -> UserStatus {
         let result = try db.query(
-            sql:
-                """
-                INSERT INTO user_statuses AS s (app_id, user_id, online_status, online_platforms, last_online_status_updated_at)
-                VALUES ($1, $2, $3, $4, $5)
-                ON CONFLICT (app_id, user_id) DO UPDATE
-                SET online_status = EXCLUDED.online_status, online_platforms = EXCLUDED.online_platforms,
-                    last_online_status_updated_at = EXCLUDED.last_online_status_updated_at
-                RETURNING \(columns)
-                """,
-            [appID, userID, onlineStatus, platforms, now], prepared: true)
+            """
+            INSERT INTO user_statuses AS s (app_id, user_id, online_status, online_platforms, last_online_status_updated_at)
+            VALUES (\(appID), \(userID), \(onlineStatus), \(platforms), \(now))
+            ON CONFLICT (app_id, user_id) DO UPDATE
+            SET online_status = EXCLUDED.online_status, online_platforms = EXCLUDED.online_platforms,
+                last_online_status_updated_at = EXCLUDED.last_online_status_updated_at
+            RETURNING \(sql: columns)
+            """)
         guard let row = result.first else { throw APIError(.internalError, "status of \(userID) not written") }
         return try status(userID: userID, row, from: 0)
     }
@@ -85,23 +79,21 @@ enum PresenceStore {
     /// runs (and a concurrent set) never revert, and so never announce, the same status twice.
     static func expireDueCustom(now: Int64, limit: Int, on db: PostgresConnection) throws -> [(appID: String, status: UserStatus)] {
         let result = try db.query(
-            sql:
-                """
-                WITH due AS (
-                    SELECT app_id, user_id FROM user_statuses
-                    WHERE custom_status <> '' AND custom_status_expires_at <= $1
-                    ORDER BY custom_status_expires_at
-                    LIMIT $2
-                    FOR UPDATE SKIP LOCKED
-                )
-                UPDATE user_statuses s
-                SET custom_status = '', custom_status_expires_at = 0, last_custom_status_updated_at = s.custom_status_expires_at
-                FROM due
-                WHERE s.app_id = due.app_id AND s.user_id = due.user_id
-                  AND s.custom_status <> '' AND s.custom_status_expires_at <= $1
-                RETURNING s.app_id, s.user_id, \(columns)
-                """,
-            [now, limit], prepared: true)
+            """
+            WITH due AS (
+                SELECT app_id, user_id FROM user_statuses
+                WHERE custom_status <> '' AND custom_status_expires_at <= \(now)
+                ORDER BY custom_status_expires_at
+                LIMIT \(limit)
+                FOR UPDATE SKIP LOCKED
+            )
+            UPDATE user_statuses s
+            SET custom_status = '', custom_status_expires_at = 0, last_custom_status_updated_at = s.custom_status_expires_at
+            FROM due
+            WHERE s.app_id = due.app_id AND s.user_id = due.user_id
+              AND s.custom_status <> '' AND s.custom_status_expires_at <= \(now)
+            RETURNING s.app_id, s.user_id, \(sql: columns)
+            """)
         return try result.rows.map { row in
             (try row[0].string, try status(userID: try row[1].string, row, from: 2))
         }
@@ -118,26 +110,24 @@ enum PresenceStore {
     /// The unexpired subscribers of each of `targetIDs` at `now`, by target, each list in subscriber order.
     static func subscribers(appID: String, targetIDs: [String], now: Int64, on db: PostgresConnection) throws -> [String: [String]] {
         if targetIDs.isEmpty { return [:] }
-        let result = try db.query(
-            sql:
-                """
-                SELECT target_id, subscriber_id FROM status_subscriptions
-                WHERE app_id = $1 AND target_id = ANY($2::text[]) AND expires_at > $3
-                ORDER BY target_id, subscriber_id
-                """,
-            [appID, targetIDs, now], prepared: true)
+        let pairs = try db.query(
+            """
+            SELECT target_id, subscriber_id FROM status_subscriptions
+            WHERE app_id = \(appID) AND target_id = ANY(\(targetIDs)::text[]) AND expires_at > \(now)
+            ORDER BY target_id, subscriber_id
+            """
+        ).decode((String, String).self)
         var out: [String: [String]] = [:]
-        for row in result.rows { out[try row[0].string, default: []].append(try row[1].string) }
+        for (targetID, subscriberID) in pairs { out[targetID, default: []].append(subscriberID) }
         return out
     }
 
     /// How many unexpired subscriptions `subscriberID` holds at `now`.
     static func count(appID: String, subscriberID: String, now: Int64, on db: PostgresConnection) throws -> Int {
-        let result = try db.query(
-            sql:
-                "SELECT count(*) FROM status_subscriptions WHERE app_id = $1 AND subscriber_id = $2 AND expires_at > $3",
-            [appID, subscriberID, now], prepared: true)
-        return Int(try result.first?[0].int64 ?? 0)
+        let count = try db.query(
+            "SELECT count(*) FROM status_subscriptions WHERE app_id = \(appID) AND subscriber_id = \(subscriberID) AND expires_at > \(now)"
+        ).decodeFirst(Int64.self)
+        return Int(count ?? 0)
     }
 
     /// The ids among `targetIDs` that `subscriberID` holds an unexpired subscription to at `now`.
@@ -145,14 +135,13 @@ enum PresenceStore {
         appID: String, subscriberID: String, targetIDs: [String], now: Int64, on db: PostgresConnection
     ) throws -> Set<String> {
         if targetIDs.isEmpty { return [] }
-        let result = try db.query(
-            sql:
-                """
-                SELECT target_id FROM status_subscriptions
-                WHERE app_id = $1 AND subscriber_id = $2 AND target_id = ANY($3::text[]) AND expires_at > $4
-                """,
-            [appID, subscriberID, targetIDs, now], prepared: true)
-        return Set(try result.rows.map { try $0[0].string })
+        let ids = try db.query(
+            """
+            SELECT target_id FROM status_subscriptions
+            WHERE app_id = \(appID) AND subscriber_id = \(subscriberID) AND target_id = ANY(\(targetIDs)::text[]) AND expires_at > \(now)
+            """
+        ).decode(String.self)
+        return Set(ids)
     }
 
     /// Subscribes `subscriberID` to `targetIDs` until `expiresAt`; an existing (even expired) subscription gets the
@@ -161,14 +150,12 @@ enum PresenceStore {
         appID: String, subscriberID: String, targetIDs: [String], expiresAt: Int64, now: Int64, on db: PostgresConnection
     ) throws {
         if targetIDs.isEmpty { return }
-        _ = try db.query(
-            sql:
-                """
-                INSERT INTO status_subscriptions (app_id, subscriber_id, target_id, created_at, expires_at)
-                SELECT $1, $2, t, $4, $5 FROM unnest($3::text[]) AS t
-                ON CONFLICT (app_id, subscriber_id, target_id) DO UPDATE SET expires_at = EXCLUDED.expires_at
-                """,
-            [appID, subscriberID, targetIDs, now, expiresAt], prepared: true)
+        try db.query(
+            """
+            INSERT INTO status_subscriptions (app_id, subscriber_id, target_id, created_at, expires_at)
+            SELECT \(appID), \(subscriberID), t, \(now), \(expiresAt) FROM unnest(\(targetIDs)::text[]) AS t
+            ON CONFLICT (app_id, subscriber_id, target_id) DO UPDATE SET expires_at = EXCLUDED.expires_at
+            """)
     }
 
     /// Removes `subscriberID`'s subscriptions to `targetIDs` (expired ones too) and returns the targets whose
@@ -177,19 +164,14 @@ enum PresenceStore {
         appID: String, subscriberID: String, targetIDs: [String], now: Int64, on db: PostgresConnection
     ) throws -> Set<String> {
         if targetIDs.isEmpty { return [] }
-        let result = try db.query(
-            sql:
-                """
-                DELETE FROM status_subscriptions
-                WHERE app_id = $1 AND subscriber_id = $2 AND target_id = ANY($3::text[])
-                RETURNING target_id, expires_at
-                """,
-            [appID, subscriberID, targetIDs], prepared: true)
-        var out: Set<String> = []
-        for row in result.rows {
-            if try row[1].int64 > now { out.insert(try row[0].string) }
-        }
-        return out
+        let deleted = try db.query(
+            """
+            DELETE FROM status_subscriptions
+            WHERE app_id = \(appID) AND subscriber_id = \(subscriberID) AND target_id = ANY(\(targetIDs)::text[])
+            RETURNING target_id, expires_at
+            """
+        ).decode((String, Int64).self)
+        return Set(deleted.filter { $0.1 > now }.map(\.0))
     }
 
     /// Up to `limit` of `subscriberID`'s unexpired subscriptions at `now` with their targets' stored statuses, by
@@ -199,24 +181,17 @@ enum PresenceStore {
         appID: String, subscriberID: String, targetIDs: [String]?, afterTargetID: String?, limit: Int, now: Int64,
         on db: PostgresConnection
     ) throws -> [(subscription: Subscription, status: UserStatus)] {
-        var parameters: [(any PostgresEncodable)?] = [appID, subscriberID, now, limit]
-        var sql = """
-            SELECT b.target_id, b.expires_at, \(columns)
+        var query: PostgresQuery = """
+            SELECT b.target_id, b.expires_at, \(sql: columns)
             FROM status_subscriptions b
             JOIN users u ON u.app_id = b.app_id AND u.user_id = b.target_id
             LEFT JOIN user_statuses s ON s.app_id = b.app_id AND s.user_id = b.target_id
-            WHERE b.app_id = $1 AND b.subscriber_id = $2 AND b.expires_at > $3 AND u.deleted_at IS NULL
+            WHERE b.app_id = \(appID) AND b.subscriber_id = \(subscriberID) AND b.expires_at > \(now) AND u.deleted_at IS NULL
             """
-        if let targetIDs {
-            parameters.append(targetIDs)
-            sql += " AND b.target_id = ANY($\(parameters.count)::text[])"
-        }
-        if let afterTargetID {
-            parameters.append(afterTargetID)
-            sql += " AND b.target_id > $\(parameters.count)"
-        }
-        sql += " ORDER BY b.target_id LIMIT $4"
-        return try db.query(sql: sql, parameters, prepared: true).rows.map { row in
+        if let targetIDs { query += " AND b.target_id = ANY(\(targetIDs)::text[])" }
+        if let afterTargetID { query += " AND b.target_id > \(afterTargetID)" }
+        query += " ORDER BY b.target_id LIMIT \(limit)"
+        return try db.query(query).rows.map { row in
             let targetID = try row[0].string
             return (Subscription(targetID: targetID, expiresAt: try row[1].int64), try status(userID: targetID, row, from: 2))
         }
@@ -226,21 +201,19 @@ enum PresenceStore {
     /// silently (API.md §5); `SKIP LOCKED` plus the re-checked condition keep concurrent runs and re-subscribes safe.
     static func deleteExpired(now: Int64, limit: Int, on db: PostgresConnection) throws -> Int {
         let result = try db.query(
-            sql:
-                """
-                WITH due AS (
-                    SELECT app_id, subscriber_id, target_id FROM status_subscriptions
-                    WHERE expires_at <= $1
-                    ORDER BY expires_at
-                    LIMIT $2
-                    FOR UPDATE SKIP LOCKED
-                )
-                DELETE FROM status_subscriptions b USING due
-                WHERE b.app_id = due.app_id AND b.subscriber_id = due.subscriber_id AND b.target_id = due.target_id
-                  AND b.expires_at <= $1
-                RETURNING b.target_id
-                """,
-            [now, limit], prepared: true)
+            """
+            WITH due AS (
+                SELECT app_id, subscriber_id, target_id FROM status_subscriptions
+                WHERE expires_at <= \(now)
+                ORDER BY expires_at
+                LIMIT \(limit)
+                FOR UPDATE SKIP LOCKED
+            )
+            DELETE FROM status_subscriptions b USING due
+            WHERE b.app_id = due.app_id AND b.subscriber_id = due.subscriber_id AND b.target_id = due.target_id
+              AND b.expires_at <= \(now)
+            RETURNING b.target_id
+            """)
         return result.rowCount
     }
 }

@@ -29,53 +29,50 @@ enum FriendApplicationStore {
     static func fetch(appID: String, applicationID: String, forUpdate: Bool = false, on db: PostgresConnection) throws
         -> FriendApplication?
     {
-        let sql =
-            "SELECT \(columns) FROM friend_applications WHERE app_id = $1 AND application_id = $2" + (forUpdate ? " FOR UPDATE" : "")
-        return try db.query(sql: sql, [appID, applicationID], prepared: true).first.map(application)
+        var query: PostgresQuery =
+            "SELECT \(sql: columns) FROM friend_applications WHERE app_id = \(appID) AND application_id = \(applicationID)"
+        if forUpdate { query += " FOR UPDATE" }
+        return try db.query(query).first.map(application)
     }
 
     /// The waiting application `from` → `to` (at most one exists), locked until the transaction ends.
     static func waiting(appID: String, from: String, to: String, on db: PostgresConnection) throws -> FriendApplication? {
         try db.query(
-            sql:
-                "SELECT \(columns) FROM friend_applications WHERE app_id = $1 AND from_id = $2 AND to_id = $3 AND state = 'waiting' FOR UPDATE",
-            [appID, from, to], prepared: true
+            """
+            SELECT \(sql: columns) FROM friend_applications
+            WHERE app_id = \(appID) AND from_id = \(from) AND to_id = \(to) AND state = 'waiting' FOR UPDATE
+            """
         ).first.map(application)
     }
 
     /// Stores a new application with the send's push config.
     static func insert(appID: String, _ a: FriendApplication, push: JSONValue?, on db: PostgresConnection) throws {
-        _ = try db.query(
-            sql:
-                """
-                INSERT INTO friend_applications
-                    (app_id, application_id, from_id, to_id, wording, alias, attributes, push, state, created_at, updated_at, expires_at)
-                VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9, $10, $11, $12)
-                """,
-            [
-                appID, a.applicationID, a.from, a.to, a.wording, a.alias, text(.object(a.attributes)), text(push), a.state.rawValue,
-                a.createdAt, a.updatedAt, a.expiresAt,
-            ], prepared: true)
+        try db.query(
+            """
+            INSERT INTO friend_applications
+                (app_id, application_id, from_id, to_id, wording, alias, attributes, push, state, created_at, updated_at, expires_at)
+            VALUES (\(appID), \(a.applicationID), \(a.from), \(a.to), \(a.wording), \(a.alias), \(text(.object(a.attributes)))::jsonb,
+                \(text(push))::jsonb, \(a.state.rawValue), \(a.createdAt), \(a.updatedAt), \(a.expiresAt))
+            """)
     }
 
     /// Stores a repeated send: wording, alias, attributes, `updated_at`, and the push config when one was given.
     static func saveResend(appID: String, _ a: FriendApplication, push: JSONValue?, on db: PostgresConnection) throws {
-        _ = try db.query(
-            sql:
-                """
-                UPDATE friend_applications SET wording = $3, alias = $4, attributes = $5::jsonb, updated_at = $6,
-                    push = COALESCE($7::jsonb, push)
-                WHERE app_id = $1 AND application_id = $2
-                """,
-            [appID, a.applicationID, a.wording, a.alias, text(.object(a.attributes)), a.updatedAt, text(push)], prepared: true)
+        try db.query(
+            """
+            UPDATE friend_applications SET wording = \(a.wording), alias = \(a.alias), attributes = \(text(.object(a.attributes)))::jsonb,
+                updated_at = \(a.updatedAt), push = COALESCE(\(text(push))::jsonb, push)
+            WHERE app_id = \(appID) AND application_id = \(a.applicationID)
+            """)
     }
 
     /// Stores an answer (accept or reject): the new state, `updated_at` and the answer's push config.
     static func saveAnswer(appID: String, _ a: FriendApplication, push: JSONValue?, on db: PostgresConnection) throws {
-        _ = try db.query(
-            sql:
-                "UPDATE friend_applications SET state = $3, updated_at = $4, response_push = $5::jsonb WHERE app_id = $1 AND application_id = $2",
-            [appID, a.applicationID, a.state.rawValue, a.updatedAt, text(push)], prepared: true)
+        try db.query(
+            """
+            UPDATE friend_applications SET state = \(a.state.rawValue), updated_at = \(a.updatedAt), response_push = \(text(push))::jsonb
+            WHERE app_id = \(appID) AND application_id = \(a.applicationID)
+            """)
     }
 
     /// Marks the waiting application `from` → `to` expired if it is overdue at `now`; returns it when this call did.
@@ -83,13 +80,11 @@ enum FriendApplicationStore {
         -> FriendApplication?
     {
         try db.query(
-            sql:
-                """
-                UPDATE friend_applications SET state = 'expired', updated_at = expires_at
-                WHERE app_id = $1 AND from_id = $2 AND to_id = $3 AND state = 'waiting' AND expires_at <= $4
-                RETURNING \(columns)
-                """,
-            [appID, from, to, now], prepared: true
+            """
+            UPDATE friend_applications SET state = 'expired', updated_at = expires_at
+            WHERE app_id = \(appID) AND from_id = \(from) AND to_id = \(to) AND state = 'waiting' AND expires_at <= \(now)
+            RETURNING \(sql: columns)
+            """
         ).first.map(application)
     }
 
@@ -99,21 +94,19 @@ enum FriendApplicationStore {
     /// (the background sweep, a test-clock advance, other nodes) each expire — and report — an application once.
     static func expireDue(now: Int64, limit: Int, on db: PostgresConnection) throws -> [(appID: String, application: FriendApplication)] {
         let result = try db.query(
-            sql:
-                """
-                WITH due AS (
-                    SELECT app_id, application_id FROM friend_applications
-                    WHERE state = 'waiting' AND expires_at <= $1
-                    ORDER BY expires_at
-                    LIMIT $2
-                    FOR UPDATE SKIP LOCKED
-                )
-                UPDATE friend_applications f SET state = 'expired', updated_at = f.expires_at
-                FROM due
-                WHERE f.app_id = due.app_id AND f.application_id = due.application_id AND f.state = 'waiting'
-                RETURNING f.app_id, \(prefixedColumns)
-                """,
-            [now, limit], prepared: true)
+            """
+            WITH due AS (
+                SELECT app_id, application_id FROM friend_applications
+                WHERE state = 'waiting' AND expires_at <= \(now)
+                ORDER BY expires_at
+                LIMIT \(limit)
+                FOR UPDATE SKIP LOCKED
+            )
+            UPDATE friend_applications f SET state = 'expired', updated_at = f.expires_at
+            FROM due
+            WHERE f.app_id = due.app_id AND f.application_id = due.application_id AND f.state = 'waiting'
+            RETURNING f.app_id, \(sql: prefixedColumns)
+            """)
         return try result.rows.map { row in (try row[0].string, try application(row, from: 1)) }
     }
 
@@ -123,23 +116,17 @@ enum FriendApplicationStore {
         appID: String, userID: String, direction: FriendApplication.Direction, state: FriendApplication.State?, now: Int64,
         after: (createdAt: Int64, applicationID: String)?, limit: Int, on db: PostgresConnection
     ) throws -> [FriendApplication] {
-        var parameters: [(any PostgresEncodable)?] = [appID, userID, limit]
-        var sql = "SELECT \(columns) FROM friend_applications WHERE app_id = $1"
+        var query: PostgresQuery = "SELECT \(sql: columns) FROM friend_applications WHERE app_id = \(appID)"
         switch direction {
-        case .sent: sql += " AND from_id = $2"
-        case .received: sql += " AND to_id = $2"
-        case .all: sql += " AND (from_id = $2 OR to_id = $2)"
+        case .sent: query += " AND from_id = \(userID)"
+        case .received: query += " AND to_id = \(userID)"
+        case .all: query += " AND (from_id = \(userID) OR to_id = \(userID))"
         }
         if let state {
-            parameters += [state.rawValue, now]
-            sql += " AND (CASE WHEN state = 'waiting' AND expires_at <= $5 THEN 'expired' ELSE state END) = $4"
+            query += " AND (CASE WHEN state = 'waiting' AND expires_at <= \(now) THEN 'expired' ELSE state END) = \(state.rawValue)"
         }
-        if let after {
-            parameters += [after.createdAt, after.applicationID]
-            let n = parameters.count
-            sql += " AND (created_at, application_id) < ($\(n - 1), $\(n))"
-        }
-        sql += " ORDER BY created_at DESC, application_id DESC LIMIT $3"
-        return try db.query(sql: sql, parameters, prepared: true).rows.map(application)
+        if let after { query += " AND (created_at, application_id) < (\(after.createdAt), \(after.applicationID))" }
+        query += " ORDER BY created_at DESC, application_id DESC LIMIT \(limit)"
+        return try db.query(query).rows.map(application)
     }
 }

@@ -9,46 +9,45 @@ enum FriendStore {
         """
 
     private static func friend(_ row: PostgresRow) throws -> Friend {
-        let attributes = (try? JSONValue.parse(try row[4].string))?.objectValue ?? JSONObject()
+        let (userID, name, avatarURL, alias, attributesText, wording, createdAt, updatedAt) = try row.decode(
+            (String, String, String, String, String, String, Int64, Int64).self)
+        let attributes = (try? JSONValue.parse(attributesText))?.objectValue ?? JSONObject()
         return Friend(
-            userID: try row[0].string, name: try row[1].string, avatarURL: try row[2].string, alias: try row[3].string,
-            attributes: attributes, wording: try row[5].string, createdAt: try row[6].int64, updatedAt: try row[7].int64)
+            userID: userID, name: name, avatarURL: avatarURL, alias: alias, attributes: attributes, wording: wording, createdAt: createdAt,
+            updatedAt: updatedAt)
     }
 
     /// `owner`'s entry for `friendID`; `visibleOnly` hides a soft-deleted friend (API.md §4: hidden from reads).
     static func fetch(appID: String, owner: String, friendID: String, visibleOnly: Bool = false, on db: PostgresConnection) throws
         -> Friend?
     {
-        let sql =
-            select + " WHERE f.app_id = $1 AND f.user_id = $2 AND f.friend_id = $3"
-            + (visibleOnly ? " AND u.deleted_at IS NULL" : "")
-        return try db.query(sql: sql, [appID, owner, friendID], prepared: true).first.map(friend)
+        var query: PostgresQuery = "\(sql: select) WHERE f.app_id = \(appID) AND f.user_id = \(owner) AND f.friend_id = \(friendID)"
+        if visibleOnly { query += " AND u.deleted_at IS NULL" }
+        return try db.query(query).first.map(friend)
     }
 
     /// How many entries `owner`'s list has.
     static func count(appID: String, owner: String, on db: PostgresConnection) throws -> Int {
-        let result = try db.query(sql: "SELECT count(*) FROM friends WHERE app_id = $1 AND user_id = $2", [appID, owner], prepared: true)
-        return Int(try result.first?[0].int64 ?? 0)
+        let count = try db.query("SELECT count(*) FROM friends WHERE app_id = \(appID) AND user_id = \(owner)").decodeFirst(Int64.self)
+        return Int(count ?? 0)
     }
 
     /// The ids among `friendIDs` that are on `owner`'s list.
     static func present(appID: String, owner: String, friendIDs: [String], on db: PostgresConnection) throws -> Set<String> {
         if friendIDs.isEmpty { return [] }
-        let result = try db.query(
-            sql:
-                "SELECT friend_id FROM friends WHERE app_id = $1 AND user_id = $2 AND friend_id = ANY($3::text[])",
-            [appID, owner, friendIDs], prepared: true)
-        return Set(try result.rows.map { try $0[0].string })
+        let ids = try db.query(
+            "SELECT friend_id FROM friends WHERE app_id = \(appID) AND user_id = \(owner) AND friend_id = ANY(\(friendIDs)::text[])"
+        ).decode(String.self)
+        return Set(ids)
     }
 
     /// The ids among `userIDs` whose own lists have `friendID` (the reverse direction of ``present``).
     static func listing(appID: String, friendID: String, userIDs: [String], on db: PostgresConnection) throws -> Set<String> {
         if userIDs.isEmpty { return [] }
-        let result = try db.query(
-            sql:
-                "SELECT user_id FROM friends WHERE app_id = $1 AND friend_id = $2 AND user_id = ANY($3::text[])",
-            [appID, friendID, userIDs], prepared: true)
-        return Set(try result.rows.map { try $0[0].string })
+        let ids = try db.query(
+            "SELECT user_id FROM friends WHERE app_id = \(appID) AND friend_id = \(friendID) AND user_id = ANY(\(userIDs)::text[])"
+        ).decode(String.self)
+        return Set(ids)
     }
 
     /// Adds `friendID` to `owner`'s list at `now` unless it is there; returns whether a row was added.
@@ -57,46 +56,42 @@ enum FriendStore {
         appID: String, owner: String, friendID: String, alias: String, attributes: JSONObject, wording: String, now: Int64,
         on db: PostgresConnection
     ) throws -> Bool {
+        let attributesText = String(decoding: JSONValue.object(attributes).serialized(), as: UTF8.self)
         let result = try db.query(
-            sql:
-                """
-                INSERT INTO friends (app_id, user_id, friend_id, alias, attributes, wording, created_at, updated_at)
-                VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $7)
-                ON CONFLICT (app_id, user_id, friend_id) DO NOTHING
-                """,
-            [appID, owner, friendID, alias, String(decoding: JSONValue.object(attributes).serialized(), as: UTF8.self), wording, now],
-            prepared: true)
+            """
+            INSERT INTO friends (app_id, user_id, friend_id, alias, attributes, wording, created_at, updated_at)
+            VALUES (\(appID), \(owner), \(friendID), \(alias), \(attributesText)::jsonb, \(wording), \(now), \(now))
+            ON CONFLICT (app_id, user_id, friend_id) DO NOTHING
+            """)
         return result.affectedRows == 1
     }
 
     /// Stores `friend`'s alias, attributes and `updated_at` in `owner`'s list.
     static func save(appID: String, owner: String, friend: Friend, on db: PostgresConnection) throws {
-        _ = try db.query(
-            sql:
-                "UPDATE friends SET alias = $4, attributes = $5::jsonb, updated_at = $6 WHERE app_id = $1 AND user_id = $2 AND friend_id = $3",
-            [
-                appID, owner, friend.userID, friend.alias,
-                String(decoding: JSONValue.object(friend.attributes).serialized(), as: UTF8.self), friend.updatedAt,
-            ], prepared: true)
+        let attributesText = String(decoding: JSONValue.object(friend.attributes).serialized(), as: UTF8.self)
+        try db.query(
+            """
+            UPDATE friends SET alias = \(friend.alias), attributes = \(attributesText)::jsonb, updated_at = \(friend.updatedAt)
+            WHERE app_id = \(appID) AND user_id = \(owner) AND friend_id = \(friend.userID)
+            """)
     }
 
     /// Removes `friendIDs` from `owner`'s list and returns the ids that were on it.
     static func delete(appID: String, owner: String, friendIDs: [String], on db: PostgresConnection) throws -> Set<String> {
         if friendIDs.isEmpty { return [] }
-        let result = try db.query(
-            sql:
-                "DELETE FROM friends WHERE app_id = $1 AND user_id = $2 AND friend_id = ANY($3::text[]) RETURNING friend_id",
-            [appID, owner, friendIDs], prepared: true)
-        return Set(try result.rows.map { try $0[0].string })
+        let deleted = try db.query(
+            """
+            DELETE FROM friends WHERE app_id = \(appID) AND user_id = \(owner) AND friend_id = ANY(\(friendIDs)::text[])
+            RETURNING friend_id
+            """
+        ).decode(String.self)
+        return Set(deleted)
     }
 
     /// Removes `friendID` from the lists of `userIDs` (the reverse entries of a `both` delete).
     static func deleteReverse(appID: String, friendID: String, userIDs: [String], on db: PostgresConnection) throws {
         if userIDs.isEmpty { return }
-        _ = try db.query(
-            sql:
-                "DELETE FROM friends WHERE app_id = $1 AND friend_id = $2 AND user_id = ANY($3::text[])",
-            [appID, friendID, userIDs], prepared: true)
+        try db.query("DELETE FROM friends WHERE app_id = \(appID) AND friend_id = \(friendID) AND user_id = ANY(\(userIDs)::text[])")
     }
 
     /// Up to `limit` visible entries of `owner`'s list by `created_at` desc, then `friend_id` desc, strictly after
@@ -122,23 +117,17 @@ enum FriendStore {
         appID: String, owner: String, keywords: [String], matchAlias: Bool, after: (createdAt: Int64, userID: String)?, limit: Int,
         unicode: Bool, on db: PostgresConnection
     ) throws -> [Friend] {
-        var parameters: [(any PostgresEncodable)?] = [appID, owner, limit]
-        var sql = select + " WHERE f.app_id = $1 AND f.user_id = $2 AND u.deleted_at IS NULL"
-        if let after {
-            parameters += [after.createdAt, after.userID]
-            sql += " AND (f.created_at, f.friend_id) < ($4, $5)"
-        }
+        var query: PostgresQuery = "\(sql: select) WHERE f.app_id = \(appID) AND f.user_id = \(owner) AND u.deleted_at IS NULL"
+        if let after { query += " AND (f.created_at, f.friend_id) < (\(after.createdAt), \(after.userID))" }
         if !keywords.isEmpty {
-            parameters.append(keywords)
-            let p = "$\(parameters.count)::text[]"
             func lower(_ column: String) -> String { unicode ? #"lower(\#(column) COLLATE "und-x-icu")"# : "lower(\(column))" }
             var fields = [lower("f.friend_id"), lower("u.name")]
             if matchAlias { fields.append(lower("f.alias")) }
             let any = fields.map { "strpos(\($0), k) > 0" }.joined(separator: " OR ")
             // Every keyword must match one of the fields.
-            sql += " AND NOT EXISTS (SELECT 1 FROM unnest(\(p)) AS k WHERE NOT (\(any)))"
+            query += " AND NOT EXISTS (SELECT 1 FROM unnest(\(keywords)::text[]) AS k WHERE NOT (\(sql: any)))"
         }
-        sql += " ORDER BY f.created_at DESC, f.friend_id DESC LIMIT $3"
-        return try db.query(sql: sql, parameters, prepared: true).rows.map(friend)
+        query += " ORDER BY f.created_at DESC, f.friend_id DESC LIMIT \(limit)"
+        return try db.query(query).rows.map(friend)
     }
 }
