@@ -287,7 +287,13 @@ struct OpenAPIResponseSchemaTests {
             status: 201)
         let groupMessageID = group.json?["message_id"]?.stringValue ?? ""
         c.call(.get, "/v1/messages/{message_id}", messageID, status: 200)
-        c.call(.get, "/v1/messages/{message_id}", groupMessageID, as: .user("c"), status: 200)
+        // The † members of a Message (API.md §2): `suppressed` for the app key, `push` for the app key and the sender.
+        let asApp = c.call(.get, "/v1/messages/{message_id}", groupMessageID, status: 200)
+        #expect(asApp.json?.objectValue?.contains("suppressed") == true && asApp.json?.objectValue?.contains("push") == true)
+        let asMember = c.call(.get, "/v1/messages/{message_id}", groupMessageID, as: .user("c"), status: 200)
+        #expect(asMember.json?.objectValue?.contains("suppressed") == false && asMember.json?.objectValue?.contains("push") == false)
+        let asSender = c.call(.get, "/v1/messages/{message_id}", groupMessageID, as: .user("a"), status: 200)
+        #expect(asSender.json?.objectValue?.contains("suppressed") == false && asSender.json?.objectValue?.contains("push") == true)
         c.call(.get, "/v1/messages/{message_id}", "nope", status: 404)
         let combined = c.call(
             .post, "/v1/messages",
@@ -467,6 +473,7 @@ final class ContractChecker {
             return
         }
         if let ref = declared["$ref"]?.stringValue, let target = validator.resolve(ref) { declared = target }
+        checkHeaders(r, declared, label, location)
         let content = declared["content"]?.objectValue ?? JSONObject()
         if r.status == 204 || r.body.isEmpty {
             #expect(content.isEmpty, "\(label) \(r.status): empty body, but the document declares content", sourceLocation: location)
@@ -485,12 +492,37 @@ final class ContractChecker {
                 return
             }
             report(body, schema, "\(label) \(r.status) response", strict: true, location)
+            if mediaType == "application/problem+json" { checkProblem(body, r, label, location) }
         }
         if (200..<300).contains(r.status), let json,
             let schema = operation["requestBody"]?["content"]?["application/json"]?["schema"], let body = try? JSONValue.parse(json)
         {
             report(body, schema, "\(label) request", strict: false, location)
         }
+    }
+
+    /// `X-Request-Id` on every response (API.md §1.4); every declared header that is present matches its schema
+    /// (an integer header is a decimal integer).
+    private func checkHeaders(_ r: TestResponse, _ declared: JSONValue, _ label: String, _ location: SourceLocation) {
+        #expect(r.headers["X-Request-Id"]?.isEmpty == false, "\(label) \(r.status): no X-Request-Id", sourceLocation: location)
+        for (name, header) in declared["headers"]?.objectValue ?? JSONObject() {
+            guard let value = r.headers[name] else { continue }
+            var header = header
+            if let ref = header["$ref"]?.stringValue, let target = validator.resolve(ref) { header = target }
+            guard let schema = header["schema"] else { continue }
+            let instance: JSONValue =
+                schema["type"]?.stringValue == "integer" ? Int64(value).map(JSONValue.int) ?? .string(value) : .string(value)
+            report(instance, schema, "\(label) \(r.status) header \(name)", strict: true, location)
+        }
+    }
+
+    /// A problem body agrees with its response (API.md §1.4): `status` is the HTTP status, `type` names the
+    /// `code`, and `request_id` repeats `X-Request-Id`.
+    private func checkProblem(_ body: JSONValue, _ r: TestResponse, _ label: String, _ location: SourceLocation) {
+        #expect(body["status"]?.intValue == Int64(r.status), "\(label): problem status", sourceLocation: location)
+        let code = body["code"]?.intValue.map { "urn:parley:error:\($0)" }
+        #expect(code != nil && body["type"]?.stringValue == code, "\(label): problem type \(body)", sourceLocation: location)
+        #expect(body["request_id"]?.stringValue == r.headers["X-Request-Id"], "\(label): problem request_id", sourceLocation: location)
     }
 
     private var validator: JSONSchemaValidator { JSONSchemaValidator(document: spec) }
