@@ -1,0 +1,542 @@
+import ParleyHTTP
+import ParleyTesting
+import Testing
+
+@testable import Parley
+
+/// Real responses of a running server, validated against what `openapi/openapi.json` declares for the operation.
+///
+/// For every request the checker looks up the operation by method and path template and asserts that
+/// - the status the server answered is declared for the operation;
+/// - the response's media type is declared for that status (a 204 declares and carries no body);
+/// - a JSON body validates against the declared schema (`JSONSchemaValidator`) with undeclared members rejected,
+///   so every member the server emits is described by the document and every `required` member is emitted;
+/// - for a 2xx answer, the JSON request body sent validates against the operation's request schema.
+/// It also records which component schemas the validation went through, so the suite can assert that every object
+/// type of API.md §2 the server implements (and the list and batch wrappers) was checked against a real response.
+@Suite("OpenAPI response schemas")
+struct OpenAPIResponseSchemaTests {
+    /// Operations not driven here: the two SSE streams (`text/event-stream`, covered by the live stream suites).
+    static let notDriven: Set<String> = ["streamAppEvents", "streamUserEvents"]
+
+    /// The component schemas that must have validated a real response: API.md §2 objects, list and batch wrappers.
+    static let objectTypes: Set<String> = [
+        "App", "AppSettings", "AppList", "AppCreated", "AppKey", "AppKeyList", "AppKeyCreated", "User", "UserList",
+        "UserBatchResult", "UserToken", "KickResult", "UserStatus", "UserStatusBatchResult", "StatusSubscription",
+        "StatusSubscriptionPage", "StatusSubscriptionBatchResult", "PushRule", "Device", "DeviceList", "Friend",
+        "FriendPage", "FriendAttributes", "FriendApplication", "FriendApplicationPage", "FriendCheckBatchResult",
+        "FriendRelation", "BlacklistAdded", "MessageBatchSent", "BlacklistEntry", "BlacklistPage", "BlacklistCheck", "BlacklistAddBatchResult",
+        "Group", "GroupMute",
+        "GroupPage", "GroupCreated", "GroupMember", "GroupMemberPage", "GroupMemberCount", "UserGroupPage",
+        "GroupApplication", "GroupApplicationPage", "GroupAttributes", "GroupLeft", "GroupInvited", "GroupInviteBatchResult",
+        "GroupMemberMuted", "GroupMemberMuteBatchResult", "Message", "MessagePage",
+        "MessageReply", "Mentions", "MessageBatchSendResult", "MessageBroadcastAccepted", "Conversation",
+        "ConversationPage", "MentionState", "ConversationReadAllResult", "UnreadCount", "Event", "EventLogPage",
+        "BatchResult", "BatchResultItem", "BatchItemError", "Problem", "FieldError", "Stats", "TestClock",
+        "HealthStatus", "ReadyStatus", "OpenAPIDocument",
+    ]
+
+    /// The members of a User as the app key sees it (API.md §2: `deleted_at` is null unless soft-deleted).
+    static let userKeys = [
+        "user_id", "name", "avatar_url", "extended_data", "created_at", "updated_at", "muted_until", "banned_until",
+        "deleted_at",
+    ]
+
+    @Test func everyOperationAnswersAsDocumented() throws {
+        let server = try TestServer.start(testClock: true)
+        defer { server.stop() }
+        let app = try server.createApp()
+        let c = try ContractChecker(server: server, app: app)
+
+        try Self.opsAndApps(c)
+        try Self.users(c)
+        try Self.presenceAndDevices(c)
+        try Self.friendsAndBlacklist(c)
+        try Self.groups(c)
+        try Self.messagesAndConversations(c)
+        try Self.events(c)
+        try Self.problems(c)
+
+        let refs = Set(c.refs.map { String($0.split(separator: "/").last ?? "") })
+        #expect(Self.objectTypes.subtracting(refs).sorted() == [], "schemas no real response was validated against")
+        let all = Set(ContractChecker.allOperationIDs(c.spec))
+        #expect(all.subtracting(c.operations).subtracting(Self.notDriven).sorted() == [], "operations not driven")
+    }
+
+    /// The document's own examples (schema `example`, media and parameter `example`/`examples`) validate against
+    /// the schema they illustrate, with undeclared members rejected as for real responses.
+    @Test func documentExamplesMatchTheirSchemas() throws {
+        let spec = try OpenAPISpecTests.loadSpec()
+        var validator = JSONSchemaValidator(document: spec)
+        validator.rejectUndeclaredProperties = true
+        var checked = 0
+        var failures: [String] = []
+        func check(_ example: JSONValue, _ schema: JSONValue, _ path: String) {
+            checked += 1
+            failures += validator.validate(example, against: schema).map { "\(path): \($0)" }
+        }
+        func walk(_ value: JSONValue, _ path: String) {
+            if let object = value.objectValue {
+                let isSchema = object["type"] != nil || object["$ref"] != nil || object["allOf"] != nil
+                let schema: JSONValue? = object["schema"] ?? (isSchema ? value : nil)
+                if let schema {
+                    if let example = object["example"] { check(example, schema, path + "/example") }
+                    for (name, example) in object["examples"]?.objectValue ?? JSONObject() {
+                        if let example = example["value"] { check(example, schema, path + "/examples/" + name) }
+                    }
+                }
+                for (key, member) in object where !["example", "examples", "default", "enum", "const"].contains(key) {
+                    walk(member, path + "/" + key)
+                }
+            } else if let array = value.arrayValue {
+                for (i, element) in array.enumerated() { walk(element, "\(path)[\(i)]") }
+            }
+        }
+        walk(spec, "#")
+        #expect(checked > 100)
+        #expect(failures == [])
+    }
+
+    // MARK: - Areas
+
+    static func opsAndApps(_ c: ContractChecker) throws {
+        c.call(.get, "/healthz", as: .anonymous, status: 200)
+        c.call(.get, "/readyz", as: .anonymous, status: 200)
+        c.call(.get, "/metrics", as: .anonymous, status: 200)
+        c.call(.get, "/openapi.json", as: .anonymous, status: 200)
+
+        let created = c.call(.post, "/v1/apps", as: .admin, json: #"{"app_id":"contract-x","name":"x"}"#, status: 201)
+        #expect(created.json?["key"]?["secret"]?.stringValue != nil)
+        c.call(.post, "/v1/apps", as: .admin, json: #"{"app_id":"contract-x","name":"x"}"#, status: 409)
+        c.call(.get, "/v1/apps", query: "limit=1", as: .admin, status: 200)
+        c.call(.get, "/v1/apps/{app_id}", "contract-x", as: .admin, status: 200)
+        c.call(.get, "/v1/apps/{app_id}", "nope-app", as: .admin, status: 404)
+        c.call(.patch, "/v1/apps/{app_id}", "contract-x", as: .admin, json: #"{"name":"renamed"}"#, status: 200)
+        c.call(.get, "/v1/apps/{app_id}/settings", "contract-x", as: .admin, status: 200)
+        c.call(.patch, "/v1/apps/{app_id}/settings", "contract-x", as: .admin, json: #"{"revoke_window_s":60}"#, status: 200)
+        let key = c.call(.post, "/v1/apps/{app_id}/keys", "contract-x", as: .admin, json: #"{"name":"second"}"#, status: 201)
+        c.call(.get, "/v1/apps/{app_id}/keys", "contract-x", as: .admin, status: 200)
+        let keyID = key.json?["key_id"]?.stringValue ?? ""
+        c.call(.delete, "/v1/apps/{app_id}/keys/{key_id}", "contract-x", keyID, as: .admin, status: 204)
+        c.call(.delete, "/v1/apps/{app_id}", "contract-x", as: .admin, status: 204)
+
+        c.call(.get, "/v1/settings", status: 200)
+        c.call(.patch, "/v1/settings", json: #"{"revoke_window_s":300,"push":{"event_id_only":true}}"#, status: 200)
+        c.call(.get, "/v1/stats", status: 200)
+        c.call(.get, "/v1/test/clock", as: .admin, status: 200)
+        c.call(.post, "/v1/test/clock/advance", as: .admin, json: #"{"ms":1}"#, status: 200)
+    }
+
+    static func users(_ c: ContractChecker) throws {
+        for id in ["a", "b", "c", "d"] {
+            c.call(.post, "/v1/users", json: #"{"user_id":"\#(id)","name":"User \#(id)","extended_data":"x"}"#, status: 201)
+        }
+        c.call(.post, "/v1/users/import", json: #"{"users":[{"user_id":"e","name":"E"},{"user_id":"a"}]}"#, status: 200)
+        // The two views of a User the schema allows (API.md §2, §4): the app key's, and another user's.
+        let full = c.call(.get, "/v1/users/{user_id}", "a", status: 200)
+        #expect(full.json?.objectValue?.keys == Self.userKeys)
+        let other = c.call(.get, "/v1/users/{user_id}", "b", as: .user("a"), status: 200)
+        #expect(other.json?.objectValue?.keys == ["user_id", "name", "avatar_url", "extended_data", "created_at"])
+        c.call(.post, "/v1/users/query", json: #"{"user_ids":["a","ghost"]}"#, status: 200)
+        c.call(.patch, "/v1/users/{user_id}", "a", json: #"{"name":"Alice","avatar_url":"https://x.test/a.png"}"#, status: 200)
+        c.call(.get, "/v1/users", query: "limit=2", status: 200)
+        c.call(.get, "/v1/users", query: "state=all&q=a", status: 200)
+        c.call(.post, "/v1/users/{user_id}/tokens", "c", json: #"{"ttl_s":600}"#, status: 201)
+        c.call(.post, "/v1/users/{user_id}/kick", "d", json: "{}", status: 200)
+        c.call(.post, "/v1/users/{user_id}/mute", "d", json: #"{"duration_s":60}"#, status: 200)
+        c.call(.post, "/v1/users/{user_id}/ban", "d", json: #"{"duration_s":60,"reason":"spam"}"#, status: 200)
+        c.call(.post, "/v1/users/{user_id}/unban", "d", json: "{}", status: 200)
+        c.call(.delete, "/v1/users/{user_id}", "d", status: 204)
+        let deleted = c.call(.get, "/v1/users/{user_id}", "d", query: "include_deleted=true", status: 200)
+        #expect(deleted.json?.objectValue?.keys == Self.userKeys)
+        #expect(deleted.json?["deleted_at"]?.intValue != nil)
+        c.call(.post, "/v1/users/{user_id}/restore", "d", json: "{}", status: 200)
+    }
+
+    static func presenceAndDevices(_ c: ContractChecker) throws {
+        c.call(.get, "/v1/users/{user_id}/status", "a", status: 200)
+        c.call(.post, "/v1/users/status/query", json: #"{"user_ids":["a","ghost"]}"#, status: 200)
+        c.call(.put, "/v1/users/{user_id}/status/custom", "a", json: #"{"custom_status":"busy","expires_in_s":60}"#, status: 200)
+        c.call(.post, "/v1/users/{user_id}/status/subscriptions", "a", json: #"{"user_ids":["b","a"],"duration_min":10}"#, status: 200)
+        c.call(.get, "/v1/users/{user_id}/status/subscriptions", "a", status: 200)
+        c.call(.post, "/v1/users/{user_id}/status/subscriptions/delete", "a", json: #"{"user_ids":["b","c"]}"#, status: 200)
+
+        c.call(.get, "/v1/users/{user_id}/push_rule", "a", status: 200)
+        c.call(
+            .put, "/v1/users/{user_id}/push_rule", "a",
+            json: #"{"online_platforms":["win","macos"],"not_to_receive_offline_push_platforms":["ios"]}"#, status: 200)
+        let device = #"{"device_id":"phone","platform":"android","provider":"fcm","push_key":"k1","app_id":"com.x","lang":"en"}"#
+        c.call(.post, "/v1/users/{user_id}/devices", "a", json: device, status: 201)
+        c.call(.post, "/v1/users/{user_id}/devices", "a", json: device, status: 200)
+        c.call(
+            .post, "/v1/users/{user_id}/devices", "a",
+            json: #"{"platform":"ios","provider":"apns","push_key":"zz","app_id":"com.x"}"#, status: 422)
+        c.call(.get, "/v1/users/{user_id}/devices", "a", status: 200)
+        c.call(.delete, "/v1/users/{user_id}/devices/{device_id}", "a", "phone", status: 204)
+        c.call(.delete, "/v1/users/{user_id}/devices/{device_id}", "a", "phone", status: 404)
+    }
+
+    static func friendsAndBlacklist(_ c: ContractChecker) throws {
+        let add = #"{"friend_id":"b","wording":"hi","alias":"Bee","attributes":{"k0":"v0"}}"#
+        c.call(.post, "/v1/users/{user_id}/friends", "a", json: add, status: 201)
+        c.call(.post, "/v1/users/{user_id}/friends", "a", json: add, status: 409)
+        c.call(.post, "/v1/users/{user_id}/friends", "a", json: #"{"friend_id":"a"}"#, status: 422)
+        c.call(.get, "/v1/users/{user_id}/friends", "a", query: "limit=1", status: 200)
+        c.call(.get, "/v1/users/{user_id}/friends/{friend_id}", "a", "b", status: 200)
+        c.call(.get, "/v1/users/{user_id}/friends/{friend_id}", "a", "e", status: 404)
+        c.call(.patch, "/v1/users/{user_id}/friends/{friend_id}", "a", "b", json: #"{"alias":"B","attributes":{"k1":"v1"}}"#, status: 200)
+        c.call(.post, "/v1/users/{user_id}/friends/check", "a", json: #"{"user_ids":["b","c","ghost"]}"#, status: 200)
+
+        let applied = c.call(.post, "/v1/users/{user_id}/friend_applications", "a", json: #"{"to":"c","wording":"w"}"#, status: 201)
+        c.call(.post, "/v1/users/{user_id}/friend_applications", "a", json: #"{"to":"c","wording":"w2"}"#, status: 200)
+        // `direction` only in the list (API.md §2 FriendApplication †).
+        #expect(applied.json?["direction"] == nil)
+        let listed = c.call(.get, "/v1/users/{user_id}/friend_applications", "c", status: 200)
+        #expect(listed.json?["items"]?[0]?["direction"] == "received")
+        let id = applied.json?["application_id"]?.stringValue ?? ""
+        c.call(.post, "/v1/users/{user_id}/friend_applications/{application_id}/accept", "c", id, json: #"{"alias":"A"}"#, status: 200)
+        c.call(.post, "/v1/users/{user_id}/friend_applications/{application_id}/accept", "c", id, json: "{}", status: 409)
+        let second = c.call(.post, "/v1/users/{user_id}/friend_applications", "e", json: #"{"to":"a"}"#, status: 201)
+        let secondID = second.json?["application_id"]?.stringValue ?? ""
+        c.call(.post, "/v1/users/{user_id}/friend_applications/{application_id}/reject", "a", secondID, json: "{}", status: 200)
+        c.call(.delete, "/v1/users/{user_id}/friends/{friend_id}", "a", "c", status: 204)
+        c.call(.post, "/v1/users/{user_id}/friends/delete", "c", json: #"{"user_ids":["a","b"],"mode":"single"}"#, status: 200)
+
+        c.call(.post, "/v1/users/{user_id}/blacklist", "a", json: #"{"user_ids":["e","a","ghost"]}"#, status: 200)
+        c.call(.get, "/v1/users/{user_id}/blacklist", "a", status: 200)
+        c.call(.get, "/v1/users/{user_id}/blacklist/{blocked_id}", "a", "e", status: 200)
+        c.call(.post, "/v1/users/{user_id}/blacklist/delete", "a", json: #"{"user_ids":["e","b"]}"#, status: 200)
+        c.call(.post, "/v1/users/{user_id}/blacklist", "a", json: #"{"user_ids":["e"]}"#, status: 200)
+        c.call(.delete, "/v1/users/{user_id}/blacklist/{blocked_id}", "a", "e", status: 204)
+        c.call(.delete, "/v1/users/{user_id}/blacklist/{blocked_id}", "a", "e", status: 404)
+    }
+
+    static func groups(_ c: ContractChecker) throws {
+        let created = c.call(
+            .post, "/v1/groups",
+            json: #"{"group_id":"g1","name":"G","operator":"a","members":["b","c","ghost"],"attributes":{"k":"v"}}"#, status: 201)
+        #expect(created.json?["group"]?["group_id"] == "g1")
+        c.call(.post, "/v1/groups", json: #"{"group_id":"g1","operator":"a"}"#, status: 409)
+        c.call(.get, "/v1/groups/{group_id}", "g1", status: 200)
+        c.call(.get, "/v1/groups/{group_id}", "nope", status: 404)
+        c.call(.get, "/v1/groups", query: "limit=1", status: 200)
+        c.call(.patch, "/v1/groups/{group_id}", "g1", json: #"{"operator":"a","notice":"hello","max_members":100}"#, status: 200)
+        c.call(.patch, "/v1/groups/{group_id}", "g1", json: #"{"operator":"c","name":"no"}"#, status: 403)
+        c.call(.get, "/v1/groups/{group_id}/members", "g1", query: "limit=2", status: 200)
+        c.call(.get, "/v1/groups/{group_id}/members/{member_id}", "g1", "b", status: 200)
+        c.call(.get, "/v1/groups/{group_id}/member_count", "g1", status: 200)
+        c.call(.get, "/v1/users/{user_id}/groups", "b", status: 200)
+        c.call(.put, "/v1/groups/{group_id}/members/{member_id}/role", "g1", "b", json: #"{"operator":"a","role":2}"#, status: 200)
+        c.call(.put, "/v1/groups/{group_id}/members/{member_id}/nickname", "g1", "c", json: #"{"operator":"a","nickname":"cc"}"#, status: 200)
+        c.call(.post, "/v1/groups/{group_id}/members/invite", "g1", json: #"{"user_ids":["e","b"]}"#, status: 200)
+        c.call(.post, "/v1/groups/{group_id}/members/kick", "g1", json: #"{"operator":"a","user_ids":["e","ghost"]}"#, status: 200)
+        c.call(.post, "/v1/groups/{group_id}/join", "g1", json: #"{"user_id":"e"}"#, status: 200)
+        c.call(.post, "/v1/groups/{group_id}/join", "g1", json: #"{"user_id":"e"}"#, status: 409)
+        c.call(.post, "/v1/groups/{group_id}/leave", "g1", json: #"{"user_id":"e"}"#, status: 200)
+        c.call(.put, "/v1/groups/{group_id}/mute", "g1", json: #"{"operator":"a","mode":"custom","duration_s":60,"roles":[3]}"#, status: 200)
+        c.call(.put, "/v1/groups/{group_id}/mute", "g1", json: #"{"operator":"a","mode":"none"}"#, status: 200)
+        c.call(.post, "/v1/groups/{group_id}/members/mute", "g1", json: #"{"operator":"a","user_ids":["c","ghost"],"duration_s":60}"#, status: 200)
+        c.call(.get, "/v1/groups/{group_id}/muted_members", "g1", status: 200)
+        c.call(.post, "/v1/groups/{group_id}/members/mute", "g1", json: #"{"operator":"a","user_ids":["c"],"duration_s":0}"#, status: 200)
+        c.call(.post, "/v1/groups/{group_id}/attributes", "g1", json: #"{"operator":"c","attributes":{"k2":"v2","":"x"}}"#, status: 200)
+        c.call(.get, "/v1/groups/{group_id}/attributes", "g1", status: 200)
+        c.call(.get, "/v1/groups/{group_id}/attributes", "g1", query: "keys=k2", status: 200)
+        c.call(.post, "/v1/groups/{group_id}/attributes/delete", "g1", json: #"{"keys":["k2","nope"]}"#, status: 200)
+
+        // Applications: join (auth) accepted and rejected, an invite application in a be_invite_mode=auth group.
+        c.call(.post, "/v1/groups", json: #"{"group_id":"g2","operator":"a","join_mode":"auth","be_invite_mode":"auth"}"#, status: 201)
+        let join = c.call(.post, "/v1/groups/{group_id}/join", "g2", json: #"{"user_id":"e","wording":"please"}"#, status: 202)
+        c.call(.get, "/v1/groups/{group_id}/applications", "g2", status: 200)
+        c.call(
+            .post, "/v1/group_applications/{application_id}/accept", join.json?["application_id"]?.stringValue ?? "", json: #"{"operator":"a"}"#,
+            status: 200)
+        let other = c.call(.post, "/v1/groups/{group_id}/join", "g2", json: #"{"user_id":"d"}"#, status: 202)
+        let otherID = other.json?["application_id"]?.stringValue ?? ""
+        c.call(.post, "/v1/group_applications/{application_id}/reject", otherID, json: #"{"operator":"a"}"#, status: 200)
+        c.call(.post, "/v1/group_applications/{application_id}/reject", otherID, json: #"{"operator":"a"}"#, status: 409)
+        c.call(.post, "/v1/groups/{group_id}/members/invite", "g2", json: #"{"operator":"a","user_ids":["b"]}"#, status: 200)
+        c.call(.get, "/v1/users/{user_id}/group_applications", "b", status: 200)
+        c.call(.post, "/v1/groups/{group_id}/transfer_owner", "g2", json: #"{"operator":"a","to_user_id":"e"}"#, status: 200)
+        c.call(.post, "/v1/groups/{group_id}/dismiss", "g2", json: #"{"operator":"e"}"#, status: 200)
+        c.call(.patch, "/v1/groups/{group_id}", "g2", json: #"{"name":"late"}"#, status: 409)
+    }
+
+    static func messagesAndConversations(_ c: ContractChecker) throws {
+        let text = #"{"from":"a","conversation_type":"peer","to":"b","type":1,"body":{"text":"hi"},"client_msg_id":"m1"}"#
+        let sent = c.call(.post, "/v1/messages", json: text, status: 201)
+        c.call(.post, "/v1/messages", json: text, status: 200)
+        c.call(
+            .post, "/v1/messages",
+            json: #"{"from":"a","conversation_type":"peer","to":"b","type":1,"body":{"text":"other"},"client_msg_id":"m1"}"#, status: 409)
+        let messageID = sent.json?["message_id"]?.stringValue ?? ""
+        c.call(
+            .post, "/v1/messages", as: .user("b"),
+            json: #"{"conversation_type":"peer","to":"a","type":1,"body":{"text":"re"},"reply_to":"\#(messageID)","push":{"title":"t"}}"#,
+            status: 201)
+        c.call(
+            .post, "/v1/messages",
+            json:
+                #"{"from":"a","conversation_type":"peer","to":"b","type":11,"body":{"url":"https://x.test/i.png","file_name":"i.png","width":4,"height":3}}"#,
+            status: 201)
+        c.call(.post, "/v1/messages", json: #"{"from":"a","conversation_type":"peer","to":"b","type":2,"body":{"data":"aGk="}}"#, status: 201)
+        c.call(.post, "/v1/messages", json: #"{"from":"a","conversation_type":"peer","to":"b","type":99,"body":{}}"#, status: 400)
+        c.call(.post, "/v1/messages", json: #"{"from":"a","conversation_type":"peer","to":"ghost","type":1,"body":{"text":"x"}}"#, status: 404)
+        let group = c.call(
+            .post, "/v1/messages",
+            json: #"{"from":"a","conversation_type":"group","to":"g1","type":1,"body":{"text":"@c"},"mentions":{"user_ids":["c"],"all":false}}"#,
+            status: 201)
+        let groupMessageID = group.json?["message_id"]?.stringValue ?? ""
+        c.call(.get, "/v1/messages/{message_id}", messageID, status: 200)
+        // The † members of a Message (API.md §2): `suppressed` for the app key, `push` for the app key and the sender.
+        let asApp = c.call(.get, "/v1/messages/{message_id}", groupMessageID, status: 200)
+        #expect(asApp.json?.objectValue?.contains("suppressed") == true && asApp.json?.objectValue?.contains("push") == true)
+        let asMember = c.call(.get, "/v1/messages/{message_id}", groupMessageID, as: .user("c"), status: 200)
+        #expect(asMember.json?.objectValue?.contains("suppressed") == false && asMember.json?.objectValue?.contains("push") == false)
+        let asSender = c.call(.get, "/v1/messages/{message_id}", groupMessageID, as: .user("a"), status: 200)
+        #expect(asSender.json?.objectValue?.contains("suppressed") == false && asSender.json?.objectValue?.contains("push") == true)
+        c.call(.get, "/v1/messages/{message_id}", "nope", status: 404)
+        let combined = c.call(
+            .post, "/v1/messages",
+            json: #"{"from":"a","conversation_type":"peer","to":"b","type":100,"body":{"title":"t","message_ids":["\#(messageID)"]}}"#,
+            status: 201)
+        c.call(.get, "/v1/messages/{message_id}/combined", combined.json?["message_id"]?.stringValue ?? "", status: 200)
+        c.call(.get, "/v1/messages/{message_id}/combined", messageID, status: 422)
+        c.call(.post, "/v1/messages/batch", json: #"{"from":"a","to_user_ids":["b","c","ghost"],"type":1,"body":{"text":"all"}}"#, status: 200)
+        c.call(.post, "/v1/messages/broadcast", json: #"{"from":"a","type":1,"body":{"text":"news"}}"#, status: 202)
+
+        c.call(.get, "/v1/users/{user_id}/conversations/{type}/{id}/messages", "a", "peer", "b", query: "limit=2", status: 200)
+        c.call(.get, "/v1/users/{user_id}/conversations/{type}/{id}/messages", "c", "group", "g1", status: 200)
+        c.call(.get, "/v1/users/{user_id}/conversations/{type}/{id}/messages", "a", "peer", "b", query: "cursor=bogus", status: 400)
+        c.call(.get, "/v1/groups/{group_id}/messages", "g1", query: "direction=forward", status: 200)
+        c.call(.get, "/v1/groups/{group_id}/messages", "g2", status: 409)
+
+        c.call(.get, "/v1/users/{user_id}/conversations", "b", status: 200)
+        c.call(.get, "/v1/users/{user_id}/conversations/{type}/{id}", "b", "peer", "a", status: 200)
+        c.call(.get, "/v1/users/{user_id}/conversations/{type}/{id}", "c", "group", "g1", status: 200)
+        c.call(.get, "/v1/users/{user_id}/conversations/{type}/{id}", "b", "peer", "e", status: 404)
+        c.call(
+            .patch, "/v1/users/{user_id}/conversations/{type}/{id}", "b", "peer", "a",
+            json: #"{"pinned":true,"draft":"later","notification_status":"do_not_disturb"}"#, status: 200)
+        c.call(.post, "/v1/users/{user_id}/conversations/{type}/{id}/read", "b", "peer", "a", json: #"{"seq":1}"#, status: 200)
+        c.call(.post, "/v1/users/{user_id}/conversations/read_all", "b", json: "{}", status: 200)
+        c.call(
+            .post, "/v1/users/{user_id}/conversations/marks", "b",
+            json: #"{"mark":3,"enable":true,"conversations":[{"type":"peer","id":"a"},{"type":"peer","id":"ghost"}]}"#, status: 200)
+        c.call(.get, "/v1/users/{user_id}/unread_count", "c", status: 200)
+        c.call(.delete, "/v1/users/{user_id}/conversations/{type}/{id}", "b", "peer", "a", status: 204)
+    }
+
+    static func events(_ c: ContractChecker) throws {
+        // Every event written so far, page by page.
+        // Each event whose type has a payload schema (a webhook of the document, or a `…Data` schema) is checked
+        // against it too: webhook bodies are the app view the log shows (API.md §14.1).
+        var after = "earliest"
+        var pages = 0
+        var types: Set<String> = []
+        while pages < 20 {
+            let page = c.call(.get, "/v1/events/log", query: "after=\(after)&limit=100", status: 200)
+            pages += 1
+            for event in page.json?["items"]?.arrayValue ?? [] {
+                if c.checkEventPayload(event, dataSchemas: Self.eventDataSchemas) { types.insert(event["type"]?.stringValue ?? "") }
+            }
+            guard let next = page.json?["next_cursor"]?.stringValue else { break }
+            after = next
+        }
+        #expect(pages > 1)
+        let expected: Set<String> = [
+            "app.settings_updated", "user.created", "user.updated", "user.deleted", "user.kicked", "user.status_updated",
+            "friend.added", "friend.deleted", "friend.updated", "friend.application_created", "friend.application_updated",
+            "device.registered", "device.removed", "blacklist.added", "blacklist.removed", "user.push_rule_updated",
+        ]
+        #expect(expected.subtracting(types).sorted() == [], "event types not checked against a payload schema")
+        c.call(.get, "/v1/events/log", query: "after=earliest&types=message.*&group_id=g1", status: 200)
+        c.call(.get, "/v1/events/log", status: 200)
+        c.call(.get, "/v1/events/log", query: "after=x", status: 400)
+    }
+
+    /// Event types without a webhook entry in the document whose `data` has a schema of its own.
+    static let eventDataSchemas = [
+        "device.registered": "DeviceRegisteredData", "device.removed": "DeviceRemovedData",
+        "blacklist.added": "BlacklistChangedData", "blacklist.removed": "BlacklistChangedData",
+        "user.push_rule_updated": "PushRuleUpdatedData",
+    ]
+
+    /// Problem responses of the kinds every operation declares: 401, 403, 415.
+    static func problems(_ c: ContractChecker) throws {
+        c.call(.get, "/v1/users", as: .anonymous, status: 401)
+        c.call(.get, "/v1/users", as: .user("a"), status: 403)
+        c.call(.get, "/v1/apps", status: 403)
+        let invalid = c.call(.post, "/v1/users", json: #"{"user_id":"x y"}"#, status: 400)
+        // API.md §1.4: errors[] for 6000001; a body member is named `body.<member>` (the document's FieldError).
+        #expect(invalid.json?["errors"]?[0]?["field"] == "body.user_id")
+        c.call(.post, "/v1/users", json: #"{"user_id":"z"}"#, contentType: "text/plain", status: 415)
+        c.call(.get, "/v1/users", query: "limit=0", status: 400)
+    }
+}
+
+/// Sends requests to a test server and checks each exchange against the OpenAPI document (see the suite comment).
+final class ContractChecker {
+    enum Credential {
+        case app, admin, anonymous
+        case user(String)
+    }
+
+    let spec: JSONValue
+    let server: TestServer
+    let app: TestApp
+    private var tokens: [String: String] = [:]
+    private(set) var refs: Set<String> = []
+    private(set) var operations: Set<String> = []
+
+    init(server: TestServer, app: TestApp) throws {
+        self.spec = try OpenAPISpecTests.loadSpec()
+        self.server = server
+        self.app = app
+    }
+
+    static func allOperationIDs(_ spec: JSONValue) -> [String] {
+        OpenAPISpecTests.operations(in: spec, container: "paths").compactMap { $0.operation["operationId"]?.stringValue }
+    }
+
+    /// Sends `method` on `template` with its `{…}` parameters replaced in order by `parameters`, and checks the
+    /// exchange. Failures are recorded as issues at the caller's line; the response is returned either way.
+    @discardableResult
+    func call(
+        _ method: HTTPMethod, _ template: String, _ parameters: String..., query: String = "", as credential: Credential = .app,
+        json: String? = nil, contentType: String? = nil, status: Int, sourceLocation: SourceLocation = #_sourceLocation
+    ) -> TestResponse {
+        let label = "\(method) \(template)"
+        do {
+            var path = ""
+            var remaining = parameters[...]
+            var rest = template[...]
+            while let open = rest.firstIndex(of: "{"), let close = rest[open...].firstIndex(of: "}") {
+                path += rest[..<open]
+                path += remaining.popFirst() ?? ""
+                rest = rest[rest.index(after: close)...]
+            }
+            path += rest
+            if !query.isEmpty { path += "?" + query }
+            var headers = HTTPHeaders()
+            if let contentType { headers.add("Content-Type", contentType) }
+            var bearer: String?
+            switch credential {
+            case .app: bearer = app.key
+            case .admin: bearer = server.adminKey
+            case .anonymous: bearer = nil
+            case .user(let id): bearer = try token(id)
+            }
+            let response = try server.request(method, path, bearer: bearer, json: json, headers: headers)
+            #expect(response.status == status, "\(label) answered \(response.status): \(response.text)", sourceLocation: sourceLocation)
+            check(response, method, template, json, label, sourceLocation)
+            return response
+        } catch {
+            Issue.record("\(label): \(error)", sourceLocation: sourceLocation)
+            return TestResponse(status: 0, headers: HTTPHeaders(), body: [])
+        }
+    }
+
+    /// Validates one event of the log against the document's payload schema for its type: the webhook of that
+    /// name, else the `data` schema `dataSchemas` names. Returns whether a schema applied.
+    func checkEventPayload(
+        _ event: JSONValue, dataSchemas: [String: String], sourceLocation: SourceLocation = #_sourceLocation
+    ) -> Bool {
+        let type = event["type"]?.stringValue ?? ""
+        let label = "event \(event["id"]?.stringValue ?? "?") \(type)"
+        if let schema = spec["webhooks"]?[type]?["post"]?["requestBody"]?["content"]?["application/json"]?["schema"] {
+            report(event, schema, label, strict: true, sourceLocation)
+            return true
+        }
+        if let name = dataSchemas[type] {
+            report(event["data"] ?? .null, ["$ref": .string("#/components/schemas/\(name)")], label + " data", strict: true, sourceLocation)
+            return true
+        }
+        return false
+    }
+
+    private func token(_ user: String) throws -> String {
+        if let token = tokens[user] { return token }
+        let token = try app.token(for: user)
+        tokens[user] = token
+        return token
+    }
+
+    private func check(_ r: TestResponse, _ method: HTTPMethod, _ template: String, _ json: String?, _ label: String, _ location: SourceLocation) {
+        guard let operation = spec["paths"]?[template]?[method.rawValue.lowercased()] else {
+            Issue.record("\(label) is not in the document", sourceLocation: location)
+            return
+        }
+        if let id = operation["operationId"]?.stringValue { operations.insert(id) }
+        let responses = operation["responses"]
+        guard var declared = responses?[String(r.status)] ?? responses?["\(r.status / 100)XX"] ?? responses?["default"] else {
+            Issue.record("\(label): status \(r.status) is not declared (\(r.text))", sourceLocation: location)
+            return
+        }
+        if let ref = declared["$ref"]?.stringValue, let target = validator.resolve(ref) { declared = target }
+        checkHeaders(r, declared, label, location)
+        let content = declared["content"]?.objectValue ?? JSONObject()
+        if r.status == 204 || r.body.isEmpty {
+            #expect(content.isEmpty, "\(label) \(r.status): empty body, but the document declares content", sourceLocation: location)
+            #expect(r.body.isEmpty, "\(label) 204 with a body", sourceLocation: location)
+            return
+        }
+        let mediaType = Self.essence(r.headers["Content-Type"] ?? "")
+        guard let media = content.first(where: { Self.essence($0.key) == mediaType })?.value else {
+            Issue.record(
+                "\(label) \(r.status): content type \(mediaType) is not declared (\(content.keys))", sourceLocation: location)
+            return
+        }
+        if mediaType.hasSuffix("json"), let schema = media["schema"] {
+            guard let body = try? JSONValue.parse(r.body, maxDepth: 256) else {
+                Issue.record("\(label) \(r.status): body is not JSON: \(r.text)", sourceLocation: location)
+                return
+            }
+            report(body, schema, "\(label) \(r.status) response", strict: true, location)
+            if mediaType == "application/problem+json" { checkProblem(body, r, label, location) }
+        }
+        if (200..<300).contains(r.status), let json,
+            let schema = operation["requestBody"]?["content"]?["application/json"]?["schema"], let body = try? JSONValue.parse(json)
+        {
+            report(body, schema, "\(label) request", strict: false, location)
+        }
+    }
+
+    /// `X-Request-Id` on every response (API.md §1.4); every declared header that is present matches its schema
+    /// (an integer header is a decimal integer).
+    private func checkHeaders(_ r: TestResponse, _ declared: JSONValue, _ label: String, _ location: SourceLocation) {
+        #expect(r.headers["X-Request-Id"]?.isEmpty == false, "\(label) \(r.status): no X-Request-Id", sourceLocation: location)
+        for (name, header) in declared["headers"]?.objectValue ?? JSONObject() {
+            guard let value = r.headers[name] else { continue }
+            var header = header
+            if let ref = header["$ref"]?.stringValue, let target = validator.resolve(ref) { header = target }
+            guard let schema = header["schema"] else { continue }
+            let instance: JSONValue =
+                schema["type"]?.stringValue == "integer" ? Int64(value).map(JSONValue.int) ?? .string(value) : .string(value)
+            report(instance, schema, "\(label) \(r.status) header \(name)", strict: true, location)
+        }
+    }
+
+    /// A problem body agrees with its response (API.md §1.4): `status` is the HTTP status, `type` names the
+    /// `code`, and `request_id` repeats `X-Request-Id`.
+    private func checkProblem(_ body: JSONValue, _ r: TestResponse, _ label: String, _ location: SourceLocation) {
+        #expect(body["status"]?.intValue == Int64(r.status), "\(label): problem status", sourceLocation: location)
+        let code = body["code"]?.intValue.map { "urn:parley:error:\($0)" }
+        #expect(code != nil && body["type"]?.stringValue == code, "\(label): problem type \(body)", sourceLocation: location)
+        #expect(body["request_id"]?.stringValue == r.headers["X-Request-Id"], "\(label): problem request_id", sourceLocation: location)
+    }
+
+    private var validator: JSONSchemaValidator { JSONSchemaValidator(document: spec) }
+
+    private func report(_ body: JSONValue, _ schema: JSONValue, _ what: String, strict: Bool, _ location: SourceLocation) {
+        var validator = self.validator
+        validator.rejectUndeclaredProperties = strict
+        let outcome = validator.validateRecordingRefs(body, against: schema)
+        refs.formUnion(outcome.refs)
+        for failure in outcome.failures { Issue.record("\(what): \(failure)", sourceLocation: location) }
+    }
+
+    /// The media type without parameters, lowercased (`application/json; charset=utf-8` → `application/json`).
+    static func essence(_ contentType: String) -> String {
+        String(contentType.split(separator: ";").first ?? "").filter { !$0.isWhitespace }.lowercased()
+    }
+}
