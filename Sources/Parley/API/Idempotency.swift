@@ -34,7 +34,7 @@ enum Idempotency {
             ON CONFLICT (app_id, scope, key) DO UPDATE
               SET method = EXCLUDED.method, path = EXCLUDED.path, body_hash = EXCLUDED.body_hash, status = NULL,
                   headers = NULL, body = NULL, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
-              WHERE k.expires_at <= \(now) OR (k.status IS NULL AND k.created_at < \(now) - \(abandonedAfterMillis))
+              WHERE k.expires_at <= \(now) OR (k.status IS NULL AND k.created_at < \(now)::bigint - \(abandonedAfterMillis)::bigint)
             RETURNING 1
             """)
         if claimed.rowCount == 1 { return .proceed(Claim(appID: appID, scope: scope, key: key)) }

@@ -3,11 +3,6 @@ import ParleyPostgres
 /// The shared steps of the group rules: locking, the operator and role checks, adding and removing members with
 /// owner continuity, and the event shapes (API.md §18).
 extension GroupService {
-    static func notFound(_ groupID: String) -> APIError { APIError(.groupNotFound, "group \(groupID) does not exist") }
-    static func dismissed(_ groupID: String) -> APIError { APIError(.groupDismissed, "group \(groupID) is dismissed") }
-    static func notMember(_ userID: String, _ groupID: String) -> APIError {
-        APIError(.notGroupMember, "user \(userID) is not a member of group \(groupID)")
-    }
     static func denied(_ detail: String) -> APIError { APIError(.groupPermissionDenied, detail) }
 
     /// `ids` without repeats, first occurrence first (event audiences).
@@ -19,9 +14,9 @@ extension GroupService {
     /// Locks the group row for the transaction (404 `group_not_found`, 409 `group_dismissed`).
     func lockActive(_ groupID: String, on db: PostgresConnection) throws -> Group {
         guard let group = try GroupStore.fetch(appID: appID, groupID: groupID, forUpdate: true, on: db) else {
-            throw Self.notFound(groupID)
+            throw APIError.groupNotFound(groupID)
         }
-        if group.isDismissed { throw Self.dismissed(groupID) }
+        if group.isDismissed { throw APIError.groupDismissed(groupID) }
         return group
     }
 
@@ -30,7 +25,7 @@ extension GroupService {
     func operatorMember(_ actor: Actor, _ group: Group, on db: PostgresConnection) throws -> GroupMember? {
         guard actor.checks, let userID = actor.userID else { return nil }
         guard let member = try GroupStore.member(appID: appID, groupID: group.groupID, userID: userID, on: db) else {
-            throw Self.notMember(userID, group.groupID)
+            throw APIError.notGroupMember(userID, group.groupID)
         }
         return member
     }

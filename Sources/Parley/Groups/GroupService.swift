@@ -134,7 +134,7 @@ struct GroupService: DomainService {
 
     /// One group, dismissed or not (404 `group_not_found`).
     func get(_ groupID: String, on db: PostgresConnection) throws -> Group {
-        guard let group = try GroupStore.fetch(appID: appID, groupID: groupID, on: db) else { throw Self.notFound(groupID) }
+        guard let group = try GroupStore.fetch(appID: appID, groupID: groupID, on: db) else { throw APIError.groupNotFound(groupID) }
         return group
     }
 
@@ -263,7 +263,7 @@ struct GroupService: DomainService {
         try db.transaction { db in
             var group = try lockActive(groupID, on: db)
             guard try GroupStore.member(appID: appID, groupID: groupID, userID: userID, on: db) != nil else {
-                throw Self.notMember(userID, groupID)
+                throw APIError.notGroupMember(userID, groupID)
             }
             let removal = try removeMembers(&group, [userID], reason: "left", operator: userID, tips: .left, on: db)
             try EventLog.append(removal.events, appID: appID, now: now, on: db)
@@ -360,7 +360,7 @@ struct GroupService: DomainService {
             let op = try operatorMember(actor, group, on: db)
             try permit(op.map { GroupRole.isOwner($0.role) }, "only the owner may transfer ownership")
             let members = try GroupStore.members(appID: appID, groupID: groupID, userIDs: Self.distinct([group.ownerID, toUserID]), on: db)
-            guard var target = members[toUserID] else { throw Self.notMember(toUserID, groupID) }
+            guard var target = members[toUserID] else { throw APIError.notGroupMember(toUserID, groupID) }
             guard toUserID != group.ownerID, var old = members[group.ownerID] else { return group }
             old.role = GroupRole.member
             target.role = GroupRole.owner
@@ -409,7 +409,7 @@ struct GroupService: DomainService {
             let group = try lockActive(groupID, on: db)
             let op = try operatorMember(actor, group, on: db)
             guard var target = try GroupStore.member(appID: appID, groupID: groupID, userID: memberID, on: db) else {
-                throw Self.notMember(memberID, groupID)
+                throw APIError.notGroupMember(memberID, groupID)
             }
             let before = target
             try change(op, &target)
@@ -433,7 +433,7 @@ struct GroupService: DomainService {
     func reader(_ group: Group, userID: String?, on db: PostgresConnection) throws -> GroupMember? {
         guard let userID else { return nil }
         guard let member = try GroupStore.member(appID: appID, groupID: group.groupID, userID: userID, on: db) else {
-            throw Self.notMember(userID, group.groupID)
+            throw APIError.notGroupMember(userID, group.groupID)
         }
         return member
     }
@@ -476,7 +476,7 @@ extension GroupService {
     /// A member of the group, or 404 `notMember`.
     func member(_ memberID: String, of groupID: String) throws -> GroupMember {
         guard let member = try GroupStore.member(appID: appID, groupID: groupID, userID: memberID, on: db) else {
-            throw Self.notMember(memberID, groupID)
+            throw APIError.notGroupMember(memberID, groupID)
         }
         return member
     }
