@@ -18,8 +18,10 @@ final class Services: Sendable {
     let sequencer: EventSequencer
     let writer: MessageWriter
 
-    init(pool: PostgresPool, clock: ServerClock, adminKey: String, metrics: Metrics, logger: Logger, configuration: Configuration, stopping: StopFlag)
-    {
+    init(
+        pool: PostgresPool, clock: ServerClock, adminKey: String, metrics: Metrics, logger: Logger, configuration: Configuration,
+        stopping: StopFlag, timerKinds: [TimerKind]
+    ) {
         self.pool = pool
         self.clock = clock
         let apps = AppDirectory()
@@ -32,10 +34,11 @@ final class Services: Sendable {
         self.logger = logger
         self.configuration = configuration
         self.stopping = stopping
-        timers = Timers()
+        timers = Timers(kinds: timerKinds)
         hub = EventHub(heartbeatMillis: configuration.sseHeartbeatMillis, logger: logger.named("live"))
-        sequencer = EventSequencer(hub: hub, logger: logger.named("events"))
-        writer = MessageWriter(hub: hub, logger: logger.named("messages"))
+        // The log and the writer only say which apps got events; the hub streams them (and tells the other nodes).
+        sequencer = EventSequencer(logger: logger.named("events")) { [hub] appID in hub.poke(appID) }
+        writer = MessageWriter(logger: logger.named("messages")) { [hub] appID in hub.poke(appID) }
     }
 }
 

@@ -63,7 +63,7 @@ public final class ParleyApp: Sendable {
             pool = PostgresPool(configuration: pooled, size: configuration.poolSize, logger: pgLogger)
             let services = Services(
                 pool: pool, clock: ServerClock(testClock: configuration.testClock), adminKey: adminKey, metrics: Metrics(),
-                logger: logger, configuration: configuration, stopping: stopping)
+                logger: logger, configuration: configuration, stopping: stopping, timerKinds: TimerKinds.all)
             self.services = services
             if embedded != nil { try Self.createDefaultAppIfNone(services: services, output: output) }
             let routes = Routes.build(services: services)

@@ -37,9 +37,10 @@ final class Metrics: Sendable {
 
     func connections(_ count: Int) { state.withLock { $0.openConnections = count } }
 
-    /// Counts one message accepted by a send or batch send (duplicates are not new messages).
-    func messageAccepted(_ type: ConversationType, stored: Bool) {
-        state.withLock { $0.messages["\(type.rawValue) \(stored)", default: 0] += 1 }
+    /// Counts one message accepted by a send or batch send (duplicates are not new messages); `conversationType` is
+    /// the API's value (`peer`, `group`, …).
+    func messageAccepted(conversationType: String, stored: Bool) {
+        state.withLock { $0.messages["\(conversationType) \(stored)", default: 0] += 1 }
     }
 
     /// The HTTP part of the exposition text.

@@ -37,11 +37,13 @@ final class EventSequencer: Sendable {
     private let inbox = LockedValue(Inbox())
     private let wakeup = Wakeup()
     private let thread = LockedValue<BackgroundThread?>(nil)
-    private let hub: EventHub
+    /// Told, on the sequencer thread, of each app that got new ids (the node wires the live hub here, which tells
+    /// the other nodes): the event log does not know who reads it.
+    private let sequenced: @Sendable (_ appID: String) -> Void
     private let logger: Logger
 
-    init(hub: EventHub, logger: Logger) {
-        self.hub = hub
+    init(logger: Logger, sequenced: @escaping @Sendable (_ appID: String) -> Void) {
+        self.sequenced = sequenced
         self.logger = logger
     }
 
@@ -135,7 +137,7 @@ final class EventSequencer: Sendable {
                 let connection = try db.get()
                 if sweep { round.apps.formUnion(try EventLog.appsWithPending(on: connection)) }
                 for appID in round.apps.sorted() {
-                    if try EventLog.sequence(appID: appID, on: connection) != nil { hub.poke(appID) }
+                    if try EventLog.sequence(appID: appID, on: connection) != nil { sequenced(appID) }
                     for waiter in round.waiters.removeValue(forKey: appID) ?? [] { waiter.done() }
                 }
                 for waiter in round.waitersForAll { waiter.done() }

@@ -90,7 +90,7 @@ enum MessageRoutes {
                             })
                         return
                     }
-                    services.metrics.messageAccepted(request.conversationType, stored: request.stored)
+                    services.metrics.messageAccepted(conversationType: request.conversationType.rawValue, stored: request.stored)
                     respond(Reply.created(written.message.json(viewer)))
                 } catch {
                     respond(ProblemRendering.handlerError(error, request: httpRequest, logger: services.logger))
@@ -158,7 +158,9 @@ enum MessageRoutes {
                         if let problem = MessageService.problem(written.outcome, request) {
                             outcome = .failed(problem.code, problem.detail)
                         } else {
-                            if written.outcome == .sent { services.metrics.messageAccepted(request.conversationType, stored: request.stored) }
+                            if written.outcome == .sent {
+                                services.metrics.messageAccepted(conversationType: request.conversationType.rawValue, stored: request.stored)
+                            }
                             var o = JSONObjectWriter(capacity: 64)
                             o["message_id"] = written.original?.messageID ?? written.message.messageID
                             o["seq"] = written.original.map(\.seq) ?? written.message.seq

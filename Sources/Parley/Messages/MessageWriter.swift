@@ -45,11 +45,13 @@ final class MessageWriter: Sendable {
     private let inbox = LockedValue(Inbox())
     private let wakeup = Wakeup()
     private let threads = LockedValue<[BackgroundThread]>([])
-    private let hub: EventHub
+    /// Told, on a writer thread, of each app whose events a batch committed with their ids (the node wires the live
+    /// hub here).
+    private let committed: @Sendable (_ appID: String) -> Void
     private let logger: Logger
 
-    init(hub: EventHub, logger: Logger) {
-        self.hub = hub
+    init(logger: Logger, committed: @escaping @Sendable (_ appID: String) -> Void) {
+        self.committed = committed
         self.logger = logger
     }
 
@@ -140,7 +142,7 @@ final class MessageWriter: Sendable {
                     let written = try MessageWrite.write(items, on: db)
                     return (written, try MessageWrite.appendEvents(items, written, on: db))
                 }
-                for appID in apps { hub.poke(appID) }
+                for appID in apps { committed(appID) }
                 for (job, result) in zip(batch, written) { job.done(.success(result)) }
                 return
             } catch let error as PostgresError

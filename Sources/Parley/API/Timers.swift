@@ -36,12 +36,6 @@ struct TimerKind: Sendable {
 /// Owner: `sweepQueued` is the one flag keeping at most one background sweep queued on the pool; `stopped`
 /// ends the ticking thread. The kinds are fixed at construction.
 final class Timers: Sendable {
-    /// Every timer kind of the server; a domain adds its kind here.
-    static let allKinds: [TimerKind] = [
-        EventRetention.kind, FriendApplicationExpiry.kind, CustomStatusExpiry.kind, StatusSubscriptionExpiry.kind, GroupApplicationExpiry.kind,
-        HistoryRetention.kind,
-    ]
-
     let kinds: [TimerKind]
     private let sweepQueued = Atomic<Bool>(false)
     /// When each throttled kind last ran in the background sweep (monotonic ms, by kind name).
@@ -49,7 +43,8 @@ final class Timers: Sendable {
     private let stopped = Atomic<Bool>(false)
     private let thread = LockedValue<BackgroundThread?>(nil)
 
-    init(kinds: [TimerKind] = Timers.allKinds) { self.kinds = kinds }
+    /// `kinds`: every timer kind of the server (the app layer lists them: App/TimerKinds.swift).
+    init(kinds: [TimerKind]) { self.kinds = kinds }
 
     /// Fires every kind at `now` (with `throttled`, only the kinds whose interval has passed). A kind that throws is logged and the others still run; returns the number
     /// of items fired.

@@ -1,0 +1,8 @@
+/// Every timer kind of the server, handed to ``Timers`` when the node starts; a domain with a timer adds its kind
+/// here (the domains declare their kinds; the app layer, which sees them all, lists them).
+enum TimerKinds {
+    static let all: [TimerKind] = [
+        EventRetention.kind, FriendApplicationExpiry.kind, CustomStatusExpiry.kind, StatusSubscriptionExpiry.kind, GroupApplicationExpiry.kind,
+        HistoryRetention.kind,
+    ]
+}
