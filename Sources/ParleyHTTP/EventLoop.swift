@@ -205,7 +205,7 @@ public final class EventLoop: @unchecked Sendable {
 
     func refreshDateHeader() { dateHeader = Self.renderDateHeader() }
 
-    private static func renderDateHeader() -> [UInt8] {
+    static func renderDateHeader() -> [UInt8] {
         Array("Date: \(Timestamp.httpDate(seconds: Timestamp.wallMillis() / 1000))\r\n".utf8)
     }
 

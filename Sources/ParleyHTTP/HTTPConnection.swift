@@ -21,15 +21,6 @@ final class HTTPConnection: EventLoop.Watcher {
         case closed
     }
 
-    /// What the pending request needs once its body is complete.
-    private struct Pending {
-        var head: HTTPRequestHead
-        var match: Router.Match
-        var requestID: String
-        var startedNanos: UInt64
-        var failure: ServerProblem?
-    }
-
     let fd: Int32
     var generation: UInt32 = 0
     // unowned(unsafe): the server and its loops outlive every connection (shutdown closes connections before the
@@ -38,7 +29,7 @@ final class HTTPConnection: EventLoop.Watcher {
     unowned(unsafe) let loop: EventLoop
     private var parser: HTTPRequestParser
     private var phase: Phase = .awaitingHead
-    private var pending: Pending?
+    private var pending: PendingRequest?
     private var output: [UInt8] = []
     private var outputOffset = 0
     private var writeInterest = false
@@ -167,34 +158,19 @@ final class HTTPConnection: EventLoop.Watcher {
 
     private func begin(_ head: HTTPRequestHead) {
         phase = .readingBody
-        let requestID: String
-        if let given = head.headers["X-Request-Id"], Self.isAcceptableRequestID(given) {
-            requestID = given
-        } else {
-            requestID = server.nextRequestID(loop: loop)
-        }
-        let match: Router.Match
-        if head.method == .options {
-            match = .notFound  // preflight: answered without routing
-        } else {
-            match = server.router.match(method: head.method, path: head.rawPath)
-        }
-        var pending = Pending(head: head, match: match, requestID: requestID, startedNanos: Self.monotonicNanos())
-        var bodyLimit = server.configuration.limits.maxBodyBytes
-        if case .found(let route, _) = match, let limit = route.options.maxBodyBytes { bodyLimit = limit }
-        parser.setBodyLimit(bodyLimit)
+        let pending = server.begin(head) { server.nextRequestID(loop: loop) }
+        parser.setBodyLimit(pending.bodyLimit)
         if head.expectsContinue {
             var routable = head.method == .options
-            if case .found = match { routable = true }
-            if routable && (head.contentLength ?? 0) <= bodyLimit {
+            if case .found = pending.match { routable = true }
+            if routable && (head.contentLength ?? 0) <= pending.bodyLimit {
                 append(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8))
                 flush()
             } else if !routable {
                 // Do not invite a body we will not use: answer now and close.
-                pending.failure = Self.problem(for: match)
                 self.pending = pending
                 closeAfterResponse = true
-                respond(server.hooks.problem(pending.failure!, requestID), to: pending, request: nil)
+                respond(server.hooks.problem(HTTPServer.problem(for: pending.match), pending.requestID), to: pending, request: nil)
                 return
             }
         }
@@ -205,71 +181,20 @@ final class HTTPConnection: EventLoop.Watcher {
     private func dispatch(body: [UInt8]) {
         guard let pending else { return }
         if !pending.head.keepAlive || server.draining.load(ordering: .relaxed) { closeAfterResponse = true }
-        if pending.head.method == .options {
-            respond(preflight(), to: pending, request: nil)
-            return
-        }
-        switch pending.match {
-        case .found(let route, let parameters):
-            var query: [(String, String)] = []
-            if let raw = pending.head.rawQuery {
-                guard let parsed = PercentDecoding.parseQuery(raw) else {
-                    respond(server.hooks.problem(.badRequest("malformed query string"), pending.requestID), to: pending, request: nil)
-                    return
-                }
-                query = parsed
-            }
-            let request = Request(
-                head: pending.head, body: body, routeTemplate: route.template, pathParameters: parameters, query: query,
-                requestID: pending.requestID, receivedAtMillis: loop.nowMillis)
+        switch server.dispatch(pending, body: body, receivedAtMillis: loop.nowMillis) {
+        case .answer(let response):
+            respond(response, to: pending, request: nil)
+        case .handle(let route, let request):
             if route.options.runsOnEventLoop {
-                var response = Self.run(route.handler, request, hooks: server.hooks)
-                // An event-loop route must answer at once: it cannot wait on its own loop.
-                if case .later = response.body { response = server.hooks.problem(.internalError, request.requestID) }
-                respond(response, to: pending, request: request)
+                respond(server.runInline(route, request), to: pending, request: request)
                 return
             }
             phase = .handling
             deadline = 0
             let id = self.id
-            let hooks = server.hooks
-            let server = self.server
             let loop = self.loop
-            _ = server.inFlightRequests.add(1, ordering: .relaxed)
-            server.executor.execute(
-                {
-                    Self.run(route.handler, request, hooks: hooks).settle { response in
-                        server.inFlightRequests.subtract(1, ordering: .relaxed)
-                        request.deliver(response, to: id, on: loop)
-                    }
-                },
-                rejected: {
-                    server.inFlightRequests.subtract(1, ordering: .relaxed)
-                    request.deliver(hooks.problem(.unavailable, request.requestID), to: id, on: loop)
-                })
-        default:
-            respond(server.hooks.problem(Self.problem(for: pending.match), pending.requestID), to: pending, request: nil)
+            server.execute(route, request) { response in request.deliver(response, to: id, on: loop) }
         }
-    }
-
-    private static func run(_ handler: HTTPHandler, _ request: Request, hooks: HTTPServerHooks) -> Response {
-        do {
-            return try handler(request)
-        } catch {
-            return hooks.handlerError(error, request)
-        }
-    }
-
-    private static func problem(for match: Router.Match) -> ServerProblem {
-        switch match {
-        case .methodNotAllowed(let allow): .methodNotAllowed(allow)
-        case .badPath: .badRequest("malformed percent-encoding in path")
-        default: .notFound
-        }
-    }
-
-    private func preflight() -> Response {
-        Response(status: 204, headers: HTTPHeaders())
     }
 
     /// A handler's response arrives from a worker thread.
@@ -280,89 +205,28 @@ final class HTTPConnection: EventLoop.Watcher {
 
     // MARK: - Writing
 
-    private func respond(_ response: Response, to pending: Pending, request: Request?) {
+    private func respond(_ response: Response, to pending: PendingRequest, request: Request?) {
         self.pending = nil
-        var response = response
-        if response.headers["Connection"]?.equalsASCIICaseInsensitive("close") == true {
-            closeAfterResponse = true
-            response.headers.remove("Connection")
-        }
-        let isHead = pending.head.method == .head
-        let isPreflight = pending.head.method == .options
-        // The head is written straight into the output buffer (no intermediate arrays on the hot path).
+        // The response is written straight into the output buffer (no intermediate arrays on the hot path).
         if outputOffset == output.count {
             output.removeAll(keepingCapacity: output.capacity <= 64 * 1024)
             outputOffset = 0
         }
-        output.append(contentsOf: HTTPStatus.statusLine(response.status))
-        output.append(contentsOf: loop.dateHeader)
-        output.append(contentsOf: server.corsHeaders)
-        if isPreflight && server.configuration.cors { output.append(contentsOf: HTTPServer.preflightBlock.utf8) }
-        output.append(contentsOf: Self.requestIDName)
-        output.append(contentsOf: pending.requestID.utf8)
-        output.append(contentsOf: Self.crlf)
-        for field in response.headers.fields {
-            output.append(contentsOf: field.name.utf8)
-            output.append(contentsOf: [0x3A, 0x20])
-            output.append(contentsOf: field.value.utf8)
-            output.append(contentsOf: [0x0D, 0x0A])
-        }
-        var stream: ResponseStream?
+        server.writeResponse(
+            response, for: pending, dateHeader: loop.dateHeader, closeAfterResponse: &closeAfterResponse, into: &output)
         switch response.body {
-        case .bytes(let body):
-            if response.status != 204 && response.status != 304 {
-                output.append(contentsOf: Self.contentLengthName)
-                Self.appendDecimal(body.count, to: &output)
-                output.append(contentsOf: Self.crlf)
-            }
-            if closeAfterResponse {
-                output.append(contentsOf: "Connection: close\r\n".utf8)
-            } else if pending.head.version == .http1_0 {
-                output.append(contentsOf: "Connection: keep-alive\r\n".utf8)
-            }
-            output.append(contentsOf: [0x0D, 0x0A])
-            if !isHead && !body.isEmpty { output.append(contentsOf: body) }
+        case .bytes:
             phase = .writing
         case .later:
             preconditionFailure("a deferred response reached respond() unsettled")
         case .stream(let start):
-            if pending.head.version == .http1_1 {
-                output.append(contentsOf: "Transfer-Encoding: chunked\r\n".utf8)
-            } else {
-                output.append(contentsOf: "Connection: close\r\n".utf8)
-            }
-            output.append(contentsOf: [0x0D, 0x0A])
-            closeAfterResponse = true
+            let isHead = pending.head.method == .head
             let s = ResponseStream(loop: loop, connection: id, maxBufferedBytes: server.configuration.streamBufferLimit)
-            stream = s
             phase = isHead ? .writing : .streaming(s)
             if isHead { s.markClosed() } else { start(s) }
         }
-        let elapsed = Double(Self.monotonicNanos() &- pending.startedNanos) / 1e9
-        let record = RequestRecord(
-            method: pending.head.method, route: request?.routeTemplate ?? Self.routeLabel(pending.match),
-            status: response.status, durationSeconds: elapsed, requestID: pending.requestID)
-        server.hooks.requestCompleted(record)
-        if server.logger.level <= .info {
-            var line = "request_id=\(pending.requestID) method=\(pending.head.method) route=\(record.route) status=\(response.status)"
-            line += " duration_ms=\(Self.formatMillis(elapsed))"
-            if let context = response.logContext { line += " " + context }
-            server.logger.info(line)
-        }
-        _ = stream
+        server.completed(pending, response: response, request: request)
         flush()
-    }
-
-    private static func routeLabel(_ match: Router.Match) -> String {
-        if case .found(let route, _) = match { return route.template }
-        return "-"
-    }
-
-    private static func formatMillis(_ seconds: Double) -> String {
-        let micros = Int((seconds * 1_000_000).rounded())
-        let ms = micros / 1000
-        let frac = micros % 1000
-        return "\(ms).\(frac < 10 ? "00" : frac < 100 ? "0" : "")\(frac)"
     }
 
     private func append(_ bytes: [UInt8]) {
@@ -437,19 +301,9 @@ final class HTTPConnection: EventLoop.Watcher {
     }
 
     private func fail(with error: HTTPParseError) {
-        let problem: ServerProblem
-        switch error.kind {
-        case .badRequest: problem = .badRequest(error.detail)
-        case .headersTooLarge: problem = .headersTooLarge
-        case .payloadTooLarge: problem = .payloadTooLarge
-        case .notImplemented: problem = .notImplemented(error.detail)
-        case .versionNotSupported: problem = .versionNotSupported
-        }
         closeAfterResponse = true
-        let requestID = pending?.requestID ?? server.nextRequestID(loop: loop)
-        let head = pending?.head ?? HTTPRequestHead(method: .get, target: "/")
-        let p = Pending(head: head, match: .notFound, requestID: requestID, startedNanos: Self.monotonicNanos())
-        respond(server.hooks.problem(problem, requestID), to: p, request: nil)
+        let p = server.failedRequest(pending) { server.nextRequestID(loop: loop) }
+        respond(server.hooks.problem(HTTPServer.problem(for: error), p.requestID), to: p, request: nil)
     }
 
     // MARK: - Streams
@@ -489,9 +343,7 @@ final class HTTPConnection: EventLoop.Watcher {
         if case .awaitingHead = phase, !parser.isIdle {
             // A slow head: tell the client why, then close.
             closeAfterResponse = true
-            let p = Pending(
-                head: HTTPRequestHead(method: .get, target: "/"), match: .notFound,
-                requestID: server.nextRequestID(loop: loop), startedNanos: Self.monotonicNanos())
+            let p = server.failedRequest(nil) { server.nextRequestID(loop: loop) }
             respond(server.hooks.problem(.requestTimeout, p.requestID), to: p, request: nil)
             if case .closed = phase { return }
             deadline = now + 1000  // give the 408 one second to drain
@@ -521,43 +373,6 @@ final class HTTPConnection: EventLoop.Watcher {
         server.hooks.connectionsChanged(count)
         output = []
         stream?.markClosed()
-    }
-
-    private static let requestIDName = Array("X-Request-Id: ".utf8)
-    private static let contentLengthName = Array("Content-Length: ".utf8)
-    private static let crlf: [UInt8] = [0x0D, 0x0A]
-
-    private static func appendDecimal(_ value: Int, to out: inout [UInt8]) {
-        if value < 10 {
-            out.append(UInt8(ascii: "0") + UInt8(value))
-            return
-        }
-        var digits:
-            (
-                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                UInt8
-            ) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        var n = value
-        var count = 0
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            while n > 0 {
-                buffer[count] = UInt8(ascii: "0") + UInt8(n % 10)
-                n /= 10
-                count += 1
-            }
-            for i in stride(from: count - 1, through: 0, by: -1) { out.append(buffer[i]) }
-        }
-    }
-
-    private static func isAcceptableRequestID(_ value: String) -> Bool {
-        guard !value.isEmpty, value.utf8.count <= 128 else { return false }
-        return value.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F }
-    }
-
-    static func monotonicNanos() -> UInt64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
     }
 }
 

@@ -132,6 +132,8 @@ public final class HTTPServer: Sendable {
     let openConnections = Atomic<Int>(0)
     let inFlightRequests = Atomic<Int>(0)
     let draining = Atomic<Bool>(false)
+    /// Counter behind the ids of requests answered in process (`respond(toRequest:done:)`).
+    let inProcessRequestCounter = Atomic<UInt64>(0)
     let listenFD: Int32
     /// The bound port (useful when the configuration asked for port 0).
     public let port: Int

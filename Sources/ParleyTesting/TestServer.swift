@@ -7,27 +7,49 @@ import Synchronization
 
 /// A real Parley server for one test: its own fresh database, listening on 127.0.0.1:0, stopped by `stop()`
 /// (or when released).
+///
+/// `request` reaches it through its `transport`. The listener runs either way, so a test that needs a socket (an
+/// SSE stream, raw bytes) connects to `port` whatever the transport.
 public final class TestServer: @unchecked Sendable {
+    /// How `request` reaches the server.
+    public enum Transport: Sendable {
+        /// A TCP connection per request to `port`: what a client sees, HTTP included.
+        case sockets
+        /// Straight into the server's router and handlers in this process, with no socket (`HTTPInProcessClient`):
+        /// the same parser, limits, request ids, handler threads and response head, without the TCP round trips
+        /// and event-loop hand-offs. For tests of the domain behind HTTP, not of HTTP itself; a streaming response
+        /// is answered 501.
+        case inProcess
+    }
+
+    /// The transport of servers started without one; a suite sets it with the `.inProcess` trait.
+    @TaskLocal public static var defaultTransport: Transport = .sockets
+
     /// Immutable after `start` except `stopped` (atomic).
     public let app: ParleyApp
     public let port: Int
     public let adminKey: String
     public let database: PostgresConfiguration
+    public let transport: Transport
+    private let inProcess: HTTPInProcessClient
     private let stopped = Atomic<Bool>(false)
 
     /// Concurrent servers are limited so a parallel test run stays within the cluster's connection cap.
     private static let slots = CountingSlots(4)
 
-    private init(app: ParleyApp, database: PostgresConfiguration) {
+    private init(app: ParleyApp, database: PostgresConfiguration, transport: Transport) {
         self.app = app
         self.port = app.port
         self.adminKey = app.adminKey
         self.database = database
+        self.transport = transport
+        self.inProcess = HTTPInProcessClient(server: app.httpServer, timeout: .seconds(30))
     }
 
-    /// Starts a server on a fresh migrated database.
+    /// Starts a server on a fresh migrated database (or on `database`, for a second node of the same one).
+    /// `transport` nil takes `defaultTransport`.
     public static func start(
-        testClock: Bool = false, poolSize: Int = 4, database: PostgresConfiguration? = nil,
+        testClock: Bool = false, poolSize: Int = 4, database: PostgresConfiguration? = nil, transport: Transport? = nil,
         configure: (inout Configuration) -> Void = { _ in }
     ) throws -> TestServer {
         let db = try database ?? TestDatabase.shared().makeDatabase()
@@ -42,7 +64,7 @@ public final class TestServer: @unchecked Sendable {
         slots.acquire()
         do {
             let app = try ParleyApp(configuration: configuration, database: db, output: { _ in })
-            return TestServer(app: app, database: db)
+            return TestServer(app: app, database: db, transport: transport ?? defaultTransport)
         } catch {
             slots.release()
             throw error
@@ -57,17 +79,24 @@ public final class TestServer: @unchecked Sendable {
 
     deinit { stop() }
 
-    /// Sends one request. `bearer` is the credential; `json` the body (sent as application/json).
+    /// Sends one request through `transport`. `bearer` is the credential; `json` the body (sent as application/json).
     @discardableResult
     public func request(
         _ method: HTTPMethod, _ path: String, bearer: String? = nil, json: String? = nil, headers: HTTPHeaders = HTTPHeaders()
     ) throws -> TestResponse {
-        let connection = try HTTPClientConnection(host: "127.0.0.1", port: port, timeout: .seconds(30))
-        defer { connection.close() }
         var all = headers
         if let bearer { all.add("Authorization", "Bearer \(bearer)") }
         if json != nil && all["Content-Type"] == nil { all.add("Content-Type", "application/json") }
-        let response = try connection.send(method: method, path: path, headers: all, body: json.map { Array($0.utf8) })
+        let body = json.map { Array($0.utf8) }
+        let response: HTTPClientResponse
+        switch transport {
+        case .inProcess:
+            response = try inProcess.send(method: method, path: path, headers: all, body: body)
+        case .sockets:
+            let connection = try HTTPClientConnection(host: "127.0.0.1", port: port, timeout: .seconds(30))
+            defer { connection.close() }
+            response = try connection.send(method: method, path: path, headers: all, body: body)
+        }
         return TestResponse(status: response.status, headers: response.headers, body: response.body)
     }
 

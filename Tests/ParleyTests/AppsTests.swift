@@ -8,7 +8,7 @@ import Testing
 @testable import Parley
 
 /// Apps, app keys and app settings end to end through HTTP (API.md §3, §3.1), against PostgreSQL.
-@Suite("Apps, keys and settings")
+@Suite("Apps, keys and settings", .inProcess)
 struct AppsTests: ProblemAssertions {
     // MARK: - Helpers (namespaced so they never clash with other test files of the module)
 

@@ -8,7 +8,7 @@ import Testing
 @testable import Parley
 
 /// The blacklist (API.md §8) end to end: real HTTP against a real server and database.
-@Suite("Blacklist")
+@Suite("Blacklist", .inProcess)
 struct BlacklistTests: ProblemAssertions {
     // MARK: - Helpers
 

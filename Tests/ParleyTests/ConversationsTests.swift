@@ -5,7 +5,7 @@ import Testing
 @testable import Parley
 
 /// Conversation entries, read state, unread counts and mentions (API.md §12, §11.7, §21 items 15–19) end to end.
-@Suite("Conversations")
+@Suite("Conversations", .inProcess)
 struct ConversationsTests: ProblemAssertions {
     typealias M = MessagesTests
 

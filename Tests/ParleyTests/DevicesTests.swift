@@ -7,7 +7,7 @@ import Testing
 @testable import Parley
 
 /// Offline push rule and devices (API.md §6) end to end: real HTTP against a real server and database.
-@Suite("Devices")
+@Suite("Devices", .inProcess)
 struct DevicesTests: ProblemAssertions {
     // MARK: - Helpers
 

@@ -8,7 +8,7 @@ import Testing
 @testable import Parley
 
 /// Friends and friend applications (API.md §7) end to end: real HTTP against a real server and database.
-@Suite("Friends")
+@Suite("Friends", .inProcess)
 struct FriendsTests: ProblemAssertions {
     // MARK: - Helpers
 

@@ -6,7 +6,7 @@ import Testing
 @testable import Parley
 
 /// Join and invite applications (API.md §9.4) with their expiry on the test clock.
-@Suite("Group applications")
+@Suite("Group applications", .inProcess)
 struct GroupApplicationTests: GroupTestSupport {
     @Test func joinApplicationAcceptRejectAndLists() throws {
         let server = try TestServer.start(testClock: true)

@@ -6,7 +6,7 @@ import Testing
 
 /// Group conversation entries on the read side (API.md §12, §11.7, §21 items 15–18 and 26) end to end: entries that
 /// follow their group's head, unread counts and mentions, order, deletion, `disabled` entries and PATCH.
-@Suite("Group conversations")
+@Suite("Group conversations", .inProcess)
 struct GroupConversationTests: GroupTestSupport {
     typealias M = MessagesTests
     typealias C = ConversationsTests

@@ -5,7 +5,7 @@ import Testing
 @testable import Parley
 
 /// Group lifecycle (API.md §9.2) and the reads of §9.3 end to end.
-@Suite("Group lifecycle")
+@Suite("Group lifecycle", .inProcess)
 struct GroupLifecycleTests: GroupTestSupport {
     @Test func createReadUpdateAndList() throws {
         let server = try TestServer.start(testClock: true)

@@ -9,7 +9,7 @@ import Testing
 
 /// Membership rules (API.md §9.3, §9.7): owner continuity, dismissal by the last leaver, concurrent joins, big
 /// groups and walking a 2,000-member list.
-@Suite("Group membership")
+@Suite("Group membership", .inProcess)
 struct GroupMembershipTests: GroupTestSupport {
     @Test func joinAndOwnerContinuity() throws {
         let server = try TestServer.start(testClock: true)

@@ -8,7 +8,7 @@ import Testing
 
 /// Group messages end to end (API.md §11.1 group branch, §11.3, §11.4, §21 items 1, 11, 44): the send checks, one
 /// gap-free sequence per group, history for the app and for members, and delivery to the members at write time.
-@Suite("Group messages")
+@Suite("Group messages", .inProcess)
 struct GroupMessagesTests: GroupTestSupport {
     /// Sends a text from `from` to group `groupID` with the app key.
     @discardableResult

@@ -5,7 +5,7 @@ import Testing
 @testable import Parley
 
 /// Group mute, member mute (API.md §9.5) and group attributes (§9.6).
-@Suite("Group mute and attributes")
+@Suite("Group mute and attributes", .inProcess)
 struct GroupMuteAttributeTests: GroupTestSupport {
     @Test func groupMuteModesAndExpiry() throws {
         let server = try TestServer.start(testClock: true)

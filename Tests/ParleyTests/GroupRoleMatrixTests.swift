@@ -5,7 +5,7 @@ import Testing
 @testable import Parley
 
 /// Every cell of the §9.1 role matrix, allowed and denied, through the HTTP API with the operator's user token.
-@Suite("Group role matrix")
+@Suite("Group role matrix", .inProcess)
 struct GroupRoleMatrixTests: GroupTestSupport {
     /// One cell: `op` does the request on a fresh group of owner `o`, admins `a`/`a2`, members `m`/`m2`, custom
     /// role `c` (5); `code` is the request-level error (nil for success) and `itemCode` a batch item's.

@@ -7,7 +7,7 @@ import Testing
 
 /// Tips messages of group actions (API.md §9.8) and the group conversation entries membership changes write
 /// (§12, §11.7), end to end: history, the event log and the entry rows.
-@Suite("Group tips")
+@Suite("Group tips", .inProcess)
 struct GroupTipsTests: GroupTestSupport {
     /// The user ids of a tips message's `targets`.
     static func targets(_ message: JSONValue?) -> [String] {

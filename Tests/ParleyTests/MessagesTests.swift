@@ -8,7 +8,7 @@ import Testing
 @testable import Parley
 
 /// Peer messages (API.md §11.1–§11.4) end to end: real HTTP against a real server and database.
-@Suite("Messages")
+@Suite("Messages", .inProcess)
 struct MessagesTests: ProblemAssertions {
     // MARK: - Helpers (shared with ConversationsTests)
 

@@ -9,7 +9,7 @@ import Testing
 
 /// Presence (API.md §5) end to end: real HTTP against a real server and database, events read back from the log.
 /// The batch, clock and SQL fixture helpers are the blacklist suite's.
-@Suite("Presence")
+@Suite("Presence", .inProcess)
 struct PresenceTests: ProblemAssertions {
     typealias B = BlacklistTests
 

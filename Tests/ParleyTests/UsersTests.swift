@@ -7,7 +7,7 @@ import Testing
 @testable import Parley
 
 /// Users (API.md §4) end to end: real HTTP against a real server and database.
-@Suite("Users")
+@Suite("Users", .inProcess)
 struct UsersTests {
     // MARK: - Helpers
 

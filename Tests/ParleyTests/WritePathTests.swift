@@ -12,7 +12,7 @@ import Testing
 /// ``MessageWriter`` group-commits sends with ``MessageWrite`` and the ``EventSequencer`` numbers their events after
 /// commit. Real HTTP against a real server and database, plus the batch statement called directly where only that
 /// makes a mixed batch deterministic.
-@Suite("Write path")
+@Suite("Write path", .inProcess)
 struct WritePathTests: GroupTestSupport {
     // MARK: - Helpers
 

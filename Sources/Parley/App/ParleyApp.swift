@@ -20,6 +20,8 @@ public final class ParleyApp: Sendable {
 
     /// The bound HTTP port.
     public var port: Int { server.port }
+    /// The HTTP server (tests answer requests through it in process: `HTTPServer.respond(toRequest:done:)`).
+    public var httpServer: HTTPServer { server }
 
     /// Starts everything: on return the server answers requests.
     ///

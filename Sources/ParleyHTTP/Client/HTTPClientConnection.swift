@@ -241,6 +241,13 @@ public final class HTTPClientConnection {
     private func encodeRequest(method: HTTPMethod, path: String, headers: HTTPHeaders, body: [UInt8]?) throws
         -> [UInt8]
     {
+        try Self.encodeRequest(method: method, path: path, headers: headers, body: body, host: host, port: port)
+    }
+
+    /// The bytes of one request to `host:port` (shared with `HTTPInProcessClient`).
+    static func encodeRequest(method: HTTPMethod, path: String, headers: HTTPHeaders, body: [UInt8]?, host: String, port: Int)
+        throws -> [UInt8]
+    {
         guard !method.rawValue.isEmpty, method.rawValue.utf8.allSatisfy(HTTPClientBytes.isToken) else {
             throw HTTPClientError(.invalidRequest, "bad method \(method)")
         }

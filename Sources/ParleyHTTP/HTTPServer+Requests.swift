@@ -1,0 +1,248 @@
+import CParleyShims
+import Glibc
+import Synchronization
+
+/// A request between its head and its response: what the server decided when the head arrived.
+///
+/// Owner: whoever carries the request (a connection's loop thread, or the caller of `respond(toRequest:)`).
+struct PendingRequest: Sendable {
+    var head: HTTPRequestHead
+    var match: Router.Match
+    var requestID: String
+    var startedNanos: UInt64
+    /// The largest body accepted (the route's `maxBodyBytes`, else the server default).
+    var bodyLimit: Int
+}
+
+/// The steps of a request from its parsed head to its logged response, shared by the two ways a request arrives:
+/// a socket (`HTTPConnection`) and a test in the same process (`respond(toRequest:done:)`). One code path, so an
+/// in-process test sees the routing, limits, request ids, handler threads, deferred responses, response head and
+/// log line the socket path has.
+extension HTTPServer {
+    /// What happens to a request whose body is complete.
+    enum Disposition {
+        /// Answered without a handler: a preflight, a malformed query, an unknown route or method.
+        case answer(Response)
+        /// The route's handler runs on `request`.
+        case handle(Route, Request)
+    }
+
+    /// Starts a request whose head is parsed: its id (the caller's `X-Request-Id` when acceptable, else
+    /// `generateID()`), its route (preflights are answered without routing) and its body limit.
+    func begin(_ head: HTTPRequestHead, generateID: () -> String) -> PendingRequest {
+        let requestID: String
+        if let given = head.headers["X-Request-Id"], Self.isAcceptableRequestID(given) {
+            requestID = given
+        } else {
+            requestID = generateID()
+        }
+        let match: Router.Match
+        if head.method == .options {
+            match = .notFound  // preflight: answered without routing
+        } else {
+            match = router.match(method: head.method, path: head.rawPath)
+        }
+        var bodyLimit = configuration.limits.maxBodyBytes
+        if case .found(let route, _) = match, let limit = route.options.maxBodyBytes { bodyLimit = limit }
+        return PendingRequest(head: head, match: match, requestID: requestID, startedNanos: Self.monotonicNanos(), bodyLimit: bodyLimit)
+    }
+
+    /// The request a parse failure or a slow head answers: the one in progress, else a stand-in (`GET /`).
+    func failedRequest(_ pending: PendingRequest?, generateID: () -> String) -> PendingRequest {
+        PendingRequest(
+            head: pending?.head ?? HTTPRequestHead(method: .get, target: "/"), match: .notFound,
+            requestID: pending?.requestID ?? generateID(), startedNanos: Self.monotonicNanos(),
+            bodyLimit: configuration.limits.maxBodyBytes)
+    }
+
+    /// Builds the handler's `Request` (query decoded) or the answer given without a handler.
+    func dispatch(_ pending: PendingRequest, body: [UInt8], receivedAtMillis: Int64) -> Disposition {
+        if pending.head.method == .options { return .answer(Response(status: 204, headers: HTTPHeaders())) }
+        guard case .found(let route, let parameters) = pending.match else {
+            return .answer(hooks.problem(Self.problem(for: pending.match), pending.requestID))
+        }
+        var query: [(String, String)] = []
+        if let raw = pending.head.rawQuery {
+            guard let parsed = PercentDecoding.parseQuery(raw) else {
+                return .answer(hooks.problem(.badRequest("malformed query string"), pending.requestID))
+            }
+            query = parsed
+        }
+        let request = Request(
+            head: pending.head, body: body, routeTemplate: route.template, pathParameters: parameters, query: query,
+            requestID: pending.requestID, receivedAtMillis: receivedAtMillis)
+        return .handle(route, request)
+    }
+
+    /// Runs an event-loop route's handler on the calling thread. It must answer at once: it cannot wait on the
+    /// thread that runs it, so a deferred answer becomes a 500.
+    func runInline(_ route: Route, _ request: Request) -> Response {
+        var response = Self.run(route.handler, request, hooks: hooks)
+        if case .later = response.body { response = hooks.problem(.internalError, request.requestID) }
+        return response
+    }
+
+    /// Runs a route's handler on the executor; `deliver` gets its settled response (a 503 when the executor turns
+    /// the job away) on whichever thread settles it. The request counts as in flight until then (shutdown waits).
+    func execute(_ route: Route, _ request: Request, deliver: @escaping @Sendable (Response) -> Void) {
+        _ = inFlightRequests.add(1, ordering: .relaxed)
+        let hooks = self.hooks
+        executor.execute(
+            { [self] in
+                Self.run(route.handler, request, hooks: hooks).settle { response in
+                    self.inFlightRequests.subtract(1, ordering: .relaxed)
+                    deliver(response)
+                }
+            },
+            rejected: { [self] in
+                inFlightRequests.subtract(1, ordering: .relaxed)
+                deliver(hooks.problem(.unavailable, request.requestID))
+            })
+    }
+
+    private static func run(_ handler: HTTPHandler, _ request: Request, hooks: HTTPServerHooks) -> Response {
+        do {
+            return try handler(request)
+        } catch {
+            return hooks.handlerError(error, request)
+        }
+    }
+
+    static func problem(for match: Router.Match) -> ServerProblem {
+        switch match {
+        case .methodNotAllowed(let allow): .methodNotAllowed(allow)
+        case .badPath: .badRequest("malformed percent-encoding in path")
+        default: .notFound
+        }
+    }
+
+    static func problem(for error: HTTPParseError) -> ServerProblem {
+        switch error.kind {
+        case .badRequest: .badRequest(error.detail)
+        case .headersTooLarge: .headersTooLarge
+        case .payloadTooLarge: .payloadTooLarge
+        case .notImplemented: .notImplemented(error.detail)
+        case .versionNotSupported: .versionNotSupported
+        }
+    }
+
+    // MARK: - The response
+
+    /// Appends the response as it goes on the wire: status line, `Date`, CORS, `X-Request-Id`, the handler's
+    /// fields, framing and `Connection`, then (bytes bodies, not for HEAD) the body. A handler's
+    /// `Connection: close` field is not copied: it sets `closeAfterResponse`, as a stream does.
+    func writeResponse(
+        _ response: Response, for pending: PendingRequest, dateHeader: [UInt8], closeAfterResponse: inout Bool,
+        into output: inout [UInt8]
+    ) {
+        var response = response
+        if response.headers["Connection"]?.equalsASCIICaseInsensitive("close") == true {
+            closeAfterResponse = true
+            response.headers.remove("Connection")
+        }
+        let isHead = pending.head.method == .head
+        let isPreflight = pending.head.method == .options
+        output.append(contentsOf: HTTPStatus.statusLine(response.status))
+        output.append(contentsOf: dateHeader)
+        output.append(contentsOf: corsHeaders)
+        if isPreflight && configuration.cors { output.append(contentsOf: HTTPServer.preflightBlock.utf8) }
+        output.append(contentsOf: Self.requestIDName)
+        output.append(contentsOf: pending.requestID.utf8)
+        output.append(contentsOf: Self.crlf)
+        for field in response.headers.fields {
+            output.append(contentsOf: field.name.utf8)
+            output.append(contentsOf: [0x3A, 0x20])
+            output.append(contentsOf: field.value.utf8)
+            output.append(contentsOf: [0x0D, 0x0A])
+        }
+        switch response.body {
+        case .bytes(let body):
+            if response.status != 204 && response.status != 304 {
+                output.append(contentsOf: Self.contentLengthName)
+                Self.appendDecimal(body.count, to: &output)
+                output.append(contentsOf: Self.crlf)
+            }
+            if closeAfterResponse {
+                output.append(contentsOf: "Connection: close\r\n".utf8)
+            } else if pending.head.version == .http1_0 {
+                output.append(contentsOf: "Connection: keep-alive\r\n".utf8)
+            }
+            output.append(contentsOf: [0x0D, 0x0A])
+            if !isHead && !body.isEmpty { output.append(contentsOf: body) }
+        case .later:
+            preconditionFailure("a deferred response reached writeResponse() unsettled")
+        case .stream:
+            if pending.head.version == .http1_1 {
+                output.append(contentsOf: "Transfer-Encoding: chunked\r\n".utf8)
+            } else {
+                output.append(contentsOf: "Connection: close\r\n".utf8)
+            }
+            output.append(contentsOf: [0x0D, 0x0A])
+            closeAfterResponse = true
+        }
+    }
+
+    /// Reports a response once it is written: the `requestCompleted` hook and the request's log line.
+    func completed(_ pending: PendingRequest, response: Response, request: Request?) {
+        let elapsed = Double(Self.monotonicNanos() &- pending.startedNanos) / 1e9
+        let record = RequestRecord(
+            method: pending.head.method, route: request?.routeTemplate ?? Self.routeLabel(pending.match),
+            status: response.status, durationSeconds: elapsed, requestID: pending.requestID)
+        hooks.requestCompleted(record)
+        if logger.level <= .info {
+            var line = "request_id=\(pending.requestID) method=\(pending.head.method) route=\(record.route) status=\(response.status)"
+            line += " duration_ms=\(Self.formatMillis(elapsed))"
+            if let context = response.logContext { line += " " + context }
+            logger.info(line)
+        }
+    }
+
+    private static func routeLabel(_ match: Router.Match) -> String {
+        if case .found(let route, _) = match { return route.template }
+        return "-"
+    }
+
+    private static func formatMillis(_ seconds: Double) -> String {
+        let micros = Int((seconds * 1_000_000).rounded())
+        let ms = micros / 1000
+        let frac = micros % 1000
+        return "\(ms).\(frac < 10 ? "00" : frac < 100 ? "0" : "")\(frac)"
+    }
+
+    private static let requestIDName = Array("X-Request-Id: ".utf8)
+    private static let contentLengthName = Array("Content-Length: ".utf8)
+    private static let crlf: [UInt8] = [0x0D, 0x0A]
+
+    private static func appendDecimal(_ value: Int, to out: inout [UInt8]) {
+        if value < 10 {
+            out.append(UInt8(ascii: "0") + UInt8(value))
+            return
+        }
+        var digits:
+            (
+                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                UInt8
+            ) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var n = value
+        var count = 0
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            while n > 0 {
+                buffer[count] = UInt8(ascii: "0") + UInt8(n % 10)
+                n /= 10
+                count += 1
+            }
+            for i in stride(from: count - 1, through: 0, by: -1) { out.append(buffer[i]) }
+        }
+    }
+
+    private static func isAcceptableRequestID(_ value: String) -> Bool {
+        guard !value.isEmpty, value.utf8.count <= 128 else { return false }
+        return value.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F }
+    }
+
+    static func monotonicNanos() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+}
