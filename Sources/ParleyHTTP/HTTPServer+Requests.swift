@@ -145,7 +145,7 @@ extension HTTPServer {
         output.append(contentsOf: HTTPStatus.statusLine(response.status))
         output.append(contentsOf: dateHeader)
         output.append(contentsOf: corsHeaders)
-        if isPreflight && configuration.cors { output.append(contentsOf: HTTPServer.preflightBlock.utf8) }
+        if isPreflight && configuration.cors { output.append(contentsOf: preflightHeaders) }
         output.append(contentsOf: Self.requestIDName)
         output.append(contentsOf: pending.requestID.utf8)
         output.append(contentsOf: Self.crlf)

@@ -25,8 +25,12 @@ public struct HTTPServerConfiguration: Sendable {
     public var shutdownGrace: Duration = .seconds(10)
     /// Bytes a streaming response may queue for a slow client before the connection is closed.
     public var streamBufferLimit: Int = 1024 * 1024
-    /// Send the CORS headers of API.md §1.1 and answer preflights.
+    /// Send CORS headers on every response and answer preflights (any origin).
     public var cors: Bool = true
+    /// The response headers a browser script may read (`Access-Control-Expose-Headers`); the application's own.
+    public var corsExposedHeaders: [String] = ["X-Request-Id"]
+    /// The request headers a browser script may send (`Access-Control-Allow-Headers` of a preflight).
+    public var corsAllowedHeaders: [String] = ["Authorization", "Content-Type", "X-Request-Id"]
 
     public init() {}
 }
@@ -138,7 +142,9 @@ public final class HTTPServer: Sendable {
     /// The bound port (useful when the configuration asked for port 0).
     public let port: Int
     let requestIDPrefix: String
+    /// The CORS lines of every response, and the extra ones of a preflight answer (from the configuration).
     let corsHeaders: [UInt8]
+    let preflightHeaders: [UInt8]
     private let state = LockedValue<Bool>(false)  // stopped
 
     /// Binds the listening socket and starts the loops. Throws when the address cannot be bound.
@@ -156,7 +162,14 @@ public final class HTTPServer: Sendable {
         var random = UInt32.random(in: 0...UInt32.max)
         requestIDPrefix = "r" + String(random & 0xFFFFFF, radix: 16)
         random = 0
-        corsHeaders = configuration.cors ? Array(HTTPServer.corsBlock.utf8) : []
+        corsHeaders =
+            configuration.cors
+            ? Array(
+                ("Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: "
+                    + configuration.corsExposedHeaders.joined(separator: ", ") + "\r\n").utf8) : []
+        preflightHeaders = Array(
+            ("Access-Control-Allow-Methods: GET, POST, PUT, PATCH, DELETE, OPTIONS\r\nAccess-Control-Allow-Headers: "
+                + configuration.corsAllowedHeaders.joined(separator: ", ") + "\r\nAccess-Control-Max-Age: 86400\r\n").utf8)
         (listenFD, port) = try Self.bind(host: configuration.host, port: configuration.port)
         var loops: [EventLoop] = []
         for i in 0..<max(1, configuration.loopCount) { loops.append(try EventLoop(index: i)) }
@@ -174,15 +187,6 @@ public final class HTTPServer: Sendable {
         }
         logger.info("msg=listening address=\(configuration.host):\(port) loops=\(loops.count)")
     }
-
-    static let corsBlock =
-        "Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: X-Request-Id, RateLimit-Limit, RateLimit-Remaining, "
-        + "RateLimit-Reset, Retry-After, WWW-Authenticate, Idempotent-Replayed, Parley-Duplicate, Parley-Last-Event-ID\r\n"
-
-    static let preflightBlock =
-        "Access-Control-Allow-Methods: GET, POST, PUT, PATCH, DELETE, OPTIONS\r\n"
-        + "Access-Control-Allow-Headers: Authorization, Content-Type, Idempotency-Key, Last-Event-ID, Parley-App-Id, X-Request-Id\r\n"
-        + "Access-Control-Max-Age: 86400\r\n"
 
     private let loopCursor = Atomic<Int>(0)
 

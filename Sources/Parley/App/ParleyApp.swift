@@ -72,6 +72,14 @@ public final class ParleyApp: Sendable {
             var http = HTTPServerConfiguration()
             http.host = configuration.listenHost
             http.port = configuration.listenPort
+            // API.md §1.1: what browser consoles may read and send.
+            http.corsExposedHeaders = [
+                "X-Request-Id", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Retry-After", "WWW-Authenticate",
+                "Idempotent-Replayed", "Parley-Duplicate", "Parley-Last-Event-ID",
+            ]
+            http.corsAllowedHeaders = [
+                "Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID", "Parley-App-Id", "X-Request-Id",
+            ]
             let httpLogger = logger.named("http")
             let metrics = services.metrics
             let hooks = HTTPServerHooks(
