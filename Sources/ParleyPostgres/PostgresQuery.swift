@@ -28,7 +28,8 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation {
     /// A statement written with numbered parameters and its values in order (long shared statements kept as static
     /// text). It cannot be appended to another query.
     public init(sql: String, binds: [(any PostgresEncodable)?]) {
-        segments = [""]
+        // No segments (an empty array allocates nothing): hot reads take this path on every request.
+        segments = []
         numberedSQL = sql
         self.binds = binds
     }
