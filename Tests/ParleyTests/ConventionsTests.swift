@@ -336,6 +336,9 @@ struct ConventionsTests: ProblemAssertions {
         }
         let wrong = try app.request(.delete, "/v1/settings")
         #expect(wrong.status == 405, "\(wrong.text)")
+        // The HTTP layer's own answers carry their catalogue codes too (API.md §19, 7000014–7000019).
+        Self.expectProblem(wrong, 405, 7_000_014, "wrong method")
+        Self.expectProblem(try app.request(.get, "/v1/users/%zz"), 400, 7_000_019, "bad percent-encoding in the path")
         #expect(wrong.headers["Content-Type"]?.hasPrefix("application/problem+json") == true)
         #expect(wrong.json?["status"]?.intValue == 405)
         #expect(wrong.json?["request_id"]?.stringValue == wrong.headers["X-Request-Id"])

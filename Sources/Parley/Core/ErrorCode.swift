@@ -189,6 +189,19 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
     public static let invalidLastEventId = ErrorCode(7000012, "invalid_last_event_id", 400)
     /// More than 10 open streams for the user (100 app streams).
     public static let tooManyStreams = ErrorCode(7000013, "too_many_streams", 429)
+    /// The path exists but not with this method (with `Allow`).
+    public static let methodNotAllowed = ErrorCode(7000014, "method_not_allowed", 405)
+    /// The request head or body did not arrive in time; the connection closes after the answer.
+    public static let requestTimeout = ErrorCode(7000015, "request_timeout", 408)
+    /// Request line or headers over their limits.
+    public static let requestHeaderFieldsTooLarge = ErrorCode(7000016, "request_header_fields_too_large", 431)
+    /// A `Transfer-Encoding` or HTTP feature the server does not implement.
+    public static let notImplemented = ErrorCode(7000017, "not_implemented", 501)
+    /// An HTTP version other than 1.0 and 1.1.
+    public static let httpVersionNotSupported = ErrorCode(7000018, "http_version_not_supported", 505)
+    /// A malformed HTTP request that is not a validation error of a field (missing `Host` on HTTP/1.1, conflicting
+    /// `Content-Length`/`Transfer-Encoding`, a bad chunk size, bad percent-encoding in the path or query).
+    public static let badRequest = ErrorCode(7000019, "bad_request", 400)
     /// The user_id exists (active or soft-deleted).
     public static let userAlreadyExists = ErrorCode(7000101, "user_already_exists", 409)
     /// The user is banned.
@@ -315,6 +328,12 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
         .lastActiveKey,
         .invalidLastEventId,
         .tooManyStreams,
+        .methodNotAllowed,
+        .requestTimeout,
+        .requestHeaderFieldsTooLarge,
+        .notImplemented,
+        .httpVersionNotSupported,
+        .badRequest,
         .userAlreadyExists,
         .userBanned,
         .subscriptionLimit,

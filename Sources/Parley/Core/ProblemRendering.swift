@@ -15,40 +15,31 @@ enum ProblemRendering {
     /// Problems the HTTP layer raises before any handler runs.
     static func serverProblem(_ problem: ServerProblem, requestID: String) -> Response {
         switch problem {
-        case .badRequest(let detail): return response(APIError(.invalidParams, detail), requestID: requestID)
+        case .badRequest(let detail): return response(APIError(.badRequest, detail), requestID: requestID)
         case .notFound: return response(APIError(.notFound, "no such route"), requestID: requestID)
         case .payloadTooLarge: return response(APIError(.payloadTooLarge, "request body too large"), requestID: requestID)
         case .unavailable:
             return response(.retryLater(.unavailable, "server busy, retry later", retryAfterSeconds: 1), requestID: requestID)
         case .internalError: return response(.internalError, requestID: requestID)
         case .methodNotAllowed, .headersTooLarge, .notImplemented, .versionNotSupported, .requestTimeout:
-            // Transport-level statuses with no catalogue code (§19 has none for 405/408/431/501/505).
+            // The HTTP layer's own answer keeps its headers (`Allow`, `Connection: close`); the body is the catalogue's
+            // problem (§19, 7000014–7000018).
             var response = HTTPServerHooks.defaultProblem(problem, requestID)
+            let error = transportError(problem)
             response.headers.replace("Content-Type", "application/problem+json")
-            response.body = .bytes(transportProblemBody(problem, requestID: requestID))
+            response.body = .bytes(error.problemBody(requestID: requestID))
             return response
         }
     }
 
-    private static func transportProblemBody(_ problem: ServerProblem, requestID: String) -> [UInt8] {
-        let title: String
-        var detail = HTTPStatus.reason(problem.status)
+    private static func transportError(_ problem: ServerProblem) -> APIError {
         switch problem {
-        case .methodNotAllowed: title = "method_not_allowed"
-        case .headersTooLarge: title = "request_header_fields_too_large"
-        case .notImplemented(let d):
-            title = "not_implemented"
-            detail = d
-        case .versionNotSupported: title = "http_version_not_supported"
-        default: title = "request_timeout"
+        case .methodNotAllowed: APIError(.methodNotAllowed, "this path does not take this method")
+        case .headersTooLarge: APIError(.requestHeaderFieldsTooLarge, "request line or headers too large")
+        case .notImplemented(let detail): APIError(.notImplemented, detail)
+        case .versionNotSupported: APIError(.httpVersionNotSupported, "HTTP version not supported")
+        default: APIError(.requestTimeout, "the request did not arrive in time")
         }
-        var o = JSONObjectWriter()
-        o["type"] = "urn:parley:error:\(title)"
-        o["title"] = title
-        o["status"] = problem.status
-        o["detail"] = detail
-        o["request_id"] = requestID
-        return o.finish()
     }
 
     /// A handler's thrown error: `APIError` as is; database outages as 503; anything else 500 (logged in full).
