@@ -19,8 +19,8 @@ Layers, lowest first; a folder may use its own layer and the ones below it:
   App                          wiring: builds the services, registers every route, runs timers
 
 Domains reach what they need from a domain above them through hooks the app layer wires (Users/UserHooks.swift).
-The infrastructure folders (API, Events, Live, App) still depend upwards through the shared `Services` and the
-authenticator; those are listed as warnings until they move (the plan is in docs/adding-a-domain.md).
+Upward dependencies of the infrastructure folders (today: API on the event log and on the app records) are listed
+as warnings until they move (the plan is in docs/adding-a-domain.md).
 
 usage: scripts/check-layers.py [--graph]   (exit status 1 when a domain uses a domain above it)
 """

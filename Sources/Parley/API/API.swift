@@ -14,19 +14,18 @@ final class Services: Sendable {
     let configuration: Configuration
     let stopping: StopFlag
     let timers: Timers
-    let hub: EventHub
     let sequencer: EventSequencer
-    let writer: MessageWriter
 
     init(
         pool: PostgresPool, clock: ServerClock, adminKey: String, metrics: Metrics, logger: Logger, configuration: Configuration,
-        stopping: StopFlag, timerKinds: [TimerKind]
+        stopping: StopFlag, timerKinds: [TimerKind], sequenced: @escaping @Sendable (_ appID: String) -> Void,
+        tokenSubject: @escaping TokenSubject.Reader
     ) {
         self.pool = pool
         self.clock = clock
         let apps = AppDirectory()
         self.apps = apps
-        authenticator = Authenticator(adminKey: adminKey, apps: apps, clock: clock)
+        authenticator = Authenticator(adminKey: adminKey, apps: apps, clock: clock, tokenSubject: tokenSubject)
         rateLimiter = RateLimiter()
         // Cursors must verify on every node and across restarts, so their key derives from the admin key.
         cursors = CursorCodec(secret: Crypto.hmacSHA256(key: Array(adminKey.utf8), message: Array("parley cursor key".utf8)))
@@ -35,10 +34,8 @@ final class Services: Sendable {
         self.configuration = configuration
         self.stopping = stopping
         timers = Timers(kinds: timerKinds)
-        hub = EventHub(heartbeatMillis: configuration.sseHeartbeatMillis, logger: logger.named("live"))
-        // The log and the writer only say which apps got events; the hub streams them (and tells the other nodes).
-        sequencer = EventSequencer(logger: logger.named("events")) { [hub] appID in hub.poke(appID) }
-        writer = MessageWriter(logger: logger.named("messages")) { [hub] appID in hub.poke(appID) }
+        // The log only says which apps got events; the app layer hands that to the live hub (`sequenced`).
+        sequencer = EventSequencer(logger: logger.named("events"), sequenced: sequenced)
     }
 }
 

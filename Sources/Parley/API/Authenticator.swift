@@ -1,11 +1,23 @@
 import ParleyHTTP
 import ParleyPostgres
 
+/// What verifying a user token needs to know of its user at the server time (§1.3): read by the user domain and
+/// handed in by the app layer, so the request pipeline does not name the user domain.
+struct TokenSubject: Sendable {
+    var isDeleted: Bool
+    var tokenGeneration: Int64
+    var isBanned: Bool
+
+    /// Reads the subject `userID` of app `appID` at server time `now`; nil when there is no such user.
+    typealias Reader = @Sendable (_ appID: String, _ userID: String, _ now: Int64, _ db: PostgresConnection) throws -> TokenSubject?
+}
+
 /// Recognises and verifies the bearer credential of a request (API.md §1.3).
 struct Authenticator: Sendable {
     let adminKey: String
     let apps: AppDirectory
     let clock: ServerClock
+    let tokenSubject: TokenSubject.Reader
 
     /// A verified credential and, when verifying it read the app's record (admin acting as an app, user tokens),
     /// that record, so the pipeline does not look it up again.
@@ -62,12 +74,11 @@ struct Authenticator: Sendable {
         case .failure(let failure):
             throw APIError.tokenRejected(failure.errorCode, failure == .expired ? "user token expired" : "invalid user token")
         }
-        guard let user = try UserStore.authState(appID: appID, userID: verified.userID, on: db), user.deletedAt == nil,
-            verified.generation >= user.tokenGeneration
+        guard let user = try tokenSubject(appID, verified.userID, now, db), !user.isDeleted, verified.generation >= user.tokenGeneration
         else {
             throw APIError.tokenRejected(.tokenInvalid, "user token revoked or user unknown")
         }
-        if UserStore.isActive(until: user.bannedUntil, now: now) {
+        if user.isBanned {
             throw APIError(.userBanned, "user \(verified.userID) is banned")
         }
         return Verified(credential: .user(appID: appID, userID: verified.userID), app: app)

@@ -13,6 +13,9 @@ public final class ParleyApp: Sendable {
     public let database: PostgresConfiguration
     let pool: PostgresPool
     let services: Services
+    /// This node's live hub and message writer (started after the server, stopped around it).
+    let hub: EventHub
+    let writer: MessageWriter
     let server: HTTPServer
     /// The server admin key in force (configured, or generated and saved in the data directory).
     public let adminKey: String
@@ -63,12 +66,25 @@ public final class ParleyApp: Sendable {
             var pooled = database
             pooled.addServerSetting("plan_cache_mode", "force_generic_plan")
             pool = PostgresPool(configuration: pooled, size: configuration.poolSize, logger: pgLogger)
+            // The event log and the message writer say which apps got events; the hub streams them.
+            let hub = EventHub(heartbeatMillis: configuration.sseHeartbeatMillis, logger: logger.named("live"))
+            let writer = MessageWriter(logger: logger.named("messages")) { appID in hub.poke(appID) }
             let services = Services(
                 pool: pool, clock: ServerClock(testClock: configuration.testClock), adminKey: adminKey, metrics: Metrics(),
-                logger: logger, configuration: configuration, stopping: stopping, timerKinds: TimerKinds.all)
+                logger: logger, configuration: configuration, stopping: stopping, timerKinds: TimerKinds.all,
+                sequenced: { appID in hub.poke(appID) },
+                tokenSubject: { appID, userID, now, db in
+                    try UserStore.authState(appID: appID, userID: userID, on: db).map {
+                        TokenSubject(
+                            isDeleted: $0.deletedAt != nil, tokenGeneration: $0.tokenGeneration,
+                            isBanned: UserStore.isActive(until: $0.bannedUntil, now: now))
+                    }
+                })
             self.services = services
+            self.hub = hub
+            self.writer = writer
             if embedded != nil { try Self.createDefaultAppIfNone(services: services, output: output) }
-            let routes = Routes.build(services: services)
+            let routes = Routes.build(services: services, hub: hub, writer: writer)
             var http = HTTPServerConfiguration()
             http.host = configuration.listenHost
             http.port = configuration.listenPort
@@ -90,8 +106,8 @@ public final class ParleyApp: Sendable {
             server = try HTTPServer(
                 configuration: http, router: routes, executor: PoolExecutor(pool: pool), hooks: hooks, logger: httpLogger)
             services.sequencer.start(database: database, pgLogger: pgLogger)
-            services.writer.start(database: database, pgLogger: pgLogger)
-            services.hub.start(database: database, pgLogger: pgLogger, services: services)
+            writer.start(database: database, pgLogger: pgLogger)
+            hub.start(database: database, pgLogger: pgLogger, services: services)
             services.timers.start(services: services)
         } catch {
             embedded?.stop()
@@ -128,10 +144,10 @@ public final class ParleyApp: Sendable {
     /// Stops accepting, finishes in-flight requests (≤ 10 s), closes the pool, then stops the embedded cluster.
     public func shutdown() {
         if stopping.set() { return }
-        services.hub.stop()
+        hub.stop()
         server.shutdown()
         // In-flight answers wait for the sequencer (and sends for the message writer): stop them after the server.
-        services.writer.stop()
+        writer.stop()
         services.sequencer.stop()
         services.timers.stop()
         pool.shutdown()

@@ -3,8 +3,8 @@ import ParleyPostgres
 
 /// The route table of the server: every route Parley serves, registered in one place.
 enum Routes {
-    /// Builds the frozen router over `services`.
-    static func build(services: Services) -> Router {
+    /// Builds the frozen router over `services`, the node's live hub and its message writer.
+    static func build(services: Services, hub: EventHub, writer: MessageWriter) -> Router {
         var builder = RouterBuilder()
         OpsRoutes(services: services).register(on: &builder)
         var api = API(services: services, builder: builder)
@@ -23,11 +23,11 @@ enum Routes {
         FriendRoutes.register(on: &api)
         GroupRoutes.register(on: &api)
         DeviceRoutes.register(on: &api)
-        MessageRoutes.register(on: &api)
+        MessageRoutes.register(on: &api, writer: writer)
         ConversationRoutes.register(on: &api)
         EventRoutes.register(on: &api)
-        LiveRoutes.register(on: &api)
-        OpsAPIRoutes.register(on: &api)
+        LiveRoutes.register(on: &api, hub: hub)
+        OpsAPIRoutes.register(on: &api, hub: hub)
         return api.builder.build()
     }
 }

@@ -8,7 +8,8 @@ enum LiveRoutes {
     static let maxStreamsPerUser = 10
     static let maxAppStreams = 100
 
-    static func register(on api: inout API) {
+    /// `hub`: the node's live hub (built and started by the app layer).
+    static func register(on api: inout API, hub: EventHub) {
         api.add(.get, "/v1/events", .app, "streamAppEvents", queryToken: true) { ctx in
             var query = ctx.query()
             var filter = StreamFilter()
@@ -18,7 +19,7 @@ enum LiveRoutes {
             filter.roomID = query.id("room_id", .roomID)
             let resume = resumeValue(ctx, &query)
             try query.check()
-            return try open(ctx, filter: filter, userID: nil, resume: resume, countedAs: "a:\(ctx.appID)", limit: maxAppStreams)
+            return try open(ctx, hub: hub, filter: filter, userID: nil, resume: resume, countedAs: "a:\(ctx.appID)", limit: maxAppStreams)
         }
         api.add(.get, "/v1/users/{user_id}/events", .appOrSelf, "streamUserEvents", queryToken: true) { ctx in
             let userID = try ctx.pathID("user_id", .userID)
@@ -34,7 +35,7 @@ enum LiveRoutes {
             try query.check()
             try UserService(ctx).requireExists(userID)
             return try open(
-                ctx, filter: filter, userID: userID, resume: resume, countedAs: "u:\(ctx.appID):\(userID)",
+                ctx, hub: hub, filter: filter, userID: userID, resume: resume, countedAs: "u:\(ctx.appID):\(userID)",
                 limit: maxStreamsPerUser, platform: platform, countsPresence: countsPresence)
         }
     }
@@ -55,12 +56,11 @@ enum LiveRoutes {
     }
 
     private static func open(
-        _ ctx: APIContext, filter: StreamFilter, userID: String?, resume: String?, countedAs key: String, limit: Int,
+        _ ctx: APIContext, hub: EventHub, filter: StreamFilter, userID: String?, resume: String?, countedAs key: String, limit: Int,
         platform: String = "unknown", countsPresence: Bool = false
     ) throws -> Response {
         let (head, trimPoint) = try EventLog.bounds(appID: ctx.appID, on: ctx.db)
         let position = try ResumePosition.parse(resume, head: head, trimPoint: trimPoint)
-        let hub = ctx.services.hub
         guard let reservation = hub.reserve(key, limit: limit) else {
             throw APIError(.tooManyStreams, "at most \(limit) open streams here; close one first")
         }

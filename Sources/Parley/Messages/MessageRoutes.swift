@@ -4,13 +4,14 @@ import ParleySync
 
 /// Messages (API.md §11.1–§11.4): HTTP ↔ ``MessageService``.
 enum MessageRoutes {
-    static func register(on api: inout API) {
+    /// `writer`: the node's message writer (built and started by the app layer).
+    static func register(on api: inout API, writer: MessageWriter) {
         api.add(.post, "/v1/messages", .appOrUser, "sendMessage", numbersItsEvents: true) { ctx in
-            try send(ctx)
+            try send(ctx, writer: writer)
         }
 
         api.add(.post, "/v1/messages/batch", .app, "batchSendMessages", numbersItsEvents: true) { ctx in
-            try batchSend(ctx)
+            try batchSend(ctx, writer: writer)
         }
 
         api.add(.post, "/v1/messages/broadcast", .app, "broadcastMessage") { ctx in
@@ -46,7 +47,7 @@ enum MessageRoutes {
     /// `POST /v1/messages`: 201 Message, or 200 with `Parley-Duplicate: true` for a `client_msg_id` duplicate. The
     /// send is written by the node's ``MessageWriter`` with the other sends of the moment; the answer comes after
     /// its batch commits.
-    private static func send(_ ctx: APIContext) throws -> Response {
+    private static func send(_ ctx: APIContext, writer: MessageWriter) throws -> Response {
         let app = ctx.app
         if let userID = ctx.tokenUserID {
             // User-token sends have their own bucket besides the token's (§1.8).
@@ -64,7 +65,7 @@ enum MessageRoutes {
         let httpRequest = ctx.request
         let (appID, now) = (ctx.appID, ctx.now)
         return .later { respond in
-            services.writer.submit(item) { result in
+            writer.submit(item) { result in
                 do {
                     let written = try result.get()
                     if let problem = MessageService.problem(written.outcome, request) { throw problem }
@@ -107,7 +108,7 @@ enum MessageRoutes {
     /// `POST /v1/messages/batch`: one peer message per recipient (≤ 500), results in input order; `data` =
     /// `{message_id, seq}`. Request-level validation fails the whole request; steps 3–5 fail single items. The items
     /// go to the node's writer together, so they share its transactions.
-    private static func batchSend(_ ctx: APIContext) throws -> Response {
+    private static func batchSend(_ ctx: APIContext, writer: MessageWriter) throws -> Response {
         let app = ctx.app
         var body = try ctx.body()
         let recipients = body.array("to_user_ids", required: true, minItems: 1, maxItems: 500)
@@ -151,7 +152,7 @@ enum MessageRoutes {
         let sends = queued
         return .later { respond in
             for (index, request, item) in sends {
-                services.writer.submit(item) { result in
+                writer.submit(item) { result in
                     let outcome: BatchResult.Outcome
                     switch result {
                     case .success(let written):

@@ -3,7 +3,8 @@ import ParleyPostgres
 
 /// Statistics, metrics, the OpenAPI document and the test clock (API.md §17).
 enum OpsAPIRoutes {
-    static func register(on api: inout API) {
+    /// `hub`: the node's live hub, for the stream counts.
+    static func register(on api: inout API, hub: EventHub) {
         let services = api.services
         api.builder.add(.get, "/metrics", options: RouteOptions(operationID: "getMetrics")) { request in
             if let token = services.configuration.metricsToken {
@@ -18,7 +19,7 @@ enum OpsAPIRoutes {
             text += "# HELP parley_db_pool_waiting Jobs waiting for a PostgreSQL connection.\n# TYPE parley_db_pool_waiting gauge\n"
             text += "parley_db_pool_waiting \(services.pool.waiting)\n"
             text += "# HELP parley_sse_streams_open Open SSE streams.\n# TYPE parley_sse_streams_open gauge\n"
-            let streams = services.hub.openStreams()
+            let streams = hub.openStreams()
             text += "parley_sse_streams_open{kind=\"user\"} \(streams.user)\nparley_sse_streams_open{kind=\"app\"} \(streams.app)\n"
             if let heads = try? services.pool.withConnection({ db in try StatsStore.eventHeads(on: db) }) {
                 text += "# HELP parley_event_log_head Newest event id per app.\n# TYPE parley_event_log_head gauge\n"
@@ -45,7 +46,7 @@ enum OpsAPIRoutes {
             o["messages_stored_total"] = stats.messagesStored
             o["messages_24h"] = stats.messagesSince
             // User streams on every node, app-level streams on this one (they are not recorded in the database).
-            o["streams_open"] = stats.userStreams + Int64(ctx.services.hub.openStreams(appID: ctx.appID).app)
+            o["streams_open"] = stats.userStreams + Int64(hub.openStreams(appID: ctx.appID).app)
             // Rooms and calls come with their issues.
             for zero in ["rooms_active", "calls_active"] { o[zero] = 0 }
             o["event_log_head"] = String(stats.eventLogHead)
