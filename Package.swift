@@ -20,11 +20,34 @@ let package = Package(
         .target(name: "ParleySync", dependencies: ["CParleyShims"], swiftSettings: strict),
         .target(name: "ParleyHTTP", dependencies: ["CParleyShims", "COpenSSL", "ParleySync"], swiftSettings: strict),
         .target(name: "ParleyPostgres", dependencies: ["CLibPQ", "CParleyShims", "COpenSSL", "ParleySync"], swiftSettings: strict),
-        .target(name: "Parley", dependencies: ["ParleyHTTP", "ParleyPostgres", "ParleySync", "COpenSSL"], swiftSettings: strict),
+        // Parley's own layers, lowest first (docs/adding-a-domain.md, "Layers"): a module can use only the ones
+        // listed before it, so an upward reference does not compile.
+        .target(name: "ParleyCore", dependencies: ["ParleyHTTP", "ParleyPostgres", "ParleySync", "COpenSSL"], swiftSettings: strict),
+        .target(name: "ParleyAPI", dependencies: ["ParleyCore", "ParleyHTTP", "ParleyPostgres", "ParleySync"], swiftSettings: strict),
+        .target(
+            name: "ParleyDomains", dependencies: ["ParleyCore", "ParleyAPI", "ParleyHTTP", "ParleyPostgres", "ParleySync"],
+            swiftSettings: strict),
+        .target(
+            name: "ParleyLive",
+            dependencies: ["ParleyCore", "ParleyAPI", "ParleyDomains", "ParleyHTTP", "ParleyPostgres", "ParleySync"],
+            swiftSettings: strict),
+        .target(
+            name: "Parley",
+            dependencies: [
+                "ParleyCore", "ParleyAPI", "ParleyDomains", "ParleyLive", "ParleyHTTP", "ParleyPostgres", "ParleySync",
+            ],
+            swiftSettings: strict),
         .executableTarget(name: "parley", dependencies: ["Parley"], swiftSettings: strict),
-        .target(name: "ParleyTesting", dependencies: ["Parley", "ParleyHTTP", "ParleyPostgres", "ParleySync"], swiftSettings: strict),
+        .target(
+            name: "ParleyTesting", dependencies: ["Parley", "ParleyCore", "ParleyHTTP", "ParleyPostgres", "ParleySync"],
+            swiftSettings: strict),
         .testTarget(name: "ParleyHTTPTests", dependencies: ["ParleyHTTP", "ParleyTesting"], swiftSettings: strict),
         .testTarget(name: "ParleyPostgresTests", dependencies: ["ParleyPostgres", "ParleyTesting"], swiftSettings: strict),
-        .testTarget(name: "ParleyTests", dependencies: ["Parley", "ParleyTesting", "ParleyPostgres"], swiftSettings: strict),
+        .testTarget(
+            name: "ParleyTests",
+            dependencies: [
+                "Parley", "ParleyCore", "ParleyAPI", "ParleyDomains", "ParleyLive", "ParleyTesting", "ParleyPostgres",
+            ],
+            swiftSettings: strict),
     ]
 )

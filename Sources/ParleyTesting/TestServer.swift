@@ -1,5 +1,6 @@
 import Glibc
 import Parley
+import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 import ParleySync

@@ -6,6 +6,10 @@ import Synchronization
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Apps, app keys and app settings end to end through HTTP (API.md §3, §3.1), against PostgreSQL.
 @Suite("Apps, keys and settings", .inProcess)

@@ -8,6 +8,10 @@ import Synchronization
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// The conventions of API.md §1 end to end through HTTP: credentials (§1.3), problems (§1.4), CORS and content
 /// types (§1.1), `Idempotency-Key` (§1.6) and rate limits (§1.8).

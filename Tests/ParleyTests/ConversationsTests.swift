@@ -3,6 +3,10 @@ import ParleyTesting
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Conversation entries, read state, unread counts and mentions (API.md §12, §11.7, §21 items 15–19) end to end.
 @Suite("Conversations", .inProcess)

@@ -5,6 +5,10 @@ import Synchronization
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Offline push rule and devices (API.md §6) end to end: real HTTP against a real server and database.
 @Suite("Devices", .inProcess)

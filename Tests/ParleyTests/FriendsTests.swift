@@ -6,6 +6,10 @@ import Synchronization
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Friends and friend applications (API.md §7) end to end: real HTTP against a real server and database.
 @Suite("Friends", .inProcess)

@@ -4,6 +4,10 @@ import ParleyTesting
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Join and invite applications (API.md §9.4) with their expiry on the test clock.
 @Suite("Group applications", .inProcess)

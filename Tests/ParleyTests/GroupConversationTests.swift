@@ -3,6 +3,10 @@ import ParleyTesting
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Group conversation entries on the read side (API.md §12, §11.7, §21 items 15–18 and 26) end to end: entries that
 /// follow their group's head, unread counts and mentions, order, deletion, `disabled` entries and PATCH.

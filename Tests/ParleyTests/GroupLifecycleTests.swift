@@ -3,6 +3,10 @@ import ParleyTesting
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Group lifecycle (API.md §9.2) and the reads of §9.3 end to end.
 @Suite("Group lifecycle", .inProcess)

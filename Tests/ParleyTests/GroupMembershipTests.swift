@@ -6,6 +6,10 @@ import Synchronization
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Membership rules (API.md §9.3, §9.7): owner continuity, dismissal by the last leaver, concurrent joins, big
 /// groups and walking a 2,000-member list.

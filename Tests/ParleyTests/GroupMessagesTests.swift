@@ -5,6 +5,10 @@ import Synchronization
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Group messages end to end (API.md §11.1 group branch, §11.3, §11.4, §21 items 1, 11, 44): the send checks, one
 /// gap-free sequence per group, history for the app and for members, and delivery to the members at write time.

@@ -3,6 +3,10 @@ import ParleyTesting
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Group mute, member mute (API.md §9.5) and group attributes (§9.6).
 @Suite("Group mute and attributes", .inProcess)

@@ -3,6 +3,10 @@ import ParleyTesting
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Every cell of the §9.1 role matrix, allowed and denied, through the HTTP API with the operator's user token.
 @Suite("Group role matrix", .inProcess)

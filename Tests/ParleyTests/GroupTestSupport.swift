@@ -4,6 +4,10 @@ import ParleyTesting
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Shared helpers of the group suites (API.md §9): fixtures through the HTTP API, batch and event readers.
 protocol GroupTestSupport: ProblemAssertions {}

@@ -4,6 +4,10 @@ import ParleyTesting
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Tips messages of group actions (API.md §9.8) and the group conversation entries membership changes write
 /// (§12, §11.7), end to end: history, the event log and the entry rows.

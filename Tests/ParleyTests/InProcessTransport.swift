@@ -1,4 +1,5 @@
 import Parley
+import ParleyCore
 import ParleyHTTP
 import ParleyTesting
 import Testing

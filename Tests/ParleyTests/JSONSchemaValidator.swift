@@ -1,4 +1,8 @@
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// A JSON Schema (2020-12) validator for the subset of keywords `openapi/openapi.json` uses, for tests that check
 /// real request and response bodies against the document.

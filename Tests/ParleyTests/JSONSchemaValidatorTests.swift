@@ -1,6 +1,10 @@
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// The test-side JSON Schema validator (`JSONSchemaValidator`): a valid and an invalid case per keyword, and that
 /// it understands every keyword `openapi/openapi.json` uses.

@@ -4,6 +4,10 @@ import ParleyTesting
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Presence from open user streams (API.md §5, §14.2, §21 item 45), end to end.
 @Suite("Presence from streams")

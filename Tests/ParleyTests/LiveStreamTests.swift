@@ -6,6 +6,10 @@ import Synchronization
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// The SSE streams of API.md §14.2–§14.3 end to end: real server, real database, a real HTTP stream reader.
 @Suite("Live streams")

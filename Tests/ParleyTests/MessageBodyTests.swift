@@ -1,6 +1,10 @@
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Pure unit tests of message body validation (API.md §2 "Message bodies" and length rules, §11.1 step 2).
 @Suite("Message bodies (API.md §2)")

@@ -6,6 +6,10 @@ import Synchronization
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Peer messages (API.md §11.1–§11.4) end to end: real HTTP against a real server and database.
 @Suite("Messages", .inProcess)

@@ -3,6 +3,10 @@ import ParleyTesting
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// The router and `openapi/openapi.json` serve and describe the same operations: the set of (method, path template)
 /// pairs is the same both ways, and each pair carries the same `operationId` in the router as in the document.

@@ -3,6 +3,10 @@ import ParleyTesting
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Real responses of a running server, validated against what `openapi/openapi.json` declares for the operation.
 ///

@@ -2,6 +2,10 @@ import Foundation
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Structural checks of the hand-written `openapi/openapi.json` (API.md §17: the document served at
 /// `GET /openapi.json`). The comparison of the spec with the served router lives in a separate test.

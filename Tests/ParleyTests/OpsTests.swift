@@ -7,6 +7,10 @@ import Synchronization
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Operations routes, statistics, the test clock (API.md §17) and the polling event log (§14.1–14.3) end to end.
 @Suite("Ops, stats, test clock and event log")

@@ -6,6 +6,10 @@ import Synchronization
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Presence (API.md §5) end to end: real HTTP against a real server and database, events read back from the log.
 /// The batch, clock and SQL fixture helpers are the blacklist suite's.

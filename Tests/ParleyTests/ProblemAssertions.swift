@@ -3,6 +3,10 @@ import ParleyTesting
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Assertions on RFC 9457 problem responses (API.md §1.4) shared by the end-to-end suites.
 protocol ProblemAssertions {}

@@ -4,6 +4,10 @@ import ParleyTesting
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Fixtures the end-to-end suites share: moving the test clock, and white-box SQL for bulk set-ups.
 extension TestServer {

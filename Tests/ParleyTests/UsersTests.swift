@@ -5,6 +5,10 @@ import Synchronization
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// Users (API.md §4) end to end: real HTTP against a real server and database.
 @Suite("Users", .inProcess)

@@ -7,6 +7,10 @@ import Synchronization
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// The write path end to end (DESIGN.md "per-conversation seqs are taken once per batch of sends"): the node's
 /// ``MessageWriter`` group-commits sends with ``MessageWrite`` and the ``EventSequencer`` numbers their events after

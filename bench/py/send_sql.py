@@ -34,9 +34,9 @@ import sys
 
 # name -> (Swift file under the repository root, regex matching up to and including the literal's opening `"""`).
 SOURCES = {
-    "MessageWrite.statement": ("Sources/Parley/Messages/MessageWrite.swift", r'static let statement = """[ \t]*\n'),
-    "EventLog.append": ("Sources/Parley/Events/EventLog.swift", r'static func append\(.*?"""[ \t]*\n'),
-    "EventLog.appendNumbered": ("Sources/Parley/Events/EventLog.swift", r'static func appendNumbered\(.*?"""[ \t]*\n'),
+    "MessageWrite.statement": ("Sources/ParleyDomains/Messages/MessageWrite.swift", r'static let statement = """[ \t]*\n'),
+    "EventLog.append": ("Sources/ParleyAPI/Events/EventLog.swift", r'static func append\(.*?"""[ \t]*\n'),
+    "EventLog.appendNumbered": ("Sources/ParleyAPI/Events/EventLog.swift", r'static func appendNumbered\(.*?"""[ \t]*\n'),
 }
 PGBENCH_BUILTINS = {"client_id", "scale", "random_seed", "default_seed"}
 

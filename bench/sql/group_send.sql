@@ -1,6 +1,6 @@
 -- The SQL of one group text send (API.md §11.1, group branch), one send per transaction: what the node's writer
--- runs for a batch (MessageWriter.write): BEGIN; MessageWrite.statement (Sources/Parley/Messages/MessageWrite.swift)
--- with the batch's items as $1 and its combine snapshots as $2; EventLog.append (Sources/Parley/Events/EventLog.swift)
+-- runs for a batch (MessageWriter.write): BEGIN; MessageWrite.statement (Sources/ParleyDomains/Messages/MessageWrite.swift)
+-- with the batch's items as $1 and its combine snapshots as $2; EventLog.append (Sources/ParleyAPI/Events/EventLog.swift)
 -- of the batch's message.sent events into events; COMMIT. Here the batch is this one send, with the same kind
 -- of item the server builds: a random member u1..u500 of g500 (group.sh creates it), a fresh message id and
 -- client_msg_id per transaction, every check on (checks 2), no combine ($2 '[]'); one event for the whole group

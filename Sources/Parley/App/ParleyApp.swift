@@ -1,5 +1,9 @@
 import Glibc
+import ParleyAPI
+import ParleyCore
+import ParleyDomains
 import ParleyHTTP
+import ParleyLive
 import ParleyPostgres
 import Synchronization
 

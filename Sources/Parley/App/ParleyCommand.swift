@@ -1,5 +1,9 @@
 import Glibc
+import ParleyAPI
+import ParleyCore
+import ParleyDomains
 import ParleyHTTP
+import ParleyLive
 import ParleyPostgres
 
 /// The `parley` command line: `serve`, `migrate`, `version`, `help`.

@@ -1,4 +1,8 @@
+import ParleyAPI
+import ParleyCore
+import ParleyDomains
 import ParleyHTTP
+import ParleyLive
 import ParleyPostgres
 
 /// The route table of the server: every route Parley serves, registered in one place.

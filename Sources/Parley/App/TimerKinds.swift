@@ -1,3 +1,8 @@
+import ParleyAPI
+import ParleyCore
+import ParleyDomains
+import ParleyLive
+
 /// Every timer kind of the server, handed to ``Timers`` when the node starts; a domain with a timer adds its kind
 /// here (the domains declare their kinds; the app layer, which sees them all, lists them).
 enum TimerKinds {

@@ -1,4 +1,8 @@
+import ParleyAPI
+import ParleyCore
+import ParleyDomains
 import ParleyHTTP
+import ParleyLive
 import ParleyPostgres
 
 /// Apps, keys and settings (API.md §3).

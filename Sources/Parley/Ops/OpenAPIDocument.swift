@@ -1,4 +1,8 @@
 import Glibc
+import ParleyAPI
+import ParleyCore
+import ParleyDomains
+import ParleyLive
 
 /// The OpenAPI document served at `/openapi.json`, read once from `openapi/openapi.json`.
 ///

@@ -1,4 +1,8 @@
+import ParleyAPI
+import ParleyCore
+import ParleyDomains
 import ParleyHTTP
+import ParleyLive
 import ParleyPostgres
 
 /// Statistics, metrics, the OpenAPI document and the test clock (API.md §17).

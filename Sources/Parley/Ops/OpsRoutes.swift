@@ -1,4 +1,8 @@
+import ParleyAPI
+import ParleyCore
+import ParleyDomains
 import ParleyHTTP
+import ParleyLive
 import ParleyPostgres
 
 /// Liveness and readiness (API.md §17).

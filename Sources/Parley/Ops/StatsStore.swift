@@ -1,3 +1,7 @@
+import ParleyAPI
+import ParleyCore
+import ParleyDomains
+import ParleyLive
 import ParleyPostgres
 
 /// SQL for the app statistics of API.md §17 (`GET /v1/stats`) and the event-log heads of `/metrics`. No rules here.

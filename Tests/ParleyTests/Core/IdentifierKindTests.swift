@@ -1,6 +1,10 @@
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 @Suite("Identifiers")
 struct IdentifierKindTests {

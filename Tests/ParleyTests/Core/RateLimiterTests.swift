@@ -2,6 +2,10 @@ import Synchronization
 import Testing
 
 @testable import Parley
+@testable import ParleyAPI
+@testable import ParleyCore
+@testable import ParleyDomains
+@testable import ParleyLive
 
 /// A manually advanced monotonic clock for deterministic bucket tests.
 private final class FakeClock: Sendable {

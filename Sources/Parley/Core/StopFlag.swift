@@ -1,9 +1,0 @@
-import Synchronization
-
-/// A one-way "shutdown has started" flag shared with the routes.
-final class StopFlag: Sendable {
-    private let flag = Atomic<Bool>(false)
-    var isSet: Bool { flag.load(ordering: .relaxed) }
-    /// Sets the flag; returns whether it was already set.
-    func set() -> Bool { flag.exchange(true, ordering: .acquiringAndReleasing) }
-}

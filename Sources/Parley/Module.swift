@@ -1,5 +1,0 @@
-import ParleyHTTP
-import ParleyPostgres
-
-/// The Parley IM server.
-public enum ParleyModule {}

@@ -1,0 +1,185 @@
+import ParleyCore
+import ParleyHTTP
+import ParleyPostgres
+
+/// The shared, immutable parts every route uses.
+package final class Services: Sendable {
+    package let pool: PostgresPool
+    package let clock: ServerClock
+    package let apps: AppDirectory
+    let authenticator: Authenticator
+    package let rateLimiter: RateLimiter
+    package let cursors: CursorCodec
+    package let metrics: Metrics
+    package let logger: Logger
+    package let configuration: Configuration
+    package let stopping: StopFlag
+    package let timers: Timers
+    package let sequencer: EventSequencer
+
+    package init(
+        pool: PostgresPool, clock: ServerClock, adminKey: String, metrics: Metrics, logger: Logger, configuration: Configuration,
+        stopping: StopFlag, timerKinds: [TimerKind], sequenced: @escaping @Sendable (_ appID: String) -> Void,
+        tokenSubject: @escaping TokenSubject.Reader
+    ) {
+        self.pool = pool
+        self.clock = clock
+        let apps = AppDirectory()
+        self.apps = apps
+        authenticator = Authenticator(adminKey: adminKey, apps: apps, clock: clock, tokenSubject: tokenSubject)
+        rateLimiter = RateLimiter()
+        // Cursors must verify on every node and across restarts, so their key derives from the admin key.
+        cursors = CursorCodec(secret: Crypto.hmacSHA256(key: Array(adminKey.utf8), message: Array("parley cursor key".utf8)))
+        self.metrics = metrics
+        self.logger = logger
+        self.configuration = configuration
+        self.stopping = stopping
+        timers = Timers(kinds: timerKinds)
+        // The log only says which apps got events; the app layer hands that to the live hub (`sequenced`).
+        sequencer = EventSequencer(logger: logger.named("events"), sequenced: sequenced)
+    }
+}
+
+/// Registers API routes behind the request pipeline of API.md §1 (``RequestPipeline``): every failure becomes a
+/// problem response.
+package struct API {
+    package let services: Services
+    package var builder: RouterBuilder
+
+    package init(services: Services, builder: RouterBuilder) {
+        self.services = services
+        self.builder = builder
+    }
+
+    package typealias Handler = @Sendable (APIContext) throws -> Response
+    package typealias AdminHandler = @Sendable (AdminContext) throws -> Response
+
+    /// Adds an app route. `queryToken` routes (the SSE streams, which browsers' EventSource opens without headers)
+    /// also accept the credential as the `access_token` query parameter when there is no `Authorization`.
+    /// `numbersItsEvents` routes write their events with ids before they answer (the message writer), so their
+    /// answer need not wait for the sequencer.
+    package mutating func add(
+        _ method: HTTPMethod, _ template: String, _ access: Access, _ operationID: String, maxBodyBytes: Int? = nil,
+        queryToken: Bool = false, numbersItsEvents: Bool = false, _ handler: @escaping Handler
+    ) {
+        let route = RequestPipeline.Route(access: access, queryToken: queryToken, sequenced: !numbersItsEvents)
+        register(method, template, operationID, maxBodyBytes: maxBodyBytes, route) { exchange in
+            guard let app = exchange.app else { throw APIError(.internalError, "app route without an app") }
+            return try handler(
+                APIContext(
+                    request: exchange.request, credential: exchange.credential, app: app, now: exchange.now, services: exchange.services,
+                    db: exchange.db))
+        }
+    }
+
+    /// Adds a server-admin route (`S`: the admin key only; `Parley-App-Id` is ignored).
+    package mutating func addAdmin(
+        _ method: HTTPMethod, _ template: String, _ operationID: String, maxBodyBytes: Int? = nil, _ handler: @escaping AdminHandler
+    ) {
+        let route = RequestPipeline.Route(access: nil, queryToken: false, sequenced: true)
+        register(method, template, operationID, maxBodyBytes: maxBodyBytes, route) { exchange in
+            try handler(AdminContext(request: exchange.request, now: exchange.now, services: exchange.services, db: exchange.db))
+        }
+    }
+
+    private mutating func register(
+        _ method: HTTPMethod, _ template: String, _ operationID: String, maxBodyBytes: Int?, _ route: RequestPipeline.Route,
+        _ handler: @escaping @Sendable (RequestPipeline.Exchange) throws -> Response
+    ) {
+        let services = self.services
+        builder.add(method, template, options: RouteOptions(maxBodyBytes: maxBodyBytes, operationID: operationID)) { request in
+            do {
+                return try services.pool.withConnection { db in
+                    RequestPipeline.run(RequestPipeline.Exchange(request: request, route: route, services: services, db: db), handler)
+                }
+            } catch {
+                return ProblemRendering.handlerError(error, request: request, logger: services.logger)
+            }
+        }
+    }
+}
+
+extension Substring {
+    func trimmingSpaces() -> Substring {
+        var s = self
+        while s.first == " " || s.first == "\t" { s.removeFirst() }
+        while s.last == " " || s.last == "\t" { s.removeLast() }
+        return s
+    }
+}
+
+/// Response builders shared by the routes.
+package enum Reply {
+    package static func json(_ bytes: [UInt8], status: Int = 200) -> Response { .json(bytes, status: status) }
+    package static func created(_ bytes: [UInt8]) -> Response { .json(bytes, status: 201) }
+    package static func noContent() -> Response { Response(status: 204) }
+
+    /// `{"items": [...], "next_cursor": ...}` from pre-rendered items.
+    package static func list(_ items: [[UInt8]], nextCursor: String?) -> Response {
+        var w = JSONWriter()
+        w.object { w in
+            w.key("items")
+            w.array { w in for item in items { w.writeRaw(item) } }
+            w.key("next_cursor")
+            if let nextCursor { w.writeString(nextCursor) } else { w.writeNull() }
+        }
+        return .json(w.bytes)
+    }
+
+    /// The batch shape of §1.7.
+    package static func batch(_ results: [BatchResult], extra: ((inout JSONWriter) -> Void)? = nil, status: Int = 200) -> Response {
+        var w = JSONWriter()
+        w.object { w in
+            extra?(&w)
+            w.key("results")
+            w.array { w in for result in results { result.write(to: &w) } }
+        }
+        return .json(w.bytes, status: status)
+    }
+}
+
+/// One entry of a batch response (§1.7).
+package struct BatchResult {
+    var index: Int
+    package var id: String
+    var outcome: Outcome
+
+    package init(index: Int, id: String, outcome: Outcome) {
+        self.index = index
+        self.id = id
+        self.outcome = outcome
+    }
+
+    package enum Outcome {
+        case ok([UInt8]?)
+        case failed(ErrorCode, String)
+    }
+
+    func write(to w: inout JSONWriter) {
+        w.object { w in
+            w.key("index")
+            w.writeInt(index)
+            w.key("id")
+            w.writeString(id)
+            switch outcome {
+            case .ok(let data):
+                w.key("ok")
+                w.writeBool(true)
+                if let data {
+                    w.key("data")
+                    w.writeRaw(data)
+                }
+            case .failed(let code, let message):
+                w.key("ok")
+                w.writeBool(false)
+                w.key("error")
+                w.object { w in
+                    w.key("code")
+                    w.writeInt(code.code)
+                    w.key("message")
+                    w.writeString(message)
+                }
+            }
+        }
+    }
+}

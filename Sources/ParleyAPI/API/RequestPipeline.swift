@@ -1,0 +1,213 @@
+import ParleyCore
+import ParleyHTTP
+import ParleyPostgres
+
+/// The steps every API request goes through (API.md §1), in order: ``before`` steps until one answers or throws, then
+/// the handler, then every ``after`` step on whatever the answer is (a problem included). Each step is a small
+/// function of the request's ``Exchange``, so the order is written in one place and a step reads alone.
+enum RequestPipeline {
+    /// What a route asks of the pipeline.
+    struct Route: Sendable {
+        /// Which credentials an app route accepts; nil for server-admin routes.
+        var access: Access?
+        /// The credential may come as the `access_token` query parameter (SSE streams).
+        var queryToken: Bool
+        /// A write's answer waits until its events are sequenced (false for routes that number their own events).
+        var sequenced: Bool
+    }
+
+    /// One request on its way through the pipeline. Owned by the worker thread running it.
+    struct Exchange {
+        let request: Request
+        let route: Route
+        let services: Services
+        /// The worker thread's own connection.
+        let db: PostgresConnection
+        var credential: Credential = .admin
+        /// The app the request acts in (app credentials), resolved once.
+        var app: AppRecord?
+        /// Server-clock milliseconds, read once per request.
+        var now: Int64 = 0
+        /// Headers every answer carries (the rate limit's).
+        var headers: [(String, String)] = []
+        /// The `Idempotency-Key` claim this request completes with its answer.
+        var idempotency: Idempotency.Claim?
+        /// The answer is a stored one (an idempotent replay): nothing ran.
+        var replayed = false
+
+        var appID: String? { app?.appID }
+    }
+
+    typealias Before = @Sendable (inout Exchange) throws -> Response?
+    typealias After = @Sendable (Exchange, Response) -> Response
+
+    /// The steps before the handler, in order; one that returns a response ends the request there.
+    static let before: [Before] = [authenticate, resolveApp, rateLimit, readClock, replayIdempotent, requireJSON]
+    /// The steps after it, in order, on every answer.
+    static let after: [After] = [storeIdempotent, addHeaders, publishEvents]
+
+    static func run(_ initial: Exchange, _ handler: (Exchange) throws -> Response) -> Response {
+        var exchange = initial
+        var response: Response
+        do {
+            response = try answerBeforeHandler(&exchange) ?? handler(exchange)
+        } catch {
+            response = ProblemRendering.handlerError(error, request: exchange.request, logger: exchange.services.logger)
+        }
+        for step in after { response = step(exchange, response) }
+        return response
+    }
+
+    private static func answerBeforeHandler(_ exchange: inout Exchange) throws -> Response? {
+        for step in before {
+            if let response = try step(&exchange) { return response }
+        }
+        return nil
+    }
+
+    // MARK: - Before the handler
+
+    /// The bearer credential (§1.3), and the "Who" rules of the route.
+    static func authenticate(_ x: inout Exchange) throws -> Response? {
+        let request = x.request
+        let presented = x.route.queryToken && request.headers["Authorization"] == nil ? request.queryValue("access_token") : nil
+        let verified = try x.services.authenticator.authenticate(request, bearer: presented, appRoute: x.route.access != nil, db: x.db)
+        try check(x.route.access, credential: verified.credential, request: request)
+        x.credential = verified.credential
+        x.app = verified.app
+        return nil
+    }
+
+    /// The app record of an app credential (when authenticating did not already read it).
+    static func resolveApp(_ x: inout Exchange) throws -> Response? {
+        guard x.app == nil, let id = x.credential.appID else { return nil }
+        guard let record = try x.services.apps.app(id, db: x.db) else { throw APIError.unauthenticated("app deleted") }
+        x.app = record
+        return nil
+    }
+
+    /// The app's or the user's request rate (§1.8), with its headers on every answer.
+    static func rateLimit(_ x: inout Exchange) throws -> Response? {
+        guard let app = x.app else { return nil }
+        let (bucket, rate) =
+            x.credential.userID.map { ("u:\(app.appID):\($0)", app.settings.rateLimitUserRPS) }
+            ?? ("a:\(app.appID)", app.settings.rateLimitAppRPS)
+        let decision = x.services.rateLimiter.take(key: bucket, ratePerSecond: rate)
+        x.headers = [
+            ("RateLimit-Limit", String(decision.limit)), ("RateLimit-Remaining", String(decision.remaining)),
+            ("RateLimit-Reset", String(decision.resetSeconds)),
+        ]
+        if !decision.allowed {
+            throw APIError.retryLater(.rateLimited, "rate limit exceeded", retryAfterSeconds: decision.retryAfterSeconds)
+        }
+        return nil
+    }
+
+    /// The server clock, read once for the whole request (§17).
+    static func readClock(_ x: inout Exchange) throws -> Response? {
+        x.now = x.services.clock.now()
+        return nil
+    }
+
+    /// A POST with an `Idempotency-Key` seen before answers with the stored answer; a new one is claimed (§1.6).
+    static func replayIdempotent(_ x: inout Exchange) throws -> Response? {
+        guard x.request.method == .post, let key = x.request.headers["Idempotency-Key"] else { return nil }
+        switch try Idempotency.begin(
+            key: key, request: x.request, appID: x.appID ?? "", scope: x.credential.idempotencyScope, now: x.now, db: x.db)
+        {
+        case .replay(var stored):
+            stored.headers.add("Idempotent-Replayed", "true")
+            x.replayed = true
+            return stored
+        case .proceed(let claim):
+            x.idempotency = claim
+            return nil
+        }
+    }
+
+    /// Request bodies are JSON (§1.1).
+    static func requireJSON(_ x: inout Exchange) throws -> Response? {
+        if !x.request.body.isEmpty, !isJSON(x.request.headers["Content-Type"]) {
+            throw APIError(.unsupportedMediaType, "request bodies must be application/json")
+        }
+        return nil
+    }
+
+    // MARK: - After the handler
+
+    /// Stores the answer under the request's `Idempotency-Key` claim. An answer that comes later (a group commit)
+    /// is stored from a pool worker once known.
+    static func storeIdempotent(_ x: Exchange, _ response: Response) -> Response {
+        guard let claim = x.idempotency else { return response }
+        let services = x.services
+        let request = x.request
+        guard case .later = response.body else {
+            complete(claim, response, request: request, services: services, db: x.db)
+            return response
+        }
+        return .later { respond in
+            response.settle { final in
+                services.pool.submit(
+                    {
+                        try? services.pool.withConnection { db in complete(claim, final, request: request, services: services, db: db) }
+                        respond(final)
+                    }, rejected: { respond(final) })
+            }
+        }
+    }
+
+    private static func complete(_ claim: Idempotency.Claim, _ response: Response, request: Request, services: Services, db: PostgresConnection) {
+        do { try Idempotency.complete(claim, response: response, db: db) } catch {
+            services.logger.warning("request_id=\(request.requestID) msg=\"idempotency record not stored\" error=\"\(error)\"")
+        }
+    }
+
+    /// The rate-limit headers, and the app in the request's log line.
+    static func addHeaders(_ x: Exchange, _ response: Response) -> Response {
+        let headers = x.headers
+        let appID = x.appID
+        return response.whenSettled { response in
+            var response = response
+            for (name, value) in headers { response.headers.add(name, value) }
+            if let appID { response.logContext = "app=\(appID)" }
+            return response
+        }
+    }
+
+    /// A change may have committed events: they are sequenced before the answer goes out, so a client that has its
+    /// answer finds them in the log (API.md §14.1; the sequencer then pokes the live hub).
+    static func publishEvents(_ x: Exchange, _ response: Response) -> Response {
+        guard x.route.sequenced, !x.replayed, x.request.method != .get, x.request.method != .head, let appID = x.appID else {
+            return response
+        }
+        let sequencer = x.services.sequencer
+        return .later { respond in response.settle { final in sequencer.publish(appID) { respond(final) } } }
+    }
+
+    // MARK: - Rules
+
+    /// The "Who" rules: admin-only routes (`access` nil), app routes (admin needs `Parley-App-Id`), and self-only
+    /// user routes.
+    static func check(_ access: Access?, credential: Credential, request: Request) throws {
+        guard let access else {
+            guard case .admin = credential else { throw APIError.forbidden("this route needs the server admin key") }
+            return
+        }
+        switch (access, credential) {
+        case (_, .admin): throw APIError.invalidParam("header Parley-App-Id", "is required with the admin key on app routes")
+        case (_, .adminAsApp), (_, .app): return
+        case (.app, .user): throw APIError.forbidden("this route needs an app key")
+        case (.appOrSelf, .user(_, let userID)):
+            if let target = request.pathParameters["user_id"], target != userID {
+                throw APIError.forbidden("a user token acts only for its own user")
+            }
+        case (.appOrUser, .user): return
+        }
+    }
+
+    static func isJSON(_ contentType: String?) -> Bool {
+        guard let contentType else { return false }
+        let mediaType = contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingSpaces().lowercased() } ?? ""
+        return mediaType == "application/json"
+    }
+}

@@ -1,0 +1,237 @@
+import ParleyCore
+import ParleyPostgres
+
+/// An event about to be written: its type, `data` JSON, audience and ordering key (API.md §14.1, §18).
+public struct NewEvent: Sendable {
+    public var type: String
+    public var data: [UInt8]
+    /// The users whose user streams receive it.
+    public var audience: [String]
+    public var groupID: String?
+    public var roomID: String?
+    /// True for group message events: they go to the members of `groupID` at the moment the event is written
+    /// (Migrations/0009), and `audience` stays empty however big the group is.
+    public var toGroupMembers: Bool
+    /// The webhook ordering key (§15.2): conversation, group, room, call, app or primary user.
+    public var orderKey: String
+
+    public init(
+        type: String, data: [UInt8], audience: [String] = [], groupID: String? = nil, roomID: String? = nil, toGroupMembers: Bool = false,
+        orderKey: String
+    ) {
+        self.type = type
+        self.data = data
+        self.audience = audience
+        self.groupID = groupID
+        self.roomID = roomID
+        self.toGroupMembers = toGroupMembers
+        self.orderKey = orderKey
+    }
+}
+
+/// The per-app event log: the one place events are appended, numbered and read.
+///
+/// Writers `append` their events to `pending_events` in their own transaction, touching no row shared by the app
+/// (Migrations/0011); a writer that batches many changes per transaction (the message writer) may number its events
+/// itself with `appendNumbered`, taking the head lock once per batch as the sequencer does. `sequence`, run by the
+/// node's ``EventSequencer``, moves an app's committed pending events into `events` with ids after the head, under the
+/// app's `event_heads` row lock, in one short transaction per batch.
+/// Readers read `events` only, so they see ids strictly in id order (a reader that saw N never later finds a
+/// smaller id), and the head lock is held across one commit per batch instead of one per writer.
+public enum EventLog {
+    /// Appends `events` in order to the transaction's pending events; they get their ids when sequenced.
+    public static func append(_ events: [NewEvent], appID: String, now: Int64, on db: PostgresConnection) throws {
+        if events.isEmpty { return }
+        // Numbered parameters: bench/py/send_sql.py pastes this text into the send benchmark.
+        try db.query(
+            PostgresQuery(
+                sql: """
+                    INSERT INTO pending_events (app_id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
+                    SELECT $1, e.type, $2, e.data, ARRAY(SELECT json_array_elements_text(e.audience::json)), NULLIF(e.group_id, ''),
+                           NULLIF(e.room_id, ''), e.to_group_members, e.order_key
+                    FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::boolean[], $9::text[])
+                         WITH ORDINALITY AS e(type, data, audience, group_id, room_id, to_group_members, order_key, ord)
+                    ORDER BY e.ord
+                    """, binds: [appID, now] + Columns(events).binds))
+    }
+
+    /// Appends `events` with their ids at once, under the app's head row lock held until the caller's commit: for a
+    /// writer that commits many changes in one transaction (the message writer's batches), so the lock is taken once
+    /// per batch, like the sequencer takes it. Call it last in the transaction. Returns the new head.
+    @discardableResult
+    package static func appendNumbered(_ events: [NewEvent], appID: String, now: Int64, on db: PostgresConnection) throws -> Int64 {
+        // Numbered parameters: bench/py/send_sql.py pastes this text into the send benchmark.
+        let ids = try db.query(
+            PostgresQuery(
+                sql: """
+                    WITH h AS (UPDATE event_heads SET head = head + $2 WHERE app_id = $1 RETURNING head)
+                    INSERT INTO events (app_id, id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
+                    SELECT $1, h.head - $2 + e.ord, e.type, $3, e.data, ARRAY(SELECT json_array_elements_text(e.audience::json)),
+                           NULLIF(e.group_id, ''), NULLIF(e.room_id, ''), e.to_group_members, e.order_key
+                    FROM h, unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::boolean[], $10::text[])
+                         WITH ORDINALITY AS e(type, data, audience, group_id, room_id, to_group_members, order_key, ord)
+                    RETURNING id
+                    """, binds: [appID, events.count, now] + Columns(events).binds)
+        ).decode(Int64.self)
+        guard ids.count == events.count, let last = ids.max() else {
+            throw APIError(.internalError, "event head missing for app \(appID)")
+        }
+        return last
+    }
+
+    /// The per-event arrays both appends bind, one element per event.
+    private struct Columns {
+        var types: [String]
+        var data: [String]
+        /// Each audience as a JSON array text.
+        var audiences: [String]
+        var groupIDs: [String]
+        var roomIDs: [String]
+        var toGroupMembers: [Bool]
+        var orderKeys: [String]
+
+        init(_ events: [NewEvent]) {
+            types = events.map(\.type)
+            data = events.map { String(decoding: $0.data, as: UTF8.self) }
+            audiences = events.map { String(decoding: JSONValue.array($0.audience.map { .string($0) }).serialized(), as: UTF8.self) }
+            groupIDs = events.map { $0.groupID ?? "" }
+            roomIDs = events.map { $0.roomID ?? "" }
+            toGroupMembers = events.map(\.toGroupMembers)
+            orderKeys = events.map(\.orderKey)
+        }
+
+        /// The arrays in the order both statements number them, after their leading parameters.
+        var binds: [(any PostgresEncodable)?] { [types, data, audiences, groupIDs, roomIDs, toGroupMembers, orderKeys] }
+    }
+
+    /// Gives the committed pending events of `appID` their ids, in one transaction on `db` (the sequencer's own
+    /// connection); returns the new head, or nil when nothing was pending.
+    ///
+    /// The head row is locked first (nodes sequencing the same app queue here, never on a writer's commit), then
+    /// one statement, with a fresh snapshot that sees every writer committed before the lock was granted, moves the
+    /// rows in `pending` order and stamps the membership intervals their transactions wrote (Migrations/0011).
+    static func sequence(appID: String, on db: PostgresConnection) throws -> Int64? {
+        try db.transaction { db in
+            guard
+                let head = try db.query(
+                    """
+                    SELECT head FROM event_heads
+                    WHERE app_id = \(appID) AND EXISTS (SELECT 1 FROM pending_events WHERE app_id = \(appID)) FOR UPDATE
+                    """
+                ).first
+            else { return nil }
+            let before = try head[0].int64
+            let moved =
+                try db.query(
+                    """
+                    WITH moved AS (
+                        DELETE FROM pending_events WHERE app_id = \(appID)
+                        RETURNING pending, type, created_at, data, audience, group_id, room_id, to_group_members, order_key, xact
+                    ), numbered AS (
+                        SELECT m.*, \(before) + row_number() OVER (ORDER BY m.pending) AS id FROM moved m
+                    ), stored AS (
+                        INSERT INTO events (app_id, id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
+                        SELECT \(appID), id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key
+                        FROM numbered ORDER BY id
+                    ), joins AS (
+                        SELECT group_id, xact, min(id) AS id FROM numbered
+                        WHERE type IN ('group.created', 'group.member_joined') GROUP BY group_id, xact
+                    ), joined AS (
+                        UPDATE group_members gm SET joined_event = j.id FROM joins j
+                        WHERE gm.app_id = \(appID) AND gm.group_id = j.group_id AND gm.joined_event IS NULL AND gm.joined_xact = j.xact
+                    ), leaves AS (
+                        SELECT group_id, xact, min(id) AS id FROM numbered
+                        WHERE type = 'group.member_left' GROUP BY group_id, xact
+                    ), history AS (
+                        -- One UPDATE for both ends: a membership that began and ended in this batch gets both stamps.
+                        UPDATE group_member_history h
+                        SET joined_event = coalesce(h.joined_event,
+                                (SELECT j.id FROM joins j WHERE j.group_id = h.group_id AND j.xact = h.joined_xact)),
+                            left_event = coalesce(h.left_event,
+                                (SELECT l.id FROM leaves l WHERE l.group_id = h.group_id AND l.xact = h.left_xact))
+                        WHERE h.app_id = \(appID) AND (h.joined_event IS NULL OR h.left_event IS NULL)
+                          AND h.group_id IN (SELECT group_id FROM joins UNION SELECT group_id FROM leaves)
+                    ), advanced AS (
+                        UPDATE event_heads SET head = \(before) + (SELECT count(*) FROM numbered)
+                        WHERE app_id = \(appID) AND EXISTS (SELECT 1 FROM numbered)
+                    )
+                    SELECT count(*) FROM numbered
+                    """
+                ).first.map { try $0[0].int64 } ?? 0
+            return moved == 0 ? nil : before + moved
+        }
+    }
+
+    /// The apps that have pending events (after a restart, or writes whose node died before asking for them).
+    static func appsWithPending(on db: PostgresConnection) throws -> [String] {
+        try db.query("SELECT DISTINCT app_id FROM pending_events").rows.map { try $0[0].string }
+    }
+
+    /// The head `H` and trim point `T` of an app's log.
+    public static func bounds(appID: String, on db: PostgresConnection) throws -> (head: Int64, trimPoint: Int64) {
+        let result = try db.query("SELECT head, trim_point FROM event_heads WHERE app_id = \(appID)")
+        guard let row = result.first else { return (0, 0) }
+        return (try row[0].int64, try row[1].int64)
+    }
+
+    /// Filters of a log read (§14.2); they combine with AND.
+    public struct Filter: Sendable {
+        public var types: [String] = []
+        public var userID: String?
+        public var groupID: String?
+        public var roomID: String?
+        public init() {}
+    }
+
+    /// Reads up to `limit` events with id > `after`, in id order, as Event JSON objects.
+    public static func read(appID: String, after: Int64, limit: Int, filter: Filter, on db: PostgresConnection) throws
+        -> [(id: Int64, json: [UInt8])]
+    {
+        let types = EventTypeFilter(filter.types)
+        let result = try db.query(
+            """
+            SELECT id, \(sql: eventJSON)
+            FROM events
+            WHERE app_id = \(appID) AND id > \(after)
+              AND (\(types.all) OR type = ANY(\(types.exact)::text[]) OR EXISTS (SELECT 1 FROM unnest(\(types.prefixes)::text[]) p WHERE starts_with(type, p)))
+              AND (\(filter.userID)::text IS NULL OR \(filter.userID) = ANY(audience)
+                   OR (to_group_members AND parley_member_at(app_id, group_id, \(filter.userID), id)))
+              AND (\(filter.groupID)::text IS NULL OR group_id = \(filter.groupID))
+              AND (\(filter.roomID)::text IS NULL OR room_id = \(filter.roomID))
+            ORDER BY id
+            LIMIT \(limit)
+            """)
+        return try result.rows.map { (try $0[0].int64, try $0[1].textBytes) }
+    }
+
+    /// The Event JSON object of a row of `events` (API.md §2 "Event"), built by PostgreSQL from the stored parts.
+    private static let eventJSON = """
+        '{"id":"' || id || '","type":' || to_json(type) || ',"app_id":' || to_json(app_id)
+               || ',"created_at":' || created_at || ',"data":' || data || '}'
+        """
+
+    /// Reads up to `limit` events with `after` < id ≤ `upTo` (no upper bound when nil), in id order, for the live
+    /// streams: every event, with what their filters need and the SSE frame.
+    package static func readLive(appID: String, after: Int64, upTo: Int64?, limit: Int, on db: PostgresConnection) throws
+        -> [LiveEvent]
+    {
+        let result = try db.query(
+            """
+            SELECT id, type, audience, group_id, room_id, to_group_members,
+                   CASE WHEN type = 'user.deleted' THEN data::json->>'user_id' END,
+                   CASE WHEN type = 'user.kicked' THEN ARRAY(SELECT json_array_elements_text(data::json->'platforms')) END,
+                   'id: ' || id || E'\\nevent: ' || type || E'\\ndata: ' || \(sql: eventJSON) || E'\\n\\n'
+            FROM events
+            WHERE app_id = \(appID) AND id > \(after) AND (\(upTo)::bigint IS NULL OR id <= \(upTo))
+            ORDER BY id
+            LIMIT \(limit)
+            """)
+        return try result.rows.map { row in
+            LiveEvent(
+                id: try row[0].int64, type: try row[1].string, audience: try row[2].stringArray,
+                groupID: row[3].isNull ? nil : try row[3].string, roomID: row[4].isNull ? nil : try row[4].string,
+                toGroupMembers: try row[5].bool, deletedUserID: row[6].isNull ? nil : try row[6].string,
+                kickedPlatforms: row[7].isNull ? nil : try row[7].stringArray, frame: try row[8].textBytes)
+        }
+    }
+}

@@ -1,0 +1,44 @@
+import ParleyCore
+
+/// One event as the live streams see it: the fields their rules look at, and its SSE frame rendered once for
+/// every stream that receives it.
+package struct LiveEvent: Sendable {
+    package let id: Int64
+    package let type: String
+    package let audience: [String]
+    package let groupID: String?
+    package let roomID: String?
+    /// A group message event: its audience is the members of `groupID` when it was written (``GroupAudience``).
+    package let toGroupMembers: Bool
+    /// For `user.deleted`: the deleted user (its streams close, API.md §14.3 "Closing").
+    package let deletedUserID: String?
+    /// For `user.kicked`: the platforms whose streams close (nil: every platform).
+    package let kickedPlatforms: [String]?
+    /// `id: …`, `event: …`, `data: <Event JSON>` and the blank line (API.md §14.3 "Event frame").
+    package let frame: [UInt8]
+}
+
+/// The `types` filter of the event routes (API.md §14.2): exact types, `prefix.*` and `*`.
+package struct EventTypeFilter: Sendable, Equatable {
+    private(set) var all = true
+    private(set) var exact: [String] = []
+    /// Prefixes with their trailing dot (`message.` for `message.*`).
+    private(set) var prefixes: [String] = []
+
+    package init(_ types: [String] = []) {
+        all = types.isEmpty
+        for type in types {
+            if type == "*" {
+                all = true
+            } else if type.hasSuffix(".*") {
+                prefixes.append(String(type.dropLast(1)))
+            } else {
+                exact.append(type)
+            }
+        }
+    }
+
+    package func matches(_ type: String) -> Bool {
+        all || exact.contains(type) || prefixes.contains { type.hasPrefix($0) }
+    }
+}

@@ -1,0 +1,88 @@
+import ParleyHTTP
+import ParleySync
+import Synchronization
+
+/// Prometheus counters and histograms of the HTTP layer and of accepted messages (API.md §17 `/metrics`).
+///
+/// Owner: `state` behind its `LockedValue`; recorded from the event loops after each response.
+package final class Metrics: Sendable {
+    static let buckets: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+
+    private struct RequestKey: Hashable {
+        let method: String
+        let route: String
+        let status: Int
+    }
+
+    private struct State {
+        var requests: [RequestKey: Int] = [:]
+        var bucketCounts = [Int](repeating: 0, count: Metrics.buckets.count)
+        var durationCount = 0
+        var durationSum = 0.0
+        var openConnections = 0
+        /// Accepted messages by "conversation_type stored" (`parley_messages_total`).
+        var messages: [String: Int] = [:]
+    }
+
+    private let state = LockedValue(State())
+
+    package init() {}
+
+    package func record(_ r: RequestRecord) {
+        state.withLock { s in
+            s.requests[RequestKey(method: r.method.rawValue, route: r.route, status: r.status), default: 0] += 1
+            s.durationCount += 1
+            s.durationSum += r.durationSeconds
+            for (i, bound) in Metrics.buckets.enumerated() where r.durationSeconds <= bound { s.bucketCounts[i] += 1 }
+        }
+    }
+
+    package func connections(_ count: Int) { state.withLock { $0.openConnections = count } }
+
+    /// Counts one message accepted by a send or batch send (duplicates are not new messages); `conversationType` is
+    /// the API's value (`peer`, `group`, …).
+    package func messageAccepted(conversationType: String, stored: Bool) {
+        state.withLock { $0.messages["\(conversationType) \(stored)", default: 0] += 1 }
+    }
+
+    /// The HTTP part of the exposition text.
+    package func render() -> String {
+        let s = state.withLock { $0 }
+        var out = "# HELP parley_http_requests_total HTTP requests by method, route template and status.\n"
+        out += "# TYPE parley_http_requests_total counter\n"
+        let sorted = s.requests.sorted { ($0.key.route, $0.key.method, $0.key.status) < ($1.key.route, $1.key.method, $1.key.status) }
+        for (key, count) in sorted {
+            out += "parley_http_requests_total{method=\"\(key.method)\",route=\"\(Self.escape(key.route))\",status=\"\(key.status)\"} \(count)\n"
+        }
+        out += "# HELP parley_http_request_duration_seconds HTTP request latency.\n"
+        out += "# TYPE parley_http_request_duration_seconds histogram\n"
+        for (i, bound) in Metrics.buckets.enumerated() {
+            out += "parley_http_request_duration_seconds_bucket{le=\"\(bound)\"} \(s.bucketCounts[i])\n"
+        }
+        out += "parley_http_request_duration_seconds_bucket{le=\"+Inf\"} \(s.durationCount)\n"
+        out += "parley_http_request_duration_seconds_sum \(s.durationSum)\n"
+        out += "parley_http_request_duration_seconds_count \(s.durationCount)\n"
+        out += "# HELP parley_http_connections_open Open HTTP connections.\n# TYPE parley_http_connections_open gauge\n"
+        out += "parley_http_connections_open \(s.openConnections)\n"
+        out += "# HELP parley_messages_total Messages accepted by sends, by conversation type and storage.\n"
+        out += "# TYPE parley_messages_total counter\n"
+        for (key, count) in s.messages.sorted(by: { $0.key < $1.key }) {
+            let parts = key.split(separator: " ")
+            out += "parley_messages_total{conversation_type=\"\(parts[0])\",stored=\"\(parts[1])\"} \(count)\n"
+        }
+        return out
+    }
+
+    package static func escape(_ value: String) -> String {
+        var out = ""
+        for ch in value {
+            switch ch {
+            case "\\": out += "\\\\"
+            case "\"": out += "\\\""
+            case "\n": out += "\\n"
+            default: out.append(ch)
+            }
+        }
+        return out
+    }
+}

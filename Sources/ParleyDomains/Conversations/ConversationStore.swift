@@ -1,0 +1,299 @@
+import ParleyAPI
+import ParleyCore
+import ParleyPostgres
+
+/// SQL for conversation entries (API.md §12) and the derived read state of §11.7. No rules here.
+///
+/// Unread counts and mention items are computed from each entry's `read_seq`/`last_seq` over the conversation's
+/// messages, so a group message stays one row however many members read it.
+///
+/// A group entry of a current member (`follows_group`) stores no last_seq/last_ts of its own: a group send writes
+/// only the group's `conversation_seqs` row (Migrations/0009), and the entry reads its head from there. Every query
+/// goes through ``lastSeq`` and ``orderKey`` (alias `c` for the entry) rather than the stored columns.
+enum ConversationStore {
+    /// Column `column` of the group head row of entry `c` (null when the group has no stored message yet).
+    private static func groupHead(_ column: String) -> String {
+        "(SELECT h.\(column) FROM conversation_seqs h WHERE h.app_id = c.app_id AND h.conv_type = 'group' AND h.conv_id = c.thread_id)"
+    }
+
+    /// The effective last_seq of entry `c`: the group's head while it follows its group, else the stored value
+    /// (peers, and group entries frozen by leave, kick or dismissal).
+    static let lastSeq = "(CASE WHEN c.follows_group THEN coalesce(\(groupHead("last_seq")), 0) ELSE c.last_seq END)"
+
+    /// The effective order_key of entry `c`: a followed group's latest message raises it without being stored.
+    static let orderKey =
+        "(CASE WHEN c.follows_group THEN greatest(c.order_key, coalesce(\(groupHead("last_ts")), 0)) ELSE c.order_key END)"
+
+    /// The messages of entry `c` that count for its owner (§11.7): stored, from someone else, not `no_unread`,
+    /// not revoke/tips, not deleted and not suppressed.
+    private static let countable = """
+        m.app_id = c.app_id AND m.conv_type = c.conv_type AND m.conv_id = c.thread_id AND m.seq > c.read_seq
+          AND m.seq <= \(lastSeq) AND m.sender <> c.user_id AND m.type NOT IN (31, 32) AND NOT m.deleted
+          AND m.suppressed IS NULL
+        """
+
+    /// The unread count of entry `c`.
+    static let unreadCount = "(SELECT count(*) FROM messages m WHERE \(countable) AND NOT m.no_unread)"
+
+    /// The entry columns ``conversation(_:)`` decodes, with the derived ones and the last message. Name and avatar
+    /// come from the other user (peer) or the group; alias from the owner's friend row (peer) or its own member row
+    /// (group: '' once it is no longer a member).
+    private static let select = """
+        SELECT c.user_id, c.conv_type, c.conv_id, c.thread_id, coalesce(u.name, g.name, ''), coalesce(u.avatar_url, g.avatar_url, ''),
+               coalesce(f.alias, gm.alias, ''), \(unreadCount), c.read_seq, \(lastSeq), \(orderKey), c.pinned, c.notification_status,
+               c.draft, c.draft_updated_at, c.marks,
+               (SELECT coalesce(json_agg(json_build_object('message_id', m.message_id, 'seq', m.seq, 'from', m.sender,
+                         'type', CASE WHEN NOT m.mention_all THEN 'me' WHEN c.user_id = ANY(m.mention_ids) THEN 'all_and_me'
+                                      ELSE 'all' END) ORDER BY m.seq), '[]')::text
+                FROM messages m WHERE \(countable) AND m.mention_notify AND (m.mention_all OR c.user_id = ANY(m.mention_ids))),
+               c.cleared_seq, c.created_at, c.updated_at, c.conv_type = 'group' AND NOT c.follows_group,
+               coalesce(gm.muted_until, 0), \(MessageStore.columns("lm"))
+        FROM conversations c
+        LEFT JOIN users u ON u.app_id = c.app_id AND u.user_id = c.conv_id AND c.conv_type = 'peer'
+        LEFT JOIN friends f ON f.app_id = c.app_id AND f.user_id = c.user_id AND f.friend_id = c.conv_id AND c.conv_type = 'peer'
+        LEFT JOIN groups g ON g.app_id = c.app_id AND g.group_id = c.conv_id AND c.conv_type = 'group'
+        LEFT JOIN group_members gm ON gm.app_id = c.app_id AND gm.group_id = c.conv_id AND gm.user_id = c.user_id
+                                  AND c.conv_type = 'group'
+        LEFT JOIN messages lm ON lm.app_id = c.app_id AND lm.conv_type = c.conv_type AND lm.conv_id = c.thread_id
+                             AND lm.seq = \(lastSeq)
+        """
+
+    static func conversation(_ row: PostgresRow) throws -> Conversation {
+        let items = try row[16].textBytes
+        var me = false
+        var all = false
+        for item in (try? JSONValue.parse(items))?.arrayValue ?? [] {
+            switch item["type"]?.stringValue {
+            case "me": me = true
+            case "all": all = true
+            default:
+                me = true
+                all = true
+            }
+        }
+        return Conversation(
+            userID: try row[0].string, type: try row[1].string, id: try row[2].string, threadID: try row[3].string,
+            name: try row[4].string, avatarURL: try row[5].string, alias: try row[6].string, unreadCount: try row[7].int64,
+            readSeq: try row[8].int64, lastSeq: try row[9].int64, lastMessage: try MessageStore.message(row, at: 22),
+            orderKey: try row[10].int64, pinned: try row[11].bool, notificationStatus: try row[12].string, draft: try row[13].string,
+            draftUpdatedAt: try row[14].int64, marks: try row[15].intArray, mentionItems: items, mentionMe: me, mentionAll: all,
+            clearedSeq: try row[17].int64, disabled: try row[20].bool, mutedUntil: try row[21].int64, createdAt: try row[18].int64,
+            updatedAt: try row[19].int64)
+    }
+
+    /// One entry that is not deleted.
+    package static func fetch(appID: String, userID: String, type: String, id: String, on db: PostgresConnection) throws -> Conversation? {
+        try db.query(
+            "\(sql: select) WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND c.conv_type = \(type) AND c.conv_id = \(id) AND NOT c.deleted"
+        ).first.map(conversation)
+    }
+
+    /// Several entries of one user by (type, id), not deleted, in no particular order.
+    static func fetchMany(appID: String, userID: String, keys: [(type: String, id: String)], on db: PostgresConnection) throws
+        -> [Conversation]
+    {
+        if keys.isEmpty { return [] }
+        return try db.query(
+            """
+            \(sql: select)
+             JOIN unnest(\(keys.map(\.type))::text[], \(keys.map(\.id))::text[]) AS k(type, id) ON k.type = c.conv_type AND k.id = c.conv_id
+            WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND NOT c.deleted
+            """
+        ).rows.map(conversation)
+    }
+
+    /// The list and total filters of §12 (`types`, `marks`, `unread_only`, `pinned`, `exclude_dnd`).
+    struct Filter {
+        var types: [String]?
+        /// 1–20 marks of the filter (nil: no marks filter).
+        var marks: [Int64]?
+        var anyMarked = false
+        var unmarked = false
+        var unreadOnly = false
+        var pinned: Bool?
+        var excludeDND = false
+
+        var hasMarks: Bool { marks != nil || anyMarked || unmarked }
+    }
+
+    /// The conditions of `f` (each an always-present condition with its switch bound, so one statement text serves
+    /// every filter).
+    private static func conditions(_ f: Filter) -> PostgresQuery {
+        """
+          AND (\(f.types)::text[] IS NULL OR c.conv_type = ANY(\(f.types)::text[]))
+          AND (NOT \(f.hasMarks) OR (\(f.anyMarked) AND cardinality(c.marks) > 0) OR (\(f.unmarked) AND cardinality(c.marks) = 0)
+               OR c.marks && \(f.marks ?? [])::int[])
+          AND (\(f.pinned)::boolean IS NULL OR c.pinned = \(f.pinned))
+          AND (NOT \(f.unreadOnly) OR EXISTS (SELECT 1 FROM messages m WHERE \(sql: countable) AND NOT m.no_unread))
+          AND (NOT \(f.excludeDND) OR c.notification_status <> 'do_not_disturb')
+        """
+    }
+
+    /// Up to `limit` entries by `order_key` desc, then type desc, then id desc, strictly after `after`.
+    static func list(
+        appID: String, userID: String, filter: Filter, after: (orderKey: Int64, type: String, id: String)?, limit: Int,
+        on db: PostgresConnection
+    ) throws -> [Conversation] {
+        try db.query(
+            """
+            \(sql: select) WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND NOT c.deleted\(conditions(filter))
+              AND (\(after?.orderKey)::bigint IS NULL
+                   OR (\(sql: orderKey), c.conv_type, c.conv_id) < (\(after?.orderKey)::bigint, \(after?.type)::text, \(after?.id)::text))
+            ORDER BY \(sql: orderKey) DESC, c.conv_type DESC, c.conv_id DESC LIMIT \(limit)
+            """
+        ).rows.map(conversation)
+    }
+
+    /// The sum of the unread counts of the matching entries.
+    static func totalUnread(appID: String, userID: String, filter: Filter, on db: PostgresConnection) throws -> Int64 {
+        try db.query(
+            """
+            SELECT coalesce(sum(\(sql: unreadCount)), 0)::bigint FROM conversations c
+            WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND NOT c.deleted\(conditions(filter))
+            """
+        ).decodeFirst(Int64.self) ?? 0
+    }
+
+    // MARK: - Writes
+
+    /// The settable fields of an entry, locked until the transaction ends (deleted entries included).
+    struct Settings {
+        var pinned: Bool
+        var notificationStatus: String
+        var draft: String
+        var deleted: Bool
+    }
+
+    static func lock(appID: String, userID: String, type: String, id: String, on db: PostgresConnection) throws -> Settings? {
+        try db.query(
+            """
+            SELECT pinned, notification_status, draft, deleted FROM conversations
+            WHERE app_id = \(appID) AND user_id = \(userID) AND conv_type = \(type) AND conv_id = \(id) FOR UPDATE
+            """
+        ).first.map { Settings(pinned: try $0[0].bool, notificationStatus: try $0[1].string, draft: try $0[2].string, deleted: try $0[3].bool) }
+    }
+
+    /// Creates an empty entry (PATCH on a conversation without one).
+    package static func create(appID: String, userID: String, type: String, id: String, threadID: String, now: Int64, on db: PostgresConnection)
+        throws
+    {
+        try db.query(
+            """
+            INSERT INTO conversations (app_id, user_id, conv_type, conv_id, thread_id, order_key, created_at, updated_at)
+            VALUES (\(appID), \(userID), \(type), \(id), \(threadID), \(now), \(now), \(now))
+            ON CONFLICT (app_id, user_id, conv_type, conv_id) DO NOTHING
+            """)
+    }
+
+    /// Creates the group entry of a current member (PATCH on a group conversation without an entry): it follows
+    /// the group and starts read up to the group's head, like an entry made on join (§11.7). False when `userID` is
+    /// not a member of `groupID`. The caller holds the member row (``lockMemberAlias``), so a concurrent leave
+    /// freezes the new entry after this transaction.
+    static func createGroupEntry(appID: String, userID: String, groupID: String, now: Int64, on db: PostgresConnection) throws -> Bool {
+        try db.query(
+            """
+            INSERT INTO conversations (app_id, user_id, conv_type, conv_id, thread_id, read_seq, follows_group, order_key,
+                                       created_at, updated_at)
+            SELECT gm.app_id, gm.user_id, 'group', gm.group_id, gm.group_id, coalesce(h.last_seq, 0), true, \(now), \(now), \(now)
+            FROM group_members gm
+            LEFT JOIN conversation_seqs h ON h.app_id = gm.app_id AND h.conv_type = 'group' AND h.conv_id = gm.group_id
+            WHERE gm.app_id = \(appID) AND gm.user_id = \(userID) AND gm.group_id = \(groupID)
+            ON CONFLICT (app_id, user_id, conv_type, conv_id) DO NOTHING
+            """
+        ).affectedRows == 1
+    }
+
+    /// The member's own alias for the group, its member row locked until the transaction ends; nil when it is not a
+    /// member. Taken before the entry's lock (the order a leave takes them: member row, then entry).
+    static func lockMemberAlias(appID: String, userID: String, groupID: String, on db: PostgresConnection) throws -> String? {
+        try db.query("SELECT alias FROM group_members WHERE app_id = \(appID) AND group_id = \(groupID) AND user_id = \(userID) FOR UPDATE").first.map
+        { try $0[0].string }
+    }
+
+    /// Sets the member's own alias for the group (the `alias` of its group entry).
+    static func setMemberAlias(appID: String, userID: String, groupID: String, alias: String, on db: PostgresConnection) throws {
+        try db.query("UPDATE group_members SET alias = \(alias) WHERE app_id = \(appID) AND group_id = \(groupID) AND user_id = \(userID)")
+    }
+
+    /// How many of the user's live entries are pinned.
+    static func pinnedCount(appID: String, userID: String, on db: PostgresConnection) throws -> Int {
+        Int(
+            try db.query("SELECT count(*) FROM conversations WHERE app_id = \(appID) AND user_id = \(userID) AND pinned AND NOT deleted").first?[0]
+                .int64 ?? 0)
+    }
+
+    /// Saves the settable fields (nil = unchanged); a draft sets `draft_updated_at`, which raises `order_key`.
+    static func update(
+        appID: String, userID: String, type: String, id: String, pinned: Bool?, notificationStatus: String?, draft: String?,
+        now: Int64, on db: PostgresConnection
+    ) throws {
+        try db.query(
+            """
+            UPDATE conversations SET pinned = coalesce(\(pinned), pinned), notification_status = coalesce(\(notificationStatus), notification_status),
+                draft = coalesce(\(draft), draft), draft_updated_at = CASE WHEN \(draft)::text IS NULL THEN draft_updated_at ELSE \(now) END,
+                order_key = CASE WHEN \(draft)::text IS NULL THEN order_key ELSE greatest(order_key, \(now)) END,
+                deleted = false, updated_at = \(now)
+            WHERE app_id = \(appID) AND user_id = \(userID) AND conv_type = \(type) AND conv_id = \(id)
+            """)
+    }
+
+    /// Deletes an entry: unread and mentions drop to nothing (read_seq = last_seq) and, with `clearHistory`, the
+    /// user's history is cleared up to last_seq. False when there was no live entry.
+    package static func delete(appID: String, userID: String, type: String, id: String, clearHistory: Bool, now: Int64, on db: PostgresConnection)
+        throws -> Bool
+    {
+        // The effective last_seq is stored too, so a followed group entry keeps the position it was deleted at.
+        try db.query(
+            """
+            UPDATE conversations c SET deleted = true, last_seq = \(sql: lastSeq), read_seq = greatest(c.read_seq, \(sql: lastSeq)),
+                cleared_seq = CASE WHEN \(clearHistory) THEN greatest(c.cleared_seq, \(sql: lastSeq)) ELSE c.cleared_seq END, updated_at = \(now)
+            WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND c.conv_type = \(type) AND c.conv_id = \(id) AND NOT c.deleted
+            """
+        ).affectedRows == 1
+    }
+
+    /// One entry whose read position moved.
+    struct ReadMove {
+        var type: String
+        var id: String
+        var threadID: String
+        var readSeq: Int64
+    }
+
+    /// Moves read_seq of live entries to `min(seq, last_seq)` (nil seq: last_seq) where that is higher; `keys` nil
+    /// means every entry of the user. Returns the entries that advanced.
+    static func markRead(appID: String, userID: String, keys: [(type: String, id: String)]?, seq: Int64?, now: Int64, on db: PostgresConnection)
+        throws -> [ReadMove]
+    {
+        let result = try db.query(
+            """
+            UPDATE conversations c SET read_seq = least(coalesce(\(seq), \(sql: lastSeq)), \(sql: lastSeq)), updated_at = \(now)
+            WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND NOT c.deleted
+              AND (\(keys?.map(\.type))::text[] IS NULL OR (c.conv_type, c.conv_id) IN (SELECT * FROM unnest(\(keys?.map(\.type))::text[], \(keys?.map(\.id))::text[])))
+              AND least(coalesce(\(seq), \(sql: lastSeq)), \(sql: lastSeq)) > c.read_seq
+            RETURNING c.conv_type, c.conv_id, c.thread_id, c.read_seq
+            """)
+        return try result.rows.map {
+            ReadMove(type: try $0[0].string, id: try $0[1].string, threadID: try $0[2].string, readSeq: try $0[3].int64)
+        }
+    }
+
+    /// Adds or removes `mark` on the live entries among `keys`; returns the keys that changed.
+    static func setMark(
+        appID: String, userID: String, keys: [(type: String, id: String)], mark: Int64, enable: Bool, now: Int64, on db: PostgresConnection
+    )
+        throws -> [(type: String, id: String)]
+    {
+        try db.query(
+            """
+            UPDATE conversations c SET updated_at = \(now),
+                marks = CASE WHEN \(enable) THEN ARRAY(SELECT DISTINCT x FROM unnest(c.marks || \(mark)::int) x ORDER BY x)
+                             ELSE array_remove(c.marks, \(mark)::int) END
+            FROM unnest(\(keys.map(\.type))::text[], \(keys.map(\.id))::text[]) AS k(type, id)
+            WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND c.conv_type = k.type AND c.conv_id = k.id AND NOT c.deleted
+              AND (\(mark)::int = ANY(c.marks)) <> \(enable)
+            RETURNING c.conv_type, c.conv_id
+            """
+        ).rows.map { (try $0[0].string, try $0[1].string) }
+    }
+}

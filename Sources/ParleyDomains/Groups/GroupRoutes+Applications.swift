@@ -1,0 +1,64 @@
+import ParleyAPI
+import ParleyCore
+import ParleyHTTP
+import ParleyPostgres
+
+/// Application routes (API.md §9.4).
+extension GroupRoutes {
+    static func registerApplications(on api: inout API) {
+        api.add(.get, "/v1/groups/{group_id}/applications", .appOrUser, "listGroupApplications") { ctx in
+            let groupID = try ctx.pathID("group_id", .groupID)
+            return try listApplications(ctx, list: "group_applications|\(ctx.appID)|\(groupID)") { service, type, state, after, limit in
+                try service.groupApplications(
+                    groupID, reader: ctx.tokenUserID, type: type, state: state, after: after, limit: limit, on: ctx.db)
+            }
+        }
+
+        api.add(.get, "/v1/users/{user_id}/group_applications", .appOrSelf, "listUserGroupApplications") { ctx in
+            let userID = try ctx.pathID("user_id", .userID)
+            return try listApplications(ctx, list: "user_group_applications|\(ctx.appID)|\(userID)") { service, type, state, after, limit in
+                try service.userApplications(userID, type: type, state: state, after: after, limit: limit, on: ctx.db)
+            }
+        }
+
+        api.add(.post, "/v1/group_applications/{application_id}/accept", .appOrUser, "acceptGroupApplication") { ctx in
+            try answer(ctx) { service, id, actor, push in try service.accept(id, actor: actor, push: push) }
+        }
+
+        api.add(.post, "/v1/group_applications/{application_id}/reject", .appOrUser, "rejectGroupApplication") { ctx in
+            try answer(ctx) { service, id, actor, push in try service.reject(id, actor: actor, push: push) }
+        }
+    }
+
+    private static func answer(
+        _ ctx: APIContext, _ run: (GroupService, String, GroupService.Actor, JSONValue?) throws -> GroupApplication
+    ) throws -> Response {
+        let applicationID = try ctx.pathID("application_id", .opaque)
+        var body = try ctx.body()
+        let actor = try actor(ctx, &body)
+        let push = PushConfig.read(from: &body, key: "push")
+        try body.check()
+        return Reply.json(try run(GroupService.forRequest(ctx), applicationID, actor, push).json)
+    }
+
+    /// A list of applications by `created_at` desc, then `application_id` desc, with `type` and `state` filters.
+    private static func listApplications(
+        _ ctx: APIContext, list: String,
+        _ fetch: (GroupService, GroupApplication.Kind?, GroupApplication.State?, (Int64, String)?, Int) throws -> [GroupApplication]
+    ) throws -> Response {
+        var query = ctx.query()
+        let limit = query.limit()
+        let type = query.choice("type", GroupApplication.Kind.allCases.map(\.rawValue)).flatMap(GroupApplication.Kind.init)
+        let state = query.choice("state", GroupApplication.State.allCases.map(\.rawValue)).flatMap(GroupApplication.State.init)
+        let cursor = query.string("cursor")
+        try query.check()
+        let fullList = "\(list)|\(type?.rawValue ?? "")|\(state?.rawValue ?? "")"
+        var after: (Int64, String)?
+        if let values = try cursorValues(ctx, cursor, list: fullList, count: 2) {
+            guard let t = values[0].intValue, let id = values[1].stringValue else { throw malformedCursor() }
+            after = (t, id)
+        }
+        let rows = try fetch(GroupService.forRequest(ctx), type, state, after, limit + 1)
+        return page(rows, limit: limit, list: fullList, ctx: ctx, { [.int($0.createdAt), .string($0.applicationID)] }) { $0.json }
+    }
+}

@@ -1,0 +1,166 @@
+import ParleyAPI
+import ParleyCore
+import ParleyHTTP
+import ParleyPostgres
+
+/// Groups (API.md §9.1–§9.7): HTTP ↔ ``GroupService``. Lifecycle here; membership, applications, mute and
+/// attributes in the `GroupRoutes+…` files.
+///
+/// The `group.before_create` / `group.before_join` hooks of §15.3 arrive with the webhooks domain.
+package enum GroupRoutes {
+    package static func register(on api: inout API) {
+        registerLifecycle(on: &api)
+        registerMembers(on: &api)
+        registerApplications(on: &api)
+        registerMuteAndAttributes(on: &api)
+    }
+
+    private static func registerLifecycle(on api: inout API) {
+        api.add(.post, "/v1/groups", .appOrUser, "createGroup") { ctx in
+            try create(ctx)
+        }
+
+        api.add(.get, "/v1/groups", .app, "listGroups") { ctx in
+            var query = ctx.query()
+            let limit = query.limit()
+            let keywords = KeywordMatch.keywords(&query)
+            let includeDismissed = query.bool("include_dismissed") ?? false
+            let cursor = query.string("cursor")
+            try query.check()
+            let list = "groups|\(ctx.appID)|\(keywords.joined(separator: " "))|\(includeDismissed)"
+            var after: (Int64, String)?
+            if let values = try cursorValues(ctx, cursor, list: list, count: 2) {
+                guard let t = values[0].intValue, let id = values[1].stringValue else { throw malformedCursor() }
+                after = (t, id)
+            }
+            let service = GroupService.forRequest(ctx)
+            let groups = try service.list(keywords: keywords, includeDismissed: includeDismissed, after: after, limit: limit + 1)
+            return page(groups, limit: limit, list: list, ctx: ctx, { [.int($0.createdAt), .string($0.groupID)] }) {
+                $0.json(service.limits, now: ctx.now)
+            }
+        }
+
+        api.add(.get, "/v1/groups/{group_id}", .appOrUser, "getGroup") { ctx in
+            let groupID = try ctx.pathID("group_id", .groupID)
+            let service = GroupService.forRequest(ctx)
+            return Reply.json(try service.get(groupID, on: ctx.db).json(service.limits, now: ctx.now))
+        }
+
+        api.add(.patch, "/v1/groups/{group_id}", .appOrUser, "updateGroup") { ctx in
+            let groupID = try ctx.pathID("group_id", .groupID)
+            var body = try ctx.body()
+            let actor = try actor(ctx, &body)
+            var patch = GroupService.Patch()
+            patch.name = body.string("name", maxBytes: 50)
+            patch.avatarURL = body.string("avatar_url", maxBytes: 500)
+            patch.notice = body.string("notice", maxBytes: 1024)
+            patch.extendedData = body.string("extended_data", maxBytes: 4096)
+            patch.joinMode = body.enumeration("join_mode", Group.JoinMode.self)
+            patch.inviteMode = body.enumeration("invite_mode", Group.InviteMode.self)
+            patch.beInviteMode = body.enumeration("be_invite_mode", Group.BeInviteMode.self)
+            patch.maxMembers = body.int("max_members", range: 0...100_000)
+            try body.check()
+            let service = GroupService.forRequest(ctx)
+            return Reply.json(try service.update(groupID, actor: actor, patch: patch).json(service.limits, now: ctx.now))
+        }
+
+        api.add(.post, "/v1/groups/{group_id}/dismiss", .appOrUser, "dismissGroup") { ctx in
+            let groupID = try ctx.pathID("group_id", .groupID)
+            var body = try ctx.body()
+            let actor = try actor(ctx, &body)
+            try body.check()
+            let service = GroupService.forRequest(ctx)
+            return Reply.json(try service.dismiss(groupID, actor: actor).json(service.limits, now: ctx.now))
+        }
+
+        api.add(.get, "/v1/groups/{group_id}/member_count", .appOrUser, "getGroupMemberCount") { ctx in
+            let groupID = try ctx.pathID("group_id", .groupID)
+            let group = try GroupService.forRequest(ctx).get(groupID, on: ctx.db)
+            var o = JSONObjectWriter(capacity: 64 + groupID.utf8.count)
+            o["group_id"] = groupID
+            o["member_count"] = group.memberCount
+            return Reply.json(o.finish())
+        }
+    }
+
+    /// `POST /v1/groups`: 201 `{group, results}` with one result per initial member.
+    private static func create(_ ctx: APIContext) throws -> Response {
+        var body = try ctx.body()
+        let owner = try ctx.actingUser(body.id("operator", .userID), field: "operator")
+        var input = GroupService.NewGroup(owner: owner)
+        input.groupID = body.id("group_id", .groupID)
+        input.name = body.string("name", maxBytes: 50) ?? ""
+        input.avatarURL = body.string("avatar_url", maxBytes: 500) ?? ""
+        input.notice = body.string("notice", maxBytes: 1024) ?? ""
+        input.extendedData = body.string("extended_data", maxBytes: 4096) ?? ""
+        input.joinMode = body.enumeration("join_mode", Group.JoinMode.self) ?? .any
+        input.inviteMode = body.enumeration("invite_mode", Group.InviteMode.self) ?? .any
+        input.beInviteMode = body.enumeration("be_invite_mode", Group.BeInviteMode.self) ?? .none
+        input.maxMembers = body.int("max_members", range: 0...100_000) ?? 0
+        input.bigGroup = body.bool("big_group") ?? false
+        // More than 10 keys is 422 `6000531` from the service (§9.2), not a 400.
+        if let attributes = body.rawObject("attributes") {
+            for (key, value) in attributes {
+                guard let text = value.stringValue else {
+                    body.addError(path: "\(body.fieldPath("attributes")).\(key)", "expected string, got \(value.typeName)")
+                    continue
+                }
+                input.attributes.append((key, text))
+            }
+        }
+        let items = body.batchIDs("members", minItems: 0, maxItems: GroupService.maxInitialMembers, required: false)
+        _ = try ctx.appOnlyFlag(body.bool("skip_checks"))
+        try body.check()
+        input.memberIDs = items.compactMap(\.userID)
+        let service = GroupService.forRequest(ctx)
+        let (group, outcomes) = try service.create(input)
+        let results = BatchResult.results(items) { id in
+            switch outcomes[id] {
+            case .joined(let member)?: .ok(member.json(now: ctx.now))
+            case .failed(let code, let message)?: .failed(code, message)
+            case .pending?, nil: .failed(.internalError, "not processed")
+            }
+        }
+        let groupJSON = group.json(service.limits, now: ctx.now)
+        return Reply.batch(
+            results,
+            extra: { w in
+                w.key("group")
+                w.writeRaw(groupJSON)
+            }, status: 201)
+    }
+
+    // MARK: - Shared request pieces
+
+    /// The operator of a group action (§1.3): a user token acts for itself (a different `operator`, or
+    /// `skip_checks`, → 403 `7000002`); an app key names the operator — whose role the checks then test unless
+    /// `skip_checks` — or omits it to act as the app itself.
+    static func actor(_ ctx: APIContext, _ body: inout BodyReader) throws -> GroupService.Actor {
+        let op = body.id("operator", .userID)
+        let skip = try ctx.appOnlyFlag(body.bool("skip_checks"))
+        if let token = ctx.tokenUserID {
+            _ = try ctx.actingUser(op, field: "operator")
+            return GroupService.Actor(userID: token, checks: true)
+        }
+        return GroupService.Actor(userID: op, checks: op != nil && !skip)
+    }
+
+    /// The values of `cursor` for `list` (nil without a cursor); a cursor of another shape → 400 `7000007`.
+    static func cursorValues(_ ctx: APIContext, _ cursor: String?, list: String, count: Int) throws -> [JSONValue]? {
+        guard let cursor else { return nil }
+        let values = try ctx.decodeCursor(cursor, list: list)
+        guard values.count == count else { throw malformedCursor() }
+        return values
+    }
+
+    static func malformedCursor() -> APIError { APIError(.invalidCursor, "malformed cursor") }
+
+    /// A list page: the first `limit` rows, and the cursor of the last one when more exist.
+    static func page<T>(_ rows: [T], limit: Int, list: String, ctx: APIContext, _ key: (T) -> [JSONValue], _ json: (T) -> [UInt8])
+        -> Response
+    {
+        let page = rows.prefix(limit)
+        let next = rows.count > limit ? page.last.map { ctx.cursors.encode(list: list, values: key($0)) } : nil
+        return Reply.list(page.map(json), nextCursor: next)
+    }
+}

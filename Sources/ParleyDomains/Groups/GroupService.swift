@@ -1,0 +1,504 @@
+import ParleyAPI
+import ParleyCore
+import ParleyPostgres
+
+/// The rules of API.md §9.1–§9.7. Every change runs in one transaction that locks the group row first (so member
+/// counts, `max_members` and owner continuity are exact under concurrency), checks the §9.1 role matrix, changes
+/// the rows and writes its events last (§18).
+///
+/// A value made per request; it owns nothing mutable. Transaction bodies are re-runnable (the pool retries them on
+/// serialization failures), so they compute everything they return from what they read.
+package struct GroupService: DomainService {
+    /// The request's connection (its worker thread's): reads run on it and transactions open on it.
+    let db: PostgresConnection
+    let appID: String
+    /// Server-clock ms of the request.
+    let now: Int64
+    /// The app's group settings (defaults unless made by ``forRequest(_:)``).
+    var limits = GroupLimits()
+
+    package init(db: PostgresConnection, appID: String, now: Int64) {
+        self.db = db
+        self.appID = appID
+        self.now = now
+    }
+
+    /// The service for a request, with its app's settings.
+    static func forRequest(_ ctx: APIContext) -> GroupService {
+        var service = GroupService(ctx)
+        service.limits = GroupLimits(ctx.app.settings)
+        return service
+    }
+
+    /// Most initial members of a create and items of an invite, kick or mute (API.md §20).
+    static let maxInitialMembers = 500
+    static let maxBatch = 100
+
+    /// Who does a group action (API.md §1.3): a user — with the §9.1 checks unless the app said `skip_checks` —
+    /// or the app itself (an app key without `operator`: no role or membership check, events carry null).
+    struct Actor: Sendable {
+        var userID: String?
+        var checks: Bool
+
+        static let app = Actor(userID: nil, checks: false)
+    }
+
+    // MARK: - Lifecycle (§9.2)
+
+    /// The fields of a create.
+    package struct NewGroup: Sendable {
+        var groupID: String?
+        var name = ""
+        var avatarURL = ""
+        var notice = ""
+        var extendedData = ""
+        var attributes: [(key: String, value: String)] = []
+        var joinMode = Group.JoinMode.any
+        var inviteMode = Group.InviteMode.any
+        var beInviteMode = Group.BeInviteMode.none
+        var maxMembers: Int64 = 0
+        var bigGroup = false
+        var owner: String
+        /// Distinct valid ids (invalid or repeated items were failed by the route).
+        var memberIDs: [String] = []
+    }
+
+    /// The outcome of one initial member or invitee.
+    package enum MemberOutcome: Sendable {
+        case joined(GroupMember)
+        case pending(GroupApplication)
+        case failed(ErrorCode, String)
+    }
+
+    /// Creates a group owned by `input.owner` with the initial members joined directly (`invited`, whatever
+    /// `be_invite_mode`). Request-level failures: 404 owner, 409 id taken, 422 attributes, 422 `max_members`.
+    package func create(_ input: NewGroup) throws -> (group: Group, outcomes: [String: MemberOutcome]) {
+        if input.maxMembers > limits.maxGroupMembers {
+            throw APIError(.groupFull, "max_members \(input.maxMembers) is above the app maximum \(limits.maxGroupMembers)")
+        }
+        if input.maxMembers != 0 && input.maxMembers < 1 + Int64(input.memberIDs.count) {
+            throw APIError(.groupFull, "max_members \(input.maxMembers) is below 1 + \(input.memberIDs.count) members")
+        }
+        var attributes = JSONObject()
+        for (key, value) in input.attributes {
+            if let code = GroupAttributes.problem(key: key, value: value, in: attributes) {
+                throw APIError(code, "attribute \(key): \(code.name)")
+            }
+            attributes[key] = .string(value)
+        }
+        return try db.transaction { db in
+            guard let owner = try UserStore.fetch(appID: appID, userID: input.owner, on: db), !owner.isDeleted else {
+                throw UserService.notFound(input.owner)
+            }
+            var group = Group(
+                groupID: input.groupID ?? IdentifierKind.generateGroupID(), name: input.name, avatarURL: input.avatarURL,
+                notice: input.notice, extendedData: input.extendedData, ownerID: input.owner, joinMode: input.joinMode,
+                inviteMode: input.inviteMode, beInviteMode: input.beInviteMode, maxMembers: input.maxMembers, memberCount: 1,
+                isBigGroup: input.bigGroup, mute: .none, attributes: attributes, createdAt: now, updatedAt: now, dismissedAt: nil)
+            guard try GroupStore.insert(appID: appID, group, on: db) else {
+                throw APIError(.groupAlreadyExists, "group \(group.groupID) already exists")
+            }
+            let live = try liveUsers(input.memberIDs, on: db)
+            let capacity = group.effectiveMaxMembers(limits)
+            var outcomes: [String: MemberOutcome] = [:]
+            var rows = [GroupStore.NewMember(userID: input.owner, role: GroupRole.owner, enterType: .created, operatedBy: nil)]
+            for id in input.memberIDs {
+                if id == input.owner {
+                    outcomes[id] = .failed(.alreadyGroupMember, "user \(id) is the owner")
+                } else if !live.contains(id) {
+                    outcomes[id] = .failed(.userNotFound, "user \(id) does not exist")
+                } else if Int64(rows.count) >= capacity {
+                    outcomes[id] = .failed(.groupFull, "group \(group.groupID) is full (max_members \(capacity))")
+                } else {
+                    rows.append(GroupStore.NewMember(userID: id, role: GroupRole.member, enterType: .invited, operatedBy: input.owner))
+                }
+            }
+            let members = try GroupStore.insertMembers(appID: appID, groupID: group.groupID, rows, now: now, on: db)
+            for m in members where m.userID != input.owner { outcomes[m.userID] = .joined(m) }
+            group.memberCount = Int64(members.count)
+            group.isBigGroup = group.isBigGroup || group.memberCount > limits.bigGroupThreshold
+            try GroupStore.save(appID: appID, group, on: db)
+            let ids = members.map(\.userID)
+            // The first message of every group (seq 1), whatever its size; then everyone's entry starts after it.
+            let tips = try writeTips(
+                group, GroupTips(event: .created, operatorID: input.owner, targets: ids.filter { $0 != input.owner }), on: db)
+            try GroupConversations.follow(appID: appID, groupID: group.groupID, userIDs: ids, now: now, on: db)
+            var data = JSONObjectWriter()
+            data.raw("group", group.json(limits, now: now))
+            data["member_ids"] = ids
+            data["operator"] = input.owner
+            try EventLog.append(
+                [NewEvent(type: "group.created", data: data.finish(), audience: ids, groupID: group.groupID, orderKey: group.groupID), tips],
+                appID: appID, now: now, on: db)
+            return (group, outcomes)
+        }
+    }
+
+    /// One group, dismissed or not (404 `group_not_found`).
+    func get(_ groupID: String, on db: PostgresConnection) throws -> Group {
+        guard let group = try GroupStore.fetch(appID: appID, groupID: groupID, on: db) else { throw APIError.groupNotFound(groupID) }
+        return group
+    }
+
+    /// The settable fields of a PATCH; nil leaves a field unchanged.
+    struct Patch: Sendable {
+        var name: String?
+        var avatarURL: String?
+        var notice: String?
+        var extendedData: String?
+        var joinMode: Group.JoinMode?
+        var inviteMode: Group.InviteMode?
+        var beInviteMode: Group.BeInviteMode?
+        var maxMembers: Int64?
+    }
+
+    /// Updates the group's info (owner and admins); writes `group.updated` when something changed.
+    func update(_ groupID: String, actor: Actor, patch: Patch) throws -> Group {
+        try db.transaction { db in
+            var group = try lockActive(groupID, on: db)
+            let op = try operatorMember(actor, group, on: db)
+            try permit(op.map { GroupRole.canEditGroup($0.role) }, "only the owner and admins may update the group")
+            var changed: [String] = []
+            func set<T: Equatable>(_ field: String, _ keyPath: WritableKeyPath<Group, T>, _ value: T?) {
+                guard let value, group[keyPath: keyPath] != value else { return }
+                group[keyPath: keyPath] = value
+                changed.append(field)
+            }
+            set("name", \.name, patch.name)
+            set("avatar_url", \.avatarURL, patch.avatarURL)
+            set("notice", \.notice, patch.notice)
+            set("extended_data", \.extendedData, patch.extendedData)
+            set("join_mode", \.joinMode, patch.joinMode)
+            set("invite_mode", \.inviteMode, patch.inviteMode)
+            set("be_invite_mode", \.beInviteMode, patch.beInviteMode)
+            if let maxMembers = patch.maxMembers {
+                if maxMembers > limits.maxGroupMembers {
+                    throw APIError(.groupFull, "max_members \(maxMembers) is above the app maximum \(limits.maxGroupMembers)")
+                }
+                if maxMembers != 0 && maxMembers < group.memberCount {
+                    throw APIError(.groupFull, "max_members \(maxMembers) is below the member count \(group.memberCount)")
+                }
+                set("max_members", \.maxMembers, maxMembers)
+            }
+            guard !changed.isEmpty else { return group }
+            group.updatedAt = now
+            try GroupStore.save(appID: appID, group, on: db)
+            var events: [NewEvent] = []
+            var data = JSONObjectWriter()
+            data.raw("group", group.json(limits, now: now))
+            data["changed"] = changed
+            data["operator"] = actor.userID
+            let audience = try GroupStore.memberIDs(appID: appID, groupID: groupID, on: db)
+            events.append(event("group.updated", group, data, audience))
+            // Only name, notice and avatar changes get a tips message (§9.8), carrying the new values.
+            func new(_ field: String, _ value: String) -> String? { changed.contains(field) ? value : nil }
+            let groupData = GroupTips.Change.groupData(
+                name: new("name", group.name), notice: new("notice", group.notice), avatarURL: new("avatar_url", group.avatarURL))
+            if groupData != .groupData(name: nil, notice: nil, avatarURL: nil) {
+                events.append(try writeTips(group, GroupTips(event: .groupChanged, operatorID: actor.userID, change: groupData), on: db))
+            }
+            try EventLog.append(events, appID: appID, now: now, on: db)
+            return group
+        }
+    }
+
+    /// Dismisses the group (owner only): `dismissed_at` is set and the member rows stay as the members at
+    /// dismissal.
+    func dismiss(_ groupID: String, actor: Actor) throws -> Group {
+        try db.transaction { db in
+            var group = try lockActive(groupID, on: db)
+            let op = try operatorMember(actor, group, on: db)
+            try permit(op.map { GroupRole.isOwner($0.role) }, "only the owner may dismiss the group")
+            let audience = try GroupStore.memberIDs(appID: appID, groupID: groupID, on: db)
+            let events = try markDismissed(&group, operator: actor.userID, audience: audience, on: db)
+            try EventLog.append(events, appID: appID, now: now, on: db)
+            return group
+        }
+    }
+
+    // MARK: - Membership (§9.3)
+
+    /// The outcome of a join: a membership, or (join_mode `auth`) a waiting application.
+    enum JoinOutcome: Sendable {
+        case joined(GroupMember)
+        case applied(GroupApplication)
+    }
+
+    /// `userID` joins or applies to join.
+    func join(_ groupID: String, userID: String, wording: String, skipChecks: Bool) throws -> JoinOutcome {
+        try db.transaction { db in
+            var group = try lockActive(groupID, on: db)
+            guard try liveUsers([userID], on: db).contains(userID) else { throw UserService.notFound(userID) }
+            if try GroupStore.member(appID: appID, groupID: groupID, userID: userID, on: db) != nil {
+                throw APIError(.alreadyGroupMember, "user \(userID) is already a member of group \(groupID)")
+            }
+            if !skipChecks && group.joinMode == .forbid {
+                throw APIError(.groupJoinForbidden, "group \(groupID) does not accept joins")
+            }
+            if !skipChecks && group.joinMode == .auth {
+                var events: [NewEvent] = []
+                let managers = try managerIDs(groupID, on: db)
+                let application: GroupApplication
+                if var existing = try waitingApplication(groupID, userID: userID, type: .join, managers: managers, events: &events, on: db) {
+                    existing.wording = wording
+                    existing.updatedAt = now
+                    try GroupApplicationStore.save(appID: appID, existing, on: db)
+                    application = existing
+                } else {
+                    application = newApplication(.join, groupID: groupID, userID: userID, inviterID: nil, wording: wording)
+                    try GroupApplicationStore.insert(appID: appID, application, on: db)
+                    events.append(application.event("group.application_created", managers: managers))
+                }
+                try EventLog.append(events, appID: appID, now: now, on: db)
+                return .applied(application)
+            }
+            try requireSeats(group, 1)
+            let member = NewMemberRow(userID: userID, enterType: .joined, operatedBy: nil)
+            let joined = try addMembers(&group, [member], via: "join", operator: nil, tips: (.joined, userID), on: db)
+            try EventLog.append(joined.events, appID: appID, now: now, on: db)
+            return .joined(joined.members[0])
+        }
+    }
+
+    /// `userID` leaves; returns the new owner when ownership moved.
+    func leave(_ groupID: String, userID: String) throws -> String? {
+        try db.transaction { db in
+            var group = try lockActive(groupID, on: db)
+            guard try GroupStore.member(appID: appID, groupID: groupID, userID: userID, on: db) != nil else {
+                throw APIError.notGroupMember(userID, groupID)
+            }
+            let removal = try removeMembers(&group, [userID], reason: "left", operator: userID, tips: .left, on: db)
+            try EventLog.append(removal.events, appID: appID, now: now, on: db)
+            return removal.newOwnerID
+        }
+    }
+
+    /// Invites `userIDs` (distinct, valid ids): each joins directly, or — `be_invite_mode` `auth`, a user
+    /// inviter with checks — gets a waiting invite application.
+    func invite(_ groupID: String, actor: Actor, userIDs: [String], wording: String) throws -> [String: MemberOutcome] {
+        try db.transaction { db in
+            var group = try lockActive(groupID, on: db)
+            let op = try operatorMember(actor, group, on: db)
+            try permit(op.map { GroupRole.canInvite($0.role, mode: group.inviteMode) }, "only the owner and admins may invite")
+            let live = try liveUsers(userIDs, on: db)
+            let present = try GroupStore.members(appID: appID, groupID: groupID, userIDs: userIDs, on: db)
+            let viaApplication = actor.checks && actor.userID != nil && group.beInviteMode == .auth
+            var outcomes: [String: MemberOutcome] = [:]
+            var rows: [NewMemberRow] = []
+            var events: [NewEvent] = []
+            var seats = group.effectiveMaxMembers(limits) - group.memberCount
+            for id in userIDs {
+                if !live.contains(id) {
+                    outcomes[id] = .failed(.userNotFound, "user \(id) does not exist")
+                } else if present[id] != nil {
+                    outcomes[id] = .failed(.alreadyGroupMember, "user \(id) is already a member of group \(groupID)")
+                } else if viaApplication, let inviter = actor.userID {
+                    if let existing = try waitingApplication(groupID, userID: id, type: .invite, managers: [], events: &events, on: db) {
+                        outcomes[id] = .pending(existing)
+                    } else {
+                        let application = newApplication(.invite, groupID: groupID, userID: id, inviterID: inviter, wording: wording)
+                        try GroupApplicationStore.insert(appID: appID, application, on: db)
+                        events.append(application.event("group.application_created", managers: []))
+                        outcomes[id] = .pending(application)
+                    }
+                } else if seats <= 0 {
+                    outcomes[id] = .failed(.groupFull, "group \(groupID) is full")
+                } else {
+                    seats -= 1
+                    rows.append(NewMemberRow(userID: id, enterType: .invited, operatedBy: actor.userID))
+                }
+            }
+            if !rows.isEmpty {
+                let joined = try addMembers(&group, rows, via: "invite", operator: actor.userID, tips: (.invited, actor.userID), on: db)
+                for m in joined.members { outcomes[m.userID] = .joined(m) }
+                events += joined.events
+            }
+            try EventLog.append(events, appID: appID, now: now, on: db)
+            return outcomes
+        }
+    }
+
+    /// The outcome of one kick or mute item.
+    enum ItemOutcome: Sendable {
+        case done(GroupMember?)
+        case failed(ErrorCode, String)
+    }
+
+    /// Kicks `userIDs` (distinct, valid ids). The app itself may kick the owner (owner continuity applies).
+    func kick(_ groupID: String, actor: Actor, userIDs: [String]) throws -> [String: ItemOutcome] {
+        try db.transaction { db in
+            var group = try lockActive(groupID, on: db)
+            let op = try operatorMember(actor, group, on: db)
+            try permit(op.map { GroupRole.canManageMembers($0.role) }, "only the owner and admins may kick members")
+            let present = try GroupStore.members(appID: appID, groupID: groupID, userIDs: userIDs, on: db)
+            var outcomes: [String: ItemOutcome] = [:]
+            var kicked: [String] = []
+            for id in userIDs {
+                if id == actor.userID {
+                    outcomes[id] = .failed(.invalidParams, "an operator cannot kick itself")
+                } else if let target = present[id] {
+                    if let op, actor.checks, !GroupRole.canManage(op.role, target: target.role) {
+                        outcomes[id] = .failed(.groupPermissionDenied, "role \(op.role) may not kick role \(target.role)")
+                    } else {
+                        kicked.append(id)
+                        outcomes[id] = .done(nil)
+                    }
+                } else {
+                    outcomes[id] = .failed(.notGroupMember, "user \(id) is not a member of group \(groupID)")
+                }
+            }
+            if !kicked.isEmpty {
+                let removal = try removeMembers(&group, kicked, reason: "kicked", operator: actor.userID, tips: .kicked, on: db)
+                try EventLog.append(removal.events, appID: appID, now: now, on: db)
+            }
+            return outcomes
+        }
+    }
+
+    /// Makes `toUserID` the owner; the old owner becomes a member (role 3).
+    func transferOwner(_ groupID: String, actor: Actor, to toUserID: String) throws -> Group {
+        try db.transaction { db in
+            var group = try lockActive(groupID, on: db)
+            let op = try operatorMember(actor, group, on: db)
+            try permit(op.map { GroupRole.isOwner($0.role) }, "only the owner may transfer ownership")
+            let members = try GroupStore.members(appID: appID, groupID: groupID, userIDs: Self.distinct([group.ownerID, toUserID]), on: db)
+            guard var target = members[toUserID] else { throw APIError.notGroupMember(toUserID, groupID) }
+            guard toUserID != group.ownerID, var old = members[group.ownerID] else { return group }
+            old.role = GroupRole.member
+            target.role = GroupRole.owner
+            try GroupStore.saveMember(appID: appID, groupID: groupID, old, on: db)
+            try GroupStore.saveMember(appID: appID, groupID: groupID, target, on: db)
+            group.ownerID = toUserID
+            group.updatedAt = now
+            try GroupStore.save(appID: appID, group, on: db)
+            let audience = try GroupStore.memberIDs(appID: appID, groupID: groupID, on: db)
+            let tips = try writeTips(
+                group, GroupTips(event: .memberChanged, operatorID: actor.userID, targets: [toUserID], change: .newOwner(toUserID)), on: db)
+            try EventLog.append(
+                [memberUpdated(group, [old, target], changed: ["role"], operator: actor.userID, audience: audience), tips], appID: appID,
+                now: now, on: db)
+            return group
+        }
+    }
+
+    /// Sets a member's role (owner only; 2, 3 or a custom role; the owner's own role changes only by transfer).
+    func setRole(_ groupID: String, actor: Actor, memberID: String, role: Int64) throws -> GroupMember {
+        try changeMember(groupID, actor: actor, memberID: memberID, field: "role", tips: .role(role)) { op, target in
+            try permit(op.map { GroupRole.isOwner($0.role) }, "only the owner may set member roles")
+            if target.role == GroupRole.owner { throw Self.denied("the owner's role changes only by transfer_owner") }
+            target.role = role
+        }
+    }
+
+    /// Sets a member's nickname under the §9.1 nickname rule.
+    func setNickname(_ groupID: String, actor: Actor, memberID: String, nickname: String) throws -> GroupMember {
+        try changeMember(groupID, actor: actor, memberID: memberID, field: "nickname") { op, target in
+            try permit(
+                op.map { GroupRole.canSetNickname($0.role, isSelf: $0.userID == target.userID, target: target.role) },
+                "role may not set this member's nickname")
+            target.nickname = nickname
+        }
+    }
+
+    /// The shared shape of a one-member change: lock, operator, target (403 `not_group_member`), `change`, save,
+    /// and `group.member_updated` when the member changed, followed by a tips message (event 8) with `tips` when
+    /// given.
+    private func changeMember(
+        _ groupID: String, actor: Actor, memberID: String, field: String, tips: GroupTips.Change? = nil,
+        _ change: (_ op: GroupMember?, _ target: inout GroupMember) throws -> Void
+    ) throws -> GroupMember {
+        try db.transaction { db in
+            let group = try lockActive(groupID, on: db)
+            let op = try operatorMember(actor, group, on: db)
+            guard var target = try GroupStore.member(appID: appID, groupID: groupID, userID: memberID, on: db) else {
+                throw APIError.notGroupMember(memberID, groupID)
+            }
+            let before = target
+            try change(op, &target)
+            guard target != before else { return target }
+            try GroupStore.saveMember(appID: appID, groupID: groupID, target, on: db)
+            let audience = try GroupStore.memberIDs(appID: appID, groupID: groupID, on: db)
+            var events = [memberUpdated(group, [target], changed: [field], operator: actor.userID, audience: audience)]
+            if let tips {
+                events.append(
+                    try writeTips(group, GroupTips(event: .memberChanged, operatorID: actor.userID, targets: [memberID], change: tips), on: db))
+            }
+            try EventLog.append(events, appID: appID, now: now, on: db)
+            return target
+        }
+    }
+
+    // MARK: - Reads
+
+    /// Who reads a group's members or attributes: the app, or a member (403 `not_group_member`); returns the
+    /// reading member.
+    func reader(_ group: Group, userID: String?, on db: PostgresConnection) throws -> GroupMember? {
+        guard let userID else { return nil }
+        guard let member = try GroupStore.member(appID: appID, groupID: group.groupID, userID: userID, on: db) else {
+            throw APIError.notGroupMember(userID, group.groupID)
+        }
+        return member
+    }
+
+    /// The member list check (§9.1, §9.7): ordinary members of a big group may not read it (403 `7000303`).
+    func requireMemberListReader(_ group: Group, userID: String?, on db: PostgresConnection) throws {
+        guard let member = try reader(group, userID: userID, on: db) else { return }
+        if !GroupRole.canReadMembers(member.role, bigGroup: group.isBigGroup) {
+            throw APIError(.bigGroupRestricted, "ordinary members cannot list the members of a big group")
+        }
+    }
+
+    // MARK: - Hard user delete (§4)
+
+    /// Removes a user being hard-deleted from every live group it is in (reason `deleted`, owner continuity,
+    /// dismissal of a group it was the last member of). Runs inside the user service's transaction, before the
+    /// user row goes; returns the events for the caller to append last.
+    package func removeDeletedUser(_ userID: String, on db: PostgresConnection) throws -> [NewEvent] {
+        var events: [NewEvent] = []
+        for groupID in try GroupStore.groupIDs(appID: appID, userID: userID, on: db) {
+            guard var group = try GroupStore.fetch(appID: appID, groupID: groupID, forUpdate: true, on: db), !group.isDismissed else {
+                continue
+            }
+            // No tips message: the user is gone, and §9.8 lists no trigger for a hard delete.
+            events += try removeMembers(&group, [userID], reason: "deleted", operator: nil, tips: nil, on: db).events
+        }
+        return events
+    }
+}
+
+// MARK: - Lists
+
+extension GroupService {
+    /// Up to `limit` groups by `created_at` desc, then `group_id` desc, strictly after `after`, whose name matches
+    /// every keyword (lowercased).
+    func list(keywords: [String], includeDismissed: Bool, after: (createdAt: Int64, groupID: String)?, limit: Int) throws -> [Group] {
+        try GroupStore.list(appID: appID, keywords: keywords, includeDismissed: includeDismissed, after: after, limit: limit, on: db)
+    }
+
+    /// A member of the group, or 404 `notMember`.
+    func member(_ memberID: String, of groupID: String) throws -> GroupMember {
+        guard let member = try GroupStore.member(appID: appID, groupID: groupID, userID: memberID, on: db) else {
+            throw APIError.notGroupMember(memberID, groupID)
+        }
+        return member
+    }
+
+    /// The member list (§9.3) by role, `joined_at`, `user_id`, strictly after `after`.
+    func members(
+        of groupID: String, roles: [Int64]?, keywords: [String], after: (role: Int64, joinedAt: Int64, userID: String)?, limit: Int
+    ) throws -> [GroupMember] {
+        try GroupStore.listMembers(appID: appID, groupID: groupID, roles: roles, keywords: keywords, after: after, limit: limit, on: db)
+    }
+
+    /// The muted members of the group, by `user_id`, strictly after `after`.
+    func mutedMembers(of groupID: String, after: String?, limit: Int) throws -> [GroupMember] {
+        try GroupStore.mutedMembers(appID: appID, groupID: groupID, now: now, after: after, limit: limit, on: db)
+    }
+
+    /// The live groups `userID` is a member of, by `joined_at` desc, then `group_id` desc, strictly after `after`.
+    func groups(
+        of userID: String, keywords: [String], after: (joinedAt: Int64, groupID: String)?, limit: Int
+    ) throws -> [GroupStore.Membership] {
+        try GroupStore.userGroups(appID: appID, userID: userID, keywords: keywords, after: after, limit: limit, on: db)
+    }
+}

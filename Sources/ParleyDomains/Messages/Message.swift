@@ -1,0 +1,98 @@
+import ParleyAPI
+import ParleyCore
+
+/// The kind of conversation a message belongs to (API.md §1.9 `conversation_type`).
+enum ConversationType: String, CaseIterable, Sendable {
+    case peer, room, group
+}
+
+/// Who reads a message: the app (sees `suppressed` and `push`) or one user (sees `push` of its own messages).
+enum MessageViewer: Sendable, Equatable {
+    case app
+    case user(String)
+
+    /// The viewer of a request's credential.
+    init(_ ctx: APIContext) {
+        self = ctx.tokenUserID.map(MessageViewer.user) ?? .app
+    }
+}
+
+/// A message as stored (API.md §2 Message), with its JSON views.
+///
+/// A value read from one `messages` row (or built by a send before it commits). Bodies, `reply` and `push` are kept
+/// as the JSON bytes they are stored as, so reads copy them into responses without re-serialising.
+struct Message: Sendable {
+    var messageID: String
+    var clientMsgID: String?
+    package var type: Int64
+    var conversationType: ConversationType
+    var from: String
+    var to: String
+    /// Nil for messages that are not stored.
+    var seq: Int64?
+    var timestamp: Int64
+    /// The normalised body JSON; nil for tombstones.
+    var body: [UInt8]?
+    var extendedData: String
+    var mentionIDs: [String]
+    var mentionAll: Bool
+    /// The `reply` object JSON (snapshot at send time).
+    var reply: [UInt8]?
+    var rootMessageID: String?
+    var replyCount: Int64
+    var priority: Int64
+    var needReceipt: Bool
+    var noUnread: Bool
+    var onlineOnly: Bool
+    var repeatCount: Int64
+    /// The normalised PushConfig JSON, for the push bridge.
+    var push: [UInt8]?
+    /// `blacklist` or `hook_drop` when accepted but delivered to nobody.
+    var suppressed: String?
+    /// Deleted for everyone: a tombstone.
+    var deleted: Bool
+    /// True only for broadcasts (§11.2).
+    var isBroadcast = false
+
+    var stored: Bool { seq != nil }
+
+    /// Whether `viewer` may see this message at all (API.md §11.4 "visible", for a peer participant): another user's
+    /// suppressed message is hidden.
+    func isVisible(to viewer: MessageViewer) -> Bool {
+        guard case .user(let userID) = viewer else { return true }
+        if suppressed != nil && userID != from { return false }
+        if conversationType == .peer { return userID == from || userID == to }
+        return true  // groups: membership is the service's check (MessageService.isVisible)
+    }
+
+    // MARK: - JSON
+
+    /// The Message object as `viewer` sees it.
+    func json(_ viewer: MessageViewer) -> [UInt8] {
+        var w = JSONWriter(capacity: 640 + (body?.count ?? 0) + (reply?.count ?? 0) + (push?.count ?? 0))
+        write(to: &w, viewer)
+        return w.bytes
+    }
+
+    /// The Message JSON every recipient of a `message.sent` event sees: no `suppressed`, no `push`
+    /// (``MessageWrite/sentJSON(_:)`` adds `suppressed` for the sender's and the app's copy).
+    func eventJSON() -> [UInt8] {
+        var w = JSONWriter(capacity: 640 + (body?.count ?? 0) + (reply?.count ?? 0))
+        w.beginObject()
+        writeMembers(&w)
+        w.endObject()
+        return w.bytes
+    }
+
+    /// The tombstone a dedupe key answers with once its stored message is gone (API.md §1.6).
+    static func tombstone(
+        messageID: String, clientMsgID: String, conversationType: ConversationType, from: String, to: String, seq: Int64?,
+        timestamp: Int64
+    ) -> Message {
+        Message(
+            messageID: messageID, clientMsgID: clientMsgID, type: 0, conversationType: conversationType, from: from, to: to,
+            seq: seq, timestamp: timestamp, body: nil, extendedData: "", mentionIDs: [], mentionAll: false, reply: nil,
+            rootMessageID: nil, replyCount: 0, priority: 2, needReceipt: false, noUnread: false, onlineOnly: false,
+            repeatCount: 1, push: nil, suppressed: nil, deleted: true)
+    }
+}

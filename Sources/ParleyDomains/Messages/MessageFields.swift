@@ -1,0 +1,189 @@
+import ParleyAPI
+import ParleyCore
+import ParleyPostgres
+
+/// The text members of a message (written escaped, or `null` when absent).
+enum MessageTextField {
+    case messageID, clientMsgID, conversationType, from, to, extendedData, rootMessageID, suppressed
+}
+
+/// The members stored as JSON (`body`, `reply`, `push`): copied as stored, or `null` when absent.
+enum MessageJSONField {
+    case body, reply, push
+}
+
+/// The integer members of a message.
+enum MessageIntegerField {
+    case type, timestamp, replyCount, priority, repeatCount
+}
+
+/// The boolean members of a message.
+enum MessageFlag {
+    case mentionAll, needReceipt, noUnread, onlineOnly, isBroadcast, deleted
+}
+
+/// What the Message JSON (API.md §2) is written from: a decoded ``Message``, or a `messages` row read in place
+/// (``MessageRow``). The layout below is the one definition of that JSON; conformances only hand over fields.
+protocol MessageFields {
+    associatedtype Failure: Error
+    func writeText(_ field: MessageTextField, to w: inout JSONWriter) throws(Failure)
+    func writeJSON(_ field: MessageJSONField, to w: inout JSONWriter) throws(Failure)
+    func writeMentionIDs(to w: inout JSONWriter) throws(Failure)
+    func integer(_ field: MessageIntegerField) throws(Failure) -> Int64
+    func flag(_ field: MessageFlag) throws(Failure) -> Bool
+    /// The seq; nil for messages that are not stored.
+    func sequence() throws(Failure) -> Int64?
+    /// Whether `userID` sent the message.
+    func isSent(by userID: String) throws(Failure) -> Bool
+}
+
+extension MessageFields {
+    /// Writes the Message object as `viewer` sees it as the next value of `w` (one buffer for a whole list).
+    func write(to w: inout JSONWriter, _ viewer: MessageViewer) throws(Failure) {
+        w.beginObject()
+        try writeMembers(&w)
+        // `suppressed` for the app; `push` for the app and the sender (API.md §2 †).
+        let seesPush: Bool
+        switch viewer {
+        case .app:
+            w.key(static: "suppressed")
+            try writeText(.suppressed, to: &w)
+            seesPush = true
+        case .user(let userID):
+            seesPush = try isSent(by: userID)
+        }
+        if seesPush {
+            w.key(static: "push")
+            try writeJSON(.push, to: &w)
+        }
+        w.endObject()
+    }
+
+    /// Every member every viewer sees, in order.
+    func writeMembers(_ w: inout JSONWriter) throws(Failure) {
+        try writeHead(&w)
+        if let seq = try sequence() { w.writeInt(seq) } else { w.writeNull() }
+        w.key(static: "timestamp")
+        w.writeInt(try integer(.timestamp))
+        try writeTail(&w)
+    }
+
+    /// The members before the seq value, ending with `"seq":`.
+    func writeHead(_ w: inout JSONWriter) throws(Failure) {
+        w.key(static: "message_id")
+        try writeText(.messageID, to: &w)
+        w.key(static: "client_msg_id")
+        try writeText(.clientMsgID, to: &w)
+        w.key(static: "type")
+        w.writeInt(try integer(.type))
+        w.key(static: "conversation_type")
+        try writeText(.conversationType, to: &w)
+        w.key(static: "from")
+        try writeText(.from, to: &w)
+        w.key(static: "to")
+        try writeText(.to, to: &w)
+        w.key(static: "seq")
+    }
+
+    /// The members after `timestamp`, from `"body":` on.
+    func writeTail(_ w: inout JSONWriter) throws(Failure) {
+        w.key(static: "body")
+        try writeJSON(.body, to: &w)
+        w.key(static: "extended_data")
+        try writeText(.extendedData, to: &w)
+        w.key(static: "mentions")
+        w.beginObject()
+        w.key(static: "user_ids")
+        try writeMentionIDs(to: &w)
+        w.key(static: "all")
+        w.writeBool(try flag(.mentionAll))
+        w.endObject()
+        w.key(static: "reply")
+        try writeJSON(.reply, to: &w)
+        w.key(static: "root_message_id")
+        try writeText(.rootMessageID, to: &w)
+        w.key(static: "reply_count")
+        w.writeInt(try integer(.replyCount))
+        w.key(static: "priority")
+        w.writeInt(try integer(.priority))
+        let needReceipt = try flag(.needReceipt)
+        w.key(static: "need_receipt")
+        w.writeBool(needReceipt)
+        w.key(static: "receipt_status")
+        w.writeString(needReceipt ? "processing" : "none")
+        w.key(static: "no_unread")
+        w.writeBool(try flag(.noUnread))
+        w.key(static: "online_only")
+        w.writeBool(try flag(.onlineOnly))
+        w.key(static: "stored")
+        w.writeBool(try sequence() != nil)
+        w.key(static: "repeat_count")
+        w.writeInt(try integer(.repeatCount))
+        w.key(static: "is_broadcast")
+        w.writeBool(try flag(.isBroadcast))
+        // Edits, pins and reactions are not built yet: their members are constant.
+        w.staticMembers(#""edited_at":null,"editor_id":null,"edit_count":0,"pinned":null,"reactions":[]"#)
+        w.key(static: "deleted")
+        w.writeBool(try flag(.deleted))
+    }
+}
+
+extension Message: MessageFields {
+    typealias Failure = Never
+
+    func writeText(_ field: MessageTextField, to w: inout JSONWriter) {
+        let text: String? =
+            switch field {
+            case .messageID: messageID
+            case .clientMsgID: clientMsgID
+            case .conversationType: conversationType.rawValue
+            case .from: from
+            case .to: to
+            case .extendedData: extendedData
+            case .rootMessageID: rootMessageID
+            case .suppressed: suppressed
+            }
+        if let text { w.writeString(text) } else { w.writeNull() }
+    }
+
+    func writeJSON(_ field: MessageJSONField, to w: inout JSONWriter) {
+        let json: [UInt8]? =
+            switch field {
+            case .body: body
+            case .reply: reply
+            case .push: push
+            }
+        if let json { w.writeRaw(json) } else { w.writeNull() }
+    }
+
+    func writeMentionIDs(to w: inout JSONWriter) {
+        w.beginArray()
+        for id in mentionIDs { w.writeString(id) }
+        w.endArray()
+    }
+
+    func integer(_ field: MessageIntegerField) -> Int64 {
+        switch field {
+        case .type: type
+        case .timestamp: timestamp
+        case .replyCount: replyCount
+        case .priority: priority
+        case .repeatCount: repeatCount
+        }
+    }
+
+    func flag(_ field: MessageFlag) -> Bool {
+        switch field {
+        case .mentionAll: mentionAll
+        case .needReceipt: needReceipt
+        case .noUnread: noUnread
+        case .onlineOnly: onlineOnly
+        case .isBroadcast: isBroadcast
+        case .deleted: deleted
+        }
+    }
+
+    func sequence() -> Int64? { seq }
+
+    func isSent(by userID: String) -> Bool { from == userID }
+}

@@ -1,0 +1,296 @@
+import ParleyAPI
+import ParleyCore
+import ParleyHTTP
+import ParleyPostgres
+import ParleySync
+
+/// Messages (API.md §11.1–§11.4): HTTP ↔ ``MessageService``.
+package enum MessageRoutes {
+    /// `writer`: the node's message writer (built and started by the app layer).
+    package static func register(on api: inout API, writer: MessageWriter) {
+        api.add(.post, "/v1/messages", .appOrUser, "sendMessage", numbersItsEvents: true) { ctx in
+            try send(ctx, writer: writer)
+        }
+
+        api.add(.post, "/v1/messages/batch", .app, "batchSendMessages", numbersItsEvents: true) { ctx in
+            try batchSend(ctx, writer: writer)
+        }
+
+        api.add(.post, "/v1/messages/broadcast", .app, "broadcastMessage") { ctx in
+            try broadcast(ctx)
+        }
+
+        api.add(.get, "/v1/messages/{message_id}", .appOrUser, "getMessage") { ctx in
+            let messageID = try ctx.pathID("message_id", .opaque)
+            let viewer = MessageViewer(ctx)
+            return Reply.json(try MessageService(ctx).get(messageID, viewer: viewer, on: ctx.db).json(viewer))
+        }
+
+        api.add(.get, "/v1/messages/{message_id}/combined", .appOrUser, "listCombinedMessages") { ctx in
+            try combined(ctx)
+        }
+
+        api.add(.get, "/v1/users/{user_id}/conversations/{type}/{id}/messages", .appOrSelf, "listConversationMessages") { ctx in
+            let userID = try ctx.pathID("user_id", .userID)
+            let type = ctx.path("type")
+            guard type == "peer" || type == "group" else { throw APIError.invalidParam("type", "must be peer or group") }
+            let id = try ctx.pathID("id", type == "peer" ? .userID : .groupID)
+            return try history(ctx, type: type == "peer" ? .peer : .group, id: id, viewer: userID)
+        }
+
+        api.add(.get, "/v1/groups/{group_id}/messages", .appOrUser, "listGroupMessages") { ctx in
+            // The app reads everything stored in the group; a member's token reads exactly its own view.
+            try history(ctx, type: .group, id: try ctx.pathID("group_id", .groupID), viewer: ctx.tokenUserID)
+        }
+    }
+
+    // MARK: - Send
+
+    /// `POST /v1/messages`: 201 Message, or 200 with `Parley-Duplicate: true` for a `client_msg_id` duplicate. The
+    /// send is written by the node's ``MessageWriter`` with the other sends of the moment; the answer comes after
+    /// its batch commits.
+    private static func send(_ ctx: APIContext, writer: MessageWriter) throws -> Response {
+        let app = ctx.app
+        if let userID = ctx.tokenUserID {
+            // User-token sends have their own bucket besides the token's (§1.8).
+            let decision = ctx.services.rateLimiter.take(key: "s:\(ctx.appID):\(userID)", ratePerSecond: app.settings.userSendRatePerS)
+            if !decision.allowed {
+                throw APIError.retryLater(.rateLimited, "send rate limit exceeded", retryAfterSeconds: decision.retryAfterSeconds)
+            }
+        }
+        var body = try ctx.body()
+        let request = try SendRequest(&body, ctx: ctx, settings: app.settings)
+        let service = MessageService(ctx)
+        let item = try service.item(for: request, settings: app.settings, on: ctx.db)
+        let viewer = MessageViewer(ctx)
+        let services = ctx.services
+        let httpRequest = ctx.request
+        let (appID, now) = (ctx.appID, ctx.now)
+        return .later { respond in
+            writer.submit(item) { result in
+                do {
+                    let written = try result.get()
+                    if let problem = MessageService.problem(written.outcome, request) { throw problem }
+                    if written.outcome == .duplicate {
+                        // The original is read back on a pool worker, not on the writer's thread.
+                        services.pool.submit(
+                            {
+                                respond(
+                                    answer(httpRequest, services) {
+                                        var response = Reply.json(
+                                            try services.pool.withConnection { db in
+                                                try MessageService(db: db, appID: appID, now: now).duplicate(request, viewer: viewer, on: db)
+                                            })
+                                        response.headers.add("Parley-Duplicate", "true")
+                                        return response
+                                    })
+                            },
+                            rejected: {
+                                respond(
+                                    answer(httpRequest, services) {
+                                        throw APIError.retryLater(.unavailable, "no database connection became free", retryAfterSeconds: 1)
+                                    })
+                            })
+                        return
+                    }
+                    services.metrics.messageAccepted(conversationType: request.conversationType.rawValue, stored: request.stored)
+                    respond(Reply.created(written.message.json(viewer)))
+                } catch {
+                    respond(ProblemRendering.handlerError(error, request: httpRequest, logger: services.logger))
+                }
+            }
+        }
+    }
+
+    /// The response `body` builds, or the problem it throws.
+    private static func answer(_ request: Request, _ services: Services, _ body: () throws -> Response) -> Response {
+        do { return try body() } catch { return ProblemRendering.handlerError(error, request: request, logger: services.logger) }
+    }
+
+    /// `POST /v1/messages/batch`: one peer message per recipient (≤ 500), results in input order; `data` =
+    /// `{message_id, seq}`. Request-level validation fails the whole request; steps 3–5 fail single items. The items
+    /// go to the node's writer together, so they share its transactions.
+    private static func batchSend(_ ctx: APIContext, writer: MessageWriter) throws -> Response {
+        let app = ctx.app
+        var body = try ctx.body()
+        let recipients = body.array("to_user_ids", required: true, minItems: 1, maxItems: 500)
+        // Validate the shared fields once, for a placeholder recipient, so request-level problems fail the request.
+        var probe = body
+        let template = try SendRequest(&probe, ctx: ctx, settings: app.settings, batchRecipient: "")
+        try body.check()
+        let service = MessageService(ctx)
+        var seen: Set<String> = []
+        var results: [BatchResult?] = []
+        var queued: [(index: Int, request: SendRequest, item: MessageWrite.Item)] = []
+        for (index, value) in (recipients ?? []).enumerated() {
+            guard case .string(let to) = value else {
+                results.append(BatchResult(index: index, id: "", outcome: .failed(.invalidParams, "to_user_ids[\(index)]: expected string")))
+                continue
+            }
+            if let problem = IdentifierKind.userID.problem(to) {
+                results.append(BatchResult(index: index, id: to, outcome: .failed(.invalidParams, "to_user_ids[\(index)]: \(problem)")))
+                continue
+            }
+            if to == template.from {
+                results.append(BatchResult(index: index, id: to, outcome: .failed(.invalidParams, "a user cannot message itself")))
+                continue
+            }
+            guard seen.insert(to).inserted else {
+                results.append(BatchResult(index: index, id: to, outcome: .failed(.invalidParams, "user \(to) is repeated in this request")))
+                continue
+            }
+            var fields = body
+            do {
+                let request = try SendRequest(&fields, ctx: ctx, settings: app.settings, batchRecipient: to)
+                queued.append((index, request, try service.item(for: request, settings: app.settings, on: ctx.db)))
+                results.append(nil)
+            } catch let error as APIError {
+                results.append(BatchResult(index: index, id: to, outcome: .failed(error.code, error.detail)))
+            }
+        }
+        if queued.isEmpty { return Reply.batch(results.compactMap { $0 }) }
+        let services = ctx.services
+        let collected = LockedValue((results: results, left: queued.count))
+        let sends = queued
+        return .later { respond in
+            for (index, request, item) in sends {
+                writer.submit(item) { result in
+                    let outcome: BatchResult.Outcome
+                    switch result {
+                    case .success(let written):
+                        if let problem = MessageService.problem(written.outcome, request) {
+                            outcome = .failed(problem.code, problem.detail)
+                        } else {
+                            if written.outcome == .sent {
+                                services.metrics.messageAccepted(conversationType: request.conversationType.rawValue, stored: request.stored)
+                            }
+                            var o = JSONObjectWriter(capacity: 64)
+                            o["message_id"] = written.original?.messageID ?? written.message.messageID
+                            o["seq"] = written.original.map(\.seq) ?? written.message.seq
+                            outcome = .ok(o.finish())
+                        }
+                    case .failure(let error):
+                        let problem = error as? APIError ?? APIError.internalError
+                        outcome = .failed(problem.code, problem.detail)
+                    }
+                    let done = collected.withLock { collected -> [BatchResult]? in
+                        collected.results[index] = BatchResult(index: index, id: request.to, outcome: outcome)
+                        collected.left -= 1
+                        return collected.left == 0 ? collected.results.compactMap { $0 } : nil
+                    }
+                    if let done { respond(Reply.batch(done)) }
+                }
+            }
+        }
+    }
+
+    /// `POST /v1/messages/broadcast`: 202 `{message_id, timestamp}`.
+    private static func broadcast(_ ctx: APIContext) throws -> Response {
+        let app = ctx.app
+        var r = try ctx.body()
+        let from = r.id("from", .userID, required: true)
+        if let type = r.object["type"]?.intValue, ![1, 2, 11, 12, 13, 14, 200].contains(type) {
+            r.addError("type", "a broadcast has type 1, 2, 11–14 or 200")
+        }
+        let extendedData = r.string("extended_data", maxBytes: 1024) ?? ""
+        let push = PushConfig.read(from: &r, key: "push")
+        let validated = try MessageBodyValidator.read(from: &r, textMaxBytes: Int(app.settings.int("text_max_bytes")))
+        try r.check()
+        guard let body = validated else { throw APIError.internalError }
+        let sent = try MessageService(ctx).broadcast(from: from ?? "", body: body, extendedData: extendedData, push: push)
+        var o = JSONObjectWriter(capacity: 64)
+        o["message_id"] = sent.messageID
+        o["timestamp"] = sent.timestamp
+        return Reply.json(o.finish(), status: 202)
+    }
+
+    // MARK: - Reads
+
+    /// `GET /v1/messages/{message_id}/combined`: the snapshots of a type-100 message, in combine order.
+    private static func combined(_ ctx: APIContext) throws -> Response {
+        let messageID = try ctx.pathID("message_id", .opaque)
+        var query = ctx.query()
+        let limit = query.limit()
+        let cursor = query.string("cursor")
+        try query.check()
+        let message = try MessageService(ctx).get(messageID, viewer: MessageViewer(ctx), on: ctx.db)
+        guard message.type == 100 else { throw APIError(.unsupportedOperation, "message \(messageID) is not a combined message") }
+        let combineID = message.body.flatMap { try? JSONValue.parse($0) }?["combine_id"]?.stringValue ?? ""
+        let list = "combined|\(ctx.appID)|\(messageID)"
+        var from = 0
+        if let cursor {
+            guard let position = try ctx.decodeCursor(cursor, list: list).first?.intValue else {
+                throw APIError(.invalidCursor, "malformed cursor")
+            }
+            from = Int(position) + 1
+        }
+        let rows = try MessageService(ctx).combined(combineID, from: from, limit: limit + 1)
+        let page = rows.prefix(limit)
+        let next = rows.count > limit ? page.last.map { ctx.cursors.encode(list: list, values: [.int(Int64($0.position))]) } : nil
+        return Reply.list(page.map(\.json), nextCursor: next)
+    }
+
+    /// A conversation's history (§11.3) in seq order: `viewer`'s view (its `cleared_seq`, others' suppressed
+    /// messages hidden), or with no viewer everything stored (the app's group read).
+    private static func history(_ ctx: APIContext, type: ConversationType, id: String, viewer userID: String?) throws -> Response {
+        var query = ctx.query()
+        var h = MessageService.HistoryQuery()
+        let afterSeq = query.int("after_seq", range: 0...Int64.max)
+        let beforeSeq = query.int("before_seq", range: 0...Int64.max)
+        let startAt = query.int("start_at", range: Int64.min...Int64.max)
+        let endAt = query.int("end_at", range: Int64.min...Int64.max)
+        let direction = query.choice("direction", ["backward", "forward"])
+        let types = query.list("types", maxItems: 20)
+        var typeValues: [Int64] = []
+        for t in types ?? [] {
+            if let v = Int64(t) { typeValues.append(v) } else { query.addError("types", "must be a list of message types") }
+        }
+        h.limit = query.limit()
+        let cursor = query.string("cursor")
+        let includeHidden = query.bool("include_hidden") ?? false
+        try query.check()
+        h.afterSeq = afterSeq ?? 0
+        h.beforeSeq = beforeSeq ?? .max
+        h.startAt = startAt ?? .min
+        h.endAt = endAt ?? .max
+        h.types = types == nil ? nil : typeValues
+        h.forward = direction.map { $0 == "forward" } ?? (afterSeq != nil && beforeSeq == nil)
+        h.viewer = userID
+        h.includeHidden = ctx.isApp && includeHidden
+        h.requireGroupAccess = type == .group
+        // `[1, 2]` is how `typeValues.description` printed the list when cursors were first minted; built by hand
+        // because the description goes through the reflection-based printer on every request.
+        let typeList = "[" + typeValues.map { String($0) }.joined(separator: ", ") + "]"
+        let list =
+            "history|\(ctx.appID)|\(userID ?? "")|\(type.rawValue)|\(id)|\(h.afterSeq)|\(h.beforeSeq)|\(h.startAt)|\(h.endAt)|"
+            + "\(typeList)|\(h.forward)|\(h.includeHidden)"
+        if let cursor {
+            guard let seq = try ctx.decodeCursor(cursor, list: list).first?.intValue else {
+                throw APIError(.invalidCursor, "malformed cursor")
+            }
+            if h.forward { h.afterSeq = max(h.afterSeq, seq) } else { h.beforeSeq = min(h.beforeSeq, seq) }
+        }
+        let limit = h.limit
+        h.limit = limit + 1
+        let rows = try MessageService(ctx).history(type, id: id, viewer: userID, query: h)
+        // No rows from a group: find out whether access was refused (404/409/403) or the page is empty.
+        if rows.isEmpty && type == .group { try MessageService(ctx).requireGroupHistory(id, viewer: userID, on: ctx.db) }
+        let pageCount = min(rows.count, limit)
+        let viewer = MessageViewer(ctx)
+        var next: String?
+        if rows.count > limit, let seq = try MessageRow(rows[pageCount - 1]).sequence() {
+            next = ctx.cursors.encode(list: list, values: [.int(seq)])
+        }
+        // The hot read: the rows go straight from libpq's buffer into one response buffer (the `Reply.list` shape).
+        var w = JSONWriter(capacity: 1024 + pageCount * 1024)
+        w.beginObject()
+        w.key(static: "items")
+        w.beginArray()
+        for index in 0..<pageCount { try MessageRow(rows[index]).write(to: &w, viewer) }
+        w.endArray()
+        w.key(static: "next_cursor")
+        if let next { w.writeString(next) } else { w.writeNull() }
+        w.endObject()
+        return Reply.json(w.bytes)
+    }
+}

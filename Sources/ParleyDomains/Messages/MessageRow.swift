@@ -1,0 +1,134 @@
+import ParleyAPI
+import ParleyCore
+import ParleyPostgres
+
+/// The columns of a `messages` row as ``MessageStore`` selects them, in order (`MessageStore.columns`).
+enum MessageColumn: Int, CaseIterable {
+    case messageID, clientMsgID, type, conversationType, sender, recipient, seq, timestamp, body, extendedData
+    case mentionIDs, mentionAll, reply, rootMessageID, replyCount, priority, needReceipt, noUnread, repeatCount, push
+    case suppressed, deleted
+
+    /// The column's name in the `messages` table.
+    package var name: String {
+        switch self {
+        case .messageID: "message_id"
+        case .clientMsgID: "client_msg_id"
+        case .type: "type"
+        case .conversationType: "conv_type"
+        case .sender: "sender"
+        case .recipient: "recipient"
+        case .seq: "seq"
+        case .timestamp: "timestamp"
+        case .body: "body"
+        case .extendedData: "extended_data"
+        case .mentionIDs: "mention_ids"
+        case .mentionAll: "mention_all"
+        case .reply: "reply"
+        case .rootMessageID: "root_message_id"
+        case .replyCount: "reply_count"
+        case .priority: "priority"
+        case .needReceipt: "need_receipt"
+        case .noUnread: "no_unread"
+        case .repeatCount: "repeat_count"
+        case .push: "push"
+        case .suppressed: "suppressed"
+        case .deleted: "deleted"
+        }
+    }
+}
+
+/// One stored message read in place from its `messages` row: the JSON writer copies the cells from libpq's
+/// buffer, so a history page builds no `Message`, `String` or array per row (bench/RESULTS.md, GET history).
+struct MessageRow: MessageFields {
+    typealias Failure = PostgresError
+
+    let row: PostgresRow
+    /// Index of the row's `message_id` column (the columns follow in ``MessageColumn`` order).
+    let offset: Int
+
+    init(_ row: PostgresRow, at offset: Int = 0) {
+        self.row = row
+        self.offset = offset
+    }
+
+    subscript(column: MessageColumn) -> PostgresCell { row[offset + column.rawValue] }
+
+    func writeText(_ field: MessageTextField, to w: inout JSONWriter) throws(PostgresError) {
+        let cell: PostgresCell
+        switch field {
+        case .messageID: cell = self[.messageID]
+        case .clientMsgID: cell = self[.clientMsgID]
+        case .conversationType: cell = self[.conversationType]
+        case .from: cell = self[.sender]
+        case .to: cell = self[.recipient]
+        case .extendedData: cell = self[.extendedData]
+        case .rootMessageID: cell = self[.rootMessageID]
+        case .suppressed: cell = self[.suppressed]
+        }
+        if cell.isNull { w.writeNull() } else { try cell.withTextBytes { w.writeString(utf8: $0) } }
+    }
+
+    func writeJSON(_ field: MessageJSONField, to w: inout JSONWriter) throws(PostgresError) {
+        let cell: PostgresCell
+        switch field {
+        case .body: cell = self[.body]
+        case .reply: cell = self[.reply]
+        case .push: cell = self[.push]
+        }
+        if cell.isNull { w.writeNull() } else { try cell.withTextBytes { w.writeRaw($0) } }
+    }
+
+    func writeMentionIDs(to w: inout JSONWriter) throws(PostgresError) {
+        let ids = try self[.mentionIDs].stringArray
+        w.beginArray()
+        for id in ids { w.writeString(id) }
+        w.endArray()
+    }
+
+    func integer(_ field: MessageIntegerField) throws(PostgresError) -> Int64 {
+        switch field {
+        case .type: try self[.type].int64
+        case .timestamp: try self[.timestamp].int64
+        case .replyCount: try self[.replyCount].int64
+        case .priority: try self[.priority].int64
+        case .repeatCount: try self[.repeatCount].int64
+        }
+    }
+
+    func flag(_ field: MessageFlag) throws(PostgresError) -> Bool {
+        switch field {
+        case .mentionAll: try self[.mentionAll].bool
+        case .needReceipt: try self[.needReceipt].bool
+        case .noUnread: try self[.noUnread].bool
+        case .deleted: try self[.deleted].bool
+        // Rows are stored messages: never online-only (those are not stored) and never broadcasts.
+        case .onlineOnly, .isBroadcast: false
+        }
+    }
+
+    func sequence() throws(PostgresError) -> Int64? { try self[.seq].int64 }
+
+    func isSent(by userID: String) throws(PostgresError) -> Bool {
+        try self[.sender].withTextBytes { $0.elementsEqual(userID.utf8) }
+    }
+
+    /// The row decoded into a ``Message`` (for the code paths that work with the values).
+    func decode() throws(PostgresError) -> Message {
+        func string(_ column: MessageColumn) throws(PostgresError) -> String { try self[column].string }
+        func optionalString(_ column: MessageColumn) throws(PostgresError) -> String? {
+            self[column].isNull ? nil : try self[column].string
+        }
+        func optionalJSON(_ column: MessageColumn) throws(PostgresError) -> [UInt8]? {
+            self[column].isNull ? nil : try self[column].textBytes
+        }
+        return Message(
+            messageID: try string(.messageID), clientMsgID: try optionalString(.clientMsgID), type: try integer(.type),
+            conversationType: ConversationType(rawValue: try string(.conversationType)) ?? .peer, from: try string(.sender),
+            to: try string(.recipient), seq: try self[.seq].int64, timestamp: try integer(.timestamp), body: try optionalJSON(.body),
+            extendedData: try string(.extendedData), mentionIDs: try self[.mentionIDs].stringArray, mentionAll: try flag(.mentionAll),
+            reply: try optionalJSON(.reply), rootMessageID: try optionalString(.rootMessageID), replyCount: try integer(.replyCount),
+            priority: try integer(.priority), needReceipt: try flag(.needReceipt), noUnread: try flag(.noUnread), onlineOnly: false,
+            repeatCount: try integer(.repeatCount), push: try optionalJSON(.push), suppressed: try optionalString(.suppressed),
+            deleted: try flag(.deleted))
+    }
+}

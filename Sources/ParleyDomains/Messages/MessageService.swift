@@ -1,0 +1,204 @@
+import ParleyAPI
+import ParleyCore
+import ParleyPostgres
+
+/// The rules of API.md §11.1–§11.4 for peer and group messages: preparing sends for the node's writer (which
+/// checks and commits them in batches, ``MessageWrite``), broadcast, history and reads.
+///
+/// A value made per request; it owns nothing mutable.
+struct MessageService: DomainService {
+    /// The request's connection (its worker thread's): reads run on it and transactions open on it.
+    let db: PostgresConnection
+    let appID: String
+    /// Server-clock ms of the request.
+    let now: Int64
+
+    // MARK: - Send
+
+    /// The write item for one validated send (§11.1 step 2 is done): resolves `reply_to` and combined messages and
+    /// runs the sensitive-word filter on the request's connection, so the node's ``MessageWriter`` gets a batch-ready
+    /// item and checks steps 3–5 inside its statement.
+    func item(for request: SendRequest, settings: AppSettings, on db: PostgresConnection) throws -> MessageWrite.Item {
+        guard request.conversationType != .room else {
+            // Rooms come with their own domain; until then no such target exists.
+            throw APIError(.targetNotFound, "room \(request.to) does not exist")
+        }
+        var body = request.body
+        let threadID = MessageStore.thread(request.conversationType, request.from, request.to)
+        var message = Message(
+            messageID: IdentifierKind.generateSortableID(prefix: "m", timestampMs: now), clientMsgID: request.clientMsgID,
+            type: body.type.rawValue, conversationType: request.conversationType, from: request.from, to: request.to,
+            seq: request.stored ? 0 : nil, timestamp: now, body: nil, extendedData: request.extendedData,
+            mentionIDs: request.mentionIDs, mentionAll: request.mentionAll, reply: nil, rootMessageID: nil, replyCount: 0,
+            priority: request.priority, needReceipt: request.needReceipt, noUnread: request.noUnread,
+            onlineOnly: request.onlineOnly, repeatCount: request.repeatCount, push: request.push.map { $0.serialized() },
+            suppressed: nil, deleted: false)
+        var item = MessageWrite.Item(
+            appID: appID, now: now, message: message, threadID: threadID, contentHash: request.contentHash,
+            mentionNotify: request.notifyMentioned, checks: request.skipChecks ? .existence : .all,
+            blacklistError: settings.string("blacklist_feedback") == "error", friendOnly: settings.bool("friend_only_c2c"))
+        if let replyTo = request.replyTo {
+            if let replied = try MessageStore.fetch(appID: appID, messageID: replyTo, on: db),
+                replied.conversationType == request.conversationType,
+                MessageStore.thread(replied.conversationType, replied.from, replied.to) == threadID, !replied.deleted,
+                try isVisible(replied, to: .user(request.from), on: db)
+            {
+                message.reply = Self.replyJSON(replied)
+                message.rootMessageID = replied.rootMessageID ?? replied.messageID
+            } else {
+                item.replyMissing = true
+            }
+        }
+        if body.type == .combine {
+            let found = try MessageStore.fetchMany(appID: appID, messageIDs: body.combineMessageIDs, on: db)
+            let byID = Dictionary(found.map { ($0.messageID, $0) }, uniquingKeysWith: { a, _ in a })
+            let snapshots = try body.combineMessageIDs.compactMap { byID[$0] }.filter {
+                try isVisible($0, to: .user(request.from), on: db)
+            }
+            if snapshots.count == body.combineMessageIDs.count {
+                let combineID = IdentifierKind.generateSortableID(prefix: "cb", timestampMs: now)
+                item.combineID = combineID
+                item.combineItems = snapshots.map { String(decoding: $0.json(.user(request.from)), as: UTF8.self) }
+                body.json = body.combineStored(combineID: combineID, messageCount: snapshots.count)
+            } else {
+                item.replyMissing = true
+            }
+        }
+        if !request.skipChecks {
+            item.sensitiveReject = SensitiveWordFilter(settings: settings).apply(to: &body)
+        }
+        message.body = body.json.serialized()
+        item.message = message
+        return item
+    }
+
+    /// The problem of a send the writer did not accept (§11.1 steps 3–5); nil for a sent message or a duplicate.
+    static func problem(_ outcome: MessageWrite.Outcome, _ request: SendRequest) -> APIError? {
+        switch outcome {
+        case .sent, .duplicate: nil
+        case .conflict: APIError(.clientMsgIdConflict, "client_msg_id \(request.clientMsgID ?? "") was used for another message")
+        case .fromNotFound: UserService.notFound(request.from)
+        case .toNotFound:
+            APIError(.targetNotFound, "\(request.conversationType == .group ? "group" : "user") \(request.to) does not exist")
+        case .groupDismissed: .groupDismissed(request.to)
+        case .notMember: .notGroupMember(request.from, request.to)
+        case .receiptGroupTooLarge: APIError(.receiptGroupTooLarge, "need_receipt is refused in big groups and groups over 500 members")
+        case .replyNotFound:
+            APIError(.messageNotFound, request.replyTo != nil ? "reply_to message not found" : "a combined message was not found")
+        case .muted: APIError(.senderMuted, "user \(request.from) is muted")
+        case .blocked: APIError(.blockedByRecipient, "the recipient has blocked the sender")
+        case .notFriends: APIError(.notFriendsC2c, "peer messages need a mutual friendship")
+        case .sensitive: APIError(.sensitiveWord, "the message contains a sensitive word")
+        }
+    }
+
+    /// The stored answer to a repeated `client_msg_id` (a tombstone once its message is gone): the Message JSON as
+    /// `viewer` sees it.
+    func duplicate(_ request: SendRequest, viewer: MessageViewer, on db: PostgresConnection) throws -> [UInt8] {
+        guard let clientMsgID = request.clientMsgID,
+            let key = try MessageStore.key(appID: appID, from: request.from, clientMsgID: clientMsgID, on: db)
+        else { throw APIError(.internalError, "dedupe key vanished") }
+        let json =
+            key.message.map { $0.json(viewer) } ?? key.unstoredJSON
+            ?? Message.tombstone(
+                messageID: key.messageID, clientMsgID: clientMsgID, conversationType: key.conversationType, from: request.from,
+                to: key.to, seq: key.seq, timestamp: key.timestamp
+            ).json(viewer)
+        return json
+    }
+
+    /// The `reply` object of a reply to `replied` (§2): its identity and a snapshot of its type and body.
+    static func replyJSON(_ replied: Message) -> [UInt8] {
+        var o = JSONObjectWriter(capacity: 160 + (replied.body?.count ?? 0))
+        o["message_id"] = replied.messageID
+        o["seq"] = replied.seq
+        o["from"] = replied.from
+        o["timestamp"] = replied.timestamp
+        o["state"] = "normal"
+        o.write("snapshot") { w in
+            w.object { w in
+                w.key("type")
+                w.writeInt(replied.type)
+                w.key("body")
+                if let body = replied.body { w.writeRaw(body) } else { w.writeNull() }
+            }
+        }
+        return o.finish()
+    }
+
+    // MARK: - Broadcast
+
+    /// A broadcast (§11.2): never stored; one `message.broadcast` event to every active user and the app.
+    func broadcast(from: String, body: MessageBody, extendedData: String, push: JSONValue?) throws -> (messageID: String, timestamp: Int64) {
+        let messageID = IdentifierKind.generateSortableID(prefix: "m", timestampMs: now)
+        var message = Message(
+            messageID: messageID, clientMsgID: nil, type: body.type.rawValue, conversationType: .peer, from: from, to: "",
+            seq: nil, timestamp: now, body: body.json.serialized(), extendedData: extendedData, mentionIDs: [], mentionAll: false,
+            reply: nil, rootMessageID: nil, replyCount: 0, priority: 2, needReceipt: false, noUnread: false, onlineOnly: false,
+            repeatCount: 1, push: push.map { $0.serialized() }, suppressed: nil, deleted: false)
+        message.isBroadcast = true
+        try db.transaction { db in
+            guard let user = try UserStore.fetch(appID: appID, userID: from, on: db), !user.isDeleted else {
+                throw UserService.notFound(from)
+            }
+            let json = message.json(.app)
+            var data = JSONObjectWriter(capacity: json.count + 16)
+            data.raw("message", json)
+            // Every active user: the audience is resolved when the event is written, in the same transaction.
+            let users =
+                try db.query("SELECT coalesce(array_agg(user_id ORDER BY user_id), '{}') FROM users WHERE app_id = \(appID) AND deleted_at IS NULL")
+                .first?[0].stringArray ?? []
+            try EventLog.append(
+                [NewEvent(type: "message.broadcast", data: data.finish(), audience: users, orderKey: appID)], appID: appID, now: now,
+                on: db)
+        }
+        return (messageID, now)
+    }
+
+    // MARK: - Reads
+
+    /// One message visible to `viewer` (§11.4), else 404 `message_not_found`.
+    func get(_ messageID: String, viewer: MessageViewer, on db: PostgresConnection) throws -> Message {
+        guard let message = try MessageStore.fetch(appID: appID, messageID: messageID, on: db), try isVisible(message, to: viewer, on: db)
+        else {
+            throw Self.notFound(messageID)
+        }
+        return message
+    }
+
+    /// "Visible to a user" (§11.4): ``Message/isVisible(to:)``, and for group messages a current member.
+    func isVisible(_ message: Message, to viewer: MessageViewer, on db: PostgresConnection) throws -> Bool {
+        guard message.isVisible(to: viewer) else { return false }
+        guard case .user(let userID) = viewer, message.conversationType == .group else { return true }
+        return try MessageStore.groupAccess(appID: appID, groupID: message.to, userID: userID, on: db)?.member ?? false
+    }
+
+    /// Group history reads (§9.1, §11.3): the group exists (404), is not dismissed (409) and a reading user is a
+    /// current member (403).
+    func requireGroupHistory(_ groupID: String, viewer userID: String?, on db: PostgresConnection) throws {
+        guard let access = try MessageStore.groupAccess(appID: appID, groupID: groupID, userID: userID, on: db) else {
+            throw APIError.groupNotFound(groupID)
+        }
+        if access.dismissed { throw APIError.groupDismissed(groupID) }
+        if let userID, !access.member { throw APIError.notGroupMember(userID, groupID) }
+    }
+
+    static func notFound(_ messageID: String) -> APIError { APIError(.messageNotFound, "message \(messageID) not found") }
+}
+
+// MARK: - Reads
+
+extension MessageService {
+    typealias HistoryQuery = MessageStore.HistoryQuery
+
+    /// The history rows of a conversation (§11.3), as ``MessageRow`` reads them.
+    func history(_ type: ConversationType, id: String, viewer userID: String?, query: HistoryQuery) throws -> PostgresResult {
+        try MessageStore.history(
+            appID: appID, conversationType: type, threadID: MessageStore.thread(type, userID ?? "", id), peer: id, query: query, on: db)
+    }
+
+    /// The snapshots of a combine message from `position` on.
+    func combined(_ combineID: String, from position: Int, limit: Int) throws -> [(position: Int, json: [UInt8])] {
+        try MessageStore.combined(appID: appID, combineID: combineID, from: position, limit: limit, on: db)
+    }
+}

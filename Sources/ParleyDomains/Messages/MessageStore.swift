@@ -1,0 +1,158 @@
+import ParleyAPI
+import ParleyCore
+import ParleyPostgres
+
+/// SQL for messages (API.md §11). No rules here: callers validate inputs and map outcomes to problems.
+enum MessageStore {
+    /// The thread key of a peer conversation: the unordered pair (user ids never contain a space).
+    static func peerThread(_ a: String, _ b: String) -> String { a < b ? a + " " + b : b + " " + a }
+
+    /// The thread key (`messages.conv_id`) of a message from `from` to `to`: the pair for peers, else `to`.
+    static func thread(_ type: ConversationType, _ from: String, _ to: String) -> String {
+        type == .peer ? peerThread(from, to) : to
+    }
+
+    // MARK: - Rows
+
+    /// The columns ``message(_:at:)`` decodes, in ``MessageColumn`` order, for a `messages` row aliased `alias`.
+    static func columns(_ alias: String = "m") -> String {
+        MessageColumn.allCases.map { "\(alias).\($0.name)" }.joined(separator: ", ")
+    }
+
+    /// The message columns of `messages m`, computed once.
+    private static let messageColumns = columns()
+
+    /// The message whose columns start at `offset` (nil when its `message_id` is NULL, as after a LEFT JOIN).
+    static func message(_ row: PostgresRow, at offset: Int = 0) throws -> Message? {
+        if row[offset].isNull { return nil }
+        return try MessageRow(row, at: offset).decode()
+    }
+
+    // MARK: - Dedupe keys
+
+    /// A dedupe key with its stored message, if the message still exists.
+    struct StoredKey {
+        var messageID: String
+        var conversationType: ConversationType
+        var to: String
+        var seq: Int64?
+        var timestamp: Int64
+        /// The whole JSON of an unstored message.
+        var unstoredJSON: [UInt8]?
+        var message: Message?
+    }
+
+    static func key(appID: String, from: String, clientMsgID: String, on db: PostgresConnection) throws -> StoredKey? {
+        let result = try db.query(
+            """
+            SELECT k.message_id, k.conv_type, k.recipient, k.seq, k.timestamp, k.message, \(sql: columns("m"))
+            FROM message_keys k LEFT JOIN messages m ON m.app_id = k.app_id AND m.message_id = k.message_id
+            WHERE k.app_id = \(appID) AND k.sender = \(from) AND k.client_msg_id = \(clientMsgID)
+            """)
+        guard let row = result.first else { return nil }
+        return StoredKey(
+            messageID: try row[0].string, conversationType: ConversationType(rawValue: try row[1].string) ?? .peer,
+            to: try row[2].string, seq: row[3].isNull ? nil : try row[3].int64, timestamp: try row[4].int64,
+            unstoredJSON: row[5].isNull ? nil : try row[5].textBytes, message: try message(row, at: 6))
+    }
+
+    // MARK: - Reads
+
+    package static func fetch(appID: String, messageID: String, on db: PostgresConnection) throws -> Message? {
+        let result = try db.query("SELECT \(sql: messageColumns) FROM messages m WHERE m.app_id = \(appID) AND m.message_id = \(messageID)")
+        return try result.first.flatMap { try message($0) }
+    }
+
+    static func fetchMany(appID: String, messageIDs: [String], on db: PostgresConnection) throws -> [Message] {
+        if messageIDs.isEmpty { return [] }
+        let result = try db.query(
+            "SELECT \(sql: messageColumns) FROM messages m WHERE m.app_id = \(appID) AND m.message_id = ANY(\(messageIDs)::text[])")
+        return try result.rows.compactMap { try message($0) }
+    }
+
+    /// Filters and bounds of a history read (API.md §11.3); seq bounds are exclusive, time bounds [start, end).
+    struct HistoryQuery {
+        var afterSeq: Int64 = 0
+        var beforeSeq: Int64 = .max
+        var startAt: Int64 = .min
+        var endAt: Int64 = .max
+        var types: [Int64]?
+        var forward = false
+        /// The viewing user of a user view (its `cleared_seq` applies and others' suppressed messages are hidden).
+        var viewer: String?
+        /// App key only: also other users' suppressed messages.
+        var includeHidden = false
+        /// Group history: return rows only while the group is live and the viewer (if any) is a member, so the
+        /// access check costs no extra round trip; an empty answer leaves the reason to the caller.
+        var requireGroupAccess = false
+        var limit = 20
+    }
+
+    /// The history SELECT in both orders, built once: GET history is the hottest read, and assembling ~1.5 KB of SQL
+    /// per request showed in its profile (bench/RESULTS.md).
+    ///
+    /// `timestamp + 0` keeps the time bounds off the BRIN index of Migrations/0010: the pool's generic plan cannot
+    /// see that the bounds are usually open, and with the index usable it chose a bitmap scan of the whole
+    /// conversation plus a sort (130 ms on a 70,000-message group) over walking `messages_pkey` from the end.
+    static let historySQL: (ascending: String, descending: String) = {
+        func sql(_ order: String) -> String {
+            """
+            SELECT \(messageColumns) FROM messages m
+            WHERE m.app_id = $1 AND m.conv_type = $2 AND m.conv_id = $3 AND m.seq > $4 AND m.seq < $5
+              AND m.timestamp + 0 >= $6 AND m.timestamp + 0 < $7 AND ($8::int[] IS NULL OR m.type = ANY($8::int[]))
+              AND ($9::text IS NULL OR $10 OR m.suppressed IS NULL OR m.sender = $9)
+              AND ($9::text IS NULL OR m.seq > coalesce((SELECT c.cleared_seq FROM conversations c
+                    WHERE c.app_id = $1 AND c.user_id = $9 AND c.conv_type = $2 AND c.conv_id = $11), 0))
+              AND (NOT $13 OR EXISTS (SELECT 1 FROM groups g WHERE g.app_id = $1 AND g.group_id = $3 AND g.dismissed_at IS NULL
+                    AND ($9::text IS NULL OR EXISTS (SELECT 1 FROM group_members gm
+                                                     WHERE gm.app_id = $1 AND gm.group_id = $3 AND gm.user_id = $9))))
+            ORDER BY m.seq \(order) LIMIT $12
+            """
+        }
+        return (sql("ASC"), sql("DESC"))
+    }()
+
+    /// Up to `limit` stored messages of one conversation in seq order (`forward`) or reverse, as rows in
+    /// ``MessageColumn`` order (read them with ``MessageRow``).
+    static func history(
+        appID: String, conversationType: ConversationType, threadID: String, peer: String, query: HistoryQuery, on db: PostgresConnection
+    )
+        throws -> PostgresResult
+    {
+        // Numbered parameters over text built once (see historySQL).
+        try db.query(
+            PostgresQuery(
+                sql: query.forward ? historySQL.ascending : historySQL.descending,
+                binds: [
+                    appID, conversationType.rawValue, threadID, query.afterSeq, query.beforeSeq, query.startAt, query.endAt, query.types,
+                    query.viewer, query.includeHidden, peer, query.limit, query.requireGroupAccess,
+                ]))
+    }
+
+    /// Whether group `groupID` is dismissed and `userID` is a current member of it (false without a user); nil when
+    /// there is no such group. Messages read the group rows themselves: groups write messages (tips), so the message
+    /// domain stays below the group domain.
+    static func groupAccess(appID: String, groupID: String, userID: String?, on db: PostgresConnection) throws
+        -> (dismissed: Bool, member: Bool)?
+    {
+        try db.query(
+            """
+            SELECT g.dismissed_at IS NOT NULL,
+                   EXISTS (SELECT 1 FROM group_members m WHERE m.app_id = g.app_id AND m.group_id = g.group_id AND m.user_id = \(userID))
+            FROM groups g WHERE g.app_id = \(appID) AND g.group_id = \(groupID)
+            """
+        ).decodeFirst((Bool, Bool).self).map { (dismissed: $0.0, member: $0.1) }
+    }
+
+    /// A page of the snapshots of combine `combineID` from `position`.
+    static func combined(appID: String, combineID: String, from position: Int, limit: Int, on db: PostgresConnection) throws
+        -> [(position: Int, json: [UInt8])]
+    {
+        let result = try db.query(
+            """
+            SELECT position, message FROM message_combines WHERE app_id = \(appID) AND combine_id = \(combineID) AND position >= \(position)
+            ORDER BY position LIMIT \(limit)
+            """)
+        return try result.rows.map { (try $0[0].int, try $0[1].textBytes) }
+    }
+}

@@ -1,0 +1,452 @@
+import ParleyAPI
+import ParleyCore
+import ParleyPostgres
+
+/// The one place messages are written: steps 3–5 and 7 of API.md §11.1 for a whole batch of sends in one statement —
+/// `client_msg_id` dedupe, existence and policy checks, seq allocation, the message rows, dedupe keys, conversation
+/// entries, reply counts and combine snapshots — and the `message.sent` events of what it wrote.
+///
+/// Which rules live in SQL, and why: every rule that reads rows another transaction may change concurrently (the dedupe
+/// key, users, groups, memberships, mutes, blacklist, friends, the seq heads) is decided inside the statement that
+/// writes, in its snapshot, so no check can go stale between a read and the write. The statement is set-based (one
+/// join per rule, one upsert of the seq heads with per-conversation counts, one insert per table) because its cost is
+/// per statement, not per message: a batch of 30 sends costs about what one did as a loop of a dozen statements.
+/// Rules that need no shared row stay in Swift (validation, the sensitive-word filter, reply and combine look-ups)
+/// and arrive here as flags (`reply_missing`, `sensitive_reject`) so their failures keep their place in the check
+/// order. The Message JSON is rendered once, in Swift, from the seq and timestamp the statement returns.
+///
+/// Seqs: each conversation's `conversation_seqs` row is upserted once per batch and locked until commit, so seqs are
+/// gap-free, follow the batch order within a conversation and commit order across batches, and timestamps never
+/// decrease. Rows are locked in key order so two batches (two nodes) cannot deadlock on seq heads.
+enum MessageWrite {
+    /// Which checks an item goes through.
+    enum Checks: Int, Sendable {
+        /// Written by the server itself (tips messages): no check at all.
+        case none = 0
+        /// `skip_checks`: dedupe and existence (§11.1 steps 3–4), no policy (step 5).
+        case existence = 1
+        /// Every check.
+        case all = 2
+    }
+
+    /// What the statement decided for one item (§11.1 check order, first failure wins).
+    enum Outcome: Int, Sendable {
+        case sent = 0
+        case duplicate, conflict, fromNotFound, toNotFound, groupDismissed, replyNotFound, receiptGroupTooLarge, muted, notMember
+        case blocked, notFriends, sensitive
+    }
+
+    /// One message to write, built and validated by the caller.
+    struct Item: Sendable {
+        var appID: String
+        /// Server-clock ms of the request: the message's timestamp unless its conversation's head is later.
+        var now: Int64
+        /// The message as it will be stored; seq, timestamp and suppression are filled in by `write`.
+        var message: Message
+        var threadID: String
+        var contentHash: String
+        var mentionNotify = true
+        var replyMissing = false
+        var checks: Checks
+        var blacklistError = false
+        var friendOnly = false
+        var sensitiveReject = false
+        var combineID: String?
+        /// Message JSON snapshots of a combine, in order.
+        var combineItems: [String] = []
+    }
+
+    /// The result of one item.
+    struct Written: Sendable {
+        var outcome: Outcome
+        /// The message with its seq, timestamp and suppression (meaningful when `outcome == .sent`).
+        var message: Message
+        /// The root's new reply count, for a reply that counted.
+        var replyCount: Int64?
+        /// For a duplicate: the message its `client_msg_id` first sent.
+        var original: (messageID: String, seq: Int64?)?
+    }
+
+    /// Writes `items` in the caller's transaction (the caller appends their events, ``appendEvents(_:_:on:)`` or
+    /// ``events(of:threadID:)``, and commits).
+    /// Results are in item order. Items must not repeat a (sender, client_msg_id) pair: a repeat belongs to a later
+    /// batch, where it finds the first one's key.
+    static func write(_ items: [Item], on db: PostgresConnection) throws -> [Written] {
+        if items.isEmpty { return [] }
+        let rows = try db.query(PostgresQuery(sql: statement, binds: [itemsJSON(items), combinesJSON(items)])).rows
+        guard rows.count == items.count else { throw APIError(.internalError, "message write returned \(rows.count) of \(items.count) rows") }
+        var written: [Written] = []
+        written.reserveCapacity(items.count)
+        for (item, row) in zip(items, rows) {
+            guard let outcome = Outcome(rawValue: try row[0].int) else { throw APIError(.internalError, "unknown send outcome") }
+            var message = item.message
+            if outcome == .sent {
+                message.seq = row[1].isNull ? nil : try row[1].int64
+                message.timestamp = try row[2].int64
+                message.suppressed = row[3].isNull ? nil : try row[3].string
+            }
+            written.append(
+                Written(
+                    outcome: outcome, message: message, replyCount: row[4].isNull ? nil : try row[4].int64,
+                    original: outcome == .duplicate ? (try row[5].string, row[6].isNull ? nil : try row[6].int64) : nil))
+        }
+        try storeUnstoredKeys(items, written, on: db)
+        return written
+    }
+
+    /// Appends the events of the sent items with their ids, in item order (one statement per app, each taking its
+    /// app's head lock until the batch commits: call it last). Returns the apps that got events.
+    @discardableResult
+    static func appendEvents(_ items: [Item], _ written: [Written], on db: PostgresConnection) throws -> [String] {
+        var eventsByApp: [String: (now: Int64, events: [NewEvent])] = [:]
+        var apps: [String] = []
+        for (item, result) in zip(items, written) where result.outcome == .sent {
+            if eventsByApp[item.appID] == nil {
+                apps.append(item.appID)
+                eventsByApp[item.appID] = (item.now, [])
+            }
+            eventsByApp[item.appID]!.events += events(of: result, threadID: item.threadID)
+        }
+        // Apps in key order, so two nodes' batches take their head locks in the same order.
+        for appID in apps.sorted() {
+            let (now, events) = eventsByApp[appID]!
+            try EventLog.appendNumbered(events, appID: appID, now: now, on: db)
+        }
+        return apps
+    }
+
+    /// The JSON a `message.sent` event carries: what every recipient sees, plus `suppressed` when set (only the
+    /// sender and the app receive those). Dedupe keys of unstored messages keep the same bytes.
+    static func sentJSON(_ message: Message) -> [UInt8] {
+        var w = JSONWriter(capacity: 640 + (message.body?.count ?? 0) + (message.reply?.count ?? 0))
+        w.beginObject()
+        message.writeMembers(&w)
+        if let suppressed = message.suppressed {
+            w.key(static: "suppressed")
+            w.writeString(suppressed)
+        }
+        w.endObject()
+        return w.bytes
+    }
+
+    /// `message.sent`, then the root's `message.reply_count_updated` for a counted reply (API.md §18).
+    static func events(of written: Written, threadID: String) -> [NewEvent] {
+        let message = written.message
+        let isGroup = message.conversationType == .group
+        let audience = isGroup ? [] : message.suppressed == nil ? [message.from, message.to] : [message.from]
+        let orderKey = message.conversationType.rawValue + ":" + threadID
+        var data = JSONObjectWriter(capacity: 700 + (message.body?.count ?? 0))
+        data.raw("message", sentJSON(message))
+        var events = [
+            NewEvent(
+                type: "message.sent", data: data.finish(), audience: audience, groupID: isGroup ? message.to : nil,
+                toGroupMembers: isGroup, orderKey: orderKey)
+        ]
+        if let count = written.replyCount, let root = message.rootMessageID {
+            var o = JSONObjectWriter(capacity: 128)
+            o["root_message_id"] = root
+            o["conversation_type"] = message.conversationType.rawValue
+            o["to"] = message.to
+            o["reply_count"] = count
+            events.append(
+                NewEvent(
+                    type: "message.reply_count_updated", data: o.finish(), audience: audience, groupID: isGroup ? message.to : nil,
+                    toGroupMembers: isGroup, orderKey: orderKey))
+        }
+        return events
+    }
+
+    /// Unstored messages have no row to answer a repeated `client_msg_id` from: their key keeps the whole JSON.
+    private static func storeUnstoredKeys(_ items: [Item], _ written: [Written], on db: PostgresConnection) throws {
+        var w = JSONWriter()
+        var count = 0
+        w.beginArray()
+        for (item, result) in zip(items, written) where result.outcome == .sent && item.message.seq == nil {
+            guard let clientMsgID = item.message.clientMsgID else { continue }
+            w.object { w in
+                w.key(static: "app_id")
+                w.writeString(item.appID)
+                w.key(static: "sender")
+                w.writeString(item.message.from)
+                w.key(static: "client_msg_id")
+                w.writeString(clientMsgID)
+                w.key(static: "message")
+                w.writeString(String(decoding: sentJSON(result.message), as: UTF8.self))
+            }
+            count += 1
+        }
+        w.endArray()
+        guard count > 0 else { return }
+        try db.query(
+            """
+            UPDATE message_keys k SET message = x.message
+            FROM json_to_recordset(\(String(decoding: w.bytes, as: UTF8.self))::json) AS x(app_id text, sender text, client_msg_id text, message text)
+            WHERE k.app_id = x.app_id AND k.sender = x.sender AND k.client_msg_id = x.client_msg_id
+            """)
+    }
+
+    // MARK: - The statement
+
+    /// The items as one JSON array, read by `json_to_recordset` with named columns (`statement`'s `i`).
+    private static func itemsJSON(_ items: [Item]) -> String {
+        var w = JSONWriter(capacity: 512 * items.count)
+        w.beginArray()
+        for (ord, item) in items.enumerated() {
+            let m = item.message
+            w.object { w in
+                w.key(static: "ord")
+                w.writeInt(ord)
+                w.key(static: "app_id")
+                w.writeString(item.appID)
+                w.key(static: "now")
+                w.writeInt(item.now)
+                w.key(static: "conv_type")
+                w.writeString(m.conversationType.rawValue)
+                w.key(static: "conv_id")
+                w.writeString(item.threadID)
+                w.key(static: "sender")
+                w.writeString(m.from)
+                w.key(static: "recipient")
+                w.writeString(m.to)
+                w.key(static: "message_id")
+                w.writeString(m.messageID)
+                w.key(static: "client_msg_id")
+                if let key = m.clientMsgID { w.writeString(key) } else { w.writeNull() }
+                w.key(static: "content_hash")
+                w.writeString(item.contentHash)
+                w.key(static: "stored")
+                w.writeBool(m.seq != nil)
+                w.key(static: "type")
+                w.writeInt(m.type)
+                w.key(static: "body")
+                writeText(m.body, to: &w)
+                w.key(static: "extended_data")
+                w.writeString(m.extendedData)
+                w.key(static: "mention_ids")
+                w.array { w in for id in m.mentionIDs { w.writeString(id) } }
+                w.key(static: "mention_all")
+                w.writeBool(m.mentionAll)
+                w.key(static: "mention_notify")
+                w.writeBool(item.mentionNotify)
+                w.key(static: "reply")
+                writeText(m.reply, to: &w)
+                w.key(static: "root_message_id")
+                if let root = m.rootMessageID { w.writeString(root) } else { w.writeNull() }
+                w.key(static: "reply_missing")
+                w.writeBool(item.replyMissing)
+                w.key(static: "priority")
+                w.writeInt(m.priority)
+                w.key(static: "need_receipt")
+                w.writeBool(m.needReceipt)
+                w.key(static: "no_unread")
+                w.writeBool(m.noUnread)
+                w.key(static: "repeat_count")
+                w.writeInt(m.repeatCount)
+                w.key(static: "push")
+                writeText(m.push, to: &w)
+                w.key(static: "checks")
+                w.writeInt(item.checks.rawValue)
+                w.key(static: "blacklist_error")
+                w.writeBool(item.blacklistError)
+                w.key(static: "friend_only")
+                w.writeBool(item.friendOnly)
+                w.key(static: "sensitive_reject")
+                w.writeBool(item.sensitiveReject)
+                w.key(static: "combine_id")
+                if let combineID = item.combineID { w.writeString(combineID) } else { w.writeNull() }
+            }
+        }
+        w.endArray()
+        return String(decoding: w.bytes, as: UTF8.self)
+    }
+
+    /// Stored JSON (body, reply, push) travels as a JSON string, so PostgreSQL stores its exact bytes.
+    private static func writeText(_ json: [UInt8]?, to w: inout JSONWriter) {
+        guard let json else { return w.writeNull() }
+        json.withUnsafeBufferPointer { w.writeString(utf8: $0) }
+    }
+
+    /// The snapshots of every combine in the batch (`statement`'s `x`).
+    private static func combinesJSON(_ items: [Item]) -> String {
+        var w = JSONWriter()
+        w.beginArray()
+        for item in items {
+            guard let combineID = item.combineID else { continue }
+            for (position, snapshot) in item.combineItems.enumerated() {
+                w.object { w in
+                    w.key(static: "combine_id")
+                    w.writeString(combineID)
+                    w.key(static: "position")
+                    w.writeInt(position)
+                    w.key(static: "message")
+                    w.writeString(snapshot)
+                }
+            }
+        }
+        w.endArray()
+        return String(decoding: w.bytes, as: UTF8.self)
+    }
+
+    /// One statement for the batch. Data-modifying CTEs all run (referenced or not) in one snapshot; none reads
+    /// another's writes except through RETURNING, and no row is modified twice (entries are aggregated per row
+    /// first). Outcome numbers are ``Outcome``'s raw values.
+    static let statement = """
+        WITH i AS (
+            SELECT * FROM json_to_recordset($1::json) AS i(
+                ord int, app_id text, now bigint, conv_type text, conv_id text, sender text, recipient text, message_id text,
+                client_msg_id text, content_hash text, stored boolean, type int, body text, extended_data text,
+                mention_ids text[], mention_all boolean, mention_notify boolean, reply text, root_message_id text,
+                reply_missing boolean, priority smallint, need_receipt boolean, no_unread boolean, repeat_count int, push text,
+                checks int, blacklist_error boolean, friend_only boolean, sensitive_reject boolean, combine_id text)
+        ), checked AS (
+            SELECT i.*,
+                CASE
+                    WHEN k.content_hash IS NOT NULL THEN CASE WHEN k.content_hash = i.content_hash THEN 1 ELSE 2 END
+                    WHEN i.checks = 0 THEN 0
+                    WHEN u.user_id IS NULL OR u.deleted_at IS NOT NULL THEN 3
+                    WHEN i.conv_type = 'group' AND g.group_id IS NULL THEN 4
+                    WHEN i.conv_type = 'group' AND g.dismissed_at IS NOT NULL THEN 5
+                    WHEN i.conv_type = 'peer' AND r.user_id IS NULL THEN 4
+                    WHEN i.reply_missing THEN 6
+                    WHEN i.conv_type = 'group' AND i.need_receipt AND (g.is_big_group OR g.member_count > 500) THEN 7
+                    WHEN i.checks = 1 THEN 0
+                    WHEN u.muted_until = -1 OR u.muted_until > i.now THEN 8
+                    WHEN i.conv_type = 'group' AND gm.user_id IS NULL THEN 9
+                    WHEN i.conv_type = 'group' AND (gm.muted_until = -1 OR gm.muted_until > i.now OR (
+                        g.mute_mode <> 'none' AND (g.mute_expires_at = -1 OR g.mute_expires_at > i.now) AND gm.role <> 1
+                        AND (g.mute_mode = 'all' OR (g.mute_mode = 'normal' AND gm.role >= 3)
+                             OR (g.mute_mode = 'custom' AND gm.role = ANY(g.mute_roles))))) THEN 8
+                    WHEN bl.blocked AND i.blacklist_error THEN 10
+                    WHEN bl.blocked THEN 0
+                    WHEN i.conv_type = 'peer' AND i.friend_only AND fr.mutual < 2 THEN 11
+                    WHEN i.sensitive_reject THEN 12
+                    ELSE 0
+                END AS outcome,
+                CASE WHEN bl.blocked AND NOT i.blacklist_error THEN 'blacklist' END AS suppressed,
+                k.message_id AS original_id, k.seq AS original_seq
+            FROM i
+            -- Point look-ups by primary key, one per item: LATERAL with LIMIT keeps them parameterised index probes
+            -- (json_to_recordset is estimated at 100 rows, which on small tables made the planner hash whole tables).
+            LEFT JOIN LATERAL (
+                SELECT k.content_hash, k.message_id, k.seq FROM message_keys k
+                WHERE k.app_id = i.app_id AND k.sender = i.sender AND k.client_msg_id = i.client_msg_id LIMIT 1
+            ) k ON true
+            LEFT JOIN LATERAL (
+                SELECT u.user_id, u.muted_until, u.deleted_at FROM users u WHERE u.app_id = i.app_id AND u.user_id = i.sender LIMIT 1
+            ) u ON true
+            LEFT JOIN LATERAL (
+                SELECT r.user_id FROM users r
+                WHERE i.conv_type = 'peer' AND r.app_id = i.app_id AND r.user_id = i.recipient AND r.deleted_at IS NULL LIMIT 1
+            ) r ON true
+            LEFT JOIN LATERAL (
+                SELECT g.group_id, g.dismissed_at, g.is_big_group, g.member_count, g.mute_mode, g.mute_expires_at, g.mute_roles
+                FROM groups g WHERE i.conv_type = 'group' AND g.app_id = i.app_id AND g.group_id = i.recipient LIMIT 1
+            ) g ON true
+            LEFT JOIN LATERAL (
+                SELECT gm.user_id, gm.role, gm.muted_until FROM group_members gm
+                WHERE i.conv_type = 'group' AND gm.app_id = i.app_id AND gm.group_id = i.recipient AND gm.user_id = i.sender LIMIT 1
+            ) gm ON true
+            LEFT JOIN LATERAL (
+                SELECT true AS found FROM blacklist b
+                WHERE i.checks = 2 AND i.conv_type = 'peer' AND b.app_id = i.app_id AND b.user_id = i.recipient
+                  AND b.blocked_id = i.sender
+                LIMIT 1
+            ) b ON true
+            CROSS JOIN LATERAL (SELECT b.found IS NOT NULL AS blocked) bl
+            CROSS JOIN LATERAL (
+                SELECT count(*) AS mutual FROM friends f
+                WHERE i.checks = 2 AND i.friend_only AND i.conv_type = 'peer' AND f.app_id = i.app_id
+                  AND ((f.user_id = i.sender AND f.friend_id = i.recipient) OR (f.user_id = i.recipient AND f.friend_id = i.sender))
+            ) fr
+        ), sent AS (
+            SELECT * FROM checked WHERE outcome = 0
+        ), counts AS (
+            SELECT app_id, conv_type, conv_id, count(*) AS n, max(now) AS now FROM sent WHERE stored
+            GROUP BY app_id, conv_type, conv_id
+        ), heads AS (
+            INSERT INTO conversation_seqs AS h (app_id, conv_type, conv_id, last_seq, last_ts)
+            SELECT app_id, conv_type, conv_id, n, now FROM counts ORDER BY app_id, conv_type, conv_id
+            ON CONFLICT (app_id, conv_type, conv_id)
+            DO UPDATE SET last_seq = h.last_seq + excluded.last_seq, last_ts = greatest(h.last_ts, excluded.last_ts)
+            RETURNING h.app_id, h.conv_type, h.conv_id, h.last_seq, h.last_ts
+        ), placed AS (
+            SELECT s.*,
+                   h.last_seq - c.n + row_number() OVER (PARTITION BY s.app_id, s.conv_type, s.conv_id, s.stored ORDER BY s.ord) AS seq,
+                   coalesce(h.last_ts, s.now) AS ts
+            FROM sent s
+            LEFT JOIN counts c ON s.stored AND c.app_id = s.app_id AND c.conv_type = s.conv_type AND c.conv_id = s.conv_id
+            LEFT JOIN heads h ON s.stored AND h.app_id = s.app_id AND h.conv_type = s.conv_type AND h.conv_id = s.conv_id
+        ), keyed AS (
+            INSERT INTO message_keys (app_id, sender, client_msg_id, content_hash, message_id, conv_type, conv_id, recipient,
+                                      type, seq, timestamp)
+            SELECT app_id, sender, client_msg_id, content_hash, message_id, conv_type, conv_id, recipient, type, seq, ts
+            FROM placed WHERE client_msg_id IS NOT NULL
+        ), stored AS (
+            INSERT INTO messages (app_id, conv_type, conv_id, seq, message_id, client_msg_id, sender, recipient, type, body,
+                                  extended_data, mention_ids, mention_all, mention_notify, reply, root_message_id, priority,
+                                  need_receipt, no_unread, repeat_count, push, suppressed, timestamp)
+            SELECT app_id, conv_type, conv_id, seq, message_id, client_msg_id, sender, recipient, type, body, extended_data,
+                   coalesce(mention_ids, '{}'), mention_all, mention_notify, reply, root_message_id, priority, need_receipt,
+                   no_unread, repeat_count, push, suppressed, ts
+            FROM placed WHERE stored ORDER BY ord
+        ), peer_entries AS (
+            -- Both sides of each pair, aggregated per row: the sender has read up to its own messages; the recipient's
+            -- entry is created or un-deleted (not for suppressed messages).
+            INSERT INTO conversations AS c (app_id, user_id, conv_type, conv_id, thread_id, read_seq, last_seq, last_ts,
+                                            order_key, created_at, updated_at)
+            SELECT e.app_id, e.user_id, 'peer', e.other, e.thread, max(e.read_seq), max(e.seq), max(e.ts), max(e.ts),
+                   max(e.now), max(e.now)
+            FROM (SELECT p.app_id, p.sender AS user_id, p.recipient AS other, p.conv_id AS thread, p.seq AS read_seq, p.seq,
+                         p.ts, p.now
+                  FROM placed p WHERE p.stored AND p.conv_type = 'peer'
+                  UNION ALL
+                  SELECT p.app_id, p.recipient, p.sender, p.conv_id, 0, p.seq, p.ts, p.now
+                  FROM placed p WHERE p.stored AND p.conv_type = 'peer' AND p.suppressed IS NULL) e
+            GROUP BY e.app_id, e.user_id, e.other, e.thread
+            ORDER BY e.app_id, e.user_id, e.other
+            ON CONFLICT (app_id, user_id, conv_type, conv_id) DO UPDATE SET
+                read_seq = greatest(c.read_seq, excluded.read_seq),
+                last_seq = greatest(c.last_seq, excluded.last_seq),
+                last_ts = greatest(c.last_ts, excluded.last_ts),
+                order_key = greatest(c.order_key, excluded.last_ts),
+                deleted = false,
+                updated_at = excluded.updated_at
+        ), group_senders AS (
+            SELECT app_id, sender, conv_id, max(seq) AS seq, max(now) AS now FROM placed
+            WHERE stored AND conv_type = 'group' GROUP BY app_id, sender, conv_id
+        ), group_read AS (
+            -- Members' entries follow the group head (Migrations/0009): only the sender's read position moves.
+            UPDATE conversations c SET read_seq = greatest(c.read_seq, s.seq), deleted = false, updated_at = s.now
+            FROM group_senders s
+            WHERE c.app_id = s.app_id AND c.user_id = s.sender AND c.conv_type = 'group' AND c.conv_id = s.conv_id
+              AND c.follows_group
+        ), group_undeleted AS (
+            -- Deleted entries of the group reappear on its next message.
+            UPDATE conversations c SET deleted = false, updated_at = g.now
+            FROM (SELECT app_id, conv_id, max(now) AS now FROM placed WHERE stored AND conv_type = 'group'
+                  GROUP BY app_id, conv_id) g
+            WHERE c.app_id = g.app_id AND c.thread_id = g.conv_id AND c.deleted AND c.follows_group AND c.conv_type = 'group'
+              AND NOT EXISTS (SELECT 1 FROM group_senders s
+                              WHERE s.app_id = c.app_id AND s.sender = c.user_id AND s.conv_id = c.conv_id)
+        ), replied AS (
+            UPDATE messages m SET reply_count = m.reply_count + r.n
+            FROM (SELECT app_id, root_message_id, count(*) AS n FROM placed
+                  WHERE stored AND root_message_id IS NOT NULL AND suppressed IS NULL GROUP BY app_id, root_message_id) r
+            WHERE m.app_id = r.app_id AND m.message_id = r.root_message_id
+            RETURNING m.app_id, m.message_id, m.reply_count, r.n
+        ), combined AS (
+            INSERT INTO message_combines (app_id, combine_id, position, message)
+            SELECT p.app_id, x.combine_id, x.position, x.message
+            FROM json_to_recordset($2::json) AS x(combine_id text, position int, message text)
+            JOIN placed p ON p.stored AND p.combine_id = x.combine_id
+        )
+        SELECT c.outcome, p.seq, p.ts, p.suppressed, rc.reply_count, c.original_id, c.original_seq
+        FROM checked c
+        LEFT JOIN placed p ON p.ord = c.ord
+        LEFT JOIN (SELECT p.ord, r.reply_count - r.n
+                              + row_number() OVER (PARTITION BY p.app_id, p.root_message_id ORDER BY p.ord) AS reply_count
+                   FROM placed p JOIN replied r ON r.app_id = p.app_id AND r.message_id = p.root_message_id
+                   WHERE p.stored AND p.suppressed IS NULL) rc ON rc.ord = c.ord
+        ORDER BY c.ord
+        """
+}

@@ -1,0 +1,117 @@
+import ParleyAPI
+import ParleyCore
+
+/// A validated send (API.md §11.1 check order step 2): the fields of `POST /v1/messages`, or of one recipient of a
+/// batch send, with the body validated by ``MessageBodyValidator`` and the type/target/option rules applied.
+struct SendRequest: Sendable {
+    var from: String
+    var conversationType: ConversationType
+    var to: String
+    var body: MessageBody
+    var clientMsgID: String?
+    var extendedData: String
+    var mentionIDs: [String]
+    var mentionAll: Bool
+    var notifyMentioned: Bool
+    var replyTo: String?
+    var priority: Int64
+    var needReceipt: Bool
+    var noUnread: Bool
+    var onlineOnly: Bool
+    var repeatCount: Int64
+    var push: JSONValue?
+    var skipChecks: Bool
+
+    /// Types a peer or group message may have (§11.1); rooms add barrage (20).
+    static let conversationTypes: Set<Int64> = [1, 2, 10, 11, 12, 13, 14, 100, 200]
+
+    /// Stored unless command (2), barrage (20) or `online_only` (rooms: unless `storage`, not built yet).
+    var stored: Bool { body.type != .command && body.type != .barrage && !onlineOnly }
+
+    /// The dedupe content hash (API.md §1.6): conversation, type, body and extended_data as sent, before masking.
+    let contentHash: String
+
+    /// Reads and validates a send body. `batchRecipient` is set for one item of a batch send (`to_user_ids` replace
+    /// `conversation_type`/`to`; the dedupe key is `client_msg_id:recipient`).
+    init(_ r: inout BodyReader, ctx: APIContext, settings: AppSettings, batchRecipient: String? = nil) throws {
+        let from = try ctx.actingUser(r.id("from", .userID), field: "from")
+        skipChecks = try ctx.appOnlyFlag(r.bool("skip_checks"))
+        _ = try ctx.appOnlyFlag(r.bool("skip_hooks"))
+        var conversationType = ConversationType.peer
+        var to = batchRecipient ?? ""
+        if batchRecipient == nil {
+            conversationType = r.enumeration("conversation_type", ConversationType.self, required: true) ?? .peer
+            let kind: IdentifierKind = conversationType == .group ? .groupID : conversationType == .room ? .roomID : .userID
+            to = r.id("to", kind, required: true) ?? ""
+            if conversationType == .peer && to == from { r.addError("to", "must differ from from") }
+        }
+        clientMsgID = r.id("client_msg_id", .clientMsgID)
+        extendedData = r.string("extended_data", maxBytes: 1024) ?? ""
+        var mentionIDs: [String] = []
+        var mentionAll = false
+        if r.contains("mentions") && !r.isNull("mentions") {
+            _ = r.object("mentions") { m in
+                mentionIDs = m.stringArray("user_ids", maxItems: 50, itemKind: .userID) ?? []
+                mentionAll = m.bool("all") ?? false
+            }
+        }
+        notifyMentioned = r.bool("notify_mentioned") ?? true
+        replyTo = r.id("reply_to", .opaque)
+        priority = r.int("priority", range: 1...3) ?? 2
+        needReceipt = r.bool("need_receipt") ?? false
+        noUnread = r.bool("no_unread") ?? false
+        onlineOnly = r.bool("online_only") ?? false
+        let storage = r.bool("storage") ?? false
+        let cache = r.bool("cache") ?? false
+        repeatCount = r.int("repeat_count", range: 1...1000) ?? 1
+        push = PushConfig.read(from: &r, key: "push")
+
+        // The body is read last, so one 400 lists its invalid fields with the request's other ones.
+        let validated = try MessageBodyValidator.read(from: &r, textMaxBytes: Int(settings.int("text_max_bytes")))
+        try r.check()
+        guard let body = validated else { throw APIError.internalError }
+        let type: Int64? = body.type.rawValue
+
+        // Type, target and option compatibility (422 unsupported_operation).
+        if conversationType != .room {
+            if !Self.conversationTypes.contains(type ?? 0) {
+                throw APIError(.unsupportedOperation, "type \(type ?? 0) cannot be sent to a \(conversationType.rawValue) conversation")
+            }
+            if storage || cache { throw APIError(.unsupportedOperation, "storage and cache apply to room messages only") }
+        }
+        if conversationType == .peer && repeatCount != 1 {
+            throw APIError(.unsupportedOperation, "repeat_count other than 1 applies to group and room messages only")
+        }
+        self.from = from
+        self.conversationType = conversationType
+        self.to = to
+        self.body = body
+        self.mentionAll = conversationType == .room ? false : mentionAll
+        // Ids that are not participants are ignored (peer: the two users); mentions do not apply to rooms.
+        var seen: Set<String> = []
+        self.mentionIDs =
+            conversationType == .room
+            ? [] : mentionIDs.filter { (conversationType != .peer || $0 == to || $0 == from) && seen.insert($0).inserted }
+        if needReceipt && !(body.type != .command && body.type != .barrage && !onlineOnly) {
+            throw APIError(.unsupportedOperation, "need_receipt applies to stored peer and group messages only")
+        }
+        if let key = clientMsgID, let recipient = batchRecipient { clientMsgID = key + ":" + recipient }
+        // Only a dedupe key needs the hash.
+        contentHash =
+            clientMsgID == nil
+            ? "" : Self.contentHash(conversationType: conversationType, to: to, body: body, extendedData: extendedData)
+    }
+
+    /// SHA-256 (hex) of the conversation, type, body and extended_data.
+    static func contentHash(conversationType: ConversationType, to: String, body: MessageBody, extendedData: String) -> String {
+        var hashInput = JSONWriter(capacity: 256)
+        hashInput.array { w in
+            w.writeString(conversationType.rawValue)
+            w.writeString(to)
+            w.writeInt(body.type.rawValue)
+            w.write(body.json)
+            w.writeString(extendedData)
+        }
+        return Crypto.hex(Crypto.sha256(hashInput.bytes))
+    }
+}

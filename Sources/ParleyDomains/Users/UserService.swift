@@ -1,0 +1,305 @@
+import ParleyAPI
+import ParleyCore
+import ParleyPostgres
+
+/// The rules of API.md §4: every user change runs in one transaction that locks the user's row, saves it and
+/// writes the change's events last (§18).
+///
+/// A value made per request; it owns nothing mutable. Transaction bodies are re-runnable (the pool retries them on
+/// serialization failures), so they compute everything they return from what they read.
+package struct UserService: DomainService {
+    /// The request's connection (its worker thread's): reads run on it and transactions open on it.
+    let db: PostgresConnection
+    let appID: String
+    /// Server-clock ms of the request.
+    let now: Int64
+
+    package init(db: PostgresConnection, appID: String, now: Int64) {
+        self.db = db
+        self.appID = appID
+        self.now = now
+    }
+
+    /// Longest mute or ban (API.md §20).
+    static let maxRestrictionSeconds: Int64 = 31_536_000
+
+    /// The `platform` enum of API.md §1.9, in ZIM number order.
+    static let platforms = ["win", "ios", "android", "macos", "linux", "web", "miniprogram", "ipados", "ohos", "unknown"]
+
+    // MARK: - Reads
+
+    /// A user that is not soft-deleted (or any user with `includeDeleted`), else 404 `user_not_found`.
+    func get(_ userID: String, includeDeleted: Bool = false, on db: PostgresConnection) throws -> User {
+        guard let user = try UserStore.fetch(appID: appID, userID: userID, on: db), includeDeleted || !user.isDeleted else {
+            throw Self.notFound(userID)
+        }
+        return user
+    }
+
+    // MARK: - Create and import
+
+    /// Creates one user; 409 `user_already_exists` when the id is taken, also by a soft-deleted user.
+    package func create(_ userID: String, profile: UserProfile) throws -> User {
+        let user = User(userID: userID, profile: profile, now: now)
+        try db.transaction { db in
+            guard try UserStore.insert(appID: appID, user: user, on: db) else {
+                throw APIError(.userAlreadyExists, "user \(userID) already exists")
+            }
+            try EventLog.append([created(user)], appID: appID, now: now, on: db)
+        }
+        return user
+    }
+
+    /// One valid item of an import.
+    struct ImportItem: Sendable {
+        var index: Int
+        var userID: String
+        var profile: UserProfile
+    }
+
+    /// The outcome of one import item.
+    enum ImportOutcome: Sendable {
+        case created(User)
+        case updated(User)
+        case exists
+    }
+
+    /// Creates (or with `upsert` updates) the items in one transaction: set-based statements, one event per
+    /// created or changed user, in input order. Items must have distinct user ids.
+    func importUsers(_ items: [ImportItem], upsert: Bool) throws -> [String: ImportOutcome] {
+        if items.isEmpty { return [:] }
+        return try db.transaction { db in
+            let ids = items.map(\.userID)
+            var existing: [String: User] = [:]
+            for user in try UserStore.fetchMany(appID: appID, userIDs: ids, forUpdate: upsert, on: db) {
+                existing[user.userID] = user
+            }
+            let fresh = items.filter { existing[$0.userID] == nil }.map { User(userID: $0.userID, profile: $0.profile, now: now) }
+            let inserted = try UserStore.insertMany(appID: appID, users: fresh, on: db)
+            let raced = fresh.map(\.userID).filter { !inserted.contains($0) }
+            // Created by a concurrent request since the first read: they exist now.
+            for user in try UserStore.fetchMany(appID: appID, userIDs: raced, forUpdate: upsert, on: db) {
+                existing[user.userID] = user
+            }
+            var outcomes: [String: ImportOutcome] = [:]
+            var changedUsers: [User] = []
+            var events: [NewEvent] = []
+            for item in items {
+                if inserted.contains(item.userID) {
+                    let user = User(userID: item.userID, profile: item.profile, now: now)
+                    outcomes[item.userID] = .created(user)
+                    events.append(created(user))
+                } else if var user = existing[item.userID], upsert {
+                    let changed = item.profile.apply(to: &user)
+                    if !changed.isEmpty {
+                        user.updatedAt = now
+                        changedUsers.append(user)
+                        events.append(updated(user, changed: changed))
+                    }
+                    outcomes[item.userID] = .updated(user)
+                } else {
+                    outcomes[item.userID] = .exists
+                }
+            }
+            try UserStore.saveMany(appID: appID, users: changedUsers, on: db)
+            try EventLog.append(events, appID: appID, now: now, on: db)
+            return outcomes
+        }
+    }
+
+    // MARK: - Changes
+
+    /// Which users a change may address.
+    enum Target {
+        /// Not soft-deleted.
+        case live
+        /// Soft-deleted only (restore).
+        case softDeleted
+    }
+
+    /// Locks the user, lets `change` modify it and return the names of the changed User fields, saves it when
+    /// anything differs, and writes `user.updated` when a listed field changed (then `extra` events). Returns the
+    /// user as saved.
+    private func change(
+        _ userID: String, target: Target = .live, extra: (User) -> [NewEvent] = { _ in [] },
+        _ change: (inout User) throws -> [String]
+    ) throws -> User {
+        try db.transaction { db in
+            guard var user = try UserStore.fetch(appID: appID, userID: userID, forUpdate: true, on: db),
+                user.isDeleted == (target == .softDeleted)
+            else { throw Self.notFound(userID) }
+            let original = user
+            let changed = try change(&user)
+            var events: [NewEvent] = []
+            if !changed.isEmpty {
+                user.updatedAt = now
+                events.append(updated(user, changed: changed))
+            }
+            if user != original { try UserStore.save(appID: appID, user: user, on: db) }
+            events += extra(user)
+            try EventLog.append(events, appID: appID, now: now, on: db)
+            return user
+        }
+    }
+
+    /// `PATCH /v1/users/{user_id}`.
+    func update(_ userID: String, profile: UserProfile) throws -> User {
+        try change(userID) { user in profile.apply(to: &user) }
+    }
+
+    /// Global mute: `durationSeconds` -1 (permanent), 0 (unmute) or 1…31536000.
+    func mute(_ userID: String, durationSeconds: Int64) throws -> User {
+        let until = restrictionEnd(durationSeconds)
+        return try change(userID) { user in
+            guard user.mutedUntil != until else { return [] }
+            user.mutedUntil = until
+            return ["muted_until"]
+        }
+    }
+
+    /// Ban: `durationSeconds` -1 (permanent) or 1…31536000. The user's streams are told with `user.kicked`.
+    func ban(_ userID: String, durationSeconds: Int64, reason: String?) throws -> User {
+        let until = restrictionEnd(durationSeconds)
+        let kicked = { (user: User) in [self.kicked(user.userID, platforms: Self.platforms, revokeTokens: false)] }
+        return try change(userID, extra: kicked) { user in
+            // The reason is not a User field: it is stored but never listed in `changed`, and alone it does not
+            // make an event.
+            if let reason { user.banReason = reason }
+            guard user.bannedUntil != until else { return [] }
+            user.bannedUntil = until
+            return ["banned_until"]
+        }
+    }
+
+    /// Lifts a ban (a request that changes nothing writes no event).
+    func unban(_ userID: String) throws -> User {
+        try change(userID) { user in
+            guard user.bannedUntil != 0 else { return [] }
+            user.bannedUntil = 0
+            user.banReason = ""
+            return ["banned_until"]
+        }
+    }
+
+    /// Brings a soft-deleted user back; 404 unless the user is soft-deleted.
+    func restore(_ userID: String) throws -> User {
+        try change(userID, target: .softDeleted) { user in
+            user.deletedAt = nil
+            return ["deleted_at"]
+        }
+    }
+
+    /// Kick: with `revokeTokens` every token minted before it stops verifying; the live hub closes the user's
+    /// streams on `platforms` when it delivers `user.kicked`.
+    func kick(_ userID: String, platforms: [String], revokeTokens: Bool) throws {
+        try db.transaction { db in
+            guard var user = try UserStore.fetch(appID: appID, userID: userID, forUpdate: true, on: db), !user.isDeleted else {
+                throw Self.notFound(userID)
+            }
+            if revokeTokens {
+                user.tokenGeneration += 1
+                try UserStore.save(appID: appID, user: user, on: db)
+            }
+            try EventLog.append([kicked(userID, platforms: platforms, revokeTokens: revokeTokens)], appID: appID, now: now, on: db)
+        }
+    }
+
+    package enum DeleteMode: String, CaseIterable, Sendable {
+        case soft, hard
+    }
+
+    /// Soft delete (deactivate; tokens are revoked) or hard delete (the row goes; the id may be created again).
+    /// Soft delete addresses live users only; hard delete also purges a soft-deleted user, after
+    /// `removeFromGroups` (``UserHooks``) took it out of its groups.
+    package func delete(_ userID: String, mode: DeleteMode, removeFromGroups: UserHooks.RemoveFromGroups) throws {
+        try db.transaction { db in
+            var groupEvents: [NewEvent] = []
+            switch mode {
+            case .soft:
+                guard var user = try UserStore.fetch(appID: appID, userID: userID, forUpdate: true, on: db), !user.isDeleted else {
+                    throw Self.notFound(userID)
+                }
+                user.deletedAt = now
+                user.updatedAt = now
+                // Tokens minted before the deletion stay revoked after a restore.
+                user.tokenGeneration += 1
+                try UserStore.save(appID: appID, user: user, on: db)
+            case .hard:
+                // The user leaves its groups first (owner continuity, dismissal of emptied groups; API.md §9.3).
+                groupEvents = try removeFromGroups(db, appID, userID, now)
+                guard try UserStore.delete(appID: appID, userID: userID, on: db) else { throw Self.notFound(userID) }
+            }
+            var data = JSONObjectWriter(capacity: 64)
+            data["user_id"] = userID
+            data["mode"] = mode.rawValue
+            try EventLog.append(
+                groupEvents + [NewEvent(type: "user.deleted", data: data.finish(), orderKey: userID)], appID: appID, now: now, on: db)
+        }
+    }
+
+    // MARK: - Tokens
+
+    /// Mints a user token valid for `ttlSeconds`; 404 for unknown or soft-deleted users, 403 while banned.
+    func mintToken(_ userID: String, ttlSeconds: Int64, secret: [UInt8], on db: PostgresConnection) throws -> (token: String, expiresAt: Int64) {
+        let user = try get(userID, on: db)
+        if user.isBanned(now: now) { throw APIError(.userBanned, "user \(userID) is banned") }
+        // JWT times are whole seconds; `expires_at` is the exact ms at which the token stops verifying.
+        let issuedAt = now / 1000
+        let expiresAt = issuedAt + ttlSeconds
+        let token = UserToken.mint(
+            appID: appID, userID: userID, issuedAt: issuedAt, expiresAt: expiresAt, generation: Int(user.tokenGeneration),
+            secret: secret)
+        return (token, expiresAt * 1000)
+    }
+
+    // MARK: - Helpers
+
+    /// The `*_until` value of a mute or ban lasting `durationSeconds` from now (-1 permanent, 0 none).
+    private func restrictionEnd(_ durationSeconds: Int64) -> Int64 {
+        durationSeconds <= 0 ? durationSeconds : now + durationSeconds * 1000
+    }
+
+    static func notFound(_ userID: String) -> APIError { APIError(.userNotFound, "user \(userID) does not exist") }
+
+    private func created(_ user: User) -> NewEvent {
+        var data = JSONObjectWriter()
+        data.raw("user", user.json(.app))
+        return NewEvent(type: "user.created", data: data.finish(), orderKey: user.userID)
+    }
+
+    private func updated(_ user: User, changed: [String]) -> NewEvent {
+        var data = JSONObjectWriter()
+        data.raw("user", user.json(.app))
+        data["changed"] = changed
+        return NewEvent(type: "user.updated", data: data.finish(), audience: [user.userID], orderKey: user.userID)
+    }
+
+    private func kicked(_ userID: String, platforms: [String], revokeTokens: Bool) -> NewEvent {
+        var data = JSONObjectWriter(capacity: 128)
+        data["user_id"] = userID
+        data["platforms"] = platforms
+        data["revoke_tokens"] = revokeTokens
+        return NewEvent(type: "user.kicked", data: data.finish(), audience: [userID], orderKey: userID)
+    }
+}
+
+// MARK: - Reads
+
+extension UserService {
+    typealias ListState = UserStore.ListState
+
+    /// Up to `limit` users of the app in `state`, by `user_id`, strictly after `after`, matching `query`.
+    func list(state: ListState, query: String?, after: String?, limit: Int) throws -> [User] {
+        try UserStore.list(appID: appID, state: state, query: query, after: after, now: now, limit: limit, on: db)
+    }
+
+    /// The users among `userIDs` that exist and are not deleted, in no particular order.
+    func liveUsers(_ userIDs: [String]) throws -> [User] {
+        try UserStore.fetchMany(appID: appID, userIDs: userIDs, on: db).filter { !$0.isDeleted }
+    }
+
+    /// 404 `user_not_found` unless the user exists (deleted users included, as a stream may be opened for them).
+    package func requireExists(_ userID: String) throws {
+        guard try UserStore.fetch(appID: appID, userID: userID, on: db) != nil else { throw Self.notFound(userID) }
+    }
+}

@@ -1,0 +1,409 @@
+import Glibc
+import ParleyAPI
+import ParleyCore
+import ParleyDomains
+import ParleyHTTP
+import ParleyPostgres
+import ParleySync
+
+/// The live fan-out of one node (DESIGN.md): reads each new event of the log once and hands it to every
+/// interested SSE stream of this node, without a thread or a database connection per stream.
+///
+/// How new events are found: a request that may have written events pokes the hub for its app once it has
+/// committed; the hub reads the app's new events on its own connection, delivers them, and tells the other
+/// nodes with `NOTIFY parley_events` ("app X has new events"); their hubs read the log the same way. The log is
+/// the source of truth: every app with streams is also re-read once a second, so a lost poke or notification
+/// delays an event but never loses it.
+///
+/// Exactly once, in order: each subscriber has a cursor (the last event id it has passed). The hub thread alone
+/// owns the feeds and cursors: it first catches a new subscriber up from its resume position to the feed head
+/// (the backlog), then delivers each newly read event to every subscriber whose cursor is below it. Nothing is
+/// delivered twice and nothing is skipped between backlog and live.
+///
+/// Owner: `inbox` (any thread: registrations, departures, pokes, stream counts); everything else lives in the
+/// hub thread's `run` loop.
+package final class EventHub: Sendable {
+    /// A stream handed to the hub.
+    struct Subscription: Sendable {
+        let appID: String
+        let filter: StreamFilter
+        /// The user of a user stream (it closes on `user.kicked` / `user.deleted` of that user).
+        let userID: String?
+        /// Deliver events with id > `after`.
+        let after: Int64
+        /// The app's log head when the stream opened: where a new feed starts reading.
+        let head: Int64
+        /// For a user stream: its `platform`, and whether it makes the user online (API.md §5).
+        var platform = "unknown"
+        var countsPresence = false
+        /// When the user token it was opened with expires (server-clock ms); the stream closes then.
+        var expiresAt: Int64?
+        /// The app key it was opened with; the stream closes when that key is revoked.
+        var appKeyID: String?
+    }
+
+    private struct Inbox {
+        var newcomers: [(id: UInt64, subscriber: Subscriber)] = []
+        var departed: [(appID: String, id: UInt64)] = []
+        var dirty: Set<String> = []
+        var writtenHere: Set<String> = []
+        var signalled = false
+        var stopped = false
+        var nextID: UInt64 = 1
+        /// Open streams per counting key (`u:<app>:<user>`, `a:<app>`), for the caps of API.md §14.2.
+        var openStreams: [String: Int] = [:]
+        /// Reservations whose stream has not started: counting key and release deadline (monotonic ms).
+        var unconfirmed: [UInt64: (key: String, deadline: Int64)] = [:]
+
+        mutating func release(_ key: String) {
+            let left = openStreams[key, default: 1] - 1
+            openStreams[key] = left > 0 ? left : nil
+        }
+    }
+
+    static let channel = "parley_events"
+    /// Events read per query; a subscriber catching up reads at most `catchUpPages` pages per pass, so one large
+    /// backlog never stalls the others.
+    static let pageSize = 200
+    static let catchUpPages = 5
+    static let pingFrame = Array(": ping\n\n".utf8)
+    static let reservationTimeoutMillis: Int64 = 30_000
+
+    let heartbeatMillis: Int
+    private let logger: Logger
+    private let nodeID = String(UInt64.random(in: 0...UInt64.max), radix: 36)
+    private let inbox = LockedValue(Inbox())
+    private let wakeup = Wakeup()
+    private let thread = LockedValue<BackgroundThread?>(nil)
+    private let listener = LockedValue<PostgresListener?>(nil)
+    /// Set by `start`, cleared by `stop`: the pool and clock the presence writes use.
+    private let services = LockedValue<Services?>(nil)
+    static let heartbeatIntervalMillis: Int64 = 5_000
+
+    package init(heartbeatMillis: Int, logger: Logger) {
+        self.heartbeatMillis = heartbeatMillis
+        self.logger = logger
+    }
+
+    // MARK: - Any thread
+
+    /// Counts a new stream against `limit` open streams under `key`; nil when the cap is reached. The stream
+    /// must then `subscribe` with the returned reservation; one that never does (its client vanished before the
+    /// response head went out) is released after `reservationTimeoutMillis`.
+    func reserve(_ key: String, limit: Int) -> Reservation? {
+        inbox.withLock { inbox in
+            let open = inbox.openStreams[key, default: 0]
+            guard open < limit, !inbox.stopped else { return nil }
+            inbox.openStreams[key] = open + 1
+            defer { inbox.nextID += 1 }
+            let reservation = Reservation(id: inbox.nextID, key: key)
+            inbox.unconfirmed[reservation.id] = (key, EventLoop.monotonicMillis() + Self.reservationTimeoutMillis)
+            return reservation
+        }
+    }
+
+    /// A counted, not yet started stream.
+    struct Reservation: Sendable {
+        let id: UInt64
+        let key: String
+    }
+
+    /// Starts delivering `subscription` to `stream`, under a reservation from `reserve` that is released when
+    /// the stream closes. A user stream is also recorded for presence while it is open.
+    func subscribe(_ subscription: Subscription, on stream: ResponseStream, reservation: Reservation) {
+        let id = reservation.id
+        let key = reservation.key
+        let presence = subscription.userID.flatMap { userID in
+            services.withLock { $0 }.map { UserStreamPresence(userID: userID, streamID: "\(nodeID):\(id)", services: $0) }
+        }
+        let confirmed = inbox.withLock { inbox -> Bool in
+            guard inbox.unconfirmed.removeValue(forKey: id) != nil else { return false }
+            let subscriber = Subscriber(subscription: subscription, stream: stream, presence: presence, cursor: subscription.after)
+            inbox.newcomers.append((id, subscriber))
+            return true
+        }
+        guard confirmed else {
+            stream.close()  // reserved too long ago: its count was already released
+            return
+        }
+        presence?.open(subscription, nodeID: nodeID)
+        stream.onClose { [self] in
+            inbox.withLock { inbox in
+                inbox.departed.append((subscription.appID, id))
+                inbox.release(key)
+            }
+            presence?.close(appID: subscription.appID)
+            signal()
+        }
+        signal()
+    }
+
+    /// Open streams on this node: user streams and app-level streams (for `/metrics` and `/v1/stats`).
+    package func openStreams(appID: String? = nil) -> (user: Int, app: Int) {
+        inbox.withLock { inbox in
+            var user = 0
+            var app = 0
+            for (key, count) in inbox.openStreams {
+                if key.hasPrefix("a:") {
+                    if appID == nil || key == "a:\(appID!)" { app += count }
+                } else if appID == nil || key.hasPrefix("u:\(appID!):") {
+                    user += count
+                }
+            }
+            return (user, app)
+        }
+    }
+
+    /// Says that `appID` may have new events: a request or timer of this node committed (`local`), or another
+    /// node notified.
+    package func poke(_ appID: String, local: Bool = true) {
+        let wake = inbox.withLock { inbox -> Bool in
+            inbox.dirty.insert(appID)
+            if local { inbox.writtenHere.insert(appID) }
+            return !inbox.signalled
+        }
+        if wake { signal() }
+    }
+
+    private func signal() {
+        let wake = inbox.withLock { inbox -> Bool in
+            defer { inbox.signalled = true }
+            return !inbox.signalled
+        }
+        guard wake else { return }
+        wakeup.signal()
+    }
+
+    // MARK: - Lifecycle
+
+    /// Starts the hub thread (reading on its own connection to `database`) and the listener for other nodes.
+    package func start(database: PostgresConfiguration, pgLogger: PostgresLogger, services: Services) {
+        self.services.withLock { $0 = services }
+        let started = BackgroundThread(name: "parley-hub") { [self] in
+            run(DedicatedConnection(database, applicationName: "parley-hub", logger: pgLogger))
+        }
+        thread.withLock { $0 = started }
+        let nodeID = self.nodeID
+        let notified = PostgresListener(
+            configuration: database, channels: [Self.channel], logger: pgLogger,
+            onReconnect: { [self] in pokeAll() },
+            onNotification: { [self] _, payload in
+                // "<node> <app>": our own notifications are already handled.
+                guard let space = payload.firstIndex(of: " "), payload[..<space] != nodeID else { return }
+                poke(String(payload[payload.index(after: space)...]), local: false)
+            })
+        listener.withLock { $0 = notified }
+    }
+
+    /// Closes every stream (clients resume with `Last-Event-ID`) and stops the thread.
+    package func stop() {
+        listener.withLock { $0.take() }?.stop()
+        inbox.withLock { $0.stopped = true }
+        wakeup.signal()
+        thread.withLock { $0.take() }?.join()
+        // The closed streams' own presence updates may find the pool gone: settle this node's rows now.
+        if let services = services.withLock({ $0.take() }) {
+            do { try StreamPresence.nodeGone(nodeID, services: services) } catch {
+                logger.warning("msg=\"stream presence not settled at shutdown\" error=\"\(error)\"")
+            }
+        }
+    }
+
+    /// Says that any app may have new events (timers fired; the listener reconnected and may have missed some).
+    func pokeAll() {
+        inbox.withLock { $0.dirty.insert("*") }
+        signal()
+    }
+
+    // MARK: - The hub thread
+
+    private struct Subscriber: Sendable {
+        let subscription: Subscription
+        let stream: ResponseStream
+        let presence: UserStreamPresence?
+        /// The last event id this subscriber has passed (delivered or filtered out).
+        var cursor: Int64
+    }
+
+    private struct Feed {
+        var head: Int64
+        var subscribers: [UInt64: Subscriber] = [:]
+    }
+
+    private func run(_ connection: DedicatedConnection) {
+        var feeds: [String: Feed] = [:]
+        var audience = GroupAudience()
+        var db = connection
+        var nextHeartbeat = EventLoop.monotonicMillis() + Int64(heartbeatMillis)
+        var nextSweep = EventLoop.monotonicMillis() + 1000
+        var nextNodeBeat: Int64 = 0
+        var retry: Set<String> = []
+        var sweep = false
+        while true {
+            let now = EventLoop.monotonicMillis()
+            wakeup.wait(timeoutMillis: Int(max(0, min(nextHeartbeat, nextSweep) - now)))
+            let batch = inbox.withLock { inbox -> Inbox in
+                let taken = inbox
+                inbox.newcomers = []
+                inbox.departed = []
+                inbox.dirty = []
+                inbox.writtenHere = []
+                inbox.signalled = false
+                return taken
+            }
+            if batch.stopped {
+                for feed in feeds.values { for subscriber in feed.subscribers.values { subscriber.stream.close() } }
+                return
+            }
+            for (appID, id) in batch.departed {
+                feeds[appID]?.subscribers[id] = nil
+                if feeds[appID]?.subscribers.isEmpty == true {
+                    feeds[appID] = nil
+                    audience.forget(appID: appID)
+                }
+            }
+            var apps = batch.dirty.union(retry)
+            for (id, subscriber) in batch.newcomers where !subscriber.stream.isClosed {
+                let appID = subscriber.subscription.appID
+                feeds[appID, default: Feed(head: subscriber.subscription.head)].subscribers[id] = subscriber
+                apps.insert(appID)
+            }
+            if apps.contains("*") || EventLoop.monotonicMillis() >= nextSweep {
+                apps.formUnion(feeds.keys)
+                releaseExpiredReservations()
+                sweep = true
+                nextSweep = EventLoop.monotonicMillis() + 1000
+            }
+            retry = []
+            do {
+                let connection = try db.get()
+                for appID in apps where feeds[appID] != nil {
+                    if try pump(&feeds[appID]!, appID: appID, audience: &audience, db: connection) { retry.insert(appID) }
+                }
+                if sweep {
+                    try closeLapsed(&feeds, on: connection)
+                    sweep = false
+                }
+                for appID in batch.writtenHere.sorted() {
+                    try connection.notify(channel: Self.channel, payload: "\(nodeID) \(appID)")
+                }
+                if EventLoop.monotonicMillis() >= nextNodeBeat {
+                    try beat(on: connection)
+                    nextNodeBeat = EventLoop.monotonicMillis() + Self.heartbeatIntervalMillis
+                }
+            } catch {
+                logger.warning("msg=\"live hub read failed; retrying\" error=\"\(error)\"")
+                db.dropIfBroken()
+                retry = apps
+                Wakeup.sleep(millis: 200)
+            }
+            if EventLoop.monotonicMillis() >= nextHeartbeat {
+                for feed in feeds.values { for subscriber in feed.subscribers.values { subscriber.stream.write(Self.pingFrame) } }
+                nextHeartbeat = EventLoop.monotonicMillis() + Int64(heartbeatMillis)
+            }
+            if !retry.isEmpty { signal() }
+        }
+    }
+
+    /// Catches subscribers up to the feed head, then reads and delivers the app's new events. Returns true when a
+    /// subscriber is still behind (its next pages come in the next pass).
+    private func pump(_ feed: inout Feed, appID: String, audience: inout GroupAudience, db: PostgresConnection) throws -> Bool {
+        var behind = false
+        for id in Array(feed.subscribers.keys) {
+            var pages = 0
+            while let subscriber = feed.subscribers[id], subscriber.cursor < feed.head {
+                if pages == Self.catchUpPages {
+                    behind = true
+                    break
+                }
+                pages += 1
+                let page = try EventLog.readLive(
+                    appID: appID, after: subscriber.cursor, upTo: feed.head, limit: Self.pageSize, on: db)
+                for event in page {
+                    audience.observe(event, appID: appID)
+                    try deliver(event, to: id, in: &feed, audience: &audience, db: db)
+                }
+                if page.count < Self.pageSize { feed.subscribers[id]?.cursor = feed.head }
+            }
+        }
+        while true {
+            let page = try EventLog.readLive(appID: appID, after: feed.head, upTo: nil, limit: Self.pageSize, on: db)
+            for event in page {
+                audience.observe(event, appID: appID)
+                for id in Array(feed.subscribers.keys) { try deliver(event, to: id, in: &feed, audience: &audience, db: db) }
+                feed.head = event.id
+            }
+            if page.count < Self.pageSize { return behind }
+        }
+    }
+
+    /// Hands `event` to one subscriber if it is past its cursor and visible to it; applies the closing rules.
+    private func deliver(_ event: LiveEvent, to id: UInt64, in feed: inout Feed, audience: inout GroupAudience, db: PostgresConnection)
+        throws
+    {
+        guard let subscriber = feed.subscribers[id], event.id > subscriber.cursor else { return }
+        let appID = subscriber.subscription.appID
+        let visible = try subscriber.subscription.filter.matches(event) { userID, groupID in
+            try audience.wasMember(userID, of: groupID, appID: appID, at: event.id, on: db)
+        }
+        feed.subscribers[id]!.cursor = event.id
+        if visible { subscriber.stream.write(event.frame) }
+        guard let userID = subscriber.subscription.userID else { return }
+        let kicked =
+            event.type == "user.kicked" && event.audience.contains(userID)
+            && (event.kickedPlatforms ?? [subscriber.subscription.platform]).contains(subscriber.subscription.platform)
+        if kicked || event.deletedUserID == userID {
+            subscriber.presence?.endedByLogout()
+            subscriber.stream.close()
+            feed.subscribers[id] = nil
+        }
+    }
+
+    /// Closes the streams whose credential lapsed (API.md §14.3 "Closing"): the user token expired, the app key was
+    /// revoked, or the app was deleted. Clients reconnect with `Last-Event-ID` and a valid credential.
+    private func closeLapsed(_ feeds: inout [String: Feed], on db: PostgresConnection) throws {
+        guard let clock = services.withLock({ $0?.clock }) else { return }
+        let now = clock.now()
+        for appID in Array(feeds.keys) {
+            let keyIDs = Set(feeds[appID]!.subscribers.values.compactMap(\.subscription.appKeyID))
+            let row = try db.query(
+                """
+                SELECT EXISTS (SELECT 1 FROM apps WHERE app_id = \(appID)),
+                       ARRAY(SELECT key_id FROM app_keys WHERE app_id = \(appID) AND key_id = ANY(\(Array(keyIDs))::text[]) AND revoked_at IS NULL)
+                """
+            ).first
+            let appExists = try row?[0].bool ?? false
+            let activeKeys = Set(try row?[1].stringArray ?? [])
+            for (id, subscriber) in feeds[appID]!.subscribers {
+                let subscription = subscriber.subscription
+                let lapsed =
+                    !appExists || (subscription.expiresAt.map { $0 <= now } ?? false)
+                    || (subscription.appKeyID.map { !activeKeys.contains($0) } ?? false)
+                if lapsed {
+                    subscriber.stream.close()
+                    feeds[appID]!.subscribers[id] = nil
+                }
+            }
+        }
+    }
+
+    /// Refreshes this node's heartbeat and settles the presence of nodes that stopped beating.
+    private func beat(on db: PostgresConnection) throws {
+        try StreamPresence.heartbeat(nodeID: nodeID, on: db)
+        guard let services = services.withLock({ $0 }) else { return }
+        for dead in try StreamPresence.deadNodes(on: db) {
+            logger.info("msg=\"a node stopped beating; closing its streams for presence\" node=\(dead)")
+            services.pool.submit({ try? StreamPresence.nodeGone(dead, services: services) }, rejected: {})
+        }
+    }
+
+    private func releaseExpiredReservations() {
+        let now = EventLoop.monotonicMillis()
+        inbox.withLock { inbox in
+            for (id, reservation) in inbox.unconfirmed where reservation.deadline < now {
+                inbox.unconfirmed[id] = nil
+                inbox.release(reservation.key)
+            }
+        }
+    }
+}

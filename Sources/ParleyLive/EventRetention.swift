@@ -1,0 +1,63 @@
+import ParleyAPI
+import ParleyCore
+import ParleyDomains
+import ParleyPostgres
+
+/// Trims each app's event log to `event_retention_hours` (API.md §14.1): deletes the events created before the
+/// horizon and moves the trim point `T` to the newest deleted id.
+///
+/// Ids grow with `created_at` (both are taken in the writer's transaction under the event-head lock), so the
+/// trimmable events are a leading run of the log after `T`: each pass reads at most `batchSize` of them per app
+/// by primary key, cheap when nothing is due. Concurrent passes are harmless: the delete is idempotent and `T`
+/// only moves forward.
+package enum EventRetention {
+    static let batchSize = 2_000
+
+    package static let kind = TimerKind(name: "event_retention", everyMillis: 60_000) { services, now in
+        let apps = try services.pool.withConnection { db in
+            try db.query(
+                """
+                SELECT h.app_id, h.trim_point, COALESCE((a.settings->>'event_retention_hours')::bigint, 72)
+                FROM event_heads h JOIN apps a USING (app_id)
+                ORDER BY h.app_id
+                """, prepared: false
+            ).rows.map { (appID: try $0[0].string, trimPoint: try $0[1].int64, hours: try $0[2].int64) }
+        }
+        var trimmed = 0
+        for app in apps {
+            let horizon = now - app.hours * 3_600_000
+            var trimPoint = app.trimPoint
+            while true {
+                let (newPoint, count) = try trimBatch(appID: app.appID, after: trimPoint, before: horizon, services: services)
+                trimmed += count
+                if count < batchSize { break }
+                trimPoint = newPoint
+            }
+        }
+        return trimmed
+    }
+
+    /// Deletes the leading run (≤ `batchSize`) of events after `after` created before `before`; returns the new
+    /// trim point and how many were deleted.
+    private static func trimBatch(appID: String, after: Int64, before: Int64, services: Services) throws -> (Int64, Int) {
+        try services.pool.transaction { db in
+            let row = try db.query(
+                """
+                WITH batch AS (
+                    SELECT id, created_at FROM events WHERE app_id = \(appID) AND id > \(after) ORDER BY id LIMIT \(batchSize)
+                ), run AS (
+                    SELECT id FROM batch
+                    WHERE id < COALESCE((SELECT min(id) FROM batch WHERE created_at >= \(before)), 9223372036854775807)
+                ), gone AS (
+                    DELETE FROM events e USING run WHERE e.app_id = \(appID) AND e.id = run.id RETURNING e.id
+                ), moved AS (
+                    UPDATE event_heads SET trim_point = (SELECT max(id) FROM gone)
+                    WHERE app_id = \(appID) AND (SELECT max(id) FROM gone) > trim_point
+                )
+                SELECT COALESCE((SELECT max(id) FROM gone), \(after)), (SELECT count(*) FROM gone)
+                """
+            ).first!
+            return (try row[0].int64, Int(try row[1].int64))
+        }
+    }
+}

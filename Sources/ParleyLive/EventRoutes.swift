@@ -1,0 +1,57 @@
+import ParleyAPI
+import ParleyCore
+import ParleyDomains
+import ParleyHTTP
+import ParleyPostgres
+
+/// Reading the event log (API.md §14.2 `GET /v1/events/log`).
+package enum EventRoutes {
+    package static func register(on api: inout API) {
+        api.add(.get, "/v1/events/log", .app, "getEventLog") { ctx in
+            var query = ctx.query()
+            let limit = query.limit()
+            var filter = EventLog.Filter()
+            filter.types = query.list("types") ?? []
+            filter.userID = query.id("user_id", .userID)
+            filter.groupID = query.id("group_id", .groupID)
+            filter.roomID = query.id("room_id", .roomID)
+            let afterText = query.raw("after")
+            try query.check()
+            let (head, trimPoint) = try EventLog.bounds(appID: ctx.appID, on: ctx.db)
+            let position = try ResumePosition.parse(afterText, head: head, trimPoint: trimPoint)
+            let items = try EventLog.read(appID: ctx.appID, after: position.after, limit: limit, filter: filter, on: ctx.db)
+            var w = JSONWriter()
+            w.object { w in
+                w.key("items")
+                w.array { w in for item in items { w.writeRaw(item.json) } }
+                w.key("next_cursor")
+                if let last = items.last { w.writeString(String(last.id)) } else { w.writeNull() }
+                w.key("previous_event_id")
+                w.writeString(String(position.previous))
+            }
+            return Reply.json(w.bytes)
+        }
+    }
+}
+
+/// A resume position of the event log (API.md §14.3): `Last-Event-ID`, `last_event_id` or `after`.
+struct ResumePosition: Equatable {
+    /// Deliver events with id > `after`.
+    let after: Int64
+    /// The `Parley-Last-Event-ID` / `previous_event_id` value: the position just before the first event sent.
+    let previous: Int64
+
+    /// `nil`/empty → after the head; `earliest` → after the trim point; digits `R` → after max(R, T).
+    /// Anything else, or a number above the head, → 400 `7000012`.
+    static func parse(_ value: String?, head: Int64, trimPoint: Int64) throws -> ResumePosition {
+        guard let value, !value.isEmpty else { return ResumePosition(after: head, previous: head) }
+        if value == "earliest" { return ResumePosition(after: trimPoint, previous: trimPoint) }
+        guard value.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }), let requested = Int64(value),
+            requested <= head
+        else {
+            throw APIError(.invalidLastEventId, "event id must be ASCII digits up to the log head (\(head)) or earliest")
+        }
+        let start = max(requested, trimPoint)
+        return ResumePosition(after: start, previous: start)
+    }
+}
