@@ -7,8 +7,8 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Structural checks of the hand-written `openapi/openapi.json` (API.md §17: the document served at
-/// `GET /openapi.json`). The comparison of the spec with the served router lives in a separate test.
+/// Structural checks of `openapi/openapi.json`, generated from `openapi/src/` by `scripts/openapi.py` (API.md §17: the
+/// document served at `GET /openapi.json`). The comparison of the spec with the served router lives in a separate test.
 @Suite("OpenAPI document")
 struct OpenAPISpecTests {
     /// The HTTP methods an OpenAPI 3.1 Path Item may hold as operations.
