@@ -12,6 +12,8 @@ let package = Package(
     products: [
         .executable(name: "parley", targets: ["parley"]),
         .library(name: "Parley", targets: ["Parley"]),
+        // For the fuzz targets of fuzz/ (a package of their own; scripts/fuzz.sh).
+        .library(name: "ParleyHTTP", targets: ["ParleyHTTP"]),
     ],
     targets: [
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Fuzzes Parley from outside, with tools someone else wrote; CI runs it with a small budget.
+#
+#   1. The HTTP/1.1 request parser under libFuzzer (fuzz/, built with --sanitize=fuzzer): no crash, no trap, and
+#      the same outcome whatever the bytes' arrival (fuzz/Sources/HTTPParserFuzz). Seeds: fuzz/corpus/http-parser.
+#   2. The API under schemathesis (from PyPI), generated from the server's own /openapi.json, against the release
+#      server on a fresh embedded PostgreSQL: once with an app key (every app route), then with the server admin key
+#      (the /v1/apps and /v1/test routes). Fails on any 5xx, any answer outside the document (status, content type,
+#      body schema) and any crash.
+#
+# usage: scripts/fuzz.sh [parser|api|all]      (default all)
+# Environment: FUZZ_PARSER_RUNS (1000000), FUZZ_PARSER_SECONDS (120), FUZZ_API_EXAMPLES (cases per operation and
+#              credential, 30), FUZZ_API_SECONDS (time budget per credential, 300), FUZZ_SEED, FUZZ_SKIP_BUILD=1 (use
+#              the release binary already in .build), FUZZ_VENV (where schemathesis is installed; .build/fuzz-venv).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+BENCH_SKIP_BUILD=${FUZZ_SKIP_BUILD:-0}
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+log() { printf '[fuzz] %s\n' "$*" >&2; }
+
+WHAT=${1:-all}
+PARSER_RUNS=${FUZZ_PARSER_RUNS:-1000000}
+PARSER_SECONDS=${FUZZ_PARSER_SECONDS:-120}
+API_EXAMPLES=${FUZZ_API_EXAMPLES:-30}
+API_SECONDS=${FUZZ_API_SECONDS:-300}
+SEED=${FUZZ_SEED:-$RANDOM}
+VENV=${FUZZ_VENV:-$ROOT/.build/fuzz-venv}
+# Logs and reports stay here after the run (the server's own log too).
+OUT=${FUZZ_OUT:-$ROOT/.build/fuzz}
+rm -rf "$OUT" && mkdir -p "$OUT"
+# The schemathesis release this script was written against (its CLI and checks change between majors).
+SCHEMATHESIS=schemathesis==4.32.5
+
+fuzz_parser() {
+    log "building the parser fuzz target (libFuzzer)"
+    swift build --package-path fuzz -c release --sanitize=fuzzer --product HTTPParserFuzz >"$TMP/fuzz-build.log" 2>&1 \
+        || { tail -n 40 "$TMP/fuzz-build.log" >&2; die "fuzz target build failed"; }
+    # New inputs go to a scratch directory; the seeds in the repository are read only.
+    mkdir -p "$TMP/corpus"
+    log "parser: up to $PARSER_RUNS runs or ${PARSER_SECONDS}s, seed $SEED"
+    "$ROOT/fuzz/.build/release/HTTPParserFuzz" "$TMP/corpus" "$ROOT/fuzz/corpus/http-parser" \
+        -runs="$PARSER_RUNS" -max_total_time="$PARSER_SECONDS" -max_len=2048 -timeout=10 -seed="$SEED" \
+        -artifact_prefix="$OUT/" -print_final_stats=1 >"$OUT/parser.log" 2>&1 || {
+        tail -n 60 "$OUT/parser.log" >&2
+        for crash in "$OUT"/crash-* "$OUT"/timeout-* "$OUT"/oom-*; do [[ -e $crash ]] && log "input: $(od -c "$crash" | head -20)"; done
+        die "the parser fuzzer found a failure"
+    }
+    log "parser: $(grep -E '^stat::number_of_executed_units' "$OUT/parser.log" | awk '{print $2}') inputs, no failure;" \
+        "corpus $(find "$TMP/corpus" -type f | wc -l) new + $(find "$ROOT/fuzz/corpus/http-parser" -type f | wc -l) seeds"
+}
+
+install_schemathesis() {
+    if ! "$VENV/bin/schemathesis" --version 2>/dev/null | grep -q "${SCHEMATHESIS#*==}"; then
+        log "installing $SCHEMATHESIS into $VENV"
+        python3 -m venv "$VENV" 2>/dev/null || { install_package python3-venv && python3 -m venv "$VENV"; }
+        "$VENV/bin/pip" install -q "$SCHEMATHESIS" >"$TMP/pip.log" 2>&1 || { tail -n 20 "$TMP/pip.log" >&2; die "pip install failed"; }
+    fi
+}
+
+# schemathesis_run label credential [filters…]: one run against $BASE; its log and report land in $OUT.
+schemathesis_run() {
+    local label=$1 credential=$2
+    shift 2
+    log "api ($label): $API_EXAMPLES cases per operation, at most ${API_SECONDS}s, seed $SEED"
+    "$VENV/bin/schemathesis" run "$BASE/openapi.json" --url "$BASE" \
+        -H "Authorization: Bearer $credential" \
+        --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
+        --max-examples "$API_EXAMPLES" --max-time "$API_SECONDS" --seed "$SEED" --workers 2 \
+        --request-timeout 10 --suppress-health-check all --no-color \
+        --report junit --report-dir "$OUT/$label" "$@" >"$OUT/$label.log" 2>&1
+    local status=$?
+    # The run's summary, and the failures in full when there are any.
+    if [[ $status == 0 ]]; then sed -n '/= SUMMARY =/,$p' "$OUT/$label.log" >&2; else sed -n '/= FAILURES =/,$p' "$OUT/$label.log" >&2; fi
+    log "api ($label): exit $status; full log $OUT/$label.log"
+    return "$status"
+}
+
+fuzz_api() {
+    install_schemathesis
+    build_parley
+    start_parley
+    local admin_key failed=0
+    admin_key=$(cat "$DATA/admin_key")
+    # The app run goes first: the admin run may revoke keys and delete apps.
+    schemathesis_run app "$PARLEY_KEY" --exclude-path-regex '^/v1/(apps|test)(/|$)' || failed=1
+    schemathesis_run admin "$admin_key" --include-path-regex '^/v1/(apps|test)(/|$)' || failed=1
+    cp "$TMP/parley.log" "$OUT/parley.log"
+    kill -0 "$PARLEY_PID" 2>/dev/null || die "the server died during the run (see $OUT/parley.log)"
+    [[ $failed == 0 ]] || die "schemathesis found failures (above)"
+}
+
+case $WHAT in
+parser) fuzz_parser ;;
+api) fuzz_api ;;
+all) fuzz_parser && fuzz_api ;;
+*) die "usage: scripts/fuzz.sh [parser|api|all]" ;;
+esac
+log "no failure"
