@@ -38,8 +38,7 @@ Generated from the registration (the rules the hand-written document followed):
   headers     on every 2xx response the entry writes out: X-Request-Id (always), RateLimit-Limit/-Remaining/-Reset
               (app routes: the pipeline rate-limits them), Idempotent-Replayed (POST through the pipeline); then
               the response's own headers
-An entry overrides a rule explicitly: "security" replaces the generated list (getMetrics); "standardHeaders" lists
-the standard headers its 2xx responses carry instead (the SSE streams document no RateLimit-* headers).
+An entry overrides a rule explicitly: "security" replaces the generated list (getMetrics).
 
 Output: paths sorted by template (related paths stay together with no order to maintain by hand), the methods of a
 path in OpenAPI's order, everything else in the order of the sources (base.json first, then the other files by
@@ -133,7 +132,7 @@ FRAGMENT_KEYS = ("operations", "components", "webhooks", "pathParameters")
 BASE_ONLY_KEYS = ("openapi", "info", "jsonSchemaDialect", "servers", "security", "tags", "externalDocs")
 # What an entry may hold: the OpenAPI operation fields the registration does not give, and the overrides.
 ENTRY_KEYS = ("tags", "summary", "description", "externalDocs", "parameters", "requestBody", "responses", "callbacks",
-              "deprecated", "security", "servers", "standardHeaders")
+              "deprecated", "security", "servers")
 
 
 def load_json(path):
@@ -237,13 +236,12 @@ def operation(route, entry, path_parameters, file, errors):
         + [component("parameters", p) for p in standard_parameters(route)],
         "responses": {},
     }
-    headers = entry.get("standardHeaders", standard_headers(route))
+    headers = standard_headers(route)
     for status, response in entry.get("responses", {}).items():
         response = component("responses", response)
         written_out = status.startswith("2") and "$ref" not in response
         generated["responses"][status] = with_headers(response, headers) if written_out else response
     fields = {**entry, **generated}
-    fields.pop("standardHeaders", None)
     ordered = [key for key in OPERATION_ORDER if key in fields] + [key for key in fields if key not in OPERATION_ORDER]
     return {key: fields[key] for key in ordered}
 
