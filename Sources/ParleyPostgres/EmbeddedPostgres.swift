@@ -42,6 +42,9 @@ public final class EmbeddedPostgres: Sendable {
     /// True while the child server runs.
     public var isRunning: Bool { running.withLock { $0 != nil } }
 
+    /// The server process (the postmaster) while it runs: for tests that freeze or kill it.
+    public var postmasterPID: pid_t? { running.withLock { $0?.pid } }
+
     /// How to connect while running (database `postgres`).
     public var configuration: PostgresConfiguration? {
         running.withLock { $0 }.map { Self.configuration(socketDirectory: $0.socketDirectory) }
