@@ -468,6 +468,7 @@ public final class EmbeddedPostgres: Sendable {
     /// again, within `takeoverNanos`.
     private func launch(binaries: String, owner: Owner?, socketDirectory: String) throws(PostgresError) -> pid_t {
         let deadline = monotonicNanos() + Self.takeoverNanos
+        var retries = 0
         while true {
             try waitForPreviousServer(socketDirectory: socketDirectory)
             let logOffset = logSize()
@@ -499,7 +500,10 @@ public final class EmbeddedPostgres: Sendable {
                 let output = logText(from: logOffset)
                 let transient = Self.transientStartFailures.contains { output.contains($0) }
                 if transient, monotonicNanos() < deadline, !running.withLock({ $0?.stopping ?? false }) {
-                    logger.log(.info, "embedded postgres: the previous server's processes still hold the cluster; retrying")
+                    if retries == 0 {
+                        logger.log(.warning, "embedded postgres: the previous server's last processes still hold the cluster; retrying")
+                    }
+                    retries += 1
                     PostgresThread.sleep(milliseconds: 100)
                     continue
                 }
