@@ -10,7 +10,12 @@ import ParleySync
 /// thaws after `maxFreeze` whatever the test does (so a test of code that would hang fails instead of hanging); and the
 /// test process thaws every cluster still frozen when it exits. Owner: `frozen` behind its lock.
 public final class ClusterFreezer: Sendable {
-    private let postmaster: pid_t
+    /// What `freeze` stops: a postmaster and its children as they are then, or exactly the processes given.
+    private enum Target {
+        case cluster(postmaster: pid_t)
+        case processes([pid_t])
+    }
+    private let target: Target
     private let maxFreeze: Duration
     /// The processes now stopped, and which freeze stopped them (a watchdog thaws only its own).
     private let frozen = LockedValue<(generation: Int, pids: [pid_t])>((0, []))
@@ -20,17 +25,33 @@ public final class ClusterFreezer: Sendable {
     private static let allFrozen = LockedValue<Set<pid_t>>([])
     private static let exitHandler: Void = { atexit { ClusterFreezer.thawAllAtExit() } }()
 
+    /// Freezes the cluster of `postmaster`: the postmaster and its children.
     public init(postmaster: pid_t, maxFreeze: Duration = .seconds(20)) {
-        self.postmaster = postmaster
+        self.target = .cluster(postmaster: postmaster)
         self.maxFreeze = maxFreeze
         _ = Self.exitHandler
     }
 
-    /// Stops the postmaster first (so it forks no new process), then each of its children.
+    /// Freezes exactly `processes` (the processes of a cluster whose postmaster is to be killed).
+    public init(processes: [pid_t], maxFreeze: Duration = .seconds(20)) {
+        self.target = .processes(processes)
+        self.maxFreeze = maxFreeze
+        _ = Self.exitHandler
+    }
+
+    /// How many processes the last `freeze` stopped (0: none was alive).
+    public var frozenCount: Int { frozen.withLock { $0.pids.count } }
+
+    /// Stops the postmaster first (so it forks no new process), then each of its children; or the given processes.
     public func freeze() {
         var stopped: [pid_t] = []
-        if kill(postmaster, SIGSTOP) == 0 { stopped.append(postmaster) }
-        for child in Self.children(of: postmaster) where kill(child, SIGSTOP) == 0 { stopped.append(child) }
+        switch target {
+        case .cluster(let postmaster):
+            if kill(postmaster, SIGSTOP) == 0 { stopped.append(postmaster) }
+            for child in Self.children(of: postmaster) where kill(child, SIGSTOP) == 0 { stopped.append(child) }
+        case .processes(let processes):
+            for pid in processes where kill(pid, SIGSTOP) == 0 { stopped.append(pid) }
+        }
         let generation = frozen.withLock { state -> Int in
             state.generation += 1
             state.pids += stopped
@@ -65,7 +86,7 @@ public final class ClusterFreezer: Sendable {
     }
 
     /// The processes whose parent is `parent` (from /proc/<pid>/stat; the name in parentheses may hold spaces).
-    static func children(of parent: pid_t) -> [pid_t] {
+    public static func children(of parent: pid_t) -> [pid_t] {
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
         return entries.compactMap { name -> pid_t? in
             guard let pid = pid_t(name),

@@ -38,6 +38,14 @@ public enum TestDatabase {
         return (cluster, database)
     }
 
+    /// A fresh data directory for a Parley server that runs its own embedded cluster; removed at exit (its server must
+    /// be stopped by then).
+    public static func makeDataDirectory() throws -> String {
+        let directory = try makeTemporaryDirectory()
+        TestDatabaseCleanup.register(directory: directory)
+        return directory
+    }
+
     /// `mkdtemp("<base>/parley-test-XXXXXX")`, made traversable for the `postgres` user when running as root.
     ///
     /// The base is `PARLEY_TEST_TMPDIR`, else `/dev/shm` when writable, else `/tmp`: measured on these
