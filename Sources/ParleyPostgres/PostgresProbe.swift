@@ -56,6 +56,13 @@ public final class PostgresProbe: Sendable {
         return false
     }
 
+    /// Closes the probe's connection (waiting up to `timeout` for a check that runs); a later check opens a new one.
+    public func close(within timeout: Duration = .seconds(1)) {
+        guard let holder = slot.pop(deadlineNanos: monotonicNanos() + PostgresConfiguration.nanos(timeout)) else { return }
+        holder.connection = nil
+        slot.push(holder)
+    }
+
     /// The probe's connection between checks.
     ///
     /// @unchecked Sendable: it is in `slot` or held by the one caller that took it from there, never both.

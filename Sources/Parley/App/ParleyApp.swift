@@ -164,6 +164,7 @@ public final class ParleyApp: Sendable {
         hub.stop()
         server.shutdown()
         health.probeExecutor.shutdown()
+        health.probe.close()
         // In-flight answers wait for the sequencer (and sends for the message writer): stop them after the server.
         writer.stop()
         services.sequencer.stop()
