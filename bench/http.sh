@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Measures `parley serve` against nginx answering GET /healthz ({"status":"ok"}) on loopback with wrk,
+# Measures `parley serve` against nginx answering GET /healthz ({"status":"ok","database":"running"}) on loopback with wrk,
 # in the same run, and appends the results to bench/RESULTS.md. See bench/README.md.
 #
 # Environment:

@@ -122,7 +122,7 @@ wait_ready() {  # name pid port log: waits until GET /healthz answers 200
 check_body() {  # name port: the answer must be the same fixed JSON for both servers
     local body
     body=$(curl -fsS --max-time 5 "http://127.0.0.1:$2/healthz")
-    [[ $body == '{"status":"ok"}' ]] || die "$1 answered /healthz with unexpected body: $body"
+    [[ $body == '{"status":"ok","database":"running"}' ]] || die "$1 answered /healthz with unexpected body: $body"
 }
 
 rss_kib() { awk -v key="$2:" '$1 == key { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }

@@ -29,6 +29,9 @@ public struct Configuration: Sendable {
         Setting(
             variable: "PARLEY_SSE_HEARTBEAT_MS", flag: "--sse-heartbeat-ms",
             help: "ms between `: ping` lines on SSE streams, 100-15000 (default 15000)"),
+        Setting(
+            variable: "PARLEY_DB_TIMEOUT_MS", flag: "--db-timeout-ms",
+            help: "ms to wait for PostgreSQL to answer one statement or connect, 100-60000 (default 2000)"),
     ]
 
     public var listenHost = "127.0.0.1"
@@ -44,6 +47,10 @@ public struct Configuration: Sendable {
     public var metricsToken: String?
     /// Interval of the `: ping` comment on idle SSE streams (API.md §14.3: 15 s; tests shorten it).
     public var sseHeartbeatMillis = 15_000
+    /// How long one exchange with PostgreSQL (a statement, a connect) may wait for its answer before the connection is
+    /// abandoned and the request answered 503 (`PostgresConfiguration.responseTimeout`). While the database does not
+    /// answer, an API request fails within about twice this (API.md §21 item 60 asks for 5 s; docs/reliability.md).
+    public var databaseTimeoutMillis = 2_000
 
     public init() {}
 
@@ -117,6 +124,12 @@ public struct Configuration: Sendable {
                 throw Invalid(description: "PARLEY_SSE_HEARTBEAT_MS (--sse-heartbeat-ms) must be 100 to 15000, got \"\(text)\"")
             }
             config.sseHeartbeatMillis = ms
+        }
+        if let text = values["PARLEY_DB_TIMEOUT_MS"] {
+            guard let ms = Int(text), (100...60_000).contains(ms) else {
+                throw Invalid(description: "PARLEY_DB_TIMEOUT_MS (--db-timeout-ms) must be 100 to 60000, got \"\(text)\"")
+            }
+            config.databaseTimeoutMillis = ms
         }
         return config
     }

@@ -82,12 +82,13 @@ extension HTTPServer {
         return response
     }
 
-    /// Runs a route's handler on the executor; `deliver` gets its settled response (a 503 when the executor turns
-    /// the job away) on whichever thread settles it. The request counts as in flight until then (shutdown waits).
+    /// Runs a route's handler on its executor (the route's own, else the server's); `deliver` gets its settled response
+    /// (a 503 when the executor turns the job away) on whichever thread settles it. The request counts as in flight
+    /// until then (shutdown waits).
     func execute(_ route: Route, _ request: Request, deliver: @escaping @Sendable (Response) -> Void) {
         _ = inFlightRequests.add(1, ordering: .relaxed)
         let hooks = self.hooks
-        executor.execute(
+        (route.options.executor ?? executor).execute(
             { [self] in
                 Self.run(route.handler, request, hooks: hooks).settle { response in
                     self.inFlightRequests.subtract(1, ordering: .relaxed)

@@ -6,11 +6,16 @@ public struct RouteOptions: Sendable {
     public var runsOnEventLoop: Bool
     /// Stable name of the operation (the OpenAPI `operationId`).
     public var operationID: String?
+    /// Runs the handler instead of the server's executor (a probe that must not queue behind busy handlers).
+    public var executor: (any RequestExecutor)?
 
-    public init(maxBodyBytes: Int? = nil, runsOnEventLoop: Bool = false, operationID: String? = nil) {
+    public init(
+        maxBodyBytes: Int? = nil, runsOnEventLoop: Bool = false, operationID: String? = nil, executor: (any RequestExecutor)? = nil
+    ) {
         self.maxBodyBytes = maxBodyBytes
         self.runsOnEventLoop = runsOnEventLoop
         self.operationID = operationID
+        self.executor = executor
     }
 }
 

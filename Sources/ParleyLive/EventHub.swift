@@ -234,6 +234,7 @@ package final class EventHub: Sendable {
         var feeds: [String: Feed] = [:]
         var audience = GroupAudience()
         var db = connection
+        var outage = OutageLog(logger: logger, what: "live hub read")
         var nextHeartbeat = EventLoop.monotonicMillis() + Int64(heartbeatMillis)
         var nextSweep = EventLoop.monotonicMillis() + 1000
         var nextNodeBeat: Int64 = 0
@@ -291,8 +292,9 @@ package final class EventHub: Sendable {
                     try beat(on: connection)
                     nextNodeBeat = EventLoop.monotonicMillis() + Self.heartbeatIntervalMillis
                 }
+                outage.succeeded()
             } catch {
-                logger.warning("msg=\"live hub read failed; retrying\" error=\"\(error)\"")
+                outage.failed(error)
                 db.dropIfBroken()
                 retry = apps
                 Wakeup.sleep(millis: 200)

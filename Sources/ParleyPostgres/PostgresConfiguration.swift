@@ -11,6 +11,16 @@ public struct PostgresConfiguration: Sendable, CustomStringConvertible {
     /// The explicit keywords in a stable order (defaults such as `connect_timeout` are added at connect time).
     public private(set) var parameters: [(key: String, value: String)]
 
+    /// The longest one exchange with the server may wait for its answer: connecting, or the results of one statement.
+    /// Past it the connection is abandoned (its statement cancelled, the socket closed) and the call throws a
+    /// `.timeout` error, so a stalled server (frozen, or its host gone) cannot hang a thread. nil: no bound beyond
+    /// `connect_timeout` for connecting (tools, migrations, whose statements may rightly run long).
+    public var responseTimeout: Duration?
+
+    /// Shared by every connection opened with this configuration (and its copies): after one exchange went
+    /// unanswered, the others fail fast until the server answers again. nil: each connection waits on its own.
+    public var circuit: PostgresCircuit?
+
     /// Parses a `postgres://`/`postgresql://` URL or a `key=value …` conninfo string.
     public init(_ urlOrConninfo: String) throws(PostgresError) {
         var errorMessage: UnsafeMutablePointer<CChar>? = nil
@@ -74,6 +84,20 @@ public struct PostgresConfiguration: Sendable, CustomStringConvertible {
     public var connectTimeoutSeconds: Int? {
         get { self["connect_timeout"].flatMap { Int($0) } }
         set { self["connect_timeout"] = newValue.map { String($0) } }
+    }
+
+    /// How long connecting may take: `connect_timeout` (3 s unless set; 0 or less is unbounded, as in libpq), and no
+    /// longer than `responseTimeout`.
+    var connectTimeoutNanos: UInt64? {
+        let seconds = connectTimeoutSeconds ?? 3
+        let connect: UInt64? = seconds > 0 ? UInt64(seconds) * 1_000_000_000 : nil
+        guard let response = responseTimeout.map(Self.nanos) else { return connect }
+        return min(connect ?? .max, response)
+    }
+
+    static func nanos(_ duration: Duration) -> UInt64 {
+        let (seconds, attoseconds) = duration.components
+        return UInt64(max(0, seconds)) * 1_000_000_000 + UInt64(max(0, attoseconds) / 1_000_000_000)
     }
 
     /// Adds a server setting every connection starts with (`-c name=value` in libpq's `options`, after any the

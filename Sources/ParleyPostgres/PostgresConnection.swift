@@ -3,6 +3,12 @@ import Glibc
 
 /// One libpq session (`PGconn`): parameterised queries, prepared statements, savepoints.
 ///
+/// Every exchange with the server (connecting, each statement) runs on libpq's non-blocking API and waits with
+/// `poll()` until the configuration's `responseTimeout`: a stalled server (frozen, or its host gone) costs a thread that
+/// long, not forever. A connection whose exchange timed out is abandoned: its statement is cancelled (`PQcancel`, on
+/// `PostgresCanceller`'s thread), `isBroken` turns true so its owner drops it, and it is never used again; owners open
+/// a fresh one. The waiting costs no system call beyond what libpq's blocking calls make (send, poll, recv).
+///
 /// Not `Sendable`: owned by exactly one thread (a pool worker or the listener thread) and used only there.
 /// `PQfinish` runs exactly once, in `deinit`, also when connecting failed.
 public final class PostgresConnection {
@@ -22,14 +28,22 @@ public final class PostgresConnection {
     public private(set) var statementCount = 0
     /// Monotonic time of the last statement, for the pool's idle health check.
     var lastUsedNanos: UInt64 = monotonicNanos()
+    /// How long one exchange may wait for its answer (`configuration.responseTimeout`, or `withResponseTimeout`'s).
+    private var responseTimeoutNanos: UInt64?
+    /// Set when an exchange timed out or its socket failed half-way: the session's state is unknown, so it is
+    /// never used again (`isBroken`).
+    private var abandoned = false
 
     /// Beyond this many cached statements new SQL runs unnamed, so ad-hoc SQL cannot grow the cache forever.
     static let maxPreparedStatements = 512
 
-    /// Connects synchronously (bounded by `connect_timeout`, 3 s unless configured).
+    /// Connects, waiting at most `connect_timeout` (3 s unless configured) and `responseTimeout`.
+    ///
+    /// With an open `circuit` it fails at once (`.timeout`) unless it is the circuit's probe.
     public init(_ configuration: PostgresConfiguration, logger: PostgresLogger = .disabled) throws(PostgresError) {
         self.configuration = configuration
         self.noticeSink = PostgresNoticeSink(logger: logger)
+        self.responseTimeoutNanos = configuration.responseTimeout.map(PostgresConfiguration.nanos)
         let pairs = configuration.connectKeywords
         var keywords: [UnsafeMutablePointer<CChar>?] = pairs.map { strdup($0.key) }
         var values: [UnsafeMutablePointer<CChar>?] = pairs.map { strdup($0.value) }
@@ -39,32 +53,43 @@ public final class PostgresConnection {
             for pointer in keywords { free(pointer) }
             for pointer in values { free(pointer) }
         }
+        let circuit = configuration.circuit
+        let admission = circuit?.admit() ?? .pass
+        if case .refuse = admission { throw Self.notAnswering }
         let connection = keywords.withUnsafeBufferPointer { k in
             values.withUnsafeBufferPointer { v in
                 k.withMemoryRebound(to: UnsafePointer<CChar>?.self) { k2 in
                     v.withMemoryRebound(to: UnsafePointer<CChar>?.self) { v2 in
-                        PQconnectdbParams(k2.baseAddress, v2.baseAddress, 0)
+                        PQconnectStartParams(k2.baseAddress, v2.baseAddress, 0)
                     }
                 }
             }
         }
         guard let connection else {
+            circuit?.finished(admission, answered: false)
             throw PostgresError(kind: .connection, message: "libpq could not allocate a connection")
         }
-        guard PQstatus(connection) == CONNECTION_OK else {
-            let error = PostgresError.connection(connection, context: "could not connect to PostgreSQL")
+        do {
+            try Self.completeConnect(connection, timeoutNanos: configuration.connectTimeoutNanos, poll: PQconnectPoll)
+        } catch {
+            if error.isTimeout { circuit?.unanswered(timeoutMillis: Int((configuration.connectTimeoutNanos ?? 0) / 1_000_000)) }
+            circuit?.finished(admission, answered: false)
             PQfinish(connection)
             throw error
         }
+        circuit?.finished(admission, answered: true)
         self.handle = connection
+        // Non-blocking: sends never block on a server that stopped reading, and neither does PQfinish's goodbye.
+        _ = PQsetnonblocking(connection, 1)
         // The sink lives as long as `self`, which outlives the PGconn (finished in deinit).
         _ = PQsetNoticeProcessor(connection, postgresNoticeProcessor, Unmanaged.passUnretained(noticeSink).toOpaque())
     }
 
     deinit { PQfinish(handle) }
 
-    /// True when the session is gone (server restart, network failure); the pool then reconnects.
-    public var isBroken: Bool { PQstatus(handle) != CONNECTION_OK }
+    /// True when the session is gone (server restart, network failure) or was abandoned after a timeout; the pool
+    /// then reconnects.
+    public var isBroken: Bool { abandoned || PQstatus(handle) != CONNECTION_OK }
 
     /// True inside BEGIN … COMMIT (also when the transaction has failed and awaits ROLLBACK).
     public var inTransaction: Bool {
@@ -85,10 +110,21 @@ public final class PostgresConnection {
     public func reset() throws(PostgresError) {
         preparedNames.removeAll()
         preparedByAddress.removeAll()
-        PQreset(handle)
-        guard PQstatus(handle) == CONNECTION_OK else {
+        guard PQresetStart(handle) == 1 else {
             throw PostgresError.connection(handle, context: "could not reconnect to PostgreSQL")
         }
+        try Self.completeConnect(handle, timeoutNanos: configuration.connectTimeoutNanos, poll: PQresetPoll)
+        abandoned = false
+        _ = PQsetnonblocking(handle, 1)  // closing the old session reset it
+    }
+
+    /// Runs `body` with another bound on each exchange (nil: none) than the configuration's `responseTimeout`: for
+    /// the few statements that rightly run long, or a probe that must answer sooner.
+    public func withResponseTimeout<T>(_ timeout: Duration?, _ body: (PostgresConnection) throws -> T) rethrows -> T {
+        let saved = responseTimeoutNanos
+        responseTimeoutNanos = timeout.map(PostgresConfiguration.nanos)
+        defer { responseTimeoutNanos = saved }
+        return try body(self)
     }
 
     /// Runs one statement with text parameters (`$1`, `$2`, …; nil binds NULL).
@@ -122,10 +158,8 @@ public final class PostgresConnection {
             }
         }
         let handle = self.handle
-        let raw = try Self.withCParameters(parameters) { values, count in
-            PQexecParams(handle, sql, count, nil, values, nil, nil, 0)
-        }
-        return try check(raw)
+        let values = try CParameters(parameters)
+        return try exchange { values.withPointers { PQsendQueryParams(handle, sql, $1, nil, $0, nil, nil, 0) } }
     }
 
     /// The name `sql` was prepared under on this connection, if any.
@@ -153,22 +187,22 @@ public final class PostgresConnection {
     /// For migrations and fixed commands only: never build this text from values.
     @discardableResult
     public func simpleQuery(_ sql: String) throws(PostgresError) -> PostgresResult {
-        try check(PQexec(handle, sql))
+        let handle = self.handle
+        return try exchange { PQsendQuery(handle, sql) }
     }
 
     /// Prepares `sql` under `name` (parameter types inferred by the server).
     public func prepare(name: String, sql: String) throws(PostgresError) {
-        _ = try check(PQprepare(handle, name, sql, 0, nil))
+        let handle = self.handle
+        _ = try exchange { PQsendPrepare(handle, name, sql, 0, nil) }
     }
 
     /// Runs a statement prepared with `prepare(name:sql:)`.
     @discardableResult
     public func queryPrepared(name: String, _ parameters: [(any PostgresEncodable)?] = []) throws(PostgresError) -> PostgresResult {
         let handle = self.handle
-        let raw = try Self.withCParameters(parameters) { values, count in
-            PQexecPrepared(handle, name, count, values, nil, nil, 0)
-        }
-        return try check(raw)
+        let values = try CParameters(parameters)
+        return try exchange { values.withPointers { PQsendQueryPrepared(handle, name, $1, $0, nil, nil, 0) } }
     }
 
     /// BEGIN, `body`, COMMIT on this connection: ROLLBACK (and rethrow) when `body` throws.
@@ -246,37 +280,153 @@ public final class PostgresConnection {
         return isBroken
     }
 
-    /// Copies parameters into one buffer of NUL-terminated strings and passes libpq an array of pointers into it.
-    private static func withCParameters(
-        _ parameters: [(any PostgresEncodable)?],
-        _ body: (UnsafePointer<UnsafePointer<CChar>?>?, Int32) -> OpaquePointer?
-    ) throws(PostgresError) -> OpaquePointer? {
-        var storage: [UInt8] = []
-        storage.reserveCapacity(256)
-        var offsets: [Int] = []  // -1 for NULL
-        offsets.reserveCapacity(parameters.count)
-        for (index, parameter) in parameters.enumerated() {
-            guard let parameter else {
-                offsets.append(-1)
-                continue
+    // MARK: - Exchanges
+
+    /// The error of an exchange not tried because the circuit is open.
+    private static var notAnswering: PostgresError {
+        PostgresError(kind: .timeout, message: "PostgreSQL did not answer lately; not tried (another call probes it)")
+    }
+
+    /// Sends one command with `send` (a `PQsend…` call), then reads its results until the server is ready again, waiting
+    /// with `poll()` no longer than the response timeout; returns the last result, as `PQexec` does.
+    private func exchange(_ send: () -> Int32) throws(PostgresError) -> PostgresResult {
+        guard !abandoned else {
+            throw PostgresError(kind: .connection, message: "the connection was abandoned after an exchange failed")
+        }
+        let circuit = configuration.circuit
+        let admission = circuit?.admit() ?? .pass
+        if case .refuse = admission {
+            // Not even ROLLBACK goes out now: a transaction left open would be carried into the owner's next use, so
+            // the connection is given up (the server rolls back when the socket closes).
+            if inTransaction { abandoned = true }
+            throw Self.notAnswering
+        }
+        let raw: OpaquePointer?
+        do {
+            raw = try sendAndCollect(send, deadline: responseTimeoutNanos.map { monotonicNanos() &+ $0 })
+        } catch {
+            if error.isTimeout { circuit?.unanswered(timeoutMillis: Int((responseTimeoutNanos ?? 0) / 1_000_000)) }
+            circuit?.finished(admission, answered: false)
+            throw error
+        }
+        circuit?.finished(admission, answered: raw != nil && !isBroken)
+        return try check(raw)
+    }
+
+    private func sendAndCollect(_ send: () -> Int32, deadline: UInt64?) throws(PostgresError) -> OpaquePointer? {
+        // 0: not sent (connection gone); `check(nil)` reports libpq's message.
+        guard send() == 1 else { return nil }
+        // In non-blocking mode the command may still sit in libpq's buffer (a big one, or a server that stopped
+        // reading): flush it, reading meanwhile so the server cannot block on its own output.
+        while true {
+            let flushed = PQflush(handle)
+            if flushed == 0 { break }
+            if flushed < 0 { return abandonAfterSocketFailure() }
+            try waitForSocket(events: Int16(POLLIN | POLLOUT), deadline: deadline)
+            if PQconsumeInput(handle) == 0 { return abandonAfterSocketFailure() }
+        }
+        var last: OpaquePointer? = nil
+        while true {
+            while PQisBusy(handle) != 0 {
+                do {
+                    try waitForSocket(events: Int16(POLLIN), deadline: deadline)
+                } catch {
+                    PQclear(last)
+                    throw error
+                }
+                if PQconsumeInput(handle) == 0 {
+                    // The server closed the session (its FATAL message, if any, is in `last`).
+                    abandoned = true
+                    return last ?? abandonAfterSocketFailure()
+                }
             }
-            var text = parameter.postgresText
-            // A C string would silently truncate at NUL; PostgreSQL text cannot hold it anyway.
-            let clean = text.withUTF8 { utf8 in
-                guard utf8.isEmpty || memchr(utf8.baseAddress!, 0, utf8.count) == nil else { return false }
-                offsets.append(storage.count)
-                storage.append(contentsOf: utf8)
-                storage.append(0)
-                return true
-            }
-            if !clean {
-                throw PostgresError(kind: .query, sqlState: "22021", message: "parameter $\(index + 1) contains a NUL byte")
+            guard let result = PQgetResult(handle) else { break }
+            PQclear(last)
+            last = result
+            let status = PQresultStatus(result)
+            if status == PGRES_COPY_IN || status == PGRES_COPY_OUT || status == PGRES_COPY_BOTH || PQstatus(handle) == CONNECTION_BAD {
+                break
             }
         }
-        return storage.withUnsafeBytes { buffer in
-            let base = buffer.baseAddress?.assumingMemoryBound(to: CChar.self)
-            let pointers: [UnsafePointer<CChar>?] = offsets.map { $0 < 0 ? nil : base! + $0 }
-            return pointers.withUnsafeBufferPointer { body($0.baseAddress, Int32(pointers.count)) }
+        return last
+    }
+
+    /// Waits until the socket is ready for `events`; at the deadline the connection is abandoned and `.timeout` thrown.
+    private func waitForSocket(events: Int16, deadline: UInt64?) throws(PostgresError) {
+        switch Self.wait(socket: PQsocket(handle), events: events, deadline: deadline) {
+        case .ready: return
+        case .failed(let code):
+            abandoned = true
+            throw PostgresError(kind: .connection, message: "waiting for PostgreSQL failed: \(String(cString: strerror(code)))")
+        case .timedOut:
+            abandon()
+            throw PostgresError(
+                kind: .timeout,
+                message: "PostgreSQL did not answer within \((responseTimeoutNanos ?? 0) / 1_000_000) ms; the connection was abandoned")
+        }
+    }
+
+    /// A socket error half-way through an exchange: libpq's message, and the connection is not used again.
+    private func abandonAfterSocketFailure() -> OpaquePointer? {
+        abandoned = true
+        return nil
+    }
+
+    /// Gives up on the session after a timeout: the statement is cancelled (off this thread: `PQcancel` blocks on a
+    /// stalled server) and the owner drops the connection when it sees `isBroken`.
+    private func abandon() {
+        guard !abandoned else { return }
+        abandoned = true
+        if let cancel = PQgetCancel(handle) { PostgresCanceller.shared.cancel(cancel) }
+    }
+
+    enum WaitOutcome {
+        case ready
+        case timedOut
+        case failed(errno: Int32)
+    }
+
+    /// `poll()` on one socket until it is ready for `events`, the monotonic `deadline` passes (nil: no deadline) or it
+    /// fails.
+    static func wait(socket: Int32, events: Int16, deadline: UInt64?) -> WaitOutcome {
+        guard socket >= 0 else { return .failed(errno: EBADF) }
+        while true {
+            var timeoutMillis: Int32 = -1
+            if let deadline {
+                let now = monotonicNanos()
+                guard now < deadline else { return .timedOut }
+                timeoutMillis = Int32(clamping: (deadline - now + 999_999) / 1_000_000)
+            }
+            var descriptor = pollfd(fd: socket, events: events, revents: 0)
+            let ready = poll(&descriptor, 1, timeoutMillis)
+            if ready > 0 { return .ready }
+            if ready < 0 && errno != EINTR { return .failed(errno: errno) }
+        }
+    }
+
+    /// Drives a non-blocking connect (`PQconnectPoll`, or `PQresetPoll` for a reset) to its end within `timeoutNanos`.
+    private static func completeConnect(
+        _ connection: OpaquePointer, timeoutNanos: UInt64?, poll step: (OpaquePointer?) -> PostgresPollingStatusType
+    ) throws(PostgresError) {
+        let deadline = timeoutNanos.map { monotonicNanos() &+ $0 }
+        guard PQstatus(connection) != CONNECTION_BAD else {
+            throw PostgresError.connection(connection, context: "could not connect to PostgreSQL")
+        }
+        var status = PGRES_POLLING_WRITING  // as libpq asks, before the first call
+        while status != PGRES_POLLING_OK {
+            guard status != PGRES_POLLING_FAILED else {
+                throw PostgresError.connection(connection, context: "could not connect to PostgreSQL")
+            }
+            let events = Int16(status == PGRES_POLLING_READING ? POLLIN : POLLOUT)
+            switch wait(socket: PQsocket(connection), events: events, deadline: deadline) {
+            case .ready: break
+            case .failed(let code):
+                throw PostgresError(kind: .connection, message: "could not connect to PostgreSQL: \(String(cString: strerror(code)))")
+            case .timedOut:
+                throw PostgresError(
+                    kind: .timeout, message: "PostgreSQL did not accept the connection within \((timeoutNanos ?? 0) / 1_000_000) ms")
+            }
+            status = step(connection)
         }
     }
 
@@ -300,6 +450,45 @@ public final class PostgresConnection {
         }
         PQclear(raw)
         throw error
+    }
+}
+
+/// Statement parameters as libpq takes them: one buffer of NUL-terminated strings and, when sending, an array of
+/// pointers into it (nil for NULL).
+private struct CParameters {
+    private var storage: [UInt8] = []
+    private var offsets: [Int] = []  // -1 for NULL
+
+    init(_ parameters: [(any PostgresEncodable)?]) throws(PostgresError) {
+        storage.reserveCapacity(256)
+        offsets.reserveCapacity(parameters.count)
+        for (index, parameter) in parameters.enumerated() {
+            guard let parameter else {
+                offsets.append(-1)
+                continue
+            }
+            var text = parameter.postgresText
+            // A C string would silently truncate at NUL; PostgreSQL text cannot hold it anyway.
+            let clean = text.withUTF8 { utf8 in
+                guard utf8.isEmpty || memchr(utf8.baseAddress!, 0, utf8.count) == nil else { return false }
+                offsets.append(storage.count)
+                storage.append(contentsOf: utf8)
+                storage.append(0)
+                return true
+            }
+            if !clean {
+                throw PostgresError(kind: .query, sqlState: "22021", message: "parameter $\(index + 1) contains a NUL byte")
+            }
+        }
+    }
+
+    /// Lends `body` the pointer array and its count.
+    func withPointers<R>(_ body: (UnsafePointer<UnsafePointer<CChar>?>?, Int32) -> R) -> R {
+        storage.withUnsafeBytes { buffer in
+            let base = buffer.baseAddress?.assumingMemoryBound(to: CChar.self)
+            let pointers: [UnsafePointer<CChar>?] = offsets.map { $0 < 0 ? nil : base! + $0 }
+            return pointers.withUnsafeBufferPointer { body($0.baseAddress, Int32(pointers.count)) }
+        }
     }
 }
 

@@ -7,7 +7,7 @@ internal import CLibPQ
 public struct PostgresError: Error, Sendable, CustomStringConvertible, CustomDebugStringConvertible {
     /// What failed, broadly; stable for mapping to HTTP statuses.
     public struct Kind: Hashable, Sendable, CustomStringConvertible {
-        private enum Base: String { case connection, query, poolTimeout, poolClosed, `protocol` }
+        private enum Base: String { case connection, query, poolTimeout, poolClosed, `protocol`, timeout }
         private let base: Base
         private init(_ base: Base) { self.base = base }
 
@@ -21,6 +21,9 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible, CustomDeb
         public static let poolClosed = Kind(.poolClosed)
         /// Unexpected data from libpq or the server (a bug, or a type mismatch while decoding).
         public static let `protocol` = Kind(.protocol)
+        /// The server did not answer within the configuration's `responseTimeout` (the connection was abandoned),
+        /// or it did not answer another exchange lately and this one was not tried (`PostgresCircuit`).
+        public static let timeout = Kind(.timeout)
 
         public var description: String { base.rawValue }
     }
@@ -64,9 +67,12 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible, CustomDeb
     public var isSerializationFailure: Bool { sqlState == "40001" }
     /// 40P01: the transaction was chosen as a deadlock victim and must be retried.
     public var isDeadlock: Bool { sqlState == "40P01" }
-    /// The server is unreachable or the session ended (class 08, admin/crash shutdown, cannot connect now).
+    /// The server did not answer in time (see `Kind.timeout`): retrying at once would wait again.
+    public var isTimeout: Bool { kind == .timeout }
+    /// The server is unreachable, does not answer, or the session ended (class 08, admin/crash shutdown, cannot
+    /// connect now).
     public var isConnectionFailure: Bool {
-        if kind == .connection { return true }
+        if kind == .connection || kind == .timeout { return true }
         guard let state = sqlState else { return false }
         return state.hasPrefix("08") || state == "57P01" || state == "57P02" || state == "57P03"
     }

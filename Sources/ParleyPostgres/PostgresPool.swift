@@ -126,7 +126,8 @@ public final class PostgresPool: Sendable {
     /// Runs `body` in a transaction: BEGIN, COMMIT, or ROLLBACK when it throws.
     ///
     /// Serialization failures and deadlocks (40001, 40P01) re-run the whole body, up to 5 times; a connection
-    /// that broke before COMMIT was sent is replaced and the body re-run once. So `body` must be safe to
+    /// that broke before COMMIT was sent is replaced and the body re-run once (not after a timeout: the server is
+    /// stalled, and a second try would wait as long again). So `body` must be safe to
     /// repeat (no side effects outside the database). Nested inside another transaction on the same worker
     /// it becomes a savepoint (and is not retried on its own).
     @discardableResult

@@ -140,7 +140,8 @@ final class WorkerContext {
                     PostgresThread.sleep(milliseconds: Int.random(in: 1...(5 * conflictRetries)))
                     continue
                 }
-                if pgError.isConnectionFailure, !commitSent, !reconnected {
+                // Not after a timeout: the server is stalled, and trying again would wait as long again.
+                if pgError.isConnectionFailure, !pgError.isTimeout, !commitSent, !reconnected {
                     reconnected = true
                     if self.connection === connection { self.connection = nil }
                     retryAfterNanos = 0

@@ -26,6 +26,26 @@ public enum TestDatabase {
         return cluster
     }
 
+    /// A private, started embedded cluster with one migrated database on it, for tests that freeze or stop the server
+    /// (never the shared cluster, which other tests use meanwhile). The cluster stops at exit.
+    public static func makePrivateDatabase() throws -> (cluster: EmbeddedPostgres, database: PostgresConfiguration) {
+        let cluster = try makeCluster()
+        let admin = try cluster.start()
+        try cluster.createDatabase("parley")
+        var database = admin.with(database: "parley")
+        _ = try Migrator().migrate(configuration: database)
+        database.applicationName = "parley-test"
+        return (cluster, database)
+    }
+
+    /// A fresh data directory for a Parley server that runs its own embedded cluster; removed at exit (its server must
+    /// be stopped by then).
+    public static func makeDataDirectory() throws -> String {
+        let directory = try makeTemporaryDirectory()
+        TestDatabaseCleanup.register(directory: directory)
+        return directory
+    }
+
     /// `mkdtemp("<base>/parley-test-XXXXXX")`, made traversable for the `postgres` user when running as root.
     ///
     /// The base is `PARLEY_TEST_TMPDIR`, else `/dev/shm` when writable, else `/tmp`: measured on these

@@ -9,6 +9,8 @@ import Synchronization
 enum TestDatabaseCleanup {
     private struct State {
         var clusters: [(EmbeddedPostgres, String)] = []
+        /// Directories of clusters run by a Parley server (stopped by its test) or a `parley` process.
+        var directories: [String] = []
         var externalDatabases: [(String, PostgresConfiguration)] = []
         var installed = false
     }
@@ -18,6 +20,14 @@ enum TestDatabaseCleanup {
     static func register(cluster: EmbeddedPostgres, directory: String) {
         let install = state.withLock { state in
             state.clusters.append((cluster, directory))
+            return installOnce(&state)
+        }
+        if install { atexit { TestDatabaseCleanup.run() } }
+    }
+
+    static func register(directory: String) {
+        let install = state.withLock { state in
+            state.directories.append(directory)
             return installOnce(&state)
         }
         if install { atexit { TestDatabaseCleanup.run() } }
@@ -39,13 +49,15 @@ enum TestDatabaseCleanup {
     }
 
     private static func run() {
-        let (clusters, databases) = state.withLock { state in
+        let (clusters, databases, directories) = state.withLock { state in
             defer {
                 state.clusters = []
                 state.externalDatabases = []
+                state.directories = []
             }
-            return (state.clusters, state.externalDatabases)
+            return (state.clusters, state.externalDatabases, state.directories)
         }
+        for directory in directories { try? FileManager.default.removeItem(atPath: directory) }
         for (name, admin) in databases {
             guard let connection = try? PostgresConnection(admin), let quoted = try? connection.escapeIdentifier(name) else { continue }
             _ = try? connection.simpleQuery("DROP DATABASE IF EXISTS \(quoted) WITH (FORCE)")

@@ -54,18 +54,41 @@ public final class TestServer: @unchecked Sendable {
         configure: (inout Configuration) -> Void = { _ in }
     ) throws -> TestServer {
         let db = try database ?? TestDatabase.shared().makeDatabase()
+        var configuration = baseConfiguration()
+        configuration.poolSize = poolSize
+        configuration.testClock = testClock
+        configure(&configuration)
+        return try launch(configuration, database: db, transport: transport)
+    }
+
+    /// Starts a server that runs its own embedded PostgreSQL in `dataDirectory` (a fresh one when nil), as
+    /// `parley serve` without `DATABASE_URL` does: for tests of the cluster's supervision and of restarts.
+    public static func startEmbedded(
+        dataDirectory: String? = nil, transport: Transport? = nil, configure: (inout Configuration) -> Void = { _ in }
+    ) throws -> TestServer {
+        var configuration = baseConfiguration()
+        configuration.dataDirectory = try dataDirectory ?? TestDatabase.makeDataDirectory()
+        configure(&configuration)
+        return try launch(configuration, database: nil, transport: transport)
+    }
+
+    /// A test server's settings: 127.0.0.1 on a free port, a random admin key, 4 connections, warnings only.
+    private static func baseConfiguration() -> Configuration {
         var configuration = Configuration()
         configuration.listenHost = "127.0.0.1"
         configuration.listenPort = 0
         configuration.adminKey = "test-admin-key-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
-        configuration.poolSize = poolSize
+        configuration.poolSize = 4
         configuration.logLevel = .warning
-        configuration.testClock = testClock
-        configure(&configuration)
+        return configuration
+    }
+
+    /// Starts the app on `database` (nil: its own embedded cluster) once a server slot is free.
+    private static func launch(_ configuration: Configuration, database: PostgresConfiguration?, transport: Transport?) throws -> TestServer {
         slots.acquire()
         do {
-            let app = try ParleyApp(configuration: configuration, database: db, output: { _ in })
-            return TestServer(app: app, database: db, transport: transport ?? defaultTransport)
+            let app = try ParleyApp(configuration: configuration, database: database, output: { _ in })
+            return TestServer(app: app, database: database ?? app.database, transport: transport ?? defaultTransport)
         } catch {
             slots.release()
             throw error

@@ -17,9 +17,10 @@ extension TestServer {
         #expect(r.status == 200, "clock advance: \(r.text)")
     }
 
-    /// Runs `sql` directly against the server's database (white box: bulk fixtures).
+    /// Runs `sql` directly against the server's database (white box: bulk fixtures), with no response timeout: a bulk
+    /// insert may rightly take longer than the serving connections' bound on a busy test machine.
     func sql(_ sql: String, _ parameters: [(any PostgresEncodable)?]) throws {
-        try app.services.pool.withConnection { db in _ = try db.query(sql: sql, parameters) }
+        try app.services.pool.withConnection { db in try db.withResponseTimeout(nil) { _ = try $0.query(sql: sql, parameters) } }
     }
 
     /// The first column of the first row of `sql`, an integer (-1 without rows).

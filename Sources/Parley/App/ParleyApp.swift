@@ -20,6 +20,8 @@ public final class ParleyApp: Sendable {
     /// This node's live hub and message writer (started after the server, stopped around it).
     let hub: EventHub
     let writer: MessageWriter
+    /// The readiness probe and the database's state (`/healthz`, `/readyz`, `/metrics`).
+    let health: DatabaseHealth
     let server: HTTPServer
     /// The server admin key in force (configured, or generated and saved in the data directory).
     public let adminKey: String
@@ -29,6 +31,8 @@ public final class ParleyApp: Sendable {
     public var port: Int { server.port }
     /// The HTTP server (tests answer requests through it in process: `HTTPServer.respond(toRequest:done:)`).
     public var httpServer: HTTPServer { server }
+    /// The embedded cluster this server runs and supervises; nil with `DATABASE_URL` (or a database handed in).
+    public var embeddedPostgres: EmbeddedPostgres? { embedded }
 
     /// Starts everything: on return the server answers requests.
     ///
@@ -67,9 +71,18 @@ public final class ParleyApp: Sendable {
             // The price: a generic plan cannot see which optional filters are open, so a new index can capture a list
             // query (the BRIN index on messages.timestamp did, MessageStore.historySQL). Check a new index or list
             // query with PREPARE + EXPLAIN EXECUTE on a big table, as MessagesTests does for history.
-            var pooled = database
+            // Serving connections (the pool's, the background threads', the listener's) wait for an answer no longer
+            // than the configured timeout, and share one circuit: once the database stops answering, the others fail
+            // fast instead of each waiting it out (docs/reliability.md). Migrations above ran without a bound.
+            let circuit = PostgresCircuit(logger: pgLogger)
+            var serving = database
+            serving.responseTimeout = .milliseconds(configuration.databaseTimeoutMillis)
+            serving.circuit = circuit
+            var pooled = serving
             pooled.addServerSetting("plan_cache_mode", "force_generic_plan")
             pool = PostgresPool(configuration: pooled, size: configuration.poolSize, logger: pgLogger)
+            let health = DatabaseHealth(embedded: embedded, database: database, circuit: circuit, logger: pgLogger)
+            self.health = health
             // The event log and the message writer say which apps got events; the hub streams them.
             let hub = EventHub(heartbeatMillis: configuration.sseHeartbeatMillis, logger: logger.named("live"))
             let writer = MessageWriter(logger: logger.named("messages")) { appID in hub.poke(appID) }
@@ -88,7 +101,7 @@ public final class ParleyApp: Sendable {
             self.hub = hub
             self.writer = writer
             if embedded != nil { try Self.createDefaultAppIfNone(services: services, output: output) }
-            let routes = Routes.build(services: services, hub: hub, writer: writer)
+            let routes = Routes.build(services: services, hub: hub, writer: writer, health: health)
             var http = HTTPServerConfiguration()
             http.host = configuration.listenHost
             http.port = configuration.listenPort
@@ -109,9 +122,9 @@ public final class ParleyApp: Sendable {
                 connectionsChanged: { metrics.connections($0) })
             server = try HTTPServer(
                 configuration: http, router: routes, executor: PoolExecutor(pool: pool), hooks: hooks, logger: httpLogger)
-            services.sequencer.start(database: database, pgLogger: pgLogger)
-            writer.start(database: database, pgLogger: pgLogger)
-            hub.start(database: database, pgLogger: pgLogger, services: services)
+            services.sequencer.start(database: serving, pgLogger: pgLogger)
+            writer.start(database: serving, pgLogger: pgLogger)
+            hub.start(database: serving, pgLogger: pgLogger, services: services)
             services.timers.start(services: services)
         } catch {
             embedded?.stop()
@@ -150,6 +163,8 @@ public final class ParleyApp: Sendable {
         if stopping.set() { return }
         hub.stop()
         server.shutdown()
+        health.probeExecutor.shutdown()
+        health.probe.close()
         // In-flight answers wait for the sequencer (and sends for the message writer): stop them after the server.
         writer.stop()
         services.sequencer.stop()

@@ -7,10 +7,10 @@ import ParleyPostgres
 
 /// The route table of the server: every route Parley serves, registered in one place.
 enum Routes {
-    /// Builds the frozen router over `services`, the node's live hub and its message writer.
-    static func build(services: Services, hub: EventHub, writer: MessageWriter) -> Router {
+    /// Builds the frozen router over `services`, the node's live hub, its message writer and its database health.
+    static func build(services: Services, hub: EventHub, writer: MessageWriter, health: DatabaseHealth) -> Router {
         var builder = RouterBuilder()
-        OpsRoutes(services: services).register(on: &builder)
+        OpsRoutes(services: services, health: health).register(on: &builder)
         var api = API(services: services, builder: builder)
         AppRoutes.register(on: &api)
         // Users is below Groups and Live: what its routes need from them is handed in here.
@@ -31,7 +31,7 @@ enum Routes {
         ConversationRoutes.register(on: &api)
         EventRoutes.register(on: &api)
         LiveRoutes.register(on: &api, hub: hub)
-        OpsAPIRoutes.register(on: &api, hub: hub)
+        OpsAPIRoutes.register(on: &api, hub: hub, health: health)
         return api.builder.build()
     }
 }

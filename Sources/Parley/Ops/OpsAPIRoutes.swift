@@ -7,8 +7,8 @@ import ParleyPostgres
 
 /// Statistics, metrics, the OpenAPI document and the test clock (API.md §17).
 enum OpsAPIRoutes {
-    /// `hub`: the node's live hub, for the stream counts.
-    static func register(on api: inout API, hub: EventHub) {
+    /// `hub`: the node's live hub, for the stream counts; `health`: the database's circuit and embedded cluster.
+    static func register(on api: inout API, hub: EventHub, health: DatabaseHealth) {
         let services = api.services
         api.builder.add(.get, "/metrics", options: RouteOptions(operationID: "getMetrics")) { request in
             if let token = services.configuration.metricsToken {
@@ -22,6 +22,15 @@ enum OpsAPIRoutes {
             text += "parley_db_pool_in_use \(services.pool.inUse)\n"
             text += "# HELP parley_db_pool_waiting Jobs waiting for a PostgreSQL connection.\n# TYPE parley_db_pool_waiting gauge\n"
             text += "parley_db_pool_waiting \(services.pool.waiting)\n"
+            text += "# HELP parley_db_stalls_total Times PostgreSQL stopped answering (an exchange unanswered past the timeout).\n"
+            text += "# TYPE parley_db_stalls_total counter\nparley_db_stalls_total \(health.circuit.timesOpened)\n"
+            if let embedded = health.embedded {
+                text += "# HELP parley_embedded_postgres_restarts_total Restarts of the embedded PostgreSQL by its supervisor.\n"
+                text += "# TYPE parley_embedded_postgres_restarts_total counter\n"
+                text += "parley_embedded_postgres_restarts_total \(embedded.restarts)\n"
+                text += "# HELP parley_embedded_postgres_up 1 while the embedded PostgreSQL accepts connections.\n"
+                text += "# TYPE parley_embedded_postgres_up gauge\nparley_embedded_postgres_up \(embedded.state == .running ? 1 : 0)\n"
+            }
             text += "# HELP parley_sse_streams_open Open SSE streams.\n# TYPE parley_sse_streams_open gauge\n"
             let streams = hub.openStreams()
             text += "parley_sse_streams_open{kind=\"user\"} \(streams.user)\nparley_sse_streams_open{kind=\"app\"} \(streams.app)\n"

@@ -8,29 +8,47 @@ import ParleyPostgres
 /// Liveness and readiness (API.md §17).
 struct OpsRoutes {
     let services: Services
+    let health: DatabaseHealth
 
     func register(on builder: inout RouterBuilder) {
-        builder.add(.get, "/healthz", options: RouteOptions(runsOnEventLoop: true, operationID: "healthz")) { _ in
-            Self.healthyResponse
+        let embedded = health.embedded
+        // Liveness includes the embedded cluster Parley supervises: while it is down or restarting, an orchestrator
+        // sees 503 and can act (restart the container) if it stays so. An external database is readiness's business.
+        builder.add(.get, "/healthz", options: RouteOptions(runsOnEventLoop: true, operationID: "healthz")) { request in
+            guard let embedded else { return Self.healthyExternal }
+            switch embedded.state {
+            case .running: return Self.healthyRunning
+            case .restarting:
+                return ProblemRendering.response(
+                    .retryLater(.unavailable, "the embedded PostgreSQL is restarting", retryAfterSeconds: 1), requestID: request.requestID)
+            case .stopped:
+                return ProblemRendering.response(
+                    .retryLater(.unavailable, "the embedded PostgreSQL is stopped", retryAfterSeconds: 1), requestID: request.requestID)
+            }
         }
-        let pool = services.pool
         let stopping = services.stopping
-        builder.add(.get, "/readyz", options: RouteOptions(operationID: "readyz")) { request in
+        let probe = health.probe
+        // On threads of its own with its own connection: it answers within 1 s even while every pool worker waits on a
+        // stalled database.
+        builder.add(.get, "/readyz", options: RouteOptions(operationID: "readyz", executor: health.probeExecutor)) { request in
             if stopping.isSet {
                 return ProblemRendering.response(
                     .retryLater(.unavailable, "shutting down", retryAfterSeconds: 1), requestID: request.requestID)
             }
-            do {
-                _ = try pool.withConnection { try $0.query("SELECT 1") }
-            } catch {
+            if let embedded, embedded.state != .running {
                 return ProblemRendering.response(
-                    .retryLater(.unavailable, "database unreachable", retryAfterSeconds: 1), requestID: request.requestID)
+                    .retryLater(.unavailable, "the embedded PostgreSQL is restarting", retryAfterSeconds: 1), requestID: request.requestID)
+            }
+            guard probe.check(within: DatabaseHealth.readinessBudget) else {
+                return ProblemRendering.response(
+                    .retryLater(.unavailable, "database unreachable or not answering", retryAfterSeconds: 1), requestID: request.requestID)
             }
             return .json(Self.ready)
         }
     }
 
     /// Built once: the liveness answer costs no allocation per request.
-    private static let healthyResponse = Response.json(Array("{\"status\":\"ok\"}".utf8))
+    private static let healthyRunning = Response.json(Array("{\"status\":\"ok\",\"database\":\"running\"}".utf8))
+    private static let healthyExternal = Response.json(Array("{\"status\":\"ok\",\"database\":\"external\"}".utf8))
     private static let ready: [UInt8] = Array("{\"status\":\"ready\"}".utf8)
 }

@@ -181,7 +181,18 @@ enum RequestPipeline {
             return response
         }
         let sequencer = x.services.sequencer
-        return .later { respond in response.settle { final in sequencer.publish(appID) { respond(final) } } }
+        return .later { respond in
+            response.settle { final in
+                guard final.status < 500 else {
+                    // A 5xx promises nothing about the change (the database may be down): its events, if any committed,
+                    // are sequenced soon, and the failure is not held up waiting for a database that may not answer.
+                    sequencer.poke(appID)
+                    respond(final)
+                    return
+                }
+                sequencer.publish(appID) { respond(final) }
+            }
+        }
     }
 
     // MARK: - Rules

@@ -64,6 +64,10 @@ package final class Timers: Sendable {
             }
             do {
                 fired += try kind.fire(services, now)
+            } catch let error as PostgresError where error.isConnectionFailure {
+                // The database is down or stalled: the other kinds would fail the same way; the next sweep retries.
+                services.logger.warning("msg=\"timers skipped: database unavailable\" timer=\(kind.name) error=\"\(error)\"")
+                break
             } catch {
                 services.logger.error("msg=\"timer failed\" timer=\(kind.name) error=\"\(error)\"")
             }

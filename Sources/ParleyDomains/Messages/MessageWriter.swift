@@ -93,6 +93,7 @@ package final class MessageWriter: Sendable {
 
     private func run(_ connection: DedicatedConnection) {
         var db = connection
+        var outage = OutageLog(logger: logger, what: "message writer connect")
         var deferred: [Job] = []
         while true {
             if deferred.isEmpty { wakeup.wait(timeoutMillis: 1_000) }
@@ -106,10 +107,12 @@ package final class MessageWriter: Sendable {
                 let (batch, rest) = Self.nextBatch(pending)
                 pending = rest
                 do {
-                    write(batch, on: try db.get())
+                    let connection = try db.get()
+                    outage.succeeded()
+                    write(batch, on: connection)
                     db.dropIfBroken()
                 } catch {
-                    logger.warning("msg=\"message writer cannot reach PostgreSQL\" error=\"\(error)\"")
+                    outage.failed(error)
                     for job in batch { job.done(.failure(Self.unavailable)) }
                 }
             }
@@ -156,9 +159,11 @@ package final class MessageWriter: Sendable {
                 retries += 1
                 Wakeup.sleep(millis: Int.random(in: 0...retries))
             } catch {
-                if db.isBroken || batch.count == 1 {
-                    if !db.isBroken { logger.error("msg=\"message write failed\" error=\"\(error)\"") }
-                    for job in batch { job.done(.failure(db.isBroken ? Self.unavailable : error)) }
+                // The database is gone or does not answer (a timeout, or not tried while it stalls): no item is to blame.
+                let unreachable = db.isBroken || (error as? PostgresError)?.isConnectionFailure == true
+                if unreachable || batch.count == 1 {
+                    if !unreachable { logger.error("msg=\"message write failed\" error=\"\(error)\"") }
+                    for job in batch { job.done(.failure(unreachable ? Self.unavailable : error)) }
                     return
                 }
                 // Find the item that fails: each on its own, so the others still commit.

@@ -1,0 +1,106 @@
+import Foundation
+import Glibc
+import ParleySync
+
+/// Freezes a PostgreSQL cluster as an operator's `kill -STOP` would: SIGSTOP to its postmaster and every process it
+/// forked, so the server accepts connections into its socket's queue but answers nothing. For stall tests, on a
+/// cluster private to the test (never the shared test cluster).
+///
+/// Thawing (SIGCONT) is guaranteed three ways: call `thaw()` in a `defer` right after `freeze()`; a watchdog thread
+/// thaws after `maxFreeze` whatever the test does (so a test of code that would hang fails instead of hanging); and the
+/// test process thaws every cluster still frozen when it exits. Owner: `frozen` behind its lock.
+public final class ClusterFreezer: Sendable {
+    /// What `freeze` stops: a postmaster and its children as they are then, or exactly the processes given.
+    private enum Target {
+        case cluster(postmaster: pid_t)
+        case processes([pid_t])
+    }
+    private let target: Target
+    private let maxFreeze: Duration
+    /// The processes now stopped, and which freeze stopped them (a watchdog thaws only its own).
+    private let frozen = LockedValue<(generation: Int, pids: [pid_t])>((0, []))
+    private let wakeup = Wakeup()
+
+    /// Every process frozen by any freezer, for the exit handler.
+    private static let allFrozen = LockedValue<Set<pid_t>>([])
+    private static let exitHandler: Void = { atexit { ClusterFreezer.thawAllAtExit() } }()
+
+    /// Freezes the cluster of `postmaster`: the postmaster and its children.
+    public init(postmaster: pid_t, maxFreeze: Duration = .seconds(20)) {
+        self.target = .cluster(postmaster: postmaster)
+        self.maxFreeze = maxFreeze
+        _ = Self.exitHandler
+    }
+
+    /// Freezes exactly `processes` (the processes of a cluster whose postmaster is to be killed).
+    public init(processes: [pid_t], maxFreeze: Duration = .seconds(20)) {
+        self.target = .processes(processes)
+        self.maxFreeze = maxFreeze
+        _ = Self.exitHandler
+    }
+
+    /// How many processes the last `freeze` stopped (0: none was alive).
+    public var frozenCount: Int { frozen.withLock { $0.pids.count } }
+
+    /// Stops the postmaster first (so it forks no new process), then each of its children; or the given processes.
+    public func freeze() {
+        var stopped: [pid_t] = []
+        switch target {
+        case .cluster(let postmaster):
+            if kill(postmaster, SIGSTOP) == 0 { stopped.append(postmaster) }
+            for child in Self.children(of: postmaster) where kill(child, SIGSTOP) == 0 { stopped.append(child) }
+        case .processes(let processes):
+            for pid in processes where kill(pid, SIGSTOP) == 0 { stopped.append(pid) }
+        }
+        let generation = frozen.withLock { state -> Int in
+            state.generation += 1
+            state.pids += stopped
+            return state.generation
+        }
+        Self.allFrozen.withLock { $0.formUnion(stopped) }
+        let limit = Int(maxFreeze.components.seconds * 1000 + maxFreeze.components.attoseconds / 1_000_000_000_000_000)
+        // Detached: it ends on `thaw()`'s signal or at the limit, whichever comes first.
+        pthread_detach(
+            BackgroundThread.start(name: "test-thaw") { [self] in
+                let deadline = Date().addingTimeInterval(Double(limit) / 1000)
+                while Date() < deadline, frozen.withLock({ $0.generation == generation && !$0.pids.isEmpty }) {
+                    wakeup.wait(timeoutMillis: max(1, Int(deadline.timeIntervalSinceNow * 1000)))
+                }
+                thaw(generation: generation)
+            })
+    }
+
+    /// Sends SIGCONT to everything `freeze` stopped; idempotent.
+    public func thaw() { thaw(generation: nil) }
+
+    /// Thaws the current freeze, or only the freeze `generation` (a watchdog's).
+    private func thaw(generation: Int?) {
+        let stopped = frozen.withLock { state -> [pid_t] in
+            guard generation == nil || generation == state.generation else { return [] }
+            defer { state.pids = [] }
+            return state.pids
+        }
+        for pid in stopped { kill(pid, SIGCONT) }
+        Self.allFrozen.withLock { $0.subtract(stopped) }
+        wakeup.signal()
+    }
+
+    /// The processes whose parent is `parent` (from /proc/<pid>/stat; the name in parentheses may hold spaces).
+    public static func children(of parent: pid_t) -> [pid_t] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap { name -> pid_t? in
+            guard let pid = pid_t(name),
+                let stat = try? String(contentsOfFile: "/proc/\(name)/stat", encoding: .utf8),
+                let close = stat.lastIndex(of: ")")
+            else { return nil }
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            // After the name: state, then the parent's pid.
+            guard fields.count > 1, pid_t(fields[1]) == parent else { return nil }
+            return pid
+        }
+    }
+
+    private static func thawAllAtExit() {
+        for pid in allFrozen.withLock({ $0 }) { kill(pid, SIGCONT) }
+    }
+}
