@@ -313,4 +313,25 @@ private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) thr
             #expect(closed.load(ordering: .relaxed) == 1)
         }
     }
+
+    // MARK: - Issue 16: canonical paths
+
+    /// One spelling of a path reaches a route (Router.match): percent-encoded unreserved characters are the
+    /// characters, an empty segment or a trailing slash is no route, `%2F` stays inside a parameter.
+    @Test func onlyTheCanonicalFormOfAPathReachesARoute() throws {
+        try withServer { server in
+            let client = try connect(server)
+            #expect(try client.send(method: .get, path: "/v1/users/u1").status == 200)
+            #expect(try client.send(method: .get, path: "/%76%31/users/u1").text.contains("\"user_id\":\"u1\""))
+            #expect(try client.send(method: .get, path: "/v1/%75sers/%75%31").text.contains("\"user_id\":\"u1\""))
+            #expect(try client.send(method: .get, path: "/v1/users/a%2Fb").text.contains("\"user_id\":\"a/b\""))
+            for path in [
+                "//v1/users/u1", "/v1//users/u1", "/v1/users//u1", "/v1/users/u1/", "/healthz/", "//healthz", "/v1%2Fusers/u1", "/",
+            ] {
+                let r = try client.send(method: .get, path: path)
+                #expect(r.status == 404, "\(path): \(r.status) \(r.text)")
+            }
+            #expect(try client.send(method: .get, path: "/healthz").status == 200)
+        }
+    }
 }
