@@ -44,6 +44,10 @@ public struct Configuration: Sendable {
     public var metricsToken: String?
     /// Interval of the `: ping` comment on idle SSE streams (API.md §14.3: 15 s; tests shorten it).
     public var sseHeartbeatMillis = 15_000
+    /// A request head must arrive within this, and a body must not stall for longer, else 408 `7000015` and the
+    /// connection closes (the HTTP server's `headerTimeout` and `bodyTimeout`; tests shorten them).
+    public var requestHeadTimeoutMillis = 10_000
+    public var requestBodyTimeoutMillis = 30_000
 
     public init() {}
 

@@ -163,6 +163,7 @@ final class HTTPConnection: EventLoop.Watcher {
         if head.expectsContinue {
             var routable = head.method == .options
             if case .found = pending.match { routable = true }
+            if pending.problem != nil { routable = false }
             if routable && (head.contentLength ?? 0) <= pending.bodyLimit {
                 append(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8))
                 flush()
@@ -170,7 +171,7 @@ final class HTTPConnection: EventLoop.Watcher {
                 // Do not invite a body we will not use: answer now and close.
                 self.pending = pending
                 closeAfterResponse = true
-                respond(server.hooks.problem(HTTPServer.problem(for: pending.match), pending.requestID), to: pending, request: nil)
+                respond(server.hooks.problem(HTTPServer.problem(for: pending), pending.requestID), to: pending, request: nil)
                 return
             }
         }
@@ -180,7 +181,7 @@ final class HTTPConnection: EventLoop.Watcher {
 
     private func dispatch(body: [UInt8]) {
         guard let pending else { return }
-        if !pending.head.keepAlive || server.draining.load(ordering: .relaxed) { closeAfterResponse = true }
+        if !pending.keepsConnection || server.draining.load(ordering: .relaxed) { closeAfterResponse = true }
         switch server.dispatch(pending, body: body, receivedAtMillis: loop.nowMillis) {
         case .answer(let response):
             respond(response, to: pending, request: nil)
@@ -340,10 +341,16 @@ final class HTTPConnection: EventLoop.Watcher {
     /// Deadline sweep (once per second): close connections past their deadline.
     func checkDeadline(now: Int64) {
         guard deadline != 0, now >= deadline else { return }
-        if case .awaitingHead = phase, !parser.isIdle {
-            // A slow head: tell the client why, then close.
+        let timedOut: Bool
+        switch phase {
+        case .awaitingHead: timedOut = !parser.isIdle  // a slow head (an idle keep-alive connection just closes)
+        case .readingBody: timedOut = true  // a stalled body; no response has started (a 100 Continue is not one)
+        default: timedOut = false
+        }
+        if timedOut {
+            // Tell the client why (408), then close.
             closeAfterResponse = true
-            let p = server.failedRequest(nil) { server.nextRequestID(loop: loop) }
+            let p = server.failedRequest(pending) { server.nextRequestID(loop: loop) }
             respond(server.hooks.problem(.requestTimeout, p.requestID), to: p, request: nil)
             if case .closed = phase { return }
             deadline = now + 1000  // give the 408 one second to drain

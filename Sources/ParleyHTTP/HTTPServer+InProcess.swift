@@ -6,7 +6,8 @@ extension HTTPServer {
     /// the server would write back.
     ///
     /// The request takes the socket path's steps (HTTPServer+Requests.swift): the same parser and limits (400, 431,
-    /// and 413 past the route's `maxBodyBytes`), request id, route match (404, 405), query decoding, handler on the
+    /// and 413 past the route's `maxBodyBytes`), request id, head checks (400), route match (404, 405), query decoding,
+    /// handler on the
     /// executor (on the calling thread for event-loop routes), deferred responses settled, and the same response
     /// head, `requestCompleted` hook and log line. What needs a connection is not here: `100 Continue`, keep-alive,
     /// pipelining (bytes after the first request are ignored), timeouts, and streaming responses: their stream is
@@ -39,7 +40,7 @@ extension HTTPServer {
     }
 
     private func handleInProcess(_ pending: PendingRequest, body: [UInt8], done: @escaping @Sendable ([UInt8]) -> Void) {
-        let close = !pending.head.keepAlive || draining.load(ordering: .relaxed)
+        let close = !pending.keepsConnection || draining.load(ordering: .relaxed)
         switch dispatch(pending, body: body, receivedAtMillis: EventLoop.monotonicMillis()) {
         case .answer(let response):
             finishInProcess(response, for: pending, request: nil, closeAfterResponse: close, done: done)

@@ -314,7 +314,7 @@ private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) thr
         }
     }
 
-    // MARK: - Issue 16: canonical paths
+    // MARK: - Issue 16: canonical paths, Host, stalled bodies
 
     /// One spelling of a path reaches a route (Router.match): percent-encoded unreserved characters are the
     /// characters, an empty segment or a trailing slash is no route, `%2F` stays inside a parameter.
@@ -332,6 +332,45 @@ private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) thr
                 #expect(r.status == 404, "\(path): \(r.status) \(r.text)")
             }
             #expect(try client.send(method: .get, path: "/healthz").status == 200)
+        }
+    }
+
+    /// RFC 9112 §3.2: an HTTP/1.1 request needs exactly one valid `Host`; the answer is 400 and the connection closes.
+    @Test func anHTTP11RequestWithoutOneValidHostIs400() throws {
+        try withServer { server in
+            for head in [
+                "GET /healthz HTTP/1.1\r\n\r\n", "GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+                "GET /healthz HTTP/1.1\r\nHost: a/b\r\n\r\n", "OPTIONS /healthz HTTP/1.1\r\n\r\n",
+                "POST /echo HTTP/1.1\r\nContent-Length: 2\r\n\r\nok",
+            ] {
+                let client = try connect(server)
+                try client.sendRaw(head)
+                let r = try client.readResponse()
+                #expect(r.status == 400, "\(head.debugDescription): \(r.status)")
+                #expect(r.headers["Connection"] == "close", "\(head.debugDescription)")
+                #expect(client.isClosedByPeer(timeout: .seconds(2)), "\(head.debugDescription)")
+            }
+            for head in [
+                "GET /healthz HTTP/1.0\r\n\r\n", "GET /healthz HTTP/1.1\r\nHost:\r\n\r\n", "GET /healthz HTTP/1.1\r\nHost: [::1]:80\r\n\r\n",
+            ] {
+                let client = try connect(server)
+                try client.sendRaw(head)
+                #expect(try client.readResponse().status == 200, "\(head.debugDescription)")
+            }
+        }
+    }
+
+    /// A body that stops arriving is answered 408 before the connection closes (no response had started).
+    @Test func aStalledBodyIsAnswered408() throws {
+        try withServer(configure: { $0.bodyTimeout = .seconds(1) }) { server in
+            let client = try connect(server)
+            try client.sendRaw("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+            let started = ContinuousClock.now
+            let r = try client.readResponse()
+            #expect(r.status == 408, "\(r.status) \(r.text)")
+            #expect(r.headers["Connection"] == "close")
+            #expect(ContinuousClock.now - started < .seconds(5))
+            #expect(client.isClosedByPeer(timeout: .seconds(3)))
         }
     }
 }

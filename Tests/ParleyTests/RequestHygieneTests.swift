@@ -36,4 +36,39 @@ struct RequestHygieneTests: ProblemAssertions {
         }
         Self.expectProblem(try app.request(.get, "/v1/users/u1/"), 404, 7_000_006, "trailing slash")
     }
+
+    // MARK: - Item 8: Host, a stalled body
+
+    @Test func anHTTP11RequestWithoutHostIs400() throws {
+        let server = try TestServer.start()
+        defer { server.stop() }
+        let app = try server.createApp()
+        let body = #"{"user_id":"nh"}"#
+        let (r, connection) = try Self.raw(
+            server,
+            "POST /v1/users HTTP/1.1\r\nAuthorization: Bearer \(app.key)\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
+        )
+        Self.expectProblem(r, 400, 7_000_019, "no Host")
+        #expect(connection.isClosedByPeer(timeout: .seconds(2)))
+        Self.expectProblem(try app.request(.get, "/v1/users/nh"), 404, 6_000_011, "nothing was written")
+        // HTTP/1.0 has no Host requirement.
+        let (old, _) = try Self.raw(server, "GET /healthz HTTP/1.0\r\n\r\n")
+        #expect(old.status == 200)
+    }
+
+    @Test func aStalledBodyIsAnswered408BeforeTheConnectionCloses() throws {
+        let server = try TestServer.start { $0.requestBodyTimeoutMillis = 1000 }
+        defer { server.stop() }
+        let app = try server.createApp()
+        let connection = try HTTPClientConnection(host: "127.0.0.1", port: server.port, timeout: .seconds(10))
+        try connection.sendRaw(
+            "POST /v1/users HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(app.key)\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{\"user_id\":"
+        )
+        let started = ContinuousClock.now
+        let r = try connection.readResponse()
+        Self.expectProblem(r, 408, 7_000_015, "stalled body")
+        #expect(r.headers["Connection"] == "close")
+        #expect(ContinuousClock.now - started < .seconds(5))
+        #expect(connection.isClosedByPeer(timeout: .seconds(3)))
+    }
 }
