@@ -90,11 +90,18 @@ extension HTTPServer {
     }
 
     /// Builds the handler's `Request` (query decoded) or the answer given without a handler.
-    func dispatch(_ pending: PendingRequest, body: [UInt8], receivedAtMillis: Int64) -> Disposition {
+    ///
+    /// `bodyOverLimit`: the body was over `pending.bodyLimit` and was not read (`body` is empty). A route with
+    /// `RouteOptions.answersOversizedBody` gets the request anyway, flagged, to answer 413 in the order of its own
+    /// checks; any other is answered 413 here.
+    func dispatch(_ pending: PendingRequest, body: [UInt8], bodyOverLimit: Bool = false, receivedAtMillis: Int64) -> Disposition {
         if let problem = pending.problem { return .answer(hooks.problem(problem, pending.requestID)) }
         if pending.head.method == .options { return .answer(Response(status: 204, headers: HTTPHeaders())) }
         guard case .found(let route, let parameters) = pending.match else {
             return .answer(hooks.problem(Self.problem(for: pending.match), pending.requestID))
+        }
+        if bodyOverLimit && !route.options.answersOversizedBody {
+            return .answer(hooks.problem(.payloadTooLarge, pending.requestID))
         }
         var query: [(String, String)] = []
         if let raw = pending.head.rawQuery {
@@ -103,9 +110,10 @@ extension HTTPServer {
             }
             query = parsed
         }
-        let request = Request(
+        var request = Request(
             head: pending.head, body: body, routeTemplate: route.template, pathParameters: parameters, query: query,
             requestID: pending.requestID, receivedAtMillis: receivedAtMillis)
+        request.bodyOverLimit = bodyOverLimit
         return .handle(route, request)
     }
 

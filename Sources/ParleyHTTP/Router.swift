@@ -6,11 +6,18 @@ public struct RouteOptions: Sendable {
     public var runsOnEventLoop: Bool
     /// Stable name of the operation (the OpenAPI `operationId`).
     public var operationID: String?
+    /// The handler answers a body over `maxBodyBytes` itself: the request reaches it with `bodyOverLimit` set and
+    /// no body, so 413 can come after the checks its API orders first (Parley: credentials, `Idempotency-Key`
+    /// replay, 415; API.md §1.4). Otherwise the server answers 413 without calling it.
+    public var answersOversizedBody: Bool
 
-    public init(maxBodyBytes: Int? = nil, runsOnEventLoop: Bool = false, operationID: String? = nil) {
+    public init(
+        maxBodyBytes: Int? = nil, runsOnEventLoop: Bool = false, operationID: String? = nil, answersOversizedBody: Bool = false
+    ) {
         self.maxBodyBytes = maxBodyBytes
         self.runsOnEventLoop = runsOnEventLoop
         self.operationID = operationID
+        self.answersOversizedBody = answersOversizedBody
     }
 }
 

@@ -314,7 +314,7 @@ private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) thr
         }
     }
 
-    // MARK: - Issue 16: canonical paths, Host, stalled bodies
+    // MARK: - Issue 16: canonical paths, Host, stalled bodies, bodies over the limit
 
     /// One spelling of a path reaches a route (Router.match): percent-encoded unreserved characters are the
     /// characters, an empty segment or a trailing slash is no route, `%2F` stays inside a parameter.
@@ -371,6 +371,40 @@ private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) thr
             #expect(r.headers["Connection"] == "close")
             #expect(ContinuousClock.now - started < .seconds(5))
             #expect(client.isClosedByPeer(timeout: .seconds(3)))
+        }
+    }
+
+    /// A body over the route's limit is never buffered: the request is answered from its head, the rest of the body
+    /// is read and dropped after the answer (so the client can send it all and read the answer), then the connection
+    /// closes. A route that answers oversized bodies itself gets the request flagged, with no body.
+    @Test func aBodyOverTheLimitIsAnsweredWithoutBeingRead() throws {
+        try withServer(
+            configure: { $0.lingerTimeout = .seconds(1) },
+            routes: { builder in
+                builder.add(.post, "/own", options: RouteOptions(maxBodyBytes: 10, answersOversizedBody: true)) { request in
+                    .json("{\"over\":\(request.bodyOverLimit),\"bytes\":\(request.body.count)}", status: request.bodyOverLimit ? 401 : 200)
+                }
+            }
+        ) { server in
+            let big = [UInt8](repeating: 0x61, count: 4 << 20)
+            let plain = try connect(server)
+            let r = try plain.send(method: .post, path: "/small", body: big)
+            #expect(r.status == 413)
+            #expect(r.headers["Connection"] == "close")
+            #expect(plain.isClosedByPeer(timeout: .seconds(3)))
+
+            let own = try connect(server)
+            let answered = try own.send(method: .post, path: "/own", body: big)
+            #expect(answered.status == 401)
+            #expect(answered.text == "{\"over\":true,\"bytes\":0}")
+            #expect(answered.headers["Connection"] == "close")
+            #expect(try connect(server).send(method: .post, path: "/own", body: "0123456789").text == "{\"over\":false,\"bytes\":10}")
+
+            // Chunked: the limit is found mid-body; the same answer.
+            let chunked = try connect(server)
+            try chunked.sendRaw("POST /own HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n8\r\n01234567\r\n8\r\n01234567\r\n")
+            #expect(try chunked.readResponse().text == "{\"over\":true,\"bytes\":0}")
+            #expect(chunked.isClosedByPeer(timeout: .seconds(4)), "a client that sends no more is closed after lingerTimeout")
         }
     }
 }

@@ -20,6 +20,74 @@ struct RequestHygieneTests: ProblemAssertions {
         return (try connection.readResponse(), connection)
     }
 
+    // MARK: - Item 5: protocol errors and the precedence of 413
+
+    @Test func protocolErrorsOverASocketCarryTheirCatalogueCodes() throws {
+        let server = try TestServer.start { $0.requestHeadTimeoutMillis = 1000 }
+        defer { server.stop() }
+        let app = try server.createApp()
+        let auth = "Authorization: Bearer \(app.key)\r\n"
+
+        let (wrong, _) = try Self.raw(server, "DELETE /v1/settings HTTP/1.1\r\nHost: x\r\n\(auth)\r\n")
+        Self.expectProblem(wrong, 405, 7_000_014, "405")
+        #expect(wrong.headers["Allow"]?.contains("PATCH") == true)
+        #expect((try? JSONValue.parse(wrong.body))?["title"]?.stringValue == "method_not_allowed")
+
+        let cases: [(String, Int, Int, String)] = [
+            ("GET /v1/settings HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 17_000))\r\n\r\n", 431, 7_000_016, "headers too large"),
+            ("POST /v1/users HTTP/1.1\r\nHost: x\r\n\(auth)Transfer-Encoding: gzip\r\n\r\n", 501, 7_000_017, "transfer coding"),
+            ("GET /v1/settings HTTP/2.0\r\nHost: x\r\n\(auth)\r\n", 505, 7_000_018, "HTTP/2.0"),
+            ("GET /v1/settings HTTP/1.1\r\n\(auth)\r\n", 400, 7_000_019, "no Host"),
+            ("POST /v1/users HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400, 7_000_019, "two lengths"),
+            ("POST /v1/users HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, 7_000_019, "bad chunk size"),
+            ("GET /v1/users?q=%zz HTTP/1.1\r\nHost: x\r\n\(auth)\r\n", 400, 7_000_019, "bad escape in the query"),
+        ]
+        for (request, status, code, name) in cases {
+            let (r, connection) = try Self.raw(server, request)
+            Self.expectProblem(r, status, code, name)
+            if name != "bad escape in the query" {  // a malformed query string does not break the framing
+                #expect(connection.isClosedByPeer(timeout: .seconds(2)), "\(name): the connection closes")
+            }
+        }
+
+        // A head that stops arriving: 408 before the connection closes.
+        let slow = try HTTPClientConnection(host: "127.0.0.1", port: server.port, timeout: .seconds(10))
+        try slow.sendRaw("GET /v1/settings HTTP/1.1\r\nHost: x\r\n")
+        Self.expectProblem(try slow.readResponse(), 408, 7_000_015, "slow head")
+        #expect(slow.isClosedByPeer(timeout: .seconds(3)))
+    }
+
+    /// API.md §1.4: credentials → `Idempotency-Key` → 415 → 413. The body is never buffered past 1 MiB: the request is
+    /// answered from its head and the rest of the body dropped.
+    @Test func aBodyOverOneMiBIs413OnlyAfterCredentialsIdempotencyAndMediaType() throws {
+        let server = try TestServer.start()
+        defer { server.stop() }
+        let app = try server.createApp()
+        try app.createUser("u1")
+        let token = try app.token(for: "u1")
+        let big = #"{"user_id":"big","name":""# + String(repeating: "x", count: 2 << 20) + #""}"#
+
+        Self.expectProblem(try server.request(.post, "/v1/users", json: big), 401, 7_000_001, "no credential")
+        Self.expectProblem(try app.request(.post, "/v1/apps", json: big), 403, 7_000_002, "an app key on an admin route")
+        Self.expectProblem(try server.request(.post, "/v1/users", bearer: token, json: big), 403, 7_000_002, "a user token on an app route")
+
+        let used: HTTPHeaders = ["Idempotency-Key": "k1"]
+        #expect(try app.request(.post, "/v1/users", json: #"{"user_id":"i1"}"#, headers: used).status == 201)
+        Self.expectProblem(try app.request(.post, "/v1/users", json: big, headers: used), 422, 7_000_003, "a key used by another request")
+        Self.expectProblem(try app.request(.post, "/v1/users", json: big, headers: ["Content-Type": "text/plain"]), 415, 7_000_008, "415")
+
+        let fresh: HTTPHeaders = ["Idempotency-Key": "k2"]
+        let tooLarge = try app.request(.post, "/v1/users", json: big, headers: fresh)
+        Self.expectProblem(tooLarge, 413, 7_000_005, "413")
+        #expect(tooLarge.headers["Connection"] == "close")
+        Self.expectProblem(try app.request(.get, "/v1/users/big"), 404, 6_000_011, "nothing was written")
+        // The 413 claimed no key: the key still runs its first request.
+        let after = try app.request(.post, "/v1/users", json: #"{"user_id":"i2"}"#, headers: fresh)
+        #expect(after.status == 201, "\(after.text)")
+        #expect(after.headers["Idempotent-Replayed"] == nil)
+        Self.expectProblem(try server.request(.post, "/v1/apps", bearer: server.adminKey, json: big), 413, 7_000_005, "admin route")
+    }
+
     // MARK: - Item 6: one canonical path
 
     @Test func noOtherSpellingOfAPathReachesItsRoute() throws {
