@@ -20,6 +20,67 @@ struct RequestHygieneTests: ProblemAssertions {
         return (try connection.readResponse(), connection)
     }
 
+    // MARK: - Item 4: U+0000
+
+    @Test func nulAnywhereInAJSONBodyIs400NamingTheFieldAndWritesNothing() throws {
+        let server = try TestServer.start()
+        defer { server.stop() }
+        let app = try server.createApp()
+        Self.expectInvalid(try app.request(.post, "/v1/users", json: #"{"user_id":"nul1","name":"a\u0000b"}"#), field: "body.name")
+        Self.expectProblem(try app.request(.get, "/v1/users/nul1"), 404, 6_000_011, "the user was not created")
+        try app.createUser("u1")
+        try app.createUser("u2")
+
+        // In an array item, nested custom data, a member name, a member no route reads: the same rule.
+        let imported = try app.request(.post, "/v1/users/import", json: #"{"users":[{"user_id":"ok1"},{"user_id":"n2","name":"x\u0000"}]}"#)
+        Self.expectInvalid(imported, field: "body.users[1].name")
+        Self.expectProblem(try app.request(.get, "/v1/users/ok1"), 404, 6_000_011, "nothing of the import was written")
+        let group = try app.request(
+            .post, "/v1/groups", json: #"{"group_id":"g1","operator":"u1","attributes":{"k1":"v\u0000","k\u00002":"v"}}"#)
+        Self.expectInvalid(group, field: "body.attributes.k1")
+        #expect(Self.fields(group).contains("body.attributes"), "a NUL in a member name names the object: \(group.text)")
+        Self.expectProblem(try app.request(.get, "/v1/groups/g1"), 404, 6_000_523, "the group was not created")
+        let send = try app.request(
+            .post, "/v1/messages", json: #"{"from":"u1","conversation_type":"peer","to":"u2","type":200,"body":{"data":"d\u0000","sub_type":1}}"#)
+        Self.expectInvalid(send, field: "body.body.data")
+        let unknown = try app.request(.patch, "/v1/users/u1", json: #"{"name":"renamed","whatever":{"deep":["\u0000"]}}"#)
+        Self.expectInvalid(unknown, field: "body.whatever.deep[0]")
+        #expect(try app.request(.get, "/v1/users/u1").json?["name"]?.stringValue == "", "the valid field was not applied either")
+        #expect(try app.request(.get, "/v1/users/u1/conversations/peer/u2/messages").json?["items"]?.arrayValue?.isEmpty == true)
+
+        // An escaped backslash followed by `u0000` is six ordinary characters.
+        let literal = try app.request(.post, "/v1/users", json: #"{"user_id":"lit","name":"a\\u0000b"}"#)
+        #expect(literal.status == 201, "\(literal.text)")
+        #expect(literal.json?["name"]?.stringValue == #"a\u0000b"#)
+        let created = try app.events().filter { $0["type"]?.stringValue == "user.created" }.compactMap {
+            $0["data"]?["user"]?["user_id"]?.stringValue
+        }
+        #expect(created == ["u1", "u2", "lit"])
+    }
+
+    @Test func nulInAPathOrQueryParameterIs400NamingIt() throws {
+        let server = try TestServer.start()
+        defer { server.stop() }
+        let app = try server.createApp()
+        try app.createUser("u1")
+        try app.createUser("u2")
+        for (path, field) in [
+            ("/v1/users?q=a%00b", "q"), ("/v1/events/log?types=a%00b", "types"), ("/v1/users/u1/conversations?cursor=%00", "cursor"),
+            ("/v1/users/u1/conversations/peer/u2/messages?types=1%00", "types"), ("/v1/users?unknown=%00", "unknown"),
+            ("/v1/users/a%00b", "user_id"), ("/v1/messages/m%00", "message_id"), ("/v1/users/u1/unread_count?marks=%00", "marks"),
+        ] {
+            Self.expectInvalid(try app.request(.get, path), field: field, path)
+        }
+        Self.expectInvalid(
+            try server.request(.delete, "/v1/apps/\(app.appID)/keys/key%00x", bearer: server.adminKey), field: "key_id", "key_id")
+        #expect(try ConventionsTests.keyCount(server, app.appID) == 1)
+        // A token of the JWT form whose issuer holds NUL names no app: 401, not a lookup.
+        let claims = Crypto.base64URLEncode(Array(#"{"iss":"a\u0000b","sub":"u1","iat":1,"exp":99999999999,"gen":0}"#.utf8))
+        let forged =
+            Crypto.base64URLEncode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8)) + "." + claims + "." + Crypto.base64URLEncode(Crypto.randomBytes(32))
+        Self.expectProblem(try server.request(.get, "/v1/users/u1", bearer: forged), 401, 6_000_103, "issuer with NUL")
+    }
+
     // MARK: - Item 5: protocol errors and the precedence of 413
 
     @Test func protocolErrorsOverASocketCarryTheirCatalogueCodes() throws {

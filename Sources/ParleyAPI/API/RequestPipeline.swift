@@ -44,7 +44,7 @@ enum RequestPipeline {
     /// The steps before the handler, in order; one that returns a response ends the request there. The order is
     /// API.md §1.4's precedence: credentials (401/403), `Idempotency-Key` (replay, 422, 409), 415, 413, then 400.
     static let before: [Before] = [
-        authenticate, resolveApp, rateLimit, readClock, replayIdempotent, requireJSON, limitBody,
+        authenticate, resolveApp, rateLimit, readClock, replayIdempotent, requireJSON, limitBody, refuseNUL,
     ]
     /// The steps after it, in order, on every answer.
     static let after: [After] = [storeIdempotent, addHeaders, publishEvents]
@@ -142,6 +142,21 @@ enum RequestPipeline {
     /// the credential, idempotency and media-type checks (§1.4). The HTTP layer closes the connection after it.
     static func limitBody(_ x: inout Exchange) throws -> Response? {
         if x.request.bodyOverLimit { throw APIError(.payloadTooLarge, "request body too large") }
+        return nil
+    }
+
+    /// U+0000 in a path or query parameter → 400 naming each (``NULCharacter``: the rule JSON bodies follow in
+    /// `BodyReader.parse`). Before any handler, so no route can pass one to PostgreSQL.
+    static func refuseNUL(_ x: inout Exchange) throws -> Response? {
+        var errors: [FieldError] = []
+        for name in x.request.pathParameters.keys.sorted() where NULCharacter.isIn(x.request.pathParameters[name] ?? "") {
+            errors.append(FieldError(field: name, message: NULCharacter.message))
+        }
+        for (name, value) in x.request.query where NULCharacter.isIn(name) || NULCharacter.isIn(value) {
+            // A name holding NUL is not repeated in the answer; the query as a whole is named instead.
+            errors.append(FieldError(field: NULCharacter.isIn(name) ? "query" : name, message: NULCharacter.message))
+        }
+        if !errors.isEmpty { throw APIError.invalidParams(errors) }
         return nil
     }
 
