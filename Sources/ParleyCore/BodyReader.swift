@@ -125,7 +125,8 @@ public struct BodyReader: Sendable {
         return s
     }
 
-    /// An integer member; `1.5`, `"1"` and `1e3` are type errors (API.md §1.1).
+    /// An integer member: a whole number however written (`3600`, `3600.0`, `3.6e3`; ``JSONValue/intValue``); `1.5`
+    /// and `"1"` are type errors (API.md §1.1).
     public mutating func int(_ key: String, required: Bool = false, range: ClosedRange<Int64>? = nil) -> Int64? {
         guard let i = typed(key, required: required, expected: "integer", { $0.intValue }) else { return nil }
         if let range, !range.contains(i) {
@@ -203,7 +204,7 @@ public struct BodyReader: Sendable {
         let before = errors.count
         for (i, item) in items.enumerated() {
             let p = "\(fieldPath(key))[\(i)]"
-            guard case .int(let v) = item else {
+            guard let v = item.intValue else {
                 addError(path: p, "expected integer, got \(item.typeName)")
                 continue
             }

@@ -166,6 +166,47 @@ struct RequestHygieneTests: ProblemAssertions {
         Self.expectProblem(try app.request(.get, "/v1/users/u1/"), 404, 7_000_006, "trailing slash")
     }
 
+    // MARK: - Item 7: what the document calls valid, the server accepts
+
+    @Test func aWholeNumberIsAnIntegerHoweverItIsWritten() throws {
+        let server = try TestServer.start()
+        defer { server.stop() }
+        let app = try server.createApp()
+        try app.createUser("u1")
+        for value in ["3600", "3600.0", "3.6e3", "36E2", "360000e-2"] {
+            let r = try app.request(.put, "/v1/users/u1/status/custom", json: #"{"custom_status":"busy","expires_in_s":\#(value)}"#)
+            #expect(r.status == 200, "expires_in_s \(value): \(r.text)")
+        }
+        for value in ["3600.5", "\"3600\"", "1e300"] {
+            let r = try app.request(.put, "/v1/users/u1/status/custom", json: #"{"custom_status":"busy","expires_in_s":\#(value)}"#)
+            Self.expectInvalid(r, field: "body.expires_in_s", "expires_in_s \(value)")
+        }
+        // Stored and answered as the integer it is.
+        let patched = try app.request(.patch, "/v1/settings", json: #"{"revoke_window_s":77.0}"#)
+        #expect(patched.status == 200, "\(patched.text)")
+        #expect(!patched.text.contains("77.0"), "\(patched.text)")
+        #expect(try app.request(.get, "/v1/settings").json?["revoke_window_s"] == .int(77))
+        let token = try app.request(.post, "/v1/users/u1/tokens", json: #"{"ttl_s":6.0e1}"#)
+        #expect(token.status == 201, "\(token.text)")
+    }
+
+    @Test func anEmptyCursorIsTheFirstPage() throws {
+        let server = try TestServer.start()
+        defer { server.stop() }
+        let app = try server.createApp()
+        try app.createUser("u1")
+        try app.createUser("u2")
+        let first = try app.request(.get, "/v1/users?limit=1")
+        let empty = try app.request(.get, "/v1/users?limit=1&cursor=")
+        #expect(empty.status == 200, "\(empty.text)")
+        #expect(empty.json == first.json)
+        for path in ["/v1/users/u1/conversations?cursor=", "/v1/users/u1/conversations/peer/u2/messages?cursor=", "/v1/apps?cursor="] {
+            let r = path.hasPrefix("/v1/apps") ? try server.request(.get, path, bearer: server.adminKey) : try app.request(.get, path)
+            #expect(r.status == 200, "\(path): \(r.text)")
+        }
+        Self.expectProblem(try app.request(.get, "/v1/users?cursor=x"), 400, 7_000_007, "a cursor that is not one")
+    }
+
     // MARK: - Item 8: Host, a stalled body
 
     @Test func anHTTP11RequestWithoutHostIs400() throws {

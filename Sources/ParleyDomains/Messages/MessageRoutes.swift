@@ -211,7 +211,7 @@ package enum MessageRoutes {
         let messageID = try ctx.pathID("message_id", .opaque)
         var query = ctx.query()
         let limit = query.limit()
-        let cursor = query.string("cursor")
+        let cursor = query.cursor()
         try query.check()
         let message = try MessageService(ctx).get(messageID, viewer: MessageViewer(ctx), on: ctx.db)
         guard message.type == 100 else { throw APIError(.unsupportedOperation, "message \(messageID) is not a combined message") }
@@ -246,7 +246,7 @@ package enum MessageRoutes {
             if let v = Int64(t) { typeValues.append(v) } else { query.addError("types", "must be a list of message types") }
         }
         h.limit = query.limit()
-        let cursor = query.string("cursor")
+        let cursor = query.cursor()
         let includeHidden = query.bool("include_hidden") ?? false
         try query.check()
         h.afterSeq = afterSeq ?? 0

@@ -38,6 +38,20 @@ struct BodyReaderTests {
         #expect(throws: Never.self) { try r.check() }
     }
 
+    /// API.md §1.1: an integer is a whole number however it is written, as JSON Schema says.
+    @Test func wholeNumbersAreIntegersHoweverWritten() throws {
+        var r = try reader(#"{"a":3600.0,"b":3.6e3,"c":-2E0,"d":[1.0,2e0],"e":3600.5,"f":1e300,"p":3.0}"#)
+        #expect(r.int("a") == 3600)
+        #expect(r.int("b") == 3600)
+        #expect(r.int("c") == -2)
+        #expect(r.intArray("d") == [1, 2])
+        #expect(r.intEnumeration("p", Priority.self) == .high)
+        #expect(r.errors.isEmpty)
+        #expect(r.int("e") == nil)
+        #expect(r.int("f") == nil)
+        #expect(r.errors.map(\.field) == ["body.e", "body.f"])
+    }
+
     /// U+0000 (only a `\u0000` escape can carry it) is refused wherever it is, each place named; an escaped
     /// backslash before `u0000` is not one.
     @Test func nulIsRefusedAtAnyDepthNamingEachField() throws {
