@@ -207,6 +207,30 @@ struct RequestHygieneTests: ProblemAssertions {
         Self.expectProblem(try app.request(.get, "/v1/users?cursor=x"), 400, 7_000_007, "a cursor that is not one")
     }
 
+    @Test func conversationsUnreadCountAndHistoryOfAnUnknownOrDeletedUserAre404() throws {
+        let server = try TestServer.start()
+        defer { server.stop() }
+        let app = try server.createApp()
+        for user in ["u1", "u2", "u3"] { try app.createUser(user) }
+        let sent = try app.request(.post, "/v1/messages", json: #"{"from":"u3","conversation_type":"peer","to":"u1","type":1,"body":{"text":"hi"}}"#)
+        #expect(sent.status == 201, "\(sent.text)")
+        #expect(try app.request(.delete, "/v1/users/u3").status == 204)
+        for user in ["ghost", "u3"] {
+            for path in [
+                "/v1/users/\(user)/conversations", "/v1/users/\(user)/unread_count", "/v1/users/\(user)/conversations/peer/u1/messages",
+                "/v1/users/\(user)/conversations/group/g1/messages",
+            ] {
+                Self.expectProblem(try app.request(.get, path), 404, 6_000_011, path)
+            }
+        }
+        // A user that exists reads empty answers, and the other side of the deleted user's conversation is kept.
+        #expect(try app.request(.get, "/v1/users/u2/conversations").json?["items"]?.arrayValue?.isEmpty == true)
+        #expect(try app.request(.get, "/v1/users/u2/unread_count").json?["unread_count"]?.intValue == 0)
+        #expect(try app.request(.get, "/v1/users/u2/conversations/peer/u1/messages").json?["items"]?.arrayValue?.isEmpty == true)
+        #expect(try app.request(.get, "/v1/users/u1/conversations/peer/u3/messages").json?["items"]?.arrayValue?.count == 1)
+        #expect(try app.request(.get, "/v1/users/u1/unread_count").json?["unread_count"]?.intValue == 1)
+    }
+
     // MARK: - Item 8: Host, a stalled body
 
     @Test func anHTTP11RequestWithoutHostIs400() throws {
