@@ -231,7 +231,7 @@ struct RequestHygieneTests: ProblemAssertions {
         #expect(try app.request(.get, "/v1/users/u1/unread_count").json?["unread_count"]?.intValue == 1)
     }
 
-    // MARK: - Item 8: Host, a stalled body
+    // MARK: - Item 8: Host, a stalled body, include_hidden
 
     @Test func anHTTP11RequestWithoutHostIs400() throws {
         let server = try TestServer.start()
@@ -264,5 +264,20 @@ struct RequestHygieneTests: ProblemAssertions {
         #expect(r.headers["Connection"] == "close")
         #expect(ContinuousClock.now - started < .seconds(5))
         #expect(connection.isClosedByPeer(timeout: .seconds(3)))
+    }
+
+    @Test func includeHiddenWithAUserTokenIs403() throws {
+        let server = try TestServer.start()
+        defer { server.stop() }
+        let app = try server.createApp()
+        try app.createUser("u1")
+        try app.createUser("u2")
+        #expect(try app.request(.post, "/v1/groups", json: #"{"group_id":"g1","operator":"u1","members":["u2"]}"#).status == 201)
+        let token = try app.token(for: "u1")
+        for path in ["/v1/users/u1/conversations/peer/u2/messages", "/v1/users/u1/conversations/group/g1/messages", "/v1/groups/g1/messages"] {
+            Self.expectProblem(try server.request(.get, path + "?include_hidden=true", bearer: token), 403, 7_000_002, path)
+            #expect(try server.request(.get, path + "?include_hidden=false", bearer: token).status == 200, "\(path)")
+            #expect(try app.request(.get, path + "?include_hidden=true").status == 200, "\(path) with the app key")
+        }
     }
 }

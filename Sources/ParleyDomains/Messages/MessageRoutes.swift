@@ -247,7 +247,7 @@ package enum MessageRoutes {
         }
         h.limit = query.limit()
         let cursor = query.cursor()
-        let includeHidden = query.bool("include_hidden") ?? false
+        let includeHidden = query.bool("include_hidden")
         try query.check()
         h.afterSeq = afterSeq ?? 0
         h.beforeSeq = beforeSeq ?? .max
@@ -256,7 +256,9 @@ package enum MessageRoutes {
         h.types = types == nil ? nil : typeValues
         h.forward = direction.map { $0 == "forward" } ?? (afterSeq != nil && beforeSeq == nil)
         h.viewer = userID
-        h.includeHidden = ctx.isApp && includeHidden
+        // App key only (§11.3): a user token asking for it is 403, not silently refused.
+        if includeHidden == true && !ctx.isApp { throw APIError.forbidden("include_hidden needs an app key") }
+        h.includeHidden = includeHidden ?? false
         h.requireGroupAccess = type == .group
         // `[1, 2]` is how `typeValues.description` printed the list when cursors were first minted; built by hand
         // because the description goes through the reflection-based printer on every request.
