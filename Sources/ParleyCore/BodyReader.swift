@@ -27,7 +27,8 @@ public struct BodyReader: Sendable {
 
     /// Parses a request body that must be a JSON object; an empty body reads as `{}` (API.md §1.1).
     ///
-    /// - Throws: ``APIError`` `invalid_params` naming `path` when the body is not JSON or not an object.
+    /// - Throws: ``APIError`` `invalid_params` naming `path` when the body is not JSON or not an object, and naming
+    ///   every field that holds U+0000 (``NULCharacter``: refused in request text, at any depth).
     public static func parse(_ body: [UInt8], path: String = "body", maxDepth: Int = JSONValue.defaultMaxDepth)
         throws(APIError) -> BodyReader
     {
@@ -35,8 +36,9 @@ public struct BodyReader: Sendable {
             return BodyReader(JSONObject(), path: path)
         }
         let value: JSONValue
+        let containsNUL: Bool
         do {
-            value = try JSONValue.parse(body, maxDepth: maxDepth)
+            (value, containsNUL) = try JSONValue.parseNotingNUL(body, maxDepth: maxDepth)
         } catch {
             throw APIError.invalidParams([
                 FieldError(field: path.isEmpty ? "body" : path, message: "malformed JSON: \(error)")
@@ -46,6 +48,11 @@ public struct BodyReader: Sendable {
             throw APIError.invalidParams([
                 FieldError(field: path.isEmpty ? "body" : path, message: "expected object, got \(value.typeName)")
             ])
+        }
+        if containsNUL {
+            var errors: [FieldError] = []
+            NULCharacter.fields(in: value, path: path, into: &errors)
+            throw APIError.invalidParams(errors)
         }
         return BodyReader(o, path: path)
     }
@@ -118,7 +125,8 @@ public struct BodyReader: Sendable {
         return s
     }
 
-    /// An integer member; `1.5`, `"1"` and `1e3` are type errors (API.md §1.1).
+    /// An integer member: a whole number however written (`3600`, `3600.0`, `3.6e3`; ``JSONValue/intValue``); `1.5`
+    /// and `"1"` are type errors (API.md §1.1).
     public mutating func int(_ key: String, required: Bool = false, range: ClosedRange<Int64>? = nil) -> Int64? {
         guard let i = typed(key, required: required, expected: "integer", { $0.intValue }) else { return nil }
         if let range, !range.contains(i) {
@@ -196,7 +204,7 @@ public struct BodyReader: Sendable {
         let before = errors.count
         for (i, item) in items.enumerated() {
             let p = "\(fieldPath(key))[\(i)]"
-            guard case .int(let v) = item else {
+            guard let v = item.intValue else {
                 addError(path: p, "expected integer, got \(item.typeName)")
                 continue
             }

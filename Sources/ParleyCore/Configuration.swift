@@ -51,6 +51,10 @@ public struct Configuration: Sendable {
     /// abandoned and the request answered 503 (`PostgresConfiguration.responseTimeout`). While the database does not
     /// answer, an API request fails within about twice this (API.md §21 item 60 asks for 5 s; docs/reliability.md).
     public var databaseTimeoutMillis = 2_000
+    /// A request head must arrive within this, and a body must not stall for longer, else 408 `7000015` and the
+    /// connection closes (the HTTP server's `headerTimeout` and `bodyTimeout`; tests shorten them).
+    public var requestHeadTimeoutMillis = 10_000
+    public var requestBodyTimeoutMillis = 30_000
 
     public init() {}
 

@@ -34,15 +34,26 @@ extension JSONValue {
 
     /// Parses one JSON document from a byte array; see ``parse(_:maxDepth:)-(UnsafeRawBufferPointer,_)``.
     public static func parse(_ bytes: [UInt8], maxDepth: Int = defaultMaxDepth) throws(JSONParseError) -> JSONValue {
-        let result: Result<JSONValue, JSONParseError> = bytes.withUnsafeBytes { raw in
+        try parseNotingNUL(bytes, maxDepth: maxDepth).value
+    }
+
+    /// Parses like ``parse(_:maxDepth:)-([UInt8],_)`` and also tells whether a string or member name holds U+0000
+    /// (only a `\u0000` escape can put one there), so that a reader that refuses it (``NULCharacter``) looks for
+    /// where only when there is one.
+    public static func parseNotingNUL(_ bytes: [UInt8], maxDepth: Int = defaultMaxDepth) throws(JSONParseError)
+        -> (value: JSONValue, containsNUL: Bool)
+    {
+        let result: Result<(JSONValue, Bool), JSONParseError> = bytes.withUnsafeBytes { raw in
             var parser = JSONParser(raw, maxDepth: maxDepth)
             do throws(JSONParseError) {
-                return .success(try parser.parseDocument())
+                let value = try parser.parseDocument()
+                return .success((value, parser.sawNUL))
             } catch {
                 return .failure(error)
             }
         }
-        return try result.get()
+        let (value, containsNUL) = try result.get()
+        return (value, containsNUL)
     }
 
     /// Parses one JSON document from a string's UTF-8.
@@ -62,6 +73,8 @@ struct JSONParser {
     private var depth = 0
     /// Reused scratch buffer for strings with escapes, so each escaped string does not allocate its own.
     private var scratch: [UInt8] = []
+    /// A `\u0000` escape was decoded (raw control bytes are rejected, so this is the only way to U+0000).
+    private(set) var sawNUL = false
 
     init(_ bytes: UnsafeRawBufferPointer, maxDepth: Int) {
         self.base = bytes
@@ -317,6 +330,7 @@ struct JSONParser {
             } else if (0xDC00...0xDFFF).contains(scalar) {
                 throw fail("lone surrogate in \\u escape", at: escapeStart)
             }
+            if scalar == 0 { sawNUL = true }
             appendUTF8(scalar)
         default:
             throw fail("invalid escape sequence", at: escapeStart)

@@ -35,9 +35,15 @@ public enum JSONValue: Sendable, Equatable {
         return nil
     }
 
+    /// The value as an integer, as JSON Schema defines one (API.md §1.1): `.int`, or a `.double` with no fraction
+    /// that `Int64` holds exactly (`3600.0`, `3.6e3`); nil for `1.5`, `1e300` and non-numbers. Every reader of
+    /// request integers goes through this, so "integer" means the same as in the OpenAPI document.
     public var intValue: Int64? {
-        if case .int(let i) = self { return i }
-        return nil
+        switch self {
+        case .int(let i): i
+        case .double(let d): Int64(exactly: d)
+        default: nil
+        }
     }
 
     public var boolValue: Bool? {

@@ -18,6 +18,10 @@ final class HTTPConnection: EventLoop.Watcher {
         case writing
         /// A streaming response is open.
         case streaming(ResponseStream)
+        /// The answer to a request whose body was not read is out and our side is shut down; input is read and
+        /// dropped (up to `remaining` more bytes) until the client closes, so it can finish sending and read the
+        /// answer instead of getting a reset.
+        case lingering(remaining: Int)
         case closed
     }
 
@@ -35,6 +39,8 @@ final class HTTPConnection: EventLoop.Watcher {
     private var writeInterest = false
     private var readPaused = false
     private var closeAfterResponse = false
+    /// The request's body was left unread (over its limit): the connection lingers after the answer.
+    private var lingerAfterResponse = false
     /// Monotonic ms after which the connection is closed (0 = none).
     private var deadline: Int64
     private static let readChunk = 64 * 1024
@@ -92,8 +98,11 @@ final class HTTPConnection: EventLoop.Watcher {
             let n = loop.withReadBuffer { buffer -> Int in
                 let n = recv(fd, buffer.baseAddress, buffer.count, 0)
                 if n > 0 {
-                    if case .streaming = phase { return n }  // input during a stream is ignored
-                    parser.append(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+                    switch phase {
+                    case .streaming: break  // input during a stream is ignored
+                    case .lingering(let remaining): phase = .lingering(remaining: remaining - n)
+                    default: parser.append(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+                    }
                 }
                 return n
             }
@@ -105,6 +114,10 @@ final class HTTPConnection: EventLoop.Watcher {
                 if errno == EAGAIN || errno == EWOULDBLOCK { break }
                 if errno == EINTR { continue }
                 close()
+                return
+            }
+            if case .lingering(let remaining) = phase, remaining <= 0 {
+                close()  // enough dropped: a client still sending gets a reset now
                 return
             }
             if n < Self.readChunk { break }
@@ -123,6 +136,14 @@ final class HTTPConnection: EventLoop.Watcher {
             do {
                 event = try parser.next()
             } catch {
+                if error.kind == .payloadTooLarge, case .readingBody = phase {
+                    // Over the route's limit: nothing more of the body is kept (the failed parser drops its input)
+                    // and the request is dispatched now, so its route can put 413 after its other checks. The rest
+                    // of the body is never parsed: the connection lingers after the answer, then closes.
+                    lingerAfterResponse = true
+                    dispatch(body: [], bodyOverLimit: true)
+                    return
+                }
                 fail(with: error)
                 return
             }
@@ -163,6 +184,7 @@ final class HTTPConnection: EventLoop.Watcher {
         if head.expectsContinue {
             var routable = head.method == .options
             if case .found = pending.match { routable = true }
+            if pending.problem != nil { routable = false }
             if routable && (head.contentLength ?? 0) <= pending.bodyLimit {
                 append(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8))
                 flush()
@@ -170,7 +192,7 @@ final class HTTPConnection: EventLoop.Watcher {
                 // Do not invite a body we will not use: answer now and close.
                 self.pending = pending
                 closeAfterResponse = true
-                respond(server.hooks.problem(HTTPServer.problem(for: pending.match), pending.requestID), to: pending, request: nil)
+                respond(server.hooks.problem(HTTPServer.problem(for: pending), pending.requestID), to: pending, request: nil)
                 return
             }
         }
@@ -178,10 +200,10 @@ final class HTTPConnection: EventLoop.Watcher {
         refreshReadDeadline()
     }
 
-    private func dispatch(body: [UInt8]) {
+    private func dispatch(body: [UInt8], bodyOverLimit: Bool = false) {
         guard let pending else { return }
-        if !pending.head.keepAlive || server.draining.load(ordering: .relaxed) { closeAfterResponse = true }
-        switch server.dispatch(pending, body: body, receivedAtMillis: loop.nowMillis) {
+        if !pending.keepsConnection || bodyOverLimit || server.draining.load(ordering: .relaxed) { closeAfterResponse = true }
+        switch server.dispatch(pending, body: body, bodyOverLimit: bodyOverLimit, receivedAtMillis: loop.nowMillis) {
         case .answer(let response):
             respond(response, to: pending, request: nil)
         case .handle(let route, let request):
@@ -270,7 +292,11 @@ final class HTTPConnection: EventLoop.Watcher {
 
     private func responseDrained() {
         if closeAfterResponse {
-            close()
+            if lingerAfterResponse {
+                linger()
+            } else {
+                close()
+            }
             return
         }
         phase = .awaitingHead
@@ -278,6 +304,17 @@ final class HTTPConnection: EventLoop.Watcher {
         headDeadlineArmed = false
         pauseReading(false)
         process()
+    }
+
+    /// After answering a request whose body it did not read: shut our side (the answer is complete) and drop input
+    /// until the client closes, `lingerBytes` have been dropped or `lingerTimeout` passes. Closing at once with
+    /// unread input would send a reset, which can destroy the answer before the client reads it.
+    private func linger() {
+        shutdown(fd, Int32(SHUT_WR))
+        phase = .lingering(remaining: server.configuration.lingerBytes)
+        deadline = loop.nowMillis + server.configuration.lingerTimeout.millis
+        pauseReading(false)
+        readAvailable()
     }
 
     private func setWriteInterest(_ on: Bool) {
@@ -340,10 +377,16 @@ final class HTTPConnection: EventLoop.Watcher {
     /// Deadline sweep (once per second): close connections past their deadline.
     func checkDeadline(now: Int64) {
         guard deadline != 0, now >= deadline else { return }
-        if case .awaitingHead = phase, !parser.isIdle {
-            // A slow head: tell the client why, then close.
+        let timedOut: Bool
+        switch phase {
+        case .awaitingHead: timedOut = !parser.isIdle  // a slow head (an idle keep-alive connection just closes)
+        case .readingBody: timedOut = true  // a stalled body; no response has started (a 100 Continue is not one)
+        default: timedOut = false
+        }
+        if timedOut {
+            // Tell the client why (408), then close.
             closeAfterResponse = true
-            let p = server.failedRequest(nil) { server.nextRequestID(loop: loop) }
+            let p = server.failedRequest(pending) { server.nextRequestID(loop: loop) }
             respond(server.hooks.problem(.requestTimeout, p.requestID), to: p, request: nil)
             if case .closed = phase { return }
             deadline = now + 1000  // give the 408 one second to drain
@@ -356,7 +399,7 @@ final class HTTPConnection: EventLoop.Watcher {
     func drain() {
         closeAfterResponse = true
         switch phase {
-        case .awaitingHead where isIdle: close()
+        case .awaitingHead where isIdle, .lingering: close()
         case .streaming: streamFinish()
         default: break
         }

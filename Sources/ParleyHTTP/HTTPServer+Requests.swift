@@ -12,6 +12,12 @@ struct PendingRequest: Sendable {
     var startedNanos: UInt64
     /// The largest body accepted (the route's `maxBodyBytes`, else the server default).
     var bodyLimit: Int
+    /// A head the parser accepted but HTTP does not (``HTTPServer/headProblem(_:)``): answered with this problem
+    /// without routing, and the connection closes after it.
+    var problem: ServerProblem?
+
+    /// Whether the connection may carry another request after this one.
+    var keepsConnection: Bool { head.keepAlive && problem == nil }
 }
 
 /// The steps of a request from its parsed head to its logged response, shared by the two ways a request arrives:
@@ -28,7 +34,7 @@ extension HTTPServer {
     }
 
     /// Starts a request whose head is parsed: its id (the caller's `X-Request-Id` when acceptable, else
-    /// `generateID()`), its route (preflights are answered without routing) and its body limit.
+    /// `generateID()`), its route (preflights and malformed heads are answered without routing) and its body limit.
     func begin(_ head: HTTPRequestHead, generateID: () -> String) -> PendingRequest {
         let requestID: String
         if let given = head.headers["X-Request-Id"], Self.isAcceptableRequestID(given) {
@@ -36,18 +42,46 @@ extension HTTPServer {
         } else {
             requestID = generateID()
         }
+        let problem = Self.headProblem(head)
         let match: Router.Match
-        if head.method == .options {
-            match = .notFound  // preflight: answered without routing
+        if head.method == .options || problem != nil {
+            match = .notFound  // preflight, or a head HTTP does not allow: answered without routing
         } else {
             match = router.match(method: head.method, path: head.rawPath)
         }
         var bodyLimit = configuration.limits.maxBodyBytes
         if case .found(let route, _) = match, let limit = route.options.maxBodyBytes { bodyLimit = limit }
-        return PendingRequest(head: head, match: match, requestID: requestID, startedNanos: Self.monotonicNanos(), bodyLimit: bodyLimit)
+        return PendingRequest(
+            head: head, match: match, requestID: requestID, startedNanos: Self.monotonicNanos(), bodyLimit: bodyLimit,
+            problem: problem)
     }
 
-    /// The request a parse failure or a slow head answers: the one in progress, else a stand-in (`GET /`).
+    /// What makes a head the parser accepted a malformed request (400 `7000019` in Parley): `Host` is required in
+    /// HTTP/1.1, at most one is allowed, and its value is `host[:port]` (RFC 9112 §3.2). Nil for a good head.
+    ///
+    /// Here rather than in the parser, which delimits messages and stays usable for heads without `Host`; both ways
+    /// a request arrives (socket and in process) start with ``begin(_:generateID:)``.
+    static func headProblem(_ head: HTTPRequestHead) -> ServerProblem? {
+        var count = 0
+        var value = ""
+        for field in head.headers.fields where field.name.utf8.count == 4 && field.name.equalsASCIICaseInsensitive("Host") {
+            count += 1
+            value = field.value
+        }
+        if count > 1 { return .badRequest("more than one Host header") }
+        if count == 0 { return head.version == .http1_1 ? .badRequest("missing Host header") : nil }
+        // reg-name, IPv4 or an IP literal in brackets, and an optional port (an empty value is allowed: RFC 9112 §3.2).
+        if !value.utf8.allSatisfy({ PercentDecoding.isUnreserved($0) || Self.hostPunctuation.contains($0) }) {
+            return .badRequest("invalid Host header")
+        }
+        return nil
+    }
+
+    /// `%`, the sub-delims of RFC 3986 and `: [ ]`: the bytes of a `Host` value besides unreserved characters.
+    private static let hostPunctuation: Set<UInt8> = Set("%!$&'()*+,;=:[]".utf8)
+
+    /// The request a parse failure, a slow head or a stalled body answers: the one in progress, else a stand-in
+    /// (`GET /`).
     func failedRequest(_ pending: PendingRequest?, generateID: () -> String) -> PendingRequest {
         PendingRequest(
             head: pending?.head ?? HTTPRequestHead(method: .get, target: "/"), match: .notFound,
@@ -56,10 +90,18 @@ extension HTTPServer {
     }
 
     /// Builds the handler's `Request` (query decoded) or the answer given without a handler.
-    func dispatch(_ pending: PendingRequest, body: [UInt8], receivedAtMillis: Int64) -> Disposition {
+    ///
+    /// `bodyOverLimit`: the body was over `pending.bodyLimit` and was not read (`body` is empty). A route with
+    /// `RouteOptions.answersOversizedBody` gets the request anyway, flagged, to answer 413 in the order of its own
+    /// checks; any other is answered 413 here.
+    func dispatch(_ pending: PendingRequest, body: [UInt8], bodyOverLimit: Bool = false, receivedAtMillis: Int64) -> Disposition {
+        if let problem = pending.problem { return .answer(hooks.problem(problem, pending.requestID)) }
         if pending.head.method == .options { return .answer(Response(status: 204, headers: HTTPHeaders())) }
         guard case .found(let route, let parameters) = pending.match else {
             return .answer(hooks.problem(Self.problem(for: pending.match), pending.requestID))
+        }
+        if bodyOverLimit && !route.options.answersOversizedBody {
+            return .answer(hooks.problem(.payloadTooLarge, pending.requestID))
         }
         var query: [(String, String)] = []
         if let raw = pending.head.rawQuery {
@@ -68,9 +110,10 @@ extension HTTPServer {
             }
             query = parsed
         }
-        let request = Request(
+        var request = Request(
             head: pending.head, body: body, routeTemplate: route.template, pathParameters: parameters, query: query,
             requestID: pending.requestID, receivedAtMillis: receivedAtMillis)
+        request.bodyOverLimit = bodyOverLimit
         return .handle(route, request)
     }
 
@@ -108,6 +151,9 @@ extension HTTPServer {
             return hooks.handlerError(error, request)
         }
     }
+
+    /// The problem that answers `pending` without its handler: its malformed head, else its unknown route or method.
+    static func problem(for pending: PendingRequest) -> ServerProblem { pending.problem ?? problem(for: pending.match) }
 
     static func problem(for match: Router.Match) -> ServerProblem {
         switch match {

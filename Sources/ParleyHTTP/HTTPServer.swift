@@ -21,6 +21,10 @@ public struct HTTPServerConfiguration: Sendable {
     public var idleTimeout: Duration = .seconds(60)
     /// A response (or stream) the client does not read for this long is cut off.
     public var writeTimeout: Duration = .seconds(30)
+    /// After answering a request whose body was over its limit (not read), input is dropped for at most this long
+    /// and at most `lingerBytes`, so the client can finish sending and read the answer (``HTTPConnection``).
+    public var lingerTimeout: Duration = .seconds(5)
+    public var lingerBytes: Int = 64 * 1024 * 1024
     /// How long shutdown waits for in-flight requests before closing everything.
     public var shutdownGrace: Duration = .seconds(10)
     /// Bytes a streaming response may queue for a slow client before the connection is closed.

@@ -12,6 +12,9 @@ public struct Request: Sendable {
     public var requestID: String
     /// When the server finished reading the request (monotonic ms), for latency accounting.
     public var receivedAtMillis: Int64
+    /// The body was over the route's `maxBodyBytes`: it was not read, `body` is empty, and the connection closes
+    /// after the answer. Only routes with `RouteOptions.answersOversizedBody` see such a request.
+    public var bodyOverLimit = false
 
     public init(
         head: HTTPRequestHead, body: [UInt8] = [], routeTemplate: String = "", pathParameters: [String: String] = [:],

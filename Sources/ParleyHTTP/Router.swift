@@ -8,14 +8,20 @@ public struct RouteOptions: Sendable {
     public var operationID: String?
     /// Runs the handler instead of the server's executor (a probe that must not queue behind busy handlers).
     public var executor: (any RequestExecutor)?
+    /// The handler answers a body over `maxBodyBytes` itself: the request reaches it with `bodyOverLimit` set and
+    /// no body, so 413 can come after the checks its API orders first (Parley: credentials, `Idempotency-Key`
+    /// replay, 415; API.md §1.4). Otherwise the server answers 413 without calling it.
+    public var answersOversizedBody: Bool
 
     public init(
-        maxBodyBytes: Int? = nil, runsOnEventLoop: Bool = false, operationID: String? = nil, executor: (any RequestExecutor)? = nil
+        maxBodyBytes: Int? = nil, runsOnEventLoop: Bool = false, operationID: String? = nil,
+        executor: (any RequestExecutor)? = nil, answersOversizedBody: Bool = false
     ) {
         self.maxBodyBytes = maxBodyBytes
         self.runsOnEventLoop = runsOnEventLoop
         self.operationID = operationID
         self.executor = executor
+        self.answersOversizedBody = answersOversizedBody
     }
 }
 
@@ -43,12 +49,15 @@ public struct RouterBuilder: Sendable {
     public init() {}
 
     /// Adds a route. A template is `/`-separated literals and `{name}` parameters, exactly as OpenAPI writes it.
+    /// Literal segments are unreserved characters only (RFC 3986 §2.3), which the router's canonical form relies on
+    /// (``Router/match(method:path:)``).
     public mutating func add(
         _ method: HTTPMethod, _ template: String, options: RouteOptions = RouteOptions(),
         _ handler: @escaping HTTPHandler
     ) {
         let segments = template.split(separator: "/", omittingEmptySubsequences: true).map { part -> Route.Segment in
             if part.hasPrefix("{") && part.hasSuffix("}") { return .parameter(String(part.dropFirst().dropLast())) }
+            precondition(part.utf8.allSatisfy(PercentDecoding.isUnreserved), "route literal \(part) must be unreserved characters: \(template)")
             return .literal(String(part))
         }
         precondition(template.hasPrefix("/"), "route template must start with /: \(template)")
@@ -137,6 +146,17 @@ public struct Router: Sendable {
 
     /// Matches `method` and the raw (still percent-encoded) `path`. Literal segments win over parameters;
     /// when the literal branch has no route for the method, the parameter branch is tried.
+    ///
+    /// One canonical form of a path reaches a route, so that a proxy rule on `/v1/apps` cannot be bypassed by
+    /// another spelling of it:
+    /// - Each segment is percent-decoded before it is compared. Literals are unreserved characters only (checked by
+    ///   `RouterBuilder.add`), so a literal matches exactly the spellings RFC 3986 §6.2.2.2 calls equivalent, the
+    ///   ones a normalising proxy (nginx) also takes for it: `/%76%31/apps` is `/v1/apps`; `%2F` never matches a
+    ///   literal and stays inside a parameter (`/v1/users/a%2Fb` is user `a/b`).
+    /// - An empty segment matches nothing: `//v1//apps` and `/v1/apps/` are 404, not `/v1/apps` (a proxy that does
+    ///   not merge slashes would not see `/v1/apps` in them).
+    /// - Dot segments are not resolved: `.` and `..` are values like any other (a user id may be `..`), so
+    ///   `/v1/x/../apps` reaches no route here even where a proxy resolves it to `/v1/apps`.
     public func match(method: HTTPMethod, path: Substring) -> Match {
         // Fast path: an exact parameterless route for this method (a literal beats any parameter route).
         if let byMethod = staticRoutes[String(path)] {
@@ -144,8 +164,10 @@ public struct Router: Sendable {
                 return .found(route, parameters: [:])
             }
         }
+        guard path.utf8.first == UInt8(ascii: "/") else { return .notFound }
         var segments: [String] = []
-        for raw in path.split(separator: "/", omittingEmptySubsequences: true) {
+        for raw in path.dropFirst().split(separator: "/", omittingEmptySubsequences: false) {
+            guard !raw.isEmpty else { return .notFound }
             guard let decoded = PercentDecoding.decode(raw) else { return .badPath }
             segments.append(decoded)
         }
@@ -238,6 +260,15 @@ public enum PercentDecoding {
             result.append((n, v))
         }
         return result
+    }
+
+    /// Whether `c` is an unreserved character of RFC 3986 §2.3: `A-Z a-z 0-9 - . _ ~`.
+    public static func isUnreserved(_ c: UInt8) -> Bool {
+        switch c {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"): true
+        case UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"): true
+        default: false
+        }
     }
 
     /// The value of one ASCII hex digit (either case), or nil.

@@ -40,7 +40,7 @@ public final class ParleyProcess: @unchecked Sendable {
     /// Starts `parley serve` and waits (≤ 60 s) until it logs that it is ready; throws with its log if it exits first.
     public static func start(executable: String, dataDirectory: String, adminKey: String) throws -> ParleyProcess {
         let logFile = dataDirectory + "/parley.log"
-        FileManager.default.createFile(atPath: logFile, contents: nil)
+        _ = FileManager.default.createFile(atPath: logFile, contents: nil)
         let offset = (try? FileManager.default.attributesOfItem(atPath: logFile)[.size] as? UInt64) ?? 0
         guard let log = FileHandle(forWritingAtPath: logFile) else { throw TestFailure("cannot open \(logFile)") }
         defer { try? log.close() }

@@ -313,4 +313,98 @@ private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) thr
             #expect(closed.load(ordering: .relaxed) == 1)
         }
     }
+
+    // MARK: - Issue 16: canonical paths, Host, stalled bodies, bodies over the limit
+
+    /// One spelling of a path reaches a route (Router.match): percent-encoded unreserved characters are the
+    /// characters, an empty segment or a trailing slash is no route, `%2F` stays inside a parameter.
+    @Test func onlyTheCanonicalFormOfAPathReachesARoute() throws {
+        try withServer { server in
+            let client = try connect(server)
+            #expect(try client.send(method: .get, path: "/v1/users/u1").status == 200)
+            #expect(try client.send(method: .get, path: "/%76%31/users/u1").text.contains("\"user_id\":\"u1\""))
+            #expect(try client.send(method: .get, path: "/v1/%75sers/%75%31").text.contains("\"user_id\":\"u1\""))
+            #expect(try client.send(method: .get, path: "/v1/users/a%2Fb").text.contains("\"user_id\":\"a/b\""))
+            for path in [
+                "//v1/users/u1", "/v1//users/u1", "/v1/users//u1", "/v1/users/u1/", "/healthz/", "//healthz", "/v1%2Fusers/u1", "/",
+            ] {
+                let r = try client.send(method: .get, path: path)
+                #expect(r.status == 404, "\(path): \(r.status) \(r.text)")
+            }
+            #expect(try client.send(method: .get, path: "/healthz").status == 200)
+        }
+    }
+
+    /// RFC 9112 §3.2: an HTTP/1.1 request needs exactly one valid `Host`; the answer is 400 and the connection closes.
+    @Test func anHTTP11RequestWithoutOneValidHostIs400() throws {
+        try withServer { server in
+            for head in [
+                "GET /healthz HTTP/1.1\r\n\r\n", "GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+                "GET /healthz HTTP/1.1\r\nHost: a/b\r\n\r\n", "OPTIONS /healthz HTTP/1.1\r\n\r\n",
+                "POST /echo HTTP/1.1\r\nContent-Length: 2\r\n\r\nok",
+            ] {
+                let client = try connect(server)
+                try client.sendRaw(head)
+                let r = try client.readResponse()
+                #expect(r.status == 400, "\(head.debugDescription): \(r.status)")
+                #expect(r.headers["Connection"] == "close", "\(head.debugDescription)")
+                #expect(client.isClosedByPeer(timeout: .seconds(2)), "\(head.debugDescription)")
+            }
+            for head in [
+                "GET /healthz HTTP/1.0\r\n\r\n", "GET /healthz HTTP/1.1\r\nHost:\r\n\r\n", "GET /healthz HTTP/1.1\r\nHost: [::1]:80\r\n\r\n",
+            ] {
+                let client = try connect(server)
+                try client.sendRaw(head)
+                #expect(try client.readResponse().status == 200, "\(head.debugDescription)")
+            }
+        }
+    }
+
+    /// A body that stops arriving is answered 408 before the connection closes (no response had started).
+    @Test func aStalledBodyIsAnswered408() throws {
+        try withServer(configure: { $0.bodyTimeout = .seconds(1) }) { server in
+            let client = try connect(server)
+            try client.sendRaw("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+            let started = ContinuousClock.now
+            let r = try client.readResponse()
+            #expect(r.status == 408, "\(r.status) \(r.text)")
+            #expect(r.headers["Connection"] == "close")
+            #expect(ContinuousClock.now - started < .seconds(5))
+            #expect(client.isClosedByPeer(timeout: .seconds(3)))
+        }
+    }
+
+    /// A body over the route's limit is never buffered: the request is answered from its head, the rest of the body
+    /// is read and dropped after the answer (so the client can send it all and read the answer), then the connection
+    /// closes. A route that answers oversized bodies itself gets the request flagged, with no body.
+    @Test func aBodyOverTheLimitIsAnsweredWithoutBeingRead() throws {
+        try withServer(
+            configure: { $0.lingerTimeout = .seconds(1) },
+            routes: { builder in
+                builder.add(.post, "/own", options: RouteOptions(maxBodyBytes: 10, answersOversizedBody: true)) { request in
+                    .json("{\"over\":\(request.bodyOverLimit),\"bytes\":\(request.body.count)}", status: request.bodyOverLimit ? 401 : 200)
+                }
+            }
+        ) { server in
+            let big = [UInt8](repeating: 0x61, count: 4 << 20)
+            let plain = try connect(server)
+            let r = try plain.send(method: .post, path: "/small", body: big)
+            #expect(r.status == 413)
+            #expect(r.headers["Connection"] == "close")
+            #expect(plain.isClosedByPeer(timeout: .seconds(3)))
+
+            let own = try connect(server)
+            let answered = try own.send(method: .post, path: "/own", body: big)
+            #expect(answered.status == 401)
+            #expect(answered.text == "{\"over\":true,\"bytes\":0}")
+            #expect(answered.headers["Connection"] == "close")
+            #expect(try connect(server).send(method: .post, path: "/own", body: "0123456789").text == "{\"over\":false,\"bytes\":10}")
+
+            // Chunked: the limit is found mid-body; the same answer.
+            let chunked = try connect(server)
+            try chunked.sendRaw("POST /own HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n8\r\n01234567\r\n8\r\n01234567\r\n")
+            #expect(try chunked.readResponse().text == "{\"over\":true,\"bytes\":0}")
+            #expect(chunked.isClosedByPeer(timeout: .seconds(4)), "a client that sends no more is closed after lingerTimeout")
+        }
+    }
 }

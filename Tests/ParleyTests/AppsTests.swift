@@ -262,9 +262,13 @@ struct AppsTests: ProblemAssertions {
         let server = try TestServer.start()
         defer { server.stop() }
         let app = try server.createApp()
-        // §1.1: a number with a fraction where an integer is expected → 400.
-        Self.expectInvalid(try app.request(.patch, "/v1/settings", json: #"{"revoke_window_s":120.0}"#), field: "body.revoke_window_s")
-        Self.expectInvalid(try app.request(.patch, "/v1/settings", json: #"{"push":{"max_attempts":3.0}}"#), field: "body.push.max_attempts")
+        // §1.1: a number with a fraction where an integer is expected → 400; a whole number written with one is
+        // that integer (stored as one).
+        Self.expectInvalid(try app.request(.patch, "/v1/settings", json: #"{"revoke_window_s":120.5}"#), field: "body.revoke_window_s")
+        Self.expectInvalid(try app.request(.patch, "/v1/settings", json: #"{"push":{"max_attempts":3.25}}"#), field: "body.push.max_attempts")
+        let whole = try app.request(.patch, "/v1/settings", json: #"{"revoke_window_s":121.0,"push":{"max_attempts":4e0}}"#)
+        #expect(whole.status == 200, "\(whole.text)")
+        #expect(whole.json?["revoke_window_s"] == .int(121) && whole.json?["push"]?["max_attempts"] == .int(4), "\(whole.text)")
         // ≤ 10000 words.
         let words = (0..<10001).map { "\"w\($0)\"" }
         Self.expectInvalid(

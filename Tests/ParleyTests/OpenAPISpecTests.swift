@@ -243,6 +243,26 @@ struct OpenAPISpecTests {
         }
     }
 
+    /// Every path parameter's schema says which values the server accepts (issue 16 item 7): an `enum`, or the
+    /// character `pattern` and `maxLength` of its §1.2 format (`IdentifierKind`), so a generated "valid" id is one
+    /// the server does not reject.
+    @Test func everyPathParameterHasTheFormatTheServerChecks() throws {
+        let spec = try Self.loadSpec()
+        for op in Self.operations(in: spec, container: "paths") {
+            for raw in op.operation["parameters"]?.arrayValue ?? [] {
+                guard let parameter = Self.dereference(raw, in: spec), parameter["in"]?.stringValue == "path",
+                    let name = parameter["name"]?.stringValue
+                else { continue }
+                guard let schema = parameter["schema"].flatMap({ Self.dereference($0, in: spec) }) else {
+                    Issue.record("\(op.label): {\(name)} has no schema")
+                    continue
+                }
+                let constrained = schema["enum"] != nil || (schema["pattern"] != nil && schema["maxLength"] != nil)
+                #expect(constrained, "\(op.label): {\(name)} has neither an enum nor a pattern and maxLength: \(schema)")
+            }
+        }
+    }
+
     @Test func securityRequirementsNameDefinedSchemes() throws {
         let spec = try Self.loadSpec()
         let schemes = Set(spec["components"]?["securitySchemes"]?.objectValue?.keys ?? [])

@@ -11,4 +11,5 @@ WHERE m.app_id = 'default' AND m.conv_type = 'group' AND m.conv_id = 'g500'
   AND (NOT true OR EXISTS (SELECT 1 FROM groups g WHERE g.app_id = 'default' AND g.group_id = 'g500' AND g.dismissed_at IS NULL
         AND (NULL::text IS NULL OR EXISTS (SELECT 1 FROM group_members gm
                                          WHERE gm.app_id = 'default' AND gm.group_id = 'g500' AND gm.user_id = NULL::text))))
+  AND (NULL::text IS NULL OR EXISTS (SELECT 1 FROM users u WHERE u.app_id = 'default' AND u.user_id = NULL::text AND u.deleted_at IS NULL))
 ORDER BY m.seq DESC LIMIT 21;

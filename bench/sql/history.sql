@@ -13,4 +13,5 @@ WHERE m.app_id = 'default' AND m.conv_type = 'peer' AND m.conv_id = least('u' ||
   AND (NOT false OR EXISTS (SELECT 1 FROM groups g WHERE g.app_id = 'default' AND g.group_id = least('u' || :a, 'u' || :b) || ' ' || greatest('u' || :a, 'u' || :b) AND g.dismissed_at IS NULL
         AND ('u' || :a IS NULL OR EXISTS (SELECT 1 FROM group_members gm
                                          WHERE gm.app_id = 'default' AND gm.group_id = least('u' || :a, 'u' || :b) || ' ' || greatest('u' || :a, 'u' || :b) AND gm.user_id = 'u' || :a))))
+  AND (('u' || :a)::text IS NULL OR EXISTS (SELECT 1 FROM users u WHERE u.app_id = 'default' AND u.user_id = 'u' || :a AND u.deleted_at IS NULL))
 ORDER BY m.seq DESC LIMIT 21;

@@ -105,6 +105,8 @@ public final class ParleyApp: Sendable {
             var http = HTTPServerConfiguration()
             http.host = configuration.listenHost
             http.port = configuration.listenPort
+            http.headerTimeout = .milliseconds(configuration.requestHeadTimeoutMillis)
+            http.bodyTimeout = .milliseconds(configuration.requestBodyTimeoutMillis)
             // API.md §1.1: what browser consoles may read and send.
             http.corsExposedHeaders = [
                 "X-Request-Id", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Retry-After", "WWW-Authenticate",

@@ -28,7 +28,7 @@ enum AppRoutes {
         api.addAdmin(.get, "/v1/apps", "listApps") { ctx in
             var query = ctx.query()
             let limit = query.limit()
-            let cursor = query.string("cursor")
+            let cursor = query.cursor()
             try query.check()
             let after = try ctx.timeAndIDCursor(cursor, list: "apps")
             let apps = try AppService.list(after: after, limit: limit + 1, on: ctx.db)
@@ -85,7 +85,7 @@ enum AppRoutes {
 
         api.addAdmin(.delete, "/v1/apps/{app_id}/keys/{key_id}", "revokeAppKey") { ctx in
             let app = try existingApp(ctx)
-            let keyID = ctx.path("key_id")
+            let keyID = try ctx.pathID("key_id", .opaque)
             try AppService.revokeKey(app.appID, keyID: keyID, now: ctx.now, on: ctx.db)
             ctx.services.apps.invalidate(appID: app.appID)
             return Reply.noContent()

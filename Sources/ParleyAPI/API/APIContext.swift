@@ -180,6 +180,10 @@ public struct QueryReader {
     /// `limit` (1–100, default 20) of a list (§1.5).
     public mutating func limit() -> Int { Int(int("limit", range: 1...100) ?? 20) }
 
+    /// `cursor` of a list (§1.5). An empty `cursor=` is no cursor (the first page): the OpenAPI document types it as
+    /// a plain string, and a client that always sends the parameter starts with an empty one.
+    public mutating func cursor() -> String? { string("cursor").flatMap { $0.isEmpty ? nil : $0 } }
+
     public mutating func addError(_ name: String, _ message: String) { errors.append(FieldError(field: name, message: message)) }
 
     /// Throws 400 listing every invalid parameter.

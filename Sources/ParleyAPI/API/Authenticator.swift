@@ -69,8 +69,10 @@ package struct Authenticator: Sendable {
 
     /// Verification in the order of §1.3: algorithm/signature/issuer, expiry, user and generation, ban.
     private func verifyUserToken(_ token: String, db: PostgresConnection) throws -> Verified {
+        // An `iss` that is no app id names no app, and is not looked up: a forged one (U+0000 included) never
+        // reaches PostgreSQL.
         guard let (_, claims) = UserToken.decodeUnverified(token), let appID = claims["iss"]?.stringValue,
-            let app = try apps.app(appID, db: db)
+            IdentifierKind.appID.isValid(appID), let app = try apps.app(appID, db: db)
         else {
             throw APIError.tokenRejected(.tokenInvalid, "invalid user token")
         }

@@ -14,6 +14,8 @@ enum Idempotency {
     enum Start {
         case proceed(Claim)
         case replay(Response)
+        /// Nothing stored and nothing claimed: the request runs without storing its answer (a body over the limit).
+        case unclaimed
     }
 
     /// How long a stored answer is replayed.
@@ -26,6 +28,7 @@ enum Idempotency {
         guard (1...255).contains(key.utf8.count), key.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else {
             throw APIError.invalidParam("header Idempotency-Key", "must be 1 to 255 printable ASCII characters")
         }
+        if request.bodyOverLimit { return try checkUnread(key: key, appID: appID, scope: scope, now: now, db: db) }
         let path = String(request.head.rawPath)
         let bodyHash = Crypto.hex(Crypto.sha256(request.body))
         let claimed = try db.query(
@@ -57,6 +60,20 @@ enum Idempotency {
             }
         }
         return .replay(response)
+    }
+
+    /// A request whose body was over the limit, so never read: it cannot be the request stored under a key (none with
+    /// such a body is stored: its answer, 413, is not), so a key in use means another request (422 `7000003`); a free
+    /// key is left unclaimed.
+    private static func checkUnread(key: String, appID: String, scope: String, now: Int64, db: PostgresConnection) throws -> Start {
+        let inUse = try db.query(
+            """
+            SELECT 1 FROM idempotency_keys
+            WHERE app_id = \(appID) AND scope = \(scope) AND key = \(key) AND expires_at > \(now)
+              AND NOT (status IS NULL AND created_at < \(now)::bigint - \(abandonedAfterMillis)::bigint)
+            """)
+        if inUse.rowCount > 0 { throw APIError(.idempotencyKeyReused, "Idempotency-Key was used with a different request") }
+        return .unclaimed
     }
 
     /// Stores the answer (or releases the key for statuses that must execute again: 429 and ≥ 500).

@@ -41,8 +41,11 @@ enum RequestPipeline {
     typealias Before = @Sendable (inout Exchange) throws -> Response?
     typealias After = @Sendable (Exchange, Response) -> Response
 
-    /// The steps before the handler, in order; one that returns a response ends the request there.
-    static let before: [Before] = [authenticate, resolveApp, rateLimit, readClock, replayIdempotent, requireJSON]
+    /// The steps before the handler, in order; one that returns a response ends the request there. The order is
+    /// API.md §1.4's precedence: credentials (401/403), `Idempotency-Key` (replay, 422, 409), 415, 413, then 400.
+    static let before: [Before] = [
+        authenticate, resolveApp, rateLimit, readClock, replayIdempotent, requireJSON, limitBody, refuseNUL,
+    ]
     /// The steps after it, in order, on every answer.
     static let after: [After] = [storeIdempotent, addHeaders, publishEvents]
 
@@ -122,14 +125,38 @@ enum RequestPipeline {
         case .proceed(let claim):
             x.idempotency = claim
             return nil
+        case .unclaimed:
+            return nil
         }
     }
 
-    /// Request bodies are JSON (§1.1).
+    /// Request bodies are JSON (§1.1); a body over the limit counts as one (it was sent, only not read).
     static func requireJSON(_ x: inout Exchange) throws -> Response? {
-        if !x.request.body.isEmpty, !isJSON(x.request.headers["Content-Type"]) {
+        if !x.request.body.isEmpty || x.request.bodyOverLimit, !isJSON(x.request.headers["Content-Type"]) {
             throw APIError(.unsupportedMediaType, "request bodies must be application/json")
         }
+        return nil
+    }
+
+    /// A body over the route's limit (§1.1: 1 MiB unless the route says otherwise) was not read; 413 comes here, after
+    /// the credential, idempotency and media-type checks (§1.4). The HTTP layer closes the connection after it.
+    static func limitBody(_ x: inout Exchange) throws -> Response? {
+        if x.request.bodyOverLimit { throw APIError(.payloadTooLarge, "request body too large") }
+        return nil
+    }
+
+    /// U+0000 in a path or query parameter → 400 naming each (``NULCharacter``: the rule JSON bodies follow in
+    /// `BodyReader.parse`). Before any handler, so no route can pass one to PostgreSQL.
+    static func refuseNUL(_ x: inout Exchange) throws -> Response? {
+        var errors: [FieldError] = []
+        for name in x.request.pathParameters.keys.sorted() where NULCharacter.isIn(x.request.pathParameters[name] ?? "") {
+            errors.append(FieldError(field: name, message: NULCharacter.message))
+        }
+        for (name, value) in x.request.query where NULCharacter.isIn(name) || NULCharacter.isIn(value) {
+            // A name holding NUL is not repeated in the answer; the query as a whole is named instead.
+            errors.append(FieldError(field: NULCharacter.isIn(name) ? "query" : name, message: NULCharacter.message))
+        }
+        if !errors.isEmpty { throw APIError.invalidParams(errors) }
         return nil
     }
 

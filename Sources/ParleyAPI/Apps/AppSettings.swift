@@ -88,7 +88,8 @@ public struct AppSettings: Sendable, Equatable {
         var changed: [String] = []
         var updated = object
         for field in Self.fields {
-            guard let value = patch[field.name] else { continue }
+            guard let given = patch[field.name] else { continue }
+            let value = Self.normalized(given, field.kind)
             if let message = Self.problem(value, field.kind) {
                 errors.append(FieldError(field: "\(path).\(field.name)", message: message))
             } else if updated[field.name] != value {
@@ -99,7 +100,8 @@ public struct AppSettings: Sendable, Equatable {
         if let pushValue = patch["push"] {
             if let pushPatch = pushValue.objectValue, var push = updated["push"]?.objectValue {
                 for field in Self.pushFields {
-                    guard let value = pushPatch[field.name] else { continue }
+                    guard let given = pushPatch[field.name] else { continue }
+                    let value = Self.normalized(given, field.kind)
                     if let message = Self.problem(value, field.kind) {
                         errors.append(FieldError(field: "\(path).push.\(field.name)", message: message))
                     } else if push[field.name] != value {
@@ -117,15 +119,23 @@ public struct AppSettings: Sendable, Equatable {
         return changed
     }
 
+    /// Integer settings are stored as integers however they were written: `200.0` is 200 (API.md §1.1).
+    private static func normalized(_ value: JSONValue, _ kind: Kind) -> JSONValue {
+        switch kind {
+        case .int, .zeroOr: value.intValue.map(JSONValue.int) ?? value
+        default: value
+        }
+    }
+
     private static func problem(_ value: JSONValue, _ kind: Kind) -> String? {
         switch kind {
         case .bool:
             return value.boolValue == nil ? "must be a boolean" : nil
         case .int(let range):
-            guard case .int(let i) = value else { return "must be an integer" }
+            guard let i = value.intValue else { return "must be an integer" }
             return range.contains(i) ? nil : "must be between \(range.lowerBound) and \(range.upperBound)"
         case .zeroOr(let range):
-            guard case .int(let i) = value else { return "must be an integer" }
+            guard let i = value.intValue else { return "must be an integer" }
             return i == 0 || range.contains(i) ? nil : "must be 0 or between \(range.lowerBound) and \(range.upperBound)"
         case .choice(let options):
             guard let s = value.stringValue, options.contains(s) else {

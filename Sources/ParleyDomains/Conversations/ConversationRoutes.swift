@@ -117,7 +117,7 @@ package enum ConversationRoutes {
         filter.unreadOnly = query.bool("unread_only") ?? false
         filter.pinned = query.bool("pinned")
         let limit = query.limit()
-        let cursor = query.string("cursor")
+        let cursor = query.cursor()
         try query.check()
         let list =
             "conversations|\(ctx.appID)|\(userID)|\(filter.types ?? [])|\(filter.marks ?? [])|\(filter.anyMarked)|\(filter.unmarked)|"

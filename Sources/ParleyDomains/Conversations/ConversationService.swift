@@ -165,13 +165,17 @@ struct ConversationService: DomainService {
 extension ConversationService {
     typealias Filter = ConversationStore.Filter
 
-    /// Up to `limit` of the user's live entries by `order_key` desc, then type desc, then id desc, after `after`.
+    /// Up to `limit` of the user's live entries by `order_key` desc, then type desc, then id desc, after `after`;
+    /// 404 `user_not_found` for an unknown or soft-deleted user (not an empty page).
     func list(userID: String, filter: Filter, after: (orderKey: Int64, type: String, id: String)?, limit: Int) throws -> [Conversation] {
-        try ConversationStore.list(appID: appID, userID: userID, filter: filter, after: after, limit: limit, on: db)
+        try UserService(db: db, appID: appID, now: now).requireLive(userID)
+        return try ConversationStore.list(appID: appID, userID: userID, filter: filter, after: after, limit: limit, on: db)
     }
 
-    /// The sum of the unread counts of the user's matching entries.
+    /// The sum of the unread counts of the user's matching entries; 404 `user_not_found` for an unknown or
+    /// soft-deleted user (not 0).
     func totalUnread(userID: String, filter: Filter) throws -> Int64 {
-        try ConversationStore.totalUnread(appID: appID, userID: userID, filter: filter, on: db)
+        try UserService(db: db, appID: appID, now: now).requireLive(userID)
+        return try ConversationStore.totalUnread(appID: appID, userID: userID, filter: filter, on: db)
     }
 }

@@ -50,7 +50,7 @@ extension GroupRoutes {
         let limit = query.limit()
         let type = query.choice("type", GroupApplication.Kind.allCases.map(\.rawValue)).flatMap(GroupApplication.Kind.init)
         let state = query.choice("state", GroupApplication.State.allCases.map(\.rawValue)).flatMap(GroupApplication.State.init)
-        let cursor = query.string("cursor")
+        let cursor = query.cursor()
         try query.check()
         let fullList = "\(list)|\(type?.rawValue ?? "")|\(state?.rawValue ?? "")"
         var after: (Int64, String)?

@@ -143,7 +143,7 @@ extension GroupRoutes {
             roles = raw.compactMap { Int64($0) }.filter { (1...10000).contains($0) }
             if roles?.count != raw.count { query.addError("role", "must be a list of roles 1 to 10000") }
         }
-        let cursor = query.string("cursor")
+        let cursor = query.cursor()
         try query.check()
         let service = GroupService.forRequest(ctx)
         let group = try service.get(groupID, on: ctx.db)
@@ -168,7 +168,7 @@ extension GroupRoutes {
         var query = ctx.query()
         let limit = query.limit()
         let keywords = KeywordMatch.keywords(&query)
-        let cursor = query.string("cursor")
+        let cursor = query.cursor()
         try query.check()
         let service = GroupService.forRequest(ctx)
         guard try service.liveUsers([userID], on: ctx.db).contains(userID) else { throw UserService.notFound(userID) }

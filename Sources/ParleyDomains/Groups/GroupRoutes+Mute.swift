@@ -51,7 +51,7 @@ extension GroupRoutes {
             let groupID = try ctx.pathID("group_id", .groupID)
             var query = ctx.query()
             let limit = query.limit()
-            let cursor = query.string("cursor")
+            let cursor = query.cursor()
             try query.check()
             let service = GroupService.forRequest(ctx)
             let group = try service.get(groupID, on: ctx.db)

@@ -25,7 +25,7 @@ package enum GroupRoutes {
             let limit = query.limit()
             let keywords = KeywordMatch.keywords(&query)
             let includeDismissed = query.bool("include_dismissed") ?? false
-            let cursor = query.string("cursor")
+            let cursor = query.cursor()
             try query.check()
             let list = "groups|\(ctx.appID)|\(keywords.joined(separator: " "))|\(includeDismissed)"
             var after: (Int64, String)?

@@ -191,10 +191,18 @@ struct MessageService: DomainService {
 extension MessageService {
     typealias HistoryQuery = MessageStore.HistoryQuery
 
-    /// The history rows of a conversation (§11.3), as ``MessageRow`` reads them.
+    /// The history rows of a conversation (§11.3), as ``MessageRow`` reads them. The statement returns rows only
+    /// when the read is allowed (a viewing user exists and is not soft-deleted; a group is live and the viewer a
+    /// member), so the allowed read costs one round trip; no rows asks why, in the order of the checks: 404
+    /// `user_not_found`, then the group's 404, 409, 403.
     func history(_ type: ConversationType, id: String, viewer userID: String?, query: HistoryQuery) throws -> PostgresResult {
-        try MessageStore.history(
+        let rows = try MessageStore.history(
             appID: appID, conversationType: type, threadID: MessageStore.thread(type, userID ?? "", id), peer: id, query: query, on: db)
+        if rows.rowCount == 0 {
+            if let userID { try UserService(db: db, appID: appID, now: now).requireLive(userID) }
+            if type == .group { try requireGroupHistory(id, viewer: userID, on: db) }
+        }
+        return rows
     }
 
     /// The snapshots of a combine message from `position` on.

@@ -78,7 +78,8 @@ enum MessageStore {
         var endAt: Int64 = .max
         var types: [Int64]?
         var forward = false
-        /// The viewing user of a user view (its `cleared_seq` applies and others' suppressed messages are hidden).
+        /// The viewing user of a user view (its `cleared_seq` applies and others' suppressed messages are hidden);
+        /// rows come only while that user exists and is not soft-deleted (`UserService.requireLive`, folded in).
         var viewer: String?
         /// App key only: also other users' suppressed messages.
         var includeHidden = false
@@ -106,6 +107,7 @@ enum MessageStore {
               AND (NOT $13 OR EXISTS (SELECT 1 FROM groups g WHERE g.app_id = $1 AND g.group_id = $3 AND g.dismissed_at IS NULL
                     AND ($9::text IS NULL OR EXISTS (SELECT 1 FROM group_members gm
                                                      WHERE gm.app_id = $1 AND gm.group_id = $3 AND gm.user_id = $9))))
+              AND ($9::text IS NULL OR EXISTS (SELECT 1 FROM users u WHERE u.app_id = $1 AND u.user_id = $9 AND u.deleted_at IS NULL))
             ORDER BY m.seq \(order) LIMIT $12
             """
         }

@@ -129,7 +129,7 @@ package enum PresenceRoutes {
         // An empty `user_ids=` filters nothing, like an absent one.
         let filter = query.list("user_ids").flatMap { $0.isEmpty ? nil : $0 }
         let limit = query.limit()
-        let cursor = query.string("cursor")
+        let cursor = query.cursor()
         if let filter {
             for id in filter where IdentifierKind.userID.problem(id) != nil {
                 query.addError("user_ids", "\(id): \(IdentifierKind.userID.problem(id) ?? "invalid")")

@@ -108,7 +108,7 @@ package enum BlacklistRoutes {
         let owner = try ctx.pathID("user_id", .userID)
         var query = ctx.query()
         let limit = query.limit()
-        let cursor = query.string("cursor")
+        let cursor = query.cursor()
         try query.check()
         let list = "blacklist|\(ctx.appID)|\(owner)"
         let after: (createdAt: Int64, userID: String)? = try ctx.timeAndIDCursor(cursor, list: list)

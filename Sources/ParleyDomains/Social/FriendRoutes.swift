@@ -170,7 +170,7 @@ package enum FriendRoutes {
         let owner = try ctx.pathID("user_id", .userID)
         var query = ctx.query()
         let limit = query.limit()
-        let cursor = query.string("cursor")
+        let cursor = query.cursor()
         let keywords = (query.string("q") ?? "").lowercased().split(separator: " ").map(String.init)
         if keywords.count > 5 { query.addError("q", "at most 5 keywords") }
         let matchAlias = query.bool("match_alias") ?? false
@@ -192,7 +192,7 @@ package enum FriendRoutes {
         let userID = try ctx.pathID("user_id", .userID)
         var query = ctx.query()
         let limit = query.limit()
-        let cursor = query.string("cursor")
+        let cursor = query.cursor()
         let direction =
             query.choice("direction", FriendApplication.Direction.allCases.map(\.rawValue)).flatMap(FriendApplication.Direction.init)
             ?? .all

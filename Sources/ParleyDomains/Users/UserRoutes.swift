@@ -241,7 +241,7 @@ package enum UserRoutes {
         let state = query.choice("state", UserService.ListState.allCases.map(\.rawValue)).flatMap(UserService.ListState.init) ?? .active
         let q = query.string("q").map { $0.lowercased() }.flatMap { $0.isEmpty ? nil : $0 }
         let limit = query.limit()
-        let cursor = query.string("cursor")
+        let cursor = query.cursor()
         try query.check()
         let list = "users|\(state.rawValue)|\(q ?? "")"
         var after: String?

@@ -302,4 +302,12 @@ extension UserService {
     package func requireExists(_ userID: String) throws {
         guard try UserStore.fetch(appID: appID, userID: userID, on: db) != nil else { throw Self.notFound(userID) }
     }
+
+    /// 404 `user_not_found` unless the user exists and is not soft-deleted: reads of a user's own data (its
+    /// conversations, unread count, history) are hidden with the user (API.md §4, §19 `6000011`).
+    package func requireLive(_ userID: String) throws {
+        guard let user = try UserStore.fetch(appID: appID, userID: userID, on: db), !user.isDeleted else {
+            throw Self.notFound(userID)
+        }
+    }
 }

@@ -38,6 +38,36 @@ struct BodyReaderTests {
         #expect(throws: Never.self) { try r.check() }
     }
 
+    /// API.md §1.1: an integer is a whole number however it is written, as JSON Schema says.
+    @Test func wholeNumbersAreIntegersHoweverWritten() throws {
+        var r = try reader(#"{"a":3600.0,"b":3.6e3,"c":-2E0,"d":[1.0,2e0],"e":3600.5,"f":1e300,"p":3.0}"#)
+        #expect(r.int("a") == 3600)
+        #expect(r.int("b") == 3600)
+        #expect(r.int("c") == -2)
+        #expect(r.intArray("d") == [1, 2])
+        #expect(r.intEnumeration("p", Priority.self) == .high)
+        #expect(r.errors.isEmpty)
+        #expect(r.int("e") == nil)
+        #expect(r.int("f") == nil)
+        #expect(r.errors.map(\.field) == ["body.e", "body.f"])
+    }
+
+    /// U+0000 (only a `\u0000` escape can carry it) is refused wherever it is, each place named; an escaped
+    /// backslash before `u0000` is not one.
+    @Test func nulIsRefusedAtAnyDepthNamingEachField() throws {
+        let json = #"{"ok":"x","a":"\u0000","n":{"deep":[1,{"s":"x\u0000y"}]},"k":{"bad\u0000name":1},"unknown":["\u0000"]}"#
+        do {
+            _ = try reader(json)
+            Issue.record("a body with NUL was accepted")
+        } catch let error as APIError {
+            #expect(error.code == .invalidParams)
+            #expect(error.fieldErrors.map(\.field) == ["body.a", "body.n.deep[1].s", "body.k", "body.unknown[0]"])
+        }
+        #expect(throws: APIError.self) { try reader(#"{"\u0000":1}"#) }
+        #expect(try reader(#"{"a":"\\u0000"}"#).object["a"] == .string(#"\u0000"#))
+        #expect(try JSONValue.parseNotingNUL(Array(#"{"a":"\u0001"}"#.utf8)).containsNUL == false)
+    }
+
     @Test func collectsEveryErrorWithPaths() throws {
         var r = try reader(
             #"{"count":1.5,"limit":"20","name":7,"text":"","ids":["ok","bad id",3],"flag":null,"#
