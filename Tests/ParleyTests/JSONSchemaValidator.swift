@@ -30,10 +30,11 @@ struct JSONSchemaValidator {
         "maxProperties", "items", "minItems", "maxItems", "uniqueItems", "minimum", "maximum", "exclusiveMinimum",
         "exclusiveMaximum", "minLength", "maxLength", "pattern", "allOf", "anyOf", "oneOf", "not", "$ref",
     ]
-    /// Keywords that carry no assertion and are skipped.
+    /// Keywords that carry no assertion and are skipped (JSON Schema 2020-12's content vocabulary is annotation only:
+    /// the SSE frames' `data` says it holds Event JSON with `contentMediaType` and `contentSchema`).
     static let annotationKeywords: Set<String> = [
         "format", "description", "default", "example", "examples", "title", "deprecated", "readOnly", "writeOnly",
-        "$comment",
+        "$comment", "contentMediaType", "contentEncoding", "contentSchema",
     ]
     static var knownKeywords: Set<String> { assertionKeywords.union(annotationKeywords) }
 
