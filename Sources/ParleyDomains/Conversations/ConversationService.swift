@@ -38,11 +38,14 @@ struct ConversationService: DomainService {
     }
 
     /// Applies `patch`, creating the entry when absent (peer: the other user must exist; group: the user must be a
-    /// member, else 403 `not_group_member`); `conversation.updated` lists the fields whose value changed. A
+    /// member, else 403 `not_group_member`); 404 `user_not_found` for an unknown or soft-deleted user; `conversation.updated` lists the fields whose value changed. A
     /// disabled group entry can still be patched, but `alias` lives on the member row and is ignored once the user
     /// is no longer a member.
     func update(userID: String, type: String, id: String, patch: Patch) throws -> Conversation {
         try db.transaction { db in
+            // Like the list, an unknown or soft-deleted user's entries are 404 (and a new entry's row references its
+            // user: without this a patch for a user that does not exist failed on the foreign key).
+            try UserService(db: db, appID: appID, now: now).requireLive(userID)
             let memberAlias =
                 type == "group" ? try ConversationStore.lockMemberAlias(appID: appID, userID: userID, groupID: id, on: db) : nil
             var current = try ConversationStore.lock(appID: appID, userID: userID, type: type, id: id, on: db)
