@@ -48,29 +48,35 @@ package final class Metrics: Sendable {
     /// The HTTP part of the exposition text.
     package func render() -> String {
         let s = state.withLock { $0 }
-        var out = "# HELP parley_http_requests_total HTTP requests by method, route template and status.\n"
-        out += "# TYPE parley_http_requests_total counter\n"
+        var out = Self.family("parley_http_requests_total", "counter", "HTTP requests by method, route template and status.")
         let sorted = s.requests.sorted { ($0.key.route, $0.key.method, $0.key.status) < ($1.key.route, $1.key.method, $1.key.status) }
         for (key, count) in sorted {
             out += "parley_http_requests_total{method=\"\(key.method)\",route=\"\(Self.escape(key.route))\",status=\"\(key.status)\"} \(count)\n"
         }
-        out += "# HELP parley_http_request_duration_seconds HTTP request latency.\n"
-        out += "# TYPE parley_http_request_duration_seconds histogram\n"
+        out += Self.family("parley_http_request_duration_seconds", "histogram", "HTTP request latency.")
         for (i, bound) in Metrics.buckets.enumerated() {
             out += "parley_http_request_duration_seconds_bucket{le=\"\(bound)\"} \(s.bucketCounts[i])\n"
         }
         out += "parley_http_request_duration_seconds_bucket{le=\"+Inf\"} \(s.durationCount)\n"
         out += "parley_http_request_duration_seconds_sum \(s.durationSum)\n"
         out += "parley_http_request_duration_seconds_count \(s.durationCount)\n"
-        out += "# HELP parley_http_connections_open Open HTTP connections.\n# TYPE parley_http_connections_open gauge\n"
-        out += "parley_http_connections_open \(s.openConnections)\n"
-        out += "# HELP parley_messages_total Messages accepted by sends, by conversation type and storage.\n"
-        out += "# TYPE parley_messages_total counter\n"
+        out += Self.metric("parley_http_connections_open", "gauge", "Open HTTP connections.", s.openConnections)
+        out += Self.family("parley_messages_total", "counter", "Messages accepted by sends, by conversation type and storage.")
         for (key, count) in s.messages.sorted(by: { $0.key < $1.key }) {
             let parts = key.split(separator: " ")
             out += "parley_messages_total{conversation_type=\"\(parts[0])\",stored=\"\(parts[1])\"} \(count)\n"
         }
         return out
+    }
+
+    /// The `# HELP` and `# TYPE` lines of a metric in the exposition text; its samples follow.
+    package static func family(_ name: String, _ type: String, _ help: String) -> String {
+        "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
+    }
+
+    /// A metric with one unlabelled sample.
+    package static func metric(_ name: String, _ type: String, _ help: String, _ value: some CustomStringConvertible) -> String {
+        family(name, type, help) + "\(name) \(value)\n"
     }
 
     package static func escape(_ value: String) -> String {

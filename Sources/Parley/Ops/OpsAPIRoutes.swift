@@ -18,24 +18,24 @@ enum OpsAPIRoutes {
                 }
             }
             var text = services.metrics.render()
-            text += "# HELP parley_db_pool_in_use PostgreSQL connections running work.\n# TYPE parley_db_pool_in_use gauge\n"
-            text += "parley_db_pool_in_use \(services.pool.inUse)\n"
-            text += "# HELP parley_db_pool_waiting Jobs waiting for a PostgreSQL connection.\n# TYPE parley_db_pool_waiting gauge\n"
-            text += "parley_db_pool_waiting \(services.pool.waiting)\n"
-            text += "# HELP parley_db_stalls_total Times PostgreSQL stopped answering (an exchange unanswered past the timeout).\n"
-            text += "# TYPE parley_db_stalls_total counter\nparley_db_stalls_total \(health.circuit.timesOpened)\n"
+            text += Metrics.metric("parley_db_pool_in_use", "gauge", "PostgreSQL connections running work.", services.pool.inUse)
+            text += Metrics.metric("parley_db_pool_waiting", "gauge", "Jobs waiting for a PostgreSQL connection.", services.pool.waiting)
+            text += Metrics.metric(
+                "parley_db_stalls_total", "counter", "Times PostgreSQL stopped answering (an exchange unanswered past the timeout).",
+                health.circuit.timesOpened)
             if let embedded = health.embedded {
-                text += "# HELP parley_embedded_postgres_restarts_total Restarts of the embedded PostgreSQL by its supervisor.\n"
-                text += "# TYPE parley_embedded_postgres_restarts_total counter\n"
-                text += "parley_embedded_postgres_restarts_total \(embedded.restarts)\n"
-                text += "# HELP parley_embedded_postgres_up 1 while the embedded PostgreSQL accepts connections.\n"
-                text += "# TYPE parley_embedded_postgres_up gauge\nparley_embedded_postgres_up \(embedded.state == .running ? 1 : 0)\n"
+                text += Metrics.metric(
+                    "parley_embedded_postgres_restarts_total", "counter", "Restarts of the embedded PostgreSQL by its supervisor.",
+                    embedded.restarts)
+                text += Metrics.metric(
+                    "parley_embedded_postgres_up", "gauge", "1 while the embedded PostgreSQL accepts connections.",
+                    embedded.state == .running ? 1 : 0)
             }
-            text += "# HELP parley_sse_streams_open Open SSE streams.\n# TYPE parley_sse_streams_open gauge\n"
+            text += Metrics.family("parley_sse_streams_open", "gauge", "Open SSE streams.")
             let streams = hub.openStreams()
             text += "parley_sse_streams_open{kind=\"user\"} \(streams.user)\nparley_sse_streams_open{kind=\"app\"} \(streams.app)\n"
             if let heads = try? services.pool.withConnection({ db in try StatsStore.eventHeads(on: db) }) {
-                text += "# HELP parley_event_log_head Newest event id per app.\n# TYPE parley_event_log_head gauge\n"
+                text += Metrics.family("parley_event_log_head", "gauge", "Newest event id per app.")
                 for (app, head) in heads { text += "parley_event_log_head{app_id=\"\(Metrics.escape(app))\"} \(head)\n" }
             }
             return Response(status: 200, headers: ["Content-Type": "text/plain; version=0.0.4; charset=utf-8"], body: Array(text.utf8))
