@@ -3,7 +3,7 @@
 
 The layers are SwiftPM modules, lowest first: ParleyCore, ParleyAPI, ParleyDomains, ParleyLive, Parley. A module
 can import only the ones below it, so the compiler already rejects an upward reference between modules. Inside a
-module it cannot: this script checks the folders within ParleyAPI (Events < Apps < API), ParleyDomains (the domains
+module it cannot: this script checks the folders within ParleyAPI (Events < Outbound < Apps < API), ParleyDomains (the domains
 in their order: a domain may use the domains listed before it, never one after it) and Parley (Ops < App).
 
 A folder depends on another when its code names a type or a top-level function declared there. The script reads
@@ -13,6 +13,7 @@ identifier of every file, with comments and string literals removed.
 Layers, lowest first; a folder may use its own layer and the ones below it:
   Core           (ParleyCore)     values, JSON, errors, crypto, the clock, metrics, configuration (no domain)
   Events         (ParleyAPI)      the event log and its sequencer
+  Outbound       (ParleyAPI)      webhook models, the delivery outbox and its dispatcher, before-event hook calls
   Apps           (ParleyAPI)      apps, keys and settings (the tenant every request resolves)
   API            (ParleyAPI)      the request pipeline, contexts, shared readers, timers
   domains        (ParleyDomains)  Users, Devices, Presence, Social, Messages, Groups, Conversations (+ later ones)
@@ -33,8 +34,8 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Sources")
 MODULES = {"ParleyCore": "Core", "ParleyAPI": None, "ParleyDomains": None, "ParleyLive": "Live", "Parley": None}
 # The event log and the app records sit below the request pipeline (which appends events and resolves apps);
 # their routes live above it (Live/EventRoutes.swift, Ops/AppRoutes.swift).
-DOMAINS = ["Users", "Devices", "Presence", "Social", "Messages", "Groups", "Conversations"]
-ORDER = ["Core", "Events", "Apps", "API"] + DOMAINS + ["Live", "Ops", "App"]
+DOMAINS = ["Users", "Devices", "Presence", "Social", "Messages", "Groups", "Conversations", "Webhooks"]
+ORDER = ["Core", "Events", "Outbound", "Apps", "API"] + DOMAINS + ["Live", "Ops", "App"]
 DECL = re.compile(r'^(?:(?:public|internal|private|fileprivate|package|final|indirect|nonisolated|@\w+(?:\([^)]*\))?)\s+)*'
                   r'(?:struct|enum|class|protocol|typealias|actor)\s+([A-Z]\w*)', re.M)
 TOPFUNC = re.compile(r'^(?:(?:public|internal|package)\s+)?func\s+([a-z]\w*)', re.M)

@@ -32,6 +32,12 @@ public struct Configuration: Sendable {
         Setting(
             variable: "PARLEY_DB_TIMEOUT_MS", flag: "--db-timeout-ms",
             help: "ms to wait for PostgreSQL to answer one statement or connect, 100-60000 (default 2000)"),
+        Setting(
+            variable: "PARLEY_WEBHOOK_ALLOW_PRIVATE", flag: "--webhook-allow-private",
+            help: "1 lets webhooks and hooks reach loopback, private and link-local addresses (default 0: refused)"),
+        Setting(
+            variable: "PARLEY_WEBHOOK_CA_FILE", flag: "--webhook-ca-file",
+            help: "PEM file of extra CAs trusted for https webhook receivers, besides the system's"),
     ]
 
     public var listenHost = "127.0.0.1"
@@ -53,6 +59,11 @@ public struct Configuration: Sendable {
     public var databaseTimeoutMillis = 2_000
     /// A request head must arrive within this, and a body must not stall for longer, else 408 `7000015` and the
     /// connection closes (the HTTP server's `headerTimeout` and `bodyTimeout`; tests shorten them).
+    /// Webhook and hook destinations in loopback, private, link-local and metadata ranges are refused unless this is
+    /// set: a tenant's endpoint must not reach the operator's internal services.
+    public var webhookAllowPrivate = false
+    /// Extra trusted CAs (PEM) for https webhook receivers.
+    public var webhookCAFile: String?
     public var requestHeadTimeoutMillis = 10_000
     public var requestBodyTimeoutMillis = 30_000
 
@@ -134,6 +145,19 @@ public struct Configuration: Sendable {
                 throw Invalid(description: "PARLEY_DB_TIMEOUT_MS (--db-timeout-ms) must be 100 to 60000, got \"\(text)\"")
             }
             config.databaseTimeoutMillis = ms
+        }
+        if let allow = values["PARLEY_WEBHOOK_ALLOW_PRIVATE"] {
+            switch allow {
+            case "1", "true": config.webhookAllowPrivate = true
+            case "0", "false": config.webhookAllowPrivate = false
+            default: throw Invalid(description: "PARLEY_WEBHOOK_ALLOW_PRIVATE (--webhook-allow-private) must be 0 or 1, got \"\(allow)\"")
+            }
+        }
+        if let file = values["PARLEY_WEBHOOK_CA_FILE"], !file.isEmpty {
+            guard access(file, R_OK) == 0 else {
+                throw Invalid(description: "PARLEY_WEBHOOK_CA_FILE (--webhook-ca-file) must name a readable PEM file, got \"\(file)\"")
+            }
+            config.webhookCAFile = file
         }
         return config
     }

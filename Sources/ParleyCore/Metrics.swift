@@ -6,7 +6,7 @@ import Synchronization
 ///
 /// Owner: `state` behind its `LockedValue`; recorded from the event loops after each response.
 package final class Metrics: Sendable {
-    static let buckets: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+    package static let buckets: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 
     private struct RequestKey: Hashable {
         let method: String

@@ -85,7 +85,6 @@ public final class ParleyApp: Sendable {
             self.health = health
             // The event log and the message writer say which apps got events; the hub streams them.
             let hub = EventHub(heartbeatMillis: configuration.sseHeartbeatMillis, logger: logger.named("live"))
-            let writer = MessageWriter(logger: logger.named("messages")) { appID in hub.poke(appID) }
             let services = Services(
                 pool: pool, clock: ServerClock(testClock: configuration.testClock), adminKey: adminKey, metrics: Metrics(),
                 logger: logger, configuration: configuration, stopping: stopping, timerKinds: TimerKinds.all,
@@ -98,6 +97,11 @@ public final class ParleyApp: Sendable {
                     }
                 })
             self.services = services
+            // Batches the writer commits may have written webhook deliveries (the outbox trigger).
+            let writer = MessageWriter(logger: logger.named("messages")) { appID in
+                hub.poke(appID)
+                services.webhooks.dispatcher.poke()
+            }
             self.hub = hub
             self.writer = writer
             if embedded != nil { try Self.createDefaultAppIfNone(services: services, output: output) }
@@ -126,6 +130,7 @@ public final class ParleyApp: Sendable {
                 configuration: http, router: routes, executor: PoolExecutor(pool: pool), hooks: hooks, logger: httpLogger)
             services.sequencer.start(database: serving, pgLogger: pgLogger)
             writer.start(database: serving, pgLogger: pgLogger)
+            services.webhooks.dispatcher.start(database: serving, pgLogger: pgLogger)
             hub.start(database: serving, pgLogger: pgLogger, services: services)
             services.timers.start(services: services)
         } catch {
@@ -170,6 +175,7 @@ public final class ParleyApp: Sendable {
         // In-flight answers wait for the sequencer (and sends for the message writer): stop them after the server.
         writer.stop()
         services.sequencer.stop()
+        services.webhooks.dispatcher.stop()
         services.timers.stop()
         pool.shutdown()
         embedded?.stop()

@@ -29,6 +29,7 @@ enum Routes {
         DeviceRoutes.register(on: &api)
         MessageRoutes.register(on: &api, writer: writer)
         ConversationRoutes.register(on: &api)
+        WebhookRoutes.register(on: &api)
         EventRoutes.register(on: &api)
         LiveRoutes.register(on: &api, hub: hub)
         OpsAPIRoutes.register(on: &api, hub: hub, health: health)

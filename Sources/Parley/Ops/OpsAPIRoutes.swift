@@ -79,6 +79,8 @@ enum OpsAPIRoutes {
             try body.check()
             ctx.services.clock.advance(by: ms!)
             ctx.services.timers.fireDue(services: ctx.services, now: ctx.services.clock.now())
+            // Webhook retries may have become due.
+            ctx.services.webhooks.dispatcher.poke()
             // The timers' events (in any app) are in the log before the answer, like those of any write.
             let answer = try clockResponse(ctx)
             let sequencer = ctx.services.sequencer

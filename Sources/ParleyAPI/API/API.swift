@@ -1,6 +1,7 @@
 import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
+import ParleySync
 
 /// The shared, immutable parts every route uses.
 package final class Services: Sendable {
@@ -16,6 +17,7 @@ package final class Services: Sendable {
     package let stopping: StopFlag
     package let timers: Timers
     package let sequencer: EventSequencer
+    package let webhooks: Webhooks
 
     package init(
         pool: PostgresPool, clock: ServerClock, adminKey: String, metrics: Metrics, logger: Logger, configuration: Configuration,
@@ -36,7 +38,17 @@ package final class Services: Sendable {
         self.stopping = stopping
         timers = Timers(kinds: timerKinds)
         // The log only says which apps got events; the app layer hands that to the live hub (`sequenced`).
-        sequencer = EventSequencer(logger: logger.named("events"), sequenced: sequenced)
+        let webhooksReady = LockedValue<Webhooks?>(nil)
+        let sequencer = EventSequencer(logger: logger.named("events")) { appID in
+            // Stored events may have written deliveries (the outbox trigger).
+            webhooksReady.withLock { $0 }?.dispatcher.poke()
+            sequenced(appID)
+        }
+        self.sequencer = sequencer
+        webhooks = Webhooks(
+            configuration: configuration, clock: clock, logger: logger.named("webhooks"), eventsWritten: { sequencer.poke($0) },
+            appChanged: { apps.invalidate(appID: $0) })
+        webhooksReady.withLock { $0 = webhooks }
     }
 }
 

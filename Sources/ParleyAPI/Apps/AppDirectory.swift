@@ -12,6 +12,9 @@ public struct AppRecord: Sendable {
     package let tokenSecret: [UInt8]
     public let createdAt: Int64
     public let updatedAt: Int64
+    /// The enabled endpoint serving each before-event hook type (§15.3), so a request learns whether to call a hook
+    /// without a query (a change on another node is seen within the cache's TTL).
+    package let beforeHooks: [String: HookEndpoint]
 }
 
 /// Per-node cache of apps and app keys, so authenticating a request costs no query most of the time.

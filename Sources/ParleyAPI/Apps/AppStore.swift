@@ -3,14 +3,34 @@ import ParleyPostgres
 
 /// SQL for apps and app keys (API.md §3). No rules here: callers check permissions and inputs.
 package enum AppStore {
-    static let columns = "app_id, name, settings::text, token_secret, created_at, updated_at"
+    /// The app's columns, and the before-event hook types an enabled webhook serves (§15.3; Apps/AppDirectory.swift
+    /// caches them with the app, so a request learns whether to call a hook without a query).
+    static let columns = """
+        app_id, name, settings::text, token_secret, created_at, updated_at,
+        (SELECT json_agg(json_build_object('type', h.hook_type, 'webhook_id', w.webhook_id, 'url', w.url, 'secret', w.secret,
+                    'previous_secret', CASE WHEN w.previous_secret_until > (extract(epoch FROM now()) * 1000)::bigint THEN w.previous_secret END,
+                    'timeout_ms', w.timeout_ms, 'fail_open', w.fail_open))::text
+         FROM webhook_before_hooks h JOIN webhooks w ON w.app_id = h.app_id AND w.webhook_id = h.webhook_id
+         WHERE h.app_id = apps.app_id AND w.enabled)
+        """
 
     package static func record(_ row: PostgresRow) throws -> AppRecord {
         let settingsJSON = try row[2].string
         let settingsObject = (try? JSONValue.parse(Array(settingsJSON.utf8)))?.objectValue ?? JSONObject()
         return AppRecord(
             appID: try row[0].string, name: try row[1].string, settings: .stored(settingsObject),
-            tokenSecret: try row[3].bytes, createdAt: try row[4].int64, updatedAt: try row[5].int64)
+            tokenSecret: try row[3].bytes, createdAt: try row[4].int64, updatedAt: try row[5].int64,
+            beforeHooks: row[6].isNull ? [:] : beforeHooks(try row[6].string))
+    }
+
+    /// The before-hook endpoints by type, from the JSON array `columns` builds.
+    private static func beforeHooks(_ json: String) -> [String: HookEndpoint] {
+        guard case .array(let items)? = try? JSONValue.parse(Array(json.utf8)) else { return [:] }
+        var hooks: [String: HookEndpoint] = [:]
+        for case .object(let item) in items {
+            if let (type, endpoint) = HookEndpoint.parse(item) { hooks[type] = endpoint }
+        }
+        return hooks
     }
 
     static func fetchRecord(appID: String, on db: PostgresConnection) throws -> AppRecord? {

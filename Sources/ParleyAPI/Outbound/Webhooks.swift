@@ -1,0 +1,29 @@
+import ParleyCore
+import ParleyHTTP
+import ParleyPostgres
+
+/// A node's webhook machinery (API.md §15): the outbound transport, the delivery dispatcher and the before-event
+/// hook caller, sharing one transport and one set of metrics.
+package final class Webhooks: Sendable {
+    package let transport: WebhookTransport
+    package let dispatcher: WebhookDispatcher
+    package let hooks: BeforeHooks
+    package let metrics: WebhookMetrics
+
+    /// `eventsWritten`: sequence an app's events soon (`webhook.disabled`); `appChanged`: forget an app's cached
+    /// record (its before-hook endpoints changed).
+    package init(
+        configuration: Configuration, clock: ServerClock, logger: Logger, eventsWritten: @escaping @Sendable (_ appID: String) -> Void,
+        appChanged: @escaping @Sendable (_ appID: String) -> Void
+    ) {
+        transport = WebhookTransport(
+            policy: OutboundPolicy(
+                allowPrivateDestinations: configuration.webhookAllowPrivate, extraCAFile: configuration.webhookCAFile))
+        let metrics = WebhookMetrics()
+        self.metrics = metrics
+        let dispatcher = WebhookDispatcher(
+            transport: transport, clock: clock, logger: logger, metrics: metrics, eventsWritten: eventsWritten, appChanged: appChanged)
+        self.dispatcher = dispatcher
+        hooks = BeforeHooks(transport: transport, clock: clock) { dispatcher.log($0) }
+    }
+}
