@@ -34,6 +34,9 @@ enum OpsAPIRoutes {
             text += Metrics.family("parley_sse_streams_open", "gauge", "Open SSE streams.")
             let streams = hub.openStreams()
             text += "parley_sse_streams_open{kind=\"user\"} \(streams.user)\nparley_sse_streams_open{kind=\"app\"} \(streams.app)\n"
+            if let queue = try? services.pool.withConnection({ db in try StatsStore.webhookQueue(now: services.clock.now(), on: db) }) {
+                text += services.webhooks.metrics.render(queueDepth: Int(queue.depth), oldestPendingSeconds: Double(queue.oldestMillis) / 1000)
+            }
             if let heads = try? services.pool.withConnection({ db in try StatsStore.eventHeads(on: db) }) {
                 text += Metrics.family("parley_event_log_head", "gauge", "Newest event id per app.")
                 for (app, head) in heads { text += "parley_event_log_head{app_id=\"\(Metrics.escape(app))\"} \(head)\n" }
@@ -64,7 +67,9 @@ enum OpsAPIRoutes {
             for zero in ["rooms_active", "calls_active"] { o[zero] = 0 }
             o["event_log_head"] = String(stats.eventLogHead)
             o["event_log_trim_point"] = String(stats.eventLogTrimPoint)
-            for zero in ["webhook_pending", "webhook_dead_24h", "push_sent_24h", "push_failed_24h"] { o[zero] = 0 }
+            o["webhook_pending"] = stats.webhookPending
+            o["webhook_dead_24h"] = stats.webhookDeadSince
+            for zero in ["push_sent_24h", "push_failed_24h"] { o[zero] = 0 }
             o["generated_at"] = ctx.now
             return Reply.json(o.finish())
         }

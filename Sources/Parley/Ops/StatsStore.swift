@@ -17,6 +17,9 @@ enum StatsStore {
         var userStreams: Int64
         var eventLogHead: Int64
         var eventLogTrimPoint: Int64
+        /// Webhook deliveries still to go (pending or failed), and those that died since `since`.
+        var webhookPending: Int64
+        var webhookDeadSince: Int64
     }
 
     /// The app's counts, messages since `since` (server-clock ms); nil when there is no such app.
@@ -29,14 +32,28 @@ enum StatsStore {
                    (SELECT count(*) FROM messages WHERE app_id = \(appID)),
                    (SELECT count(*) FROM messages WHERE app_id = \(appID) AND timestamp > \(since)),
                    (SELECT count(*) FROM user_streams WHERE app_id = \(appID)),
-                   h.head, h.trim_point
+                   h.head, h.trim_point,
+                   (SELECT count(*) FROM webhook_deliveries WHERE app_id = \(appID) AND status IN ('pending', 'failed')),
+                   (SELECT count(*) FROM webhook_deliveries WHERE app_id = \(appID) AND status = 'dead' AND last_attempt_at > \(since))
             FROM event_heads h WHERE h.app_id = \(appID)
             """, prepared: false
-        ).decodeFirst((Int64, Int64, Int64, Int64, Int64, Int64, Int64, Int64).self).map {
+        ).first.map {
             Counts(
-                usersTotal: $0.0, usersOnline: $0.1, groupsTotal: $0.2, messagesStored: $0.3, messagesSince: $0.4, userStreams: $0.5,
-                eventLogHead: $0.6, eventLogTrimPoint: $0.7)
+                usersTotal: try $0[0].int64, usersOnline: try $0[1].int64, groupsTotal: try $0[2].int64, messagesStored: try $0[3].int64,
+                messagesSince: try $0[4].int64, userStreams: try $0[5].int64, eventLogHead: try $0[6].int64,
+                eventLogTrimPoint: try $0[7].int64, webhookPending: try $0[8].int64, webhookDeadSince: try $0[9].int64)
         }
+    }
+
+    /// Open webhook deliveries in every app, and the age of the oldest (server-clock ms; 0 without any).
+    static func webhookQueue(now: Int64, on db: PostgresConnection) throws -> (depth: Int64, oldestMillis: Int64) {
+        let row = try db.query(
+            """
+            SELECT count(*), coalesce(\(now) - min(created_at), 0) FROM webhook_deliveries
+            WHERE status IN ('pending', 'failed') AND NOT paused
+            """
+        ).first
+        return (try row?[0].int64 ?? 0, max(0, try row?[1].int64 ?? 0))
     }
 
     /// The newest event id of every app, by app id.

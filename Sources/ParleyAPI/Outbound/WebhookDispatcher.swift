@@ -182,7 +182,7 @@ package final class WebhookDispatcher: Sendable {
                 }
                 let free = maxInFlight - total
                 if free > 0 {
-                    let busy = inFlight.filter { $0.value >= maxInFlightPerEndpoint }.map(\.key)
+                    let busy = inFlight.filter { $0.value >= maxInFlightPerEndpoint }.map { Self.endpoint($0.key) }
                     let claimed = try claim(limit: free, busy: busy, on: connection, inFlight: inFlight)
                     claimedAny = !claimed.isEmpty
                     for item in claimed {
@@ -219,7 +219,8 @@ package final class WebhookDispatcher: Sendable {
 
     /// Leases up to `limit` due deliveries, each the earliest open one of its endpoint and ordering key (§15.2), none
     /// of an endpoint in `busy`; an endpoint's claims beyond its free slots are released again at once.
-    private func claim(limit: Int, busy: [String], on db: PostgresConnection, inFlight: [String: Int]) throws -> [Claimed] {
+    private func claim(limit: Int, busy: [(appID: String, webhookID: String)], on db: PostgresConnection, inFlight: [String: Int]) throws -> [Claimed]
+    {
         let now = clock.now()
         let rows = try db.query(
             """
@@ -227,7 +228,7 @@ package final class WebhookDispatcher: Sendable {
                 SELECT d.id FROM webhook_deliveries d
                 WHERE d.status IN ('pending', 'failed') AND NOT d.paused AND d.next_attempt_at <= \(now)
                   AND (d.leased_until IS NULL OR d.leased_until < clock_timestamp())
-                  AND NOT (d.app_id || chr(0) || d.webhook_id = ANY(\(busy)::text[]))
+                  AND (d.app_id, d.webhook_id) NOT IN (SELECT * FROM unnest(\(busy.map(\.appID))::text[], \(busy.map(\.webhookID))::text[]))
                   AND NOT EXISTS (
                       SELECT 1 FROM webhook_deliveries p
                       WHERE p.app_id = d.app_id AND p.webhook_id = d.webhook_id AND p.order_key = d.order_key
@@ -355,6 +356,12 @@ package final class WebhookDispatcher: Sendable {
             appChanged(appID)
             eventsWritten(appID)
         }
+    }
+
+    /// The app and webhook of an in-flight count's key (``Claimed/endpoint``).
+    private static func endpoint(_ key: String) -> (appID: String, webhookID: String) {
+        let parts = key.split(separator: "\u{0}", maxSplits: 1, omittingEmptySubsequences: false)
+        return (String(parts[0]), parts.count > 1 ? String(parts[1]) : "")
     }
 
     /// The delay before the attempt after failed attempt `n` (1…10), with its jitter.
