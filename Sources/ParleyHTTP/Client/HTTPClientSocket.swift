@@ -27,9 +27,10 @@ package final class HTTPClientSocket: HTTPClientTransport {
         throw lastError
     }
 
-    /// Takes ownership of a connected descriptor (the accepted side of a test server).
-    package init(adopting fd: Int32) {
+    /// Takes ownership of a connected, blocking descriptor (the accepted side of a test server).
+    package init(adopting fd: Int32, ioTimeout: Duration) throws {
         self.fd = fd
+        try configure(ioTimeout: ioTimeout)
     }
 
     deinit { close() }

@@ -35,6 +35,7 @@ struct HTTPClientURL: Sendable, Equatable {
         if authority.first == "[" {
             guard let close = authority.firstIndex(of: "]") else { throw invalid }
             hostPart = authority[authority.index(after: authority.startIndex)..<close]
+            guard hostPart.contains(":") else { throw invalid }  // brackets are for IPv6 literals only
             let after = authority[authority.index(after: close)...]
             if !after.isEmpty {
                 guard after.first == ":" else { throw invalid }

@@ -1,4 +1,5 @@
 import COpenSSL
+import CParleyShims
 import ParleySync
 
 /// An OpenSSL `SSL_CTX`: TLS 1.2 or later, with what every stream made from it shares (trust, or the server's
@@ -38,23 +39,23 @@ package final class TLSContext: @unchecked Sendable {
         }
     }
 
-    /// A server context presenting `certificate` (an `X509*`, then the chain after it) with its private key
-    /// (`EVP_PKEY*`); both are retained by the context (for the test receiver).
-    package init(certificate: OpaquePointer, chain: [OpaquePointer] = [], key: OpaquePointer) throws {
+    /// A server context presenting `certificate` (an `X509*`) with its private key (`EVP_PKEY*`), both retained
+    /// by the context (for the test receiver).
+    package init(certificate: OpaquePointer, key: OpaquePointer) throws {
         context = try Self.make(TLS_server_method())
         guard SSL_CTX_use_certificate(context, certificate) == 1, SSL_CTX_use_PrivateKey(context, key) == 1,
             SSL_CTX_check_private_key(context) == 1
         else {
             throw HTTPClientError(.tls, "cannot use the server certificate: \(Self.takeErrors())")
         }
-        for extra in chain where SSL_CTX_ctrl(context, SSL_CTRL_EXTRA_CHAIN_CERT, 0, UnsafeMutableRawPointer(extra)) != 1 {
-            throw HTTPClientError(.tls, "cannot add a chain certificate: \(Self.takeErrors())")
-        }
     }
 
     deinit { SSL_CTX_free(context) }
 
     private static func make(_ method: OpaquePointer?) throws -> OpaquePointer {
+        // OpenSSL writes with write(2), not send(MSG_NOSIGNAL): writing to a peer that has gone would raise SIGPIPE
+        // and end the process. Ignored process-wide, as `HTTPServer` does.
+        parley_ignore_sigpipe()
         ERR_clear_error()
         guard let context = SSL_CTX_new(method) else {
             throw HTTPClientError(.tls, "cannot create a TLS context: \(takeErrors())")

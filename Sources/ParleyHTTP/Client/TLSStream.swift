@@ -139,7 +139,7 @@ package final class TLSStream: HTTPClientTransport {
     }
 
     /// True for an IPv4 or IPv6 address literal (verified against the certificate's IP entries, sent without SNI).
-    static func isIPLiteral(_ host: String) -> Bool {
+    package static func isIPLiteral(_ host: String) -> Bool {
         var buffer = in6_addr()
         return inet_pton(AF_INET, host, &buffer) == 1 || inet_pton(AF_INET6, host, &buffer) == 1
     }
