@@ -139,8 +139,5 @@ package final class TLSStream: HTTPClientTransport {
     }
 
     /// True for an IPv4 or IPv6 address literal (verified against the certificate's IP entries, sent without SNI).
-    package static func isIPLiteral(_ host: String) -> Bool {
-        var buffer = in6_addr()
-        return inet_pton(AF_INET, host, &buffer) == 1 || inet_pton(AF_INET6, host, &buffer) == 1
-    }
+    package static func isIPLiteral(_ host: String) -> Bool { OutboundHTTP.classify(address: host) != nil }
 }
