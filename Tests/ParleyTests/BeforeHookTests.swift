@@ -306,4 +306,54 @@ struct BeforeHookTests: ProblemAssertions {
         #expect(f.receiver.received.count == 32)
         #expect(elapsed < .milliseconds(2_500), "32 sends with a 300 ms hook took \(elapsed)")
     }
+
+    // MARK: - group.before_create
+
+    @Test func groupCreateHook() throws {
+        let f = try Fixture(["group.before_create"])
+        f.receiver.answer(#"{"action":"modify","patch":{"name":"patched","attributes":{"k":"v"},"owner_id":"b"}}"#)
+        let r = try f.app.request(.post, "/v1/groups", json: #"{"operator":"a","group_id":"g1","name":"orig","members":["b"]}"#)
+        #expect(r.status == 201, "\(r.text)")
+        #expect(r.json?["group"]?["name"]?.stringValue == "patched")
+        #expect(r.json?["group"]?["owner_id"]?.stringValue == "a")
+        let data = try #require(f.receiver.received.first?.json?["data"])
+        #expect(data["group"]?["name"]?.stringValue == "orig")
+        #expect(data["group"]?["group_id"]?.stringValue == "g1")
+        #expect(data["operator"]?.stringValue == "a")
+        #expect(data["member_ids"]?.arrayValue?.compactMap(\.stringValue) == ["b"])
+
+        f.receiver.answer(#"{"action":"modify","patch":{"name":"\#(String(repeating: "n", count: 60))"}}"#)
+        Self.expectProblem(try f.app.request(.post, "/v1/groups", json: #"{"operator":"a","group_id":"g2"}"#), 422, 7_000_503)
+        f.receiver.answer(#"{"action":"drop","code":7}"#)
+        let dropped = try f.app.request(.post, "/v1/groups", json: #"{"operator":"a","group_id":"g3"}"#)
+        Self.expectProblem(dropped, 403, 7_000_501)
+        #expect(dropped.json?["hook_code"]?.intValue == 7)
+        #expect(try f.app.request(.get, "/v1/groups/g3").status == 404)
+        #expect(try f.app.request(.post, "/v1/groups", json: #"{"operator":"a","group_id":"g4","skip_hooks":true}"#).status == 201)
+        #expect(f.receiver.received.count == 3)
+    }
+
+    // MARK: - friend.before_add
+
+    @Test func friendAddHook() throws {
+        let f = try Fixture(["friend.before_add"], users: ["a", "b", "c"])
+        f.receiver.answer(#"{"action":"modify","patch":{"alias":"bee","wording":"patched"}}"#)
+        let added = try f.app.request(.post, "/v1/users/a/friends", json: #"{"friend_id":"b","wording":"hello"}"#)
+        #expect(added.status == 201, "\(added.text)")
+        #expect(added.json?["alias"]?.stringValue == "bee")
+        #expect(added.json?["wording"]?.stringValue == "patched")
+        let data = try #require(f.receiver.received.first?.json?["data"])
+        #expect(data["user_id"]?.stringValue == "a")
+        #expect(data["friend_id"]?.stringValue == "b")
+        #expect(data["via"]?.stringValue == "direct")
+        #expect(data["wording"]?.stringValue == "hello")
+
+        f.receiver.answer(#"{"action":"reject","reason":"spam"}"#)
+        let rejected = try f.app.request(.post, "/v1/users/a/friend_applications", json: #"{"to":"c","wording":"hi"}"#)
+        Self.expectProblem(rejected, 403, 7_000_501)
+        #expect(f.receiver.received.last?.json?["data"]?["via"]?.stringValue == "application")
+        #expect(try f.app.request(.get, "/v1/users/c/friend_applications").json?["items"]?.arrayValue?.isEmpty == true)
+        f.receiver.answer(#"{"action":"modify","patch":{"alias":42}}"#)
+        Self.expectProblem(try f.app.request(.post, "/v1/users/a/friends", json: #"{"friend_id":"c"}"#), 422, 7_000_503)
+    }
 }

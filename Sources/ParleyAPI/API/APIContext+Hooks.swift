@@ -71,3 +71,22 @@ extension APIContext {
         }
     }
 }
+
+extension APIContext {
+    /// The request after a `modify` verdict (§15.3): `proposed` (what the hook was sent) is patched in its `patchable`
+    /// members, the request body gets the members the patch touched, and `read` reads and validates it with the
+    /// request's own rules. Any failure is 422 `7000503`, never 400 or 413.
+    package func repatched<T>(
+        _ verdict: HookVerdict, proposed: JSONObject, patchable: Set<String>, read: (inout BodyReader) throws -> T
+    ) throws -> T {
+        let patched = verdict.patched(proposed, patchable: patchable)
+        do {
+            var fields = try body().object
+            for key in patchable where verdict.patch?[key] != nil { fields[key] = patched[key] }
+            var reader = BodyReader(fields)
+            return try read(&reader)
+        } catch let error as APIError {
+            throw APIError(.hookPatchInvalid, "the hook's patch is invalid: \(error.detail)", fieldErrors: error.fieldErrors)
+        }
+    }
+}

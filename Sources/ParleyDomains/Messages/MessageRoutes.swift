@@ -73,7 +73,7 @@ package enum MessageRoutes {
                 dropped.hookDrop = true
                 return write(dropped, request, ctx: ctx, writer: writer)
             case .modify:
-                let (next, nextItem) = try MessageService(ctx).patched(item, request, verdict: verdict, ctx: ctx)
+                let (next, nextItem) = try MessageService(ctx).patched(item, verdict: verdict, ctx: ctx)
                 return write(nextItem, next, ctx: ctx, writer: writer)
             }
         }

@@ -106,21 +106,15 @@ struct MessageService: DomainService {
     /// validated by the request's rules (any failure is 422 `hook_patch_invalid`), keeping the original's dedupe
     /// content hash. Policy is not checked again: a patched body is not filtered.
     func patched(
-        _ item: MessageWrite.Item, _ request: SendRequest, verdict: HookVerdict, ctx: APIContext
+        _ item: MessageWrite.Item, verdict: HookVerdict, ctx: APIContext
     ) throws -> (SendRequest, MessageWrite.Item) {
-        let patched = verdict.patched(try Self.proposed(item), patchable: Self.patchable)
-        let changed = Self.patchable.filter { verdict.patch?[$0] != nil }
-        do {
-            var fields = try ctx.body().object
-            for key in changed { fields[key] = patched[key] }
-            var reader = BodyReader(fields)
+        try ctx.repatched(verdict, proposed: try Self.proposed(item), patchable: Self.patchable) { reader in
             let settings = ctx.app.settings
             let next = try SendRequest(&reader, ctx: ctx, settings: settings)
-            var nextItem = try self.item(for: next, settings: settings, filter: !changed.contains("body"), on: db)
+            let filter = verdict.patch?["body"] == nil
+            var nextItem = try self.item(for: next, settings: settings, filter: filter, on: db)
             nextItem.contentHash = item.contentHash
             return (next, nextItem)
-        } catch let error as APIError {
-            throw APIError(.hookPatchInvalid, "the hook's patch is invalid: \(error.detail)", fieldErrors: error.fieldErrors)
         }
     }
 
