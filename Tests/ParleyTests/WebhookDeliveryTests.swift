@@ -1,4 +1,6 @@
 import ParleyHTTP
+import ParleyPostgres
+import ParleySync
 import ParleyTesting
 import Synchronization
 import Testing
