@@ -125,7 +125,7 @@ package final class BeforeHooks: Sendable {
                 timeoutMillis: endpoint.timeoutMillis)
             let verdict = HookVerdict.parse(status: attempt.statusCode, body: attempt.responseBody)
             let decision =
-                verdict?.action.rawValue ?? (attempt.statusCode == nil && attempt.error?.contains("timed out") == true ? "timeout" : "error")
+                verdict?.action.rawValue ?? (attempt.timedOut ? "timeout" : "error")
             log(
                 DeliveryLogEntry(
                     appID: appID, webhookID: endpoint.webhookID, kind: .before, refID: id, eventType: type, body: bytes, attempt: attempt,

@@ -52,6 +52,8 @@ package struct WebhookAttempt: Sendable {
     /// The whole answer's body, up to the transport's bound (before-event hooks parse it).
     package var responseBody: [UInt8]
     package var durationMillis: Int
+    /// No answer within the time limit.
+    package var timedOut = false
 
     /// A 2xx answer: the attempt succeeded (§15.2).
     package var succeeded: Bool { statusCode.map { (200...299).contains($0) } ?? false }
@@ -87,7 +89,9 @@ package struct WebhookTransport: Sendable {
                 statusCode: status, error: (200...299).contains(status) ? nil : "HTTP \(status)", responseExcerpt: excerpt,
                 responseBody: response.body, durationMillis: elapsed())
         } catch let error as HTTPClientError {
-            return WebhookAttempt(statusCode: nil, error: error.message, responseExcerpt: "", responseBody: [], durationMillis: elapsed())
+            return WebhookAttempt(
+                statusCode: nil, error: error.message, responseExcerpt: "", responseBody: [], durationMillis: elapsed(),
+                timedOut: error.kind == .timeout)
         } catch {
             return WebhookAttempt(statusCode: nil, error: "\(error)", responseExcerpt: "", responseBody: [], durationMillis: elapsed())
         }
