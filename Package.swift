@@ -41,7 +41,7 @@ let package = Package(
             swiftSettings: strict),
         .executableTarget(name: "parley", dependencies: ["Parley"], swiftSettings: strict),
         .target(
-            name: "ParleyTesting", dependencies: ["Parley", "ParleyCore", "ParleyHTTP", "ParleyPostgres", "ParleySync"],
+            name: "ParleyTesting", dependencies: ["Parley", "ParleyCore", "ParleyHTTP", "ParleyPostgres", "ParleySync", "COpenSSL"],
             swiftSettings: strict),
         .testTarget(name: "ParleyHTTPTests", dependencies: ["ParleyHTTP", "ParleyTesting"], swiftSettings: strict),
         .testTarget(name: "ParleyPostgresTests", dependencies: ["ParleyPostgres", "ParleyTesting"], swiftSettings: strict),

@@ -72,7 +72,15 @@ schemathesis_run() {
         --report junit --report-dir "$OUT/$label" "$@" >"$OUT/$label.log" 2>&1
     local status=$?
     # The run's summary, and the failures in full when there are any.
-    if [[ $status == 0 ]]; then sed -n '/= SUMMARY =/,$p' "$OUT/$label.log" >&2; else sed -n '/= FAILURES =/,$p' "$OUT/$label.log" >&2; fi
+    # (An exit without a FAILURES section is an ERRORS one — network errors, timeouts, schema problems — or a crash
+    # of schemathesis itself: the log's end says which.)
+    if [[ $status == 0 ]]; then
+        sed -n '/= SUMMARY =/,$p' "$OUT/$label.log" >&2
+    elif grep -qE '= (FAILURES|ERRORS) =' "$OUT/$label.log"; then
+        sed -n '/= \(FAILURES\|ERRORS\) =/,$p' "$OUT/$label.log" >&2
+    else
+        tail -n 80 "$OUT/$label.log" >&2
+    fi
     log "api ($label): exit $status; full log $OUT/$label.log"
     return "$status"
 }

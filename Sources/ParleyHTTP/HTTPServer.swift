@@ -264,7 +264,9 @@ public final class HTTPServer: Sendable {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    private static func bind(host: String, port: Int) throws -> (Int32, Int) {
+    /// A non-blocking IPv4 listening socket on `host:port` (0 for a free port) and the port it got; also the test
+    /// receiver's (ParleyTesting).
+    package static func bind(host: String, port: Int) throws -> (Int32, Int) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         if fd < 0 { throw SystemError(function: "socket") }
         var one: Int32 = 1

@@ -99,7 +99,9 @@ import Testing
         #expect(try parts("HTTP://localhost") == ["localhost", "80", "/"])
         #expect(try parts("http://[::1]:9/x") == ["::1", "9", "/x"])
         #expect(try HTTPClientURL("http://h?q=1").target == "/?q=1")
-        for bad in ["https://h/", "http://", "http://u@h/", "http://h:0/", "http://h:99999/", "ftp://h", "http://:80/"] {
+        #expect(try parts("https://example.com/hook") == ["example.com", "443", "/hook"])
+        #expect(try HTTPClientURL("HTTPS://h:8443").scheme == .https)
+        for bad in ["http://", "https://", "http://u@h/", "http://h:0/", "http://h:99999/", "ftp://h", "http://:80/", "http://::1/"] {
             #expect(throws: HTTPClientError.self, "\(bad)") { try HTTPClientURL(bad) }
         }
     }

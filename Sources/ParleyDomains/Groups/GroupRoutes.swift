@@ -6,7 +6,6 @@ import ParleyPostgres
 /// Groups (API.md §9.1–§9.7): HTTP ↔ ``GroupService``. Lifecycle here; membership, applications, mute and
 /// attributes in the `GroupRoutes+…` files.
 ///
-/// The `group.before_create` / `group.before_join` hooks of §15.3 arrive with the webhooks domain.
 package enum GroupRoutes {
     package static func register(on api: inout API) {
         registerLifecycle(on: &api)
@@ -86,6 +85,54 @@ package enum GroupRoutes {
     /// `POST /v1/groups`: 201 `{group, results}` with one result per initial member.
     private static func create(_ ctx: APIContext) throws -> Response {
         var body = try ctx.body()
+        let (input, items, skipHooks) = try newGroup(&body, ctx)
+        // §15.3 `group.before_create`, after validation.
+        return try ctx.afterHook("group.before_create", data: { hookData(input) }, skip: skipHooks) { ctx, verdict in
+            var input = input
+            switch verdict.action {
+            case .allow: break
+            case .reject, .drop: throw verdict.rejection
+            case .modify:
+                input = try ctx.repatched(verdict, proposed: proposed(input), patchable: patchable) { try newGroup(&$0, ctx).input }
+            }
+            return try create(ctx, input, items)
+        }
+    }
+
+    /// The members of the proposed group a `group.before_create` hook may patch.
+    private static let patchable: Set<String> = ["name", "avatar_url", "notice", "extended_data", "attributes"]
+
+    /// The group of a create request as its hook sees it (`group_id` null when the server will choose it).
+    private static func proposed(_ input: GroupService.NewGroup) -> JSONObject {
+        var o = JSONObject()
+        o["group_id"] = input.groupID.map(JSONValue.string) ?? .null
+        o["name"] = .string(input.name)
+        o["avatar_url"] = .string(input.avatarURL)
+        o["notice"] = .string(input.notice)
+        o["extended_data"] = .string(input.extendedData)
+        o["owner_id"] = .string(input.owner)
+        o["join_mode"] = .string(input.joinMode.rawValue)
+        o["invite_mode"] = .string(input.inviteMode.rawValue)
+        o["be_invite_mode"] = .string(input.beInviteMode.rawValue)
+        o["max_members"] = .int(input.maxMembers)
+        o["is_big_group"] = .bool(input.bigGroup)
+        o["attributes"] = .object(JSONObject(input.attributes.map { ($0.key, JSONValue.string($0.value)) }))
+        return o
+    }
+
+    /// `group.before_create`'s `data`: `{group, operator, member_ids}`.
+    private static func hookData(_ input: GroupService.NewGroup) -> [UInt8] {
+        var o = JSONObject()
+        o["group"] = .object(proposed(input))
+        o["operator"] = .string(input.owner)
+        o["member_ids"] = .array(input.memberIDs.map(JSONValue.string))
+        return JSONValue.object(o).serialized()
+    }
+
+    /// The validated fields of a create request (§9.2), its initial members and `skip_hooks`.
+    private static func newGroup(
+        _ body: inout BodyReader, _ ctx: APIContext
+    ) throws -> (input: GroupService.NewGroup, items: [BatchItem], skipHooks: Bool) {
         let owner = try ctx.actingUser(body.id("operator", .userID), field: "operator")
         var input = GroupService.NewGroup(owner: owner)
         input.groupID = body.id("group_id", .groupID)
@@ -110,8 +157,14 @@ package enum GroupRoutes {
         }
         let items = body.batchIDs("members", minItems: 0, maxItems: GroupService.maxInitialMembers, required: false)
         _ = try ctx.appOnlyFlag(body.bool("skip_checks"))
+        let skipHooks = try ctx.appOnlyFlag(body.bool("skip_hooks"))
         try body.check()
         input.memberIDs = items.compactMap(\.userID)
+        return (input, items, skipHooks)
+    }
+
+    /// Creates the group and answers 201 with the initial members' batch results.
+    private static func create(_ ctx: APIContext, _ input: GroupService.NewGroup, _ items: [BatchItem]) throws -> Response {
         let service = GroupService.forRequest(ctx)
         let (group, outcomes) = try service.create(input)
         let results = BatchResult.results(items) { id in

@@ -62,6 +62,25 @@ package enum MessageRoutes {
         let request = try SendRequest(&body, ctx: ctx, settings: app.settings)
         let service = MessageService(ctx)
         let item = try service.item(for: request, settings: app.settings, on: ctx.db)
+        // §11.1 step 6: only for a send that would be delivered now (not a duplicate, failure or suppressed one).
+        let hooked = try ctx.hasHook("message.before_send", skip: request.skipHooks) && service.needsHook(item)
+        return try ctx.afterHook("message.before_send", data: { try MessageService.hookData(item) }, skip: !hooked) { ctx, verdict in
+            switch verdict.action {
+            case .allow: return write(item, request, ctx: ctx, writer: writer)
+            case .reject: throw verdict.rejection
+            case .drop:
+                var dropped = item
+                dropped.hookDrop = true
+                return write(dropped, request, ctx: ctx, writer: writer)
+            case .modify:
+                let (next, nextItem) = try MessageService(ctx).patched(item, verdict: verdict, ctx: ctx)
+                return write(nextItem, next, ctx: ctx, writer: writer)
+            }
+        }
+    }
+
+    /// Queues a checked send on the node's writer; the answer comes when its batch has committed.
+    private static func write(_ item: MessageWrite.Item, _ request: SendRequest, ctx: APIContext, writer: MessageWriter) -> Response {
         let viewer = MessageViewer(ctx)
         let services = ctx.services
         let httpRequest = ctx.request

@@ -17,8 +17,9 @@ struct MessageService: DomainService {
 
     /// The write item for one validated send (§11.1 step 2 is done): resolves `reply_to` and combined messages and
     /// runs the sensitive-word filter on the request's connection, so the node's ``MessageWriter`` gets a batch-ready
-    /// item and checks steps 3–5 inside its statement.
-    func item(for request: SendRequest, settings: AppSettings, on db: PostgresConnection) throws -> MessageWrite.Item {
+    /// item and checks steps 3–5 inside its statement. `filter` false skips the sensitive-word filter (a hook's
+    /// patched body: policy checks are not run again).
+    func item(for request: SendRequest, settings: AppSettings, filter: Bool = true, on db: PostgresConnection) throws -> MessageWrite.Item {
         guard request.conversationType != .room else {
             // Rooms come with their own domain; until then no such target exists.
             throw APIError(.targetNotFound, "room \(request.to) does not exist")
@@ -64,12 +65,57 @@ struct MessageService: DomainService {
                 item.replyMissing = true
             }
         }
-        if !request.skipChecks {
+        if !request.skipChecks && filter {
             item.sensitiveReject = SensitiveWordFilter(settings: settings).apply(to: &body)
         }
         message.body = body.json.serialized()
         item.message = message
         return item
+    }
+
+    // MARK: - The message.before_send hook
+
+    /// The members of the proposed message a `message.before_send` hook may patch (§15.3).
+    static let patchable: Set<String> = ["body", "extended_data", "mentions", "push"]
+
+    /// Whether `message.before_send` is called for `item`: a send that would be written now and delivered (not a
+    /// `client_msg_id` duplicate, not failing steps 3–5, not suppressed by a silent blacklist). One read; only asked
+    /// when the app has the hook.
+    func needsHook(_ item: MessageWrite.Item) throws -> Bool {
+        let (outcome, suppressed) = try MessageWrite.check(item, on: db)
+        return outcome == .sent && !suppressed
+    }
+
+    /// The proposed message as the hook sees it (no `message_id`, `seq`, `timestamp`).
+    static func proposed(_ item: MessageWrite.Item) throws -> JSONObject {
+        guard case .object(var message) = try JSONValue.parse(item.message.json(.user(item.message.from))) else {
+            throw APIError.internalError
+        }
+        for key in ["message_id", "seq", "timestamp"] { message[key] = nil }
+        return message
+    }
+
+    /// The hook's `data`: `{message}`.
+    static func hookData(_ item: MessageWrite.Item) throws -> [UInt8] {
+        var o = JSONObjectWriter()
+        o.raw("message", JSONValue.object(try proposed(item)).serialized())
+        return o.finish()
+    }
+
+    /// The send after a `modify` verdict: the request re-read with the patched members of the proposed message and
+    /// validated by the request's rules (any failure is 422 `hook_patch_invalid`), keeping the original's dedupe
+    /// content hash. Policy is not checked again: a patched body is not filtered.
+    func patched(
+        _ item: MessageWrite.Item, verdict: HookVerdict, ctx: APIContext
+    ) throws -> (SendRequest, MessageWrite.Item) {
+        try ctx.repatched(verdict, proposed: try Self.proposed(item), patchable: Self.patchable) { reader in
+            let settings = ctx.app.settings
+            let next = try SendRequest(&reader, ctx: ctx, settings: settings)
+            let filter = verdict.patch?["body"] == nil
+            var nextItem = try self.item(for: next, settings: settings, filter: filter, on: db)
+            nextItem.contentHash = item.contentHash
+            return (next, nextItem)
+        }
     }
 
     /// The problem of a send the writer did not accept (§11.1 steps 3–5); nil for a sent message or a duplicate.

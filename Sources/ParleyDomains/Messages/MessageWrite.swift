@@ -51,6 +51,8 @@ enum MessageWrite {
         var blacklistError = false
         var friendOnly = false
         var sensitiveReject = false
+        /// The `message.before_send` hook dropped it: written suppressed (`hook_drop`), like a silent blacklist.
+        var hookDrop = false
         var combineID: String?
         /// Message JSON snapshots of a combine, in order.
         var combineItems: [String] = []
@@ -94,6 +96,16 @@ enum MessageWrite {
         return written
     }
 
+    /// What `write` would decide for `item` now (§11.1 steps 3–5), without writing: its outcome, and whether it would
+    /// be suppressed by a silent blacklist. Read before a `message.before_send` hook, which is not called for
+    /// duplicates, failed sends or suppressed messages; the write checks again.
+    static func check(_ item: Item, on db: PostgresConnection) throws -> (outcome: Outcome, suppressed: Bool) {
+        guard let row = try db.query(PostgresQuery(sql: checkStatement, binds: [itemsJSON([item])])).rows.first,
+            let outcome = Outcome(rawValue: try row[0].int)
+        else { throw APIError(.internalError, "message check returned no outcome") }
+        return (outcome, try row[1].bool)
+    }
+
     /// Appends the events of the sent items with their ids, in item order (one statement per app, each taking its
     /// app's head lock until the batch commits: call it last). Returns the apps that got events.
     @discardableResult
@@ -132,7 +144,8 @@ enum MessageWrite {
     /// `message.sent`, then the root's `message.reply_count_updated` for a counted reply (API.md §18).
     static func events(of written: Written, threadID: String) -> [NewEvent] {
         let message = written.message
-        let isGroup = message.conversationType == .group
+        // A suppressed message reaches only its sender (and the app), in a group too (a hook's `drop`).
+        let isGroup = message.conversationType == .group && message.suppressed == nil
         let audience = isGroup ? [] : message.suppressed == nil ? [message.from, message.to] : [message.from]
         let orderKey = message.conversationType.rawValue + ":" + threadID
         var data = JSONObjectWriter(capacity: 700 + (message.body?.count ?? 0))
@@ -252,6 +265,8 @@ enum MessageWrite {
                 w.writeBool(item.friendOnly)
                 w.key(static: "sensitive_reject")
                 w.writeBool(item.sensitiveReject)
+                w.key(static: "hook_drop")
+                w.writeBool(item.hookDrop)
                 w.key(static: "combine_id")
                 if let combineID = item.combineID { w.writeString(combineID) } else { w.writeNull() }
             }
@@ -287,17 +302,16 @@ enum MessageWrite {
         return String(decoding: w.bytes, as: UTF8.self)
     }
 
-    /// One statement for the batch. Data-modifying CTEs all run (referenced or not) in one snapshot; none reads
-    /// another's writes except through RETURNING, and no row is modified twice (entries are aggregated per row
-    /// first). Outcome numbers are ``Outcome``'s raw values.
-    static let statement = """
+    /// The `i` and `checked` CTEs: the items and the outcome of §11.1 steps 3–5 for each, read in one snapshot.
+    private static let checked = """
         WITH i AS (
             SELECT * FROM json_to_recordset($1::json) AS i(
                 ord int, app_id text, now bigint, conv_type text, conv_id text, sender text, recipient text, message_id text,
                 client_msg_id text, content_hash text, stored boolean, type int, body text, extended_data text,
                 mention_ids text[], mention_all boolean, mention_notify boolean, reply text, root_message_id text,
                 reply_missing boolean, priority smallint, need_receipt boolean, no_unread boolean, repeat_count int, push text,
-                checks int, blacklist_error boolean, friend_only boolean, sensitive_reject boolean, combine_id text)
+                checks int, blacklist_error boolean, friend_only boolean, sensitive_reject boolean, hook_drop boolean,
+                combine_id text)
         ), checked AS (
             SELECT i.*,
                 CASE
@@ -322,7 +336,7 @@ enum MessageWrite {
                     WHEN i.sensitive_reject THEN 12
                     ELSE 0
                 END AS outcome,
-                CASE WHEN bl.blocked AND NOT i.blacklist_error THEN 'blacklist' END AS suppressed,
+                CASE WHEN bl.blocked AND NOT i.blacklist_error THEN 'blacklist' WHEN i.hook_drop THEN 'hook_drop' END AS suppressed,
                 k.message_id AS original_id, k.seq AS original_seq
             FROM i
             -- Point look-ups by primary key, one per item: LATERAL with LIMIT keeps them parameterised index probes
@@ -358,95 +372,106 @@ enum MessageWrite {
                 WHERE i.checks = 2 AND i.friend_only AND i.conv_type = 'peer' AND f.app_id = i.app_id
                   AND ((f.user_id = i.sender AND f.friend_id = i.recipient) OR (f.user_id = i.recipient AND f.friend_id = i.sender))
             ) fr
-        ), sent AS (
-            SELECT * FROM checked WHERE outcome = 0
-        ), counts AS (
-            SELECT app_id, conv_type, conv_id, count(*) AS n, max(now) AS now FROM sent WHERE stored
-            GROUP BY app_id, conv_type, conv_id
-        ), heads AS (
-            INSERT INTO conversation_seqs AS h (app_id, conv_type, conv_id, last_seq, last_ts)
-            SELECT app_id, conv_type, conv_id, n, now FROM counts ORDER BY app_id, conv_type, conv_id
-            ON CONFLICT (app_id, conv_type, conv_id)
-            DO UPDATE SET last_seq = h.last_seq + excluded.last_seq, last_ts = greatest(h.last_ts, excluded.last_ts)
-            RETURNING h.app_id, h.conv_type, h.conv_id, h.last_seq, h.last_ts
-        ), placed AS (
-            SELECT s.*,
-                   h.last_seq - c.n + row_number() OVER (PARTITION BY s.app_id, s.conv_type, s.conv_id, s.stored ORDER BY s.ord) AS seq,
-                   coalesce(h.last_ts, s.now) AS ts
-            FROM sent s
-            LEFT JOIN counts c ON s.stored AND c.app_id = s.app_id AND c.conv_type = s.conv_type AND c.conv_id = s.conv_id
-            LEFT JOIN heads h ON s.stored AND h.app_id = s.app_id AND h.conv_type = s.conv_type AND h.conv_id = s.conv_id
-        ), keyed AS (
-            INSERT INTO message_keys (app_id, sender, client_msg_id, content_hash, message_id, conv_type, conv_id, recipient,
-                                      type, seq, timestamp)
-            SELECT app_id, sender, client_msg_id, content_hash, message_id, conv_type, conv_id, recipient, type, seq, ts
-            FROM placed WHERE client_msg_id IS NOT NULL
-        ), stored AS (
-            INSERT INTO messages (app_id, conv_type, conv_id, seq, message_id, client_msg_id, sender, recipient, type, body,
-                                  extended_data, mention_ids, mention_all, mention_notify, reply, root_message_id, priority,
-                                  need_receipt, no_unread, repeat_count, push, suppressed, timestamp)
-            SELECT app_id, conv_type, conv_id, seq, message_id, client_msg_id, sender, recipient, type, body, extended_data,
-                   coalesce(mention_ids, '{}'), mention_all, mention_notify, reply, root_message_id, priority, need_receipt,
-                   no_unread, repeat_count, push, suppressed, ts
-            FROM placed WHERE stored ORDER BY ord
-        ), peer_entries AS (
-            -- Both sides of each pair, aggregated per row: the sender has read up to its own messages; the recipient's
-            -- entry is created or un-deleted (not for suppressed messages).
-            INSERT INTO conversations AS c (app_id, user_id, conv_type, conv_id, thread_id, read_seq, last_seq, last_ts,
-                                            order_key, created_at, updated_at)
-            SELECT e.app_id, e.user_id, 'peer', e.other, e.thread, max(e.read_seq), max(e.seq), max(e.ts), max(e.ts),
-                   max(e.now), max(e.now)
-            FROM (SELECT p.app_id, p.sender AS user_id, p.recipient AS other, p.conv_id AS thread, p.seq AS read_seq, p.seq,
-                         p.ts, p.now
-                  FROM placed p WHERE p.stored AND p.conv_type = 'peer'
-                  UNION ALL
-                  SELECT p.app_id, p.recipient, p.sender, p.conv_id, 0, p.seq, p.ts, p.now
-                  FROM placed p WHERE p.stored AND p.conv_type = 'peer' AND p.suppressed IS NULL) e
-            GROUP BY e.app_id, e.user_id, e.other, e.thread
-            ORDER BY e.app_id, e.user_id, e.other
-            ON CONFLICT (app_id, user_id, conv_type, conv_id) DO UPDATE SET
-                read_seq = greatest(c.read_seq, excluded.read_seq),
-                last_seq = greatest(c.last_seq, excluded.last_seq),
-                last_ts = greatest(c.last_ts, excluded.last_ts),
-                order_key = greatest(c.order_key, excluded.last_ts),
-                deleted = false,
-                updated_at = excluded.updated_at
-        ), group_senders AS (
-            SELECT app_id, sender, conv_id, max(seq) AS seq, max(now) AS now FROM placed
-            WHERE stored AND conv_type = 'group' GROUP BY app_id, sender, conv_id
-        ), group_read AS (
-            -- Members' entries follow the group head (Migrations/0009): only the sender's read position moves.
-            UPDATE conversations c SET read_seq = greatest(c.read_seq, s.seq), deleted = false, updated_at = s.now
-            FROM group_senders s
-            WHERE c.app_id = s.app_id AND c.user_id = s.sender AND c.conv_type = 'group' AND c.conv_id = s.conv_id
-              AND c.follows_group
-        ), group_undeleted AS (
-            -- Deleted entries of the group reappear on its next message.
-            UPDATE conversations c SET deleted = false, updated_at = g.now
-            FROM (SELECT app_id, conv_id, max(now) AS now FROM placed WHERE stored AND conv_type = 'group'
-                  GROUP BY app_id, conv_id) g
-            WHERE c.app_id = g.app_id AND c.thread_id = g.conv_id AND c.deleted AND c.follows_group AND c.conv_type = 'group'
-              AND NOT EXISTS (SELECT 1 FROM group_senders s
-                              WHERE s.app_id = c.app_id AND s.sender = c.user_id AND s.conv_id = c.conv_id)
-        ), replied AS (
-            UPDATE messages m SET reply_count = m.reply_count + r.n
-            FROM (SELECT app_id, root_message_id, count(*) AS n FROM placed
-                  WHERE stored AND root_message_id IS NOT NULL AND suppressed IS NULL GROUP BY app_id, root_message_id) r
-            WHERE m.app_id = r.app_id AND m.message_id = r.root_message_id
-            RETURNING m.app_id, m.message_id, m.reply_count, r.n
-        ), combined AS (
-            INSERT INTO message_combines (app_id, combine_id, position, message)
-            SELECT p.app_id, x.combine_id, x.position, x.message
-            FROM json_to_recordset($2::json) AS x(combine_id text, position int, message text)
-            JOIN placed p ON p.stored AND p.combine_id = x.combine_id
         )
-        SELECT c.outcome, p.seq, p.ts, p.suppressed, rc.reply_count, c.original_id, c.original_seq
-        FROM checked c
-        LEFT JOIN placed p ON p.ord = c.ord
-        LEFT JOIN (SELECT p.ord, r.reply_count - r.n
-                              + row_number() OVER (PARTITION BY p.app_id, p.root_message_id ORDER BY p.ord) AS reply_count
-                   FROM placed p JOIN replied r ON r.app_id = p.app_id AND r.message_id = p.root_message_id
-                   WHERE p.stored AND p.suppressed IS NULL) rc ON rc.ord = c.ord
-        ORDER BY c.ord
         """
+
+    /// ``check(_:on:)``'s read-only statement.
+    private static let checkStatement = checked + " SELECT outcome, suppressed IS NOT NULL FROM checked"
+
+    /// One statement for the batch. Data-modifying CTEs all run (referenced or not) in one snapshot; none reads
+    /// another's writes except through RETURNING, and no row is modified twice (entries are aggregated per row
+    /// first). Outcome numbers are ``Outcome``'s raw values.
+    static let statement =
+        checked + """
+            , sent AS (
+                SELECT * FROM checked WHERE outcome = 0
+            ), counts AS (
+                SELECT app_id, conv_type, conv_id, count(*) AS n, max(now) AS now FROM sent WHERE stored
+                GROUP BY app_id, conv_type, conv_id
+            ), heads AS (
+                INSERT INTO conversation_seqs AS h (app_id, conv_type, conv_id, last_seq, last_ts)
+                SELECT app_id, conv_type, conv_id, n, now FROM counts ORDER BY app_id, conv_type, conv_id
+                ON CONFLICT (app_id, conv_type, conv_id)
+                DO UPDATE SET last_seq = h.last_seq + excluded.last_seq, last_ts = greatest(h.last_ts, excluded.last_ts)
+                RETURNING h.app_id, h.conv_type, h.conv_id, h.last_seq, h.last_ts
+            ), placed AS (
+                SELECT s.*,
+                       h.last_seq - c.n + row_number() OVER (PARTITION BY s.app_id, s.conv_type, s.conv_id, s.stored ORDER BY s.ord) AS seq,
+                       coalesce(h.last_ts, s.now) AS ts
+                FROM sent s
+                LEFT JOIN counts c ON s.stored AND c.app_id = s.app_id AND c.conv_type = s.conv_type AND c.conv_id = s.conv_id
+                LEFT JOIN heads h ON s.stored AND h.app_id = s.app_id AND h.conv_type = s.conv_type AND h.conv_id = s.conv_id
+            ), keyed AS (
+                INSERT INTO message_keys (app_id, sender, client_msg_id, content_hash, message_id, conv_type, conv_id, recipient,
+                                          type, seq, timestamp)
+                SELECT app_id, sender, client_msg_id, content_hash, message_id, conv_type, conv_id, recipient, type, seq, ts
+                FROM placed WHERE client_msg_id IS NOT NULL
+            ), stored AS (
+                INSERT INTO messages (app_id, conv_type, conv_id, seq, message_id, client_msg_id, sender, recipient, type, body,
+                                      extended_data, mention_ids, mention_all, mention_notify, reply, root_message_id, priority,
+                                      need_receipt, no_unread, repeat_count, push, suppressed, timestamp)
+                SELECT app_id, conv_type, conv_id, seq, message_id, client_msg_id, sender, recipient, type, body, extended_data,
+                       coalesce(mention_ids, '{}'), mention_all, mention_notify, reply, root_message_id, priority, need_receipt,
+                       no_unread, repeat_count, push, suppressed, ts
+                FROM placed WHERE stored ORDER BY ord
+            ), peer_entries AS (
+                -- Both sides of each pair, aggregated per row: the sender has read up to its own messages; the recipient's
+                -- entry is created or un-deleted (not for suppressed messages).
+                INSERT INTO conversations AS c (app_id, user_id, conv_type, conv_id, thread_id, read_seq, last_seq, last_ts,
+                                                order_key, created_at, updated_at)
+                SELECT e.app_id, e.user_id, 'peer', e.other, e.thread, max(e.read_seq), max(e.seq), max(e.ts), max(e.ts),
+                       max(e.now), max(e.now)
+                FROM (SELECT p.app_id, p.sender AS user_id, p.recipient AS other, p.conv_id AS thread, p.seq AS read_seq, p.seq,
+                             p.ts, p.now
+                      FROM placed p WHERE p.stored AND p.conv_type = 'peer'
+                      UNION ALL
+                      SELECT p.app_id, p.recipient, p.sender, p.conv_id, 0, p.seq, p.ts, p.now
+                      FROM placed p WHERE p.stored AND p.conv_type = 'peer' AND p.suppressed IS NULL) e
+                GROUP BY e.app_id, e.user_id, e.other, e.thread
+                ORDER BY e.app_id, e.user_id, e.other
+                ON CONFLICT (app_id, user_id, conv_type, conv_id) DO UPDATE SET
+                    read_seq = greatest(c.read_seq, excluded.read_seq),
+                    last_seq = greatest(c.last_seq, excluded.last_seq),
+                    last_ts = greatest(c.last_ts, excluded.last_ts),
+                    order_key = greatest(c.order_key, excluded.last_ts),
+                    deleted = false,
+                    updated_at = excluded.updated_at
+            ), group_senders AS (
+                SELECT app_id, sender, conv_id, max(seq) AS seq, max(now) AS now FROM placed
+                WHERE stored AND conv_type = 'group' GROUP BY app_id, sender, conv_id
+            ), group_read AS (
+                -- Members' entries follow the group head (Migrations/0009): only the sender's read position moves.
+                UPDATE conversations c SET read_seq = greatest(c.read_seq, s.seq), deleted = false, updated_at = s.now
+                FROM group_senders s
+                WHERE c.app_id = s.app_id AND c.user_id = s.sender AND c.conv_type = 'group' AND c.conv_id = s.conv_id
+                  AND c.follows_group
+            ), group_undeleted AS (
+                -- Deleted entries of the group reappear on its next message.
+                UPDATE conversations c SET deleted = false, updated_at = g.now
+                FROM (SELECT app_id, conv_id, max(now) AS now FROM placed WHERE stored AND conv_type = 'group' AND suppressed IS NULL
+                      GROUP BY app_id, conv_id) g
+                WHERE c.app_id = g.app_id AND c.thread_id = g.conv_id AND c.deleted AND c.follows_group AND c.conv_type = 'group'
+                  AND NOT EXISTS (SELECT 1 FROM group_senders s
+                                  WHERE s.app_id = c.app_id AND s.sender = c.user_id AND s.conv_id = c.conv_id)
+            ), replied AS (
+                UPDATE messages m SET reply_count = m.reply_count + r.n
+                FROM (SELECT app_id, root_message_id, count(*) AS n FROM placed
+                      WHERE stored AND root_message_id IS NOT NULL AND suppressed IS NULL GROUP BY app_id, root_message_id) r
+                WHERE m.app_id = r.app_id AND m.message_id = r.root_message_id
+                RETURNING m.app_id, m.message_id, m.reply_count, r.n
+            ), combined AS (
+                INSERT INTO message_combines (app_id, combine_id, position, message)
+                SELECT p.app_id, x.combine_id, x.position, x.message
+                FROM json_to_recordset($2::json) AS x(combine_id text, position int, message text)
+                JOIN placed p ON p.stored AND p.combine_id = x.combine_id
+            )
+            SELECT c.outcome, p.seq, p.ts, p.suppressed, rc.reply_count, c.original_id, c.original_seq
+            FROM checked c
+            LEFT JOIN placed p ON p.ord = c.ord
+            LEFT JOIN (SELECT p.ord, r.reply_count - r.n
+                                  + row_number() OVER (PARTITION BY p.app_id, p.root_message_id ORDER BY p.ord) AS reply_count
+                       FROM placed p JOIN replied r ON r.app_id = p.app_id AND r.message_id = p.root_message_id
+                       WHERE p.stored AND p.suppressed IS NULL) rc ON rc.ord = c.ord
+            ORDER BY c.ord
+            """
 }

@@ -21,6 +21,7 @@ struct SendRequest: Sendable {
     var repeatCount: Int64
     var push: JSONValue?
     var skipChecks: Bool
+    var skipHooks: Bool
 
     /// Types a peer or group message may have (§11.1); rooms add barrage (20).
     static let conversationTypes: Set<Int64> = [1, 2, 10, 11, 12, 13, 14, 100, 200]
@@ -36,7 +37,7 @@ struct SendRequest: Sendable {
     init(_ r: inout BodyReader, ctx: APIContext, settings: AppSettings, batchRecipient: String? = nil) throws {
         let from = try ctx.actingUser(r.id("from", .userID), field: "from")
         skipChecks = try ctx.appOnlyFlag(r.bool("skip_checks"))
-        _ = try ctx.appOnlyFlag(r.bool("skip_hooks"))
+        skipHooks = try ctx.appOnlyFlag(r.bool("skip_hooks"))
         var conversationType = ConversationType.peer
         var to = batchRecipient ?? ""
         if batchRecipient == nil {

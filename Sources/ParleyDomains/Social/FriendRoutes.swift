@@ -5,8 +5,6 @@ import ParleyPostgres
 
 /// Friends and friend applications (API.md §7): HTTP ↔ ``FriendService``. Every path is under the owner's
 /// `/v1/users/{user_id}`; a user token acts only on its own list (`.appOrSelf`).
-///
-/// The `friend.before_add` hook of §15.3 is not called yet: it arrives with the webhooks domain.
 package enum FriendRoutes {
     package static func register(on api: inout API) {
         api.add(.post, "/v1/users/{user_id}/friends", .appOrSelf, "addFriend") { ctx in
@@ -14,9 +12,12 @@ package enum FriendRoutes {
             var body = try ctx.body()
             let friendID = body.id("friend_id", .userID, required: true)
             let entry = readEntry(&body)
+            let skipHooks = try ctx.appOnlyFlag(body.bool("skip_hooks"))
             try body.check()
             guard let friendID else { throw APIError.internalError }
-            return Reply.created(try FriendService(ctx).add(owner: owner, friendID: friendID, entry).json)
+            return try beforeAdd(ctx, owner, friendID, via: "direct", entry, skip: skipHooks) { ctx, entry in
+                Reply.created(try FriendService(ctx).add(owner: owner, friendID: friendID, entry).json)
+            }
         }
 
         api.add(.get, "/v1/users/{user_id}/friends", .appOrSelf, "listFriends") { ctx in
@@ -67,11 +68,14 @@ package enum FriendRoutes {
             let to = body.id("to", .userID, required: true)
             let entry = readEntry(&body)
             let push = PushConfig.read(from: &body)
+            let skipHooks = try ctx.appOnlyFlag(body.bool("skip_hooks"))
             try body.check()
             guard let to else { throw APIError.internalError }
-            let expiry = ctx.app.settings.int("application_expiry_s") ?? 604_800
-            let outcome = try FriendService(ctx).apply(from: from, to: to, entry, push: push, expirySeconds: expiry)
-            return outcome.created ? Reply.created(outcome.application.json()) : Reply.json(outcome.application.json())
+            return try beforeAdd(ctx, from, to, via: "application", entry, skip: skipHooks) { ctx, entry in
+                let expiry = ctx.app.settings.int("application_expiry_s") ?? 604_800
+                let outcome = try FriendService(ctx).apply(from: from, to: to, entry, push: push, expirySeconds: expiry)
+                return outcome.created ? Reply.created(outcome.application.json()) : Reply.json(outcome.application.json())
+            }
         }
 
         api.add(.get, "/v1/users/{user_id}/friend_applications", .appOrSelf, "listFriendApplications") { ctx in
@@ -103,6 +107,41 @@ package enum FriendRoutes {
 
     /// `wording` (unless `wording` is false: an accept has none), `alias` and `attributes` of an add, application or
     /// accept; `""` attribute values are dropped.
+    /// The `friend.before_add` hook (§15.3) of a direct add or an application, then `then` with the entry, patched
+    /// in `wording`, `alias` and `attributes` by a `modify`. Called after validation; the self check (422) comes first.
+    private static func beforeAdd(
+        _ ctx: APIContext, _ userID: String, _ friendID: String, via: String, _ entry: FriendService.EntryRequest, skip: Bool,
+        then: @escaping @Sendable (APIContext, FriendService.EntryRequest) throws -> Response
+    ) throws -> Response {
+        if userID == friendID { throw FriendService.cannotFriendSelf() }
+        // `data` is `{user_id, friend_id, via, wording}`; the patch also applies to the request's alias and attributes.
+        let proposed = { @Sendable (full: Bool) -> JSONObject in
+            var o = JSONObject()
+            o["user_id"] = .string(userID)
+            o["friend_id"] = .string(friendID)
+            o["via"] = .string(via)
+            o["wording"] = .string(entry.wording ?? "")
+            if full {
+                o["alias"] = .string(entry.alias ?? "")
+                o["attributes"] = .object(entry.attributes ?? JSONObject())
+            }
+            return o
+        }
+        return try ctx.afterHook("friend.before_add", data: { JSONValue.object(proposed(false)).serialized() }, skip: skip) { ctx, verdict in
+            switch verdict.action {
+            case .allow: return try then(ctx, entry)
+            case .reject, .drop: throw verdict.rejection
+            case .modify:
+                let patched = try ctx.repatched(verdict, proposed: proposed(true), patchable: ["wording", "alias", "attributes"]) { body in
+                    let entry = readEntry(&body)
+                    try body.check()
+                    return entry
+                }
+                return try then(ctx, patched)
+            }
+        }
+    }
+
     private static func readEntry(_ body: inout BodyReader, wording: Bool = true) -> FriendService.EntryRequest {
         FriendService.EntryRequest(
             wording: wording ? body.string("wording", maxBytes: Friend.maxWordingBytes) : nil,

@@ -4,16 +4,17 @@
 public struct HTTPClient: Sendable {
     public init() {}
 
-    /// Sends one request to `url` (`http://host:port/path?query`) and returns the whole response.
+    /// Sends one request to `url` (`http[s]://host:port/path?query`) and returns the whole response.
     ///
-    /// `timeout` bounds the connect and the exchange separately.
+    /// `timeout` bounds the connect and the exchange separately. `https` verifies the server against the system
+    /// trust store; no address is refused (for webhooks to customers' URLs use `OutboundHTTP`).
     public static func request(
         _ method: HTTPMethod, url: String, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8]? = nil,
         timeout: Duration = .seconds(10)
     ) throws -> HTTPClientResponse {
         let target = try HTTPClientURL(url)
         let connection = try HTTPClientConnection(
-            host: target.host, port: target.port, connectTimeout: timeout, timeout: timeout)
+            endpoint: HTTPClientEndpoint(target), connectTimeout: timeout, timeout: timeout)
         defer { connection.close() }
         return try connection.send(method: method, path: target.target, headers: headers, body: body)
     }
@@ -49,7 +50,7 @@ public struct HTTPClient: Sendable {
     {
         let target = try HTTPClientURL(url)
         let connection = try HTTPClientConnection(
-            host: target.host, port: target.port, connectTimeout: timeout, timeout: timeout)
+            endpoint: HTTPClientEndpoint(target), connectTimeout: timeout, timeout: timeout)
         return try connection.openStream(path: target.target, headers: headers)
     }
 }

@@ -19,19 +19,25 @@ struct HTTPClientBodyDecoder: Sendable {
     private(set) var trailers = HTTPHeaders()
     /// Payload bytes produced so far (the decoded body length).
     private(set) var payloadCount = 0
+    /// True when a truncating decoder cut the body at `maxBodyBytes` (the rest was not read).
+    private(set) var truncated = false
     private var trailerBytes = 0
     private let maxBodyBytes: Int
     private let maxLineBytes: Int
+    private let truncating: Bool
 
     /// Starts decoding a body with `framing`; `maxBodyBytes` bounds the payload, `maxLineBytes` a chunk-size line
-    /// and the trailer section.
-    init(framing: HTTPClientResponseHead.Framing, maxBodyBytes: Int, maxLineBytes: Int = 64 * 1024) throws {
+    /// and the trailer section. A longer body is a `.tooLarge` error, or with `truncating` ends the body there.
+    init(framing: HTTPClientResponseHead.Framing, maxBodyBytes: Int, maxLineBytes: Int = 64 * 1024, truncating: Bool = false)
+        throws
+    {
         self.maxBodyBytes = maxBodyBytes
         self.maxLineBytes = maxLineBytes
+        self.truncating = truncating
         switch framing {
         case .none: state = .done
         case .length(let n):
-            guard n <= maxBodyBytes else {
+            guard n <= maxBodyBytes || truncating else {
                 throw HTTPClientError(.tooLarge, "response body of \(n) bytes exceeds \(maxBodyBytes)")
             }
             state = n == 0 ? .done : .length(remaining: n)
@@ -70,7 +76,7 @@ struct HTTPClientBodyDecoder: Sendable {
                 guard let line = try nextLine(input[i...]) else { break loop }
                 i = line.next
                 let size = try Self.parseChunkSize(line.text)
-                guard size <= maxBodyBytes - payloadCount else {
+                guard size <= maxBodyBytes - payloadCount || truncating else {
                     throw HTTPClientError(.tooLarge, "chunked response body exceeds \(maxBodyBytes) bytes")
                 }
                 state = size == 0 ? .trailers : .chunkData(remaining: size)
@@ -95,6 +101,10 @@ struct HTTPClientBodyDecoder: Sendable {
                     trailers.add(field.name, field.value)
                 }
             }
+            if truncated {
+                state = .done
+                break loop
+            }
         }
         return i - input.startIndex
     }
@@ -109,7 +119,14 @@ struct HTTPClientBodyDecoder: Sendable {
     }
 
     private mutating func emit(_ bytes: ArraySlice<UInt8>, into output: inout [UInt8]) throws {
-        guard bytes.count <= maxBodyBytes - payloadCount else {
+        let room = maxBodyBytes - payloadCount
+        if bytes.count > room && truncating {
+            output.append(contentsOf: bytes.prefix(room))
+            payloadCount += room
+            truncated = true
+            return
+        }
+        guard bytes.count <= room else {
             throw HTTPClientError(.tooLarge, "response body exceeds \(maxBodyBytes) bytes")
         }
         payloadCount += bytes.count

@@ -1,4 +1,5 @@
-/// A blocking HTTP/1.1 client connection to one `host:port` (plain `http`, no TLS), reused across requests.
+/// A blocking HTTP/1.1 client connection to one `host:port` (plain TCP, or TLS for `https` URLs), reused across
+/// requests.
 ///
 /// For tests, webhooks and the push gateway: not for hot paths. Not `Sendable`: one thread at a time owns it.
 /// Every exchange is bounded by `timeout` (connect by `connectTimeout`). A response saying `Connection: close`,
@@ -19,8 +20,14 @@ public final class HTTPClientConnection {
     public var maxBodyBytes = 64 * 1024 * 1024
     /// How many TCP connections this object has opened so far.
     public private(set) var connectCount = 0
+    /// A bound over everything (connects included) on top of the per-exchange `timeout`: `OutboundHTTP`'s deadline.
+    var deadline: ContinuousClock.Instant?
+    /// Cut a body longer than `maxBodyBytes` there (`truncated` response, connection not reused) instead of failing
+    /// with `.tooLarge`.
+    var truncatesLongBodies = false
 
-    private var socket: HTTPClientSocket?
+    private let endpoint: HTTPClientEndpoint
+    private var socket: (any HTTPClientTransport)?
     /// Received bytes not yet consumed start at `readIndex`.
     private var buffer: [UInt8] = []
     private var readIndex = 0
@@ -28,14 +35,23 @@ public final class HTTPClientConnection {
     private var reusable = true
     private var exchangesOnSocket = 0
 
-    /// Connects now to `host:port`.
-    public init(host: String, port: Int, connectTimeout: Duration = .seconds(5), timeout: Duration = .seconds(10))
+    /// Connects now to `host:port` (plain TCP).
+    public convenience init(host: String, port: Int, connectTimeout: Duration = .seconds(5), timeout: Duration = .seconds(10))
         throws
     {
-        self.host = host
-        self.port = port
+        try self.init(endpoint: HTTPClientEndpoint(host: host, port: port), connectTimeout: connectTimeout, timeout: timeout)
+    }
+
+    /// Connects now to `endpoint`, before `deadline` if one is given.
+    init(endpoint: HTTPClientEndpoint, connectTimeout: Duration, timeout: Duration, deadline: ContinuousClock.Instant? = nil)
+        throws
+    {
+        self.endpoint = endpoint
+        self.host = endpoint.host
+        self.port = endpoint.port
         self.connectTimeout = connectTimeout
         self.timeout = timeout
+        self.deadline = deadline
         try reconnect()
     }
 
@@ -50,14 +66,12 @@ public final class HTTPClientConnection {
         let request = try encodeRequest(method: method, path: path, headers: headers, body: body)
         let reused = try prepareSocket()
         do {
-            try write(request, deadline: ContinuousClock.now + timeout)
-            return try readResponse(method: method)
+            return try exchange(request, method: method)
         } catch let error as HTTPClientError
             where error.kind == .closed && reused && Self.isIdempotent(method) && readIndex == buffer.count
         {
             try reconnect()
-            try write(request, deadline: ContinuousClock.now + timeout)
-            return try readResponse(method: method)
+            return try exchange(request, method: method)
         }
     }
 
@@ -71,7 +85,7 @@ public final class HTTPClientConnection {
     /// Writes `bytes` as they are (malformed or pipelined requests in tests); read replies with `readResponse`.
     public func sendRaw(_ bytes: [UInt8]) throws {
         _ = try prepareSocket()
-        try write(bytes, deadline: ContinuousClock.now + timeout)
+        try write(bytes, deadline: limit(timeout))
     }
 
     /// Writes the UTF-8 bytes of `text` as they are.
@@ -82,21 +96,32 @@ public final class HTTPClientConnection {
     /// Interim `1xx` responses (`100 Continue`, `103 Early Hints`) are skipped; `101` is returned as final.
     /// After an error the connection is not reused: the rest of that response may still arrive.
     public func readResponse(method: HTTPMethod = .get) throws -> HTTPClientResponse {
+        try readResponse(method: method, deadline: limit(timeout))
+    }
+
+    /// Writes one request and reads its response, both within one `timeout`.
+    private func exchange(_ request: [UInt8], method: HTTPMethod) throws -> HTTPClientResponse {
+        let deadline = limit(timeout)
+        try write(request, deadline: deadline)
+        return try readResponse(method: method, deadline: deadline)
+    }
+
+    private func readResponse(method: HTTPMethod, deadline: ContinuousClock.Instant) throws -> HTTPClientResponse {
         do {
-            return try readFinalResponse(method: method)
+            return try readFinalResponse(method: method, deadline: deadline)
         } catch {
             reusable = false
             throw error
         }
     }
 
-    private func readFinalResponse(method: HTTPMethod) throws -> HTTPClientResponse {
-        let deadline = ContinuousClock.now + timeout
+    private func readFinalResponse(method: HTTPMethod, deadline: ContinuousClock.Instant) throws -> HTTPClientResponse {
         while true {
             let head = try readHead(deadline: deadline)
             if (100..<200).contains(head.status) && head.status != 101 { continue }
             let framing = try head.framing(for: method)
-            var decoder = try HTTPClientBodyDecoder(framing: framing, maxBodyBytes: maxBodyBytes)
+            var decoder = try HTTPClientBodyDecoder(
+                framing: framing, maxBodyBytes: maxBodyBytes, truncating: truncatesLongBodies)
             var body: [UInt8] = []
             while !decoder.isDone {
                 if readIndex < buffer.count {
@@ -106,10 +131,10 @@ public final class HTTPClientConnection {
                 if try !fill(deadline: deadline) { try decoder.finishAtEndOfStream() }
             }
             exchangesOnSocket += 1
-            if !head.keepAlive || framing == .untilClose || head.status == 101 { reusable = false }
+            if !head.keepAlive || framing == .untilClose || head.status == 101 || decoder.truncated { reusable = false }
             return HTTPClientResponse(
                 status: head.status, reason: head.reason, version: head.version, headers: head.headers,
-                trailers: decoder.trailers, body: body)
+                trailers: decoder.trailers, body: body, truncated: decoder.truncated)
         }
     }
 
@@ -151,7 +176,7 @@ public final class HTTPClientConnection {
         if !headers.contains("Accept") { headers.add("Accept", "text/event-stream") }
         let request = try encodeRequest(method: .get, path: path, headers: headers, body: nil)
         _ = try prepareSocket()
-        let deadline = ContinuousClock.now + timeout
+        let deadline = limit(timeout)
         try write(request, deadline: deadline)
         var head = try readHead(deadline: deadline)
         while (100..<200).contains(head.status) && head.status != 101 { head = try readHead(deadline: deadline) }
@@ -188,8 +213,7 @@ public final class HTTPClientConnection {
             buffer.removeFirst(readIndex)
             readIndex = 0
         }
-        guard try socket.waitReadable(until: deadline) else { throw HTTPClientError(.timeout, "read timed out") }
-        if try socket.receive(appendingTo: &buffer) == 0 {
+        if try socket.receive(appendingTo: &buffer, deadline: deadline) == 0 {
             peerClosed = true
             return false
         }
@@ -213,11 +237,18 @@ public final class HTTPClientConnection {
         socket = nil
         buffer.removeAll(keepingCapacity: true)
         readIndex = 0
-        socket = try HTTPClientSocket(host: host, port: port, connectTimeout: connectTimeout, ioTimeout: timeout)
+        socket = try endpoint.open(deadline: limit(connectTimeout), ioTimeout: timeout)
         connectCount += 1
         peerClosed = false
         reusable = true
         exchangesOnSocket = 0
+    }
+
+    /// `now + duration`, capped by `deadline`.
+    private func limit(_ duration: Duration) -> ContinuousClock.Instant {
+        let end = ContinuousClock.now + duration
+        guard let deadline else { return end }
+        return min(end, deadline)
     }
 
     private func write(_ bytes: [UInt8], deadline: ContinuousClock.Instant) throws {
@@ -241,13 +272,16 @@ public final class HTTPClientConnection {
     private func encodeRequest(method: HTTPMethod, path: String, headers: HTTPHeaders, body: [UInt8]?) throws
         -> [UInt8]
     {
-        try Self.encodeRequest(method: method, path: path, headers: headers, body: body, host: host, port: port)
+        try Self.encodeRequest(
+            method: method, path: path, headers: headers, body: body, host: host, port: port,
+            defaultPort: endpoint.defaultPort)
     }
 
-    /// The bytes of one request to `host:port` (shared with `HTTPInProcessClient`).
-    static func encodeRequest(method: HTTPMethod, path: String, headers: HTTPHeaders, body: [UInt8]?, host: String, port: Int)
-        throws -> [UInt8]
-    {
+    /// The bytes of one request to `host:port` (shared with `HTTPInProcessClient`); `Host` names the port unless it
+    /// is `defaultPort` (80 for `http`, 443 for `https`).
+    static func encodeRequest(
+        method: HTTPMethod, path: String, headers: HTTPHeaders, body: [UInt8]?, host: String, port: Int, defaultPort: Int = 80
+    ) throws -> [UInt8] {
         guard !method.rawValue.isEmpty, method.rawValue.utf8.allSatisfy(HTTPClientBytes.isToken) else {
             throw HTTPClientError(.invalidRequest, "bad method \(method)")
         }
@@ -257,7 +291,7 @@ public final class HTTPClientConnection {
         var head = "\(method.rawValue) \(path) HTTP/1.1\r\n"
         if !headers.contains("Host") {
             let name = host.contains(":") ? "[\(host)]" : host
-            head += port == 80 ? "Host: \(name)\r\n" : "Host: \(name):\(port)\r\n"
+            head += port == defaultPort ? "Host: \(name)\r\n" : "Host: \(name):\(port)\r\n"
         }
         for field in headers {
             guard !field.name.isEmpty, field.name.utf8.allSatisfy(HTTPClientBytes.isToken),

@@ -14,6 +14,12 @@ public struct HTTPClientError: Error, Sendable, Equatable, CustomStringConvertib
         case tooLarge
         /// The caller asked for something the client cannot send (bad URL, CR/LF in a header, …).
         case invalidRequest
+        /// Every address of the destination is in a range the outbound policy refuses (loopback, private,
+        /// link-local, metadata, …): see `OutboundPolicy.allowPrivateDestinations`.
+        case refused
+        /// The TLS handshake failed, or the peer's certificate did not verify (untrusted issuer, wrong host name,
+        /// expired); the message has OpenSSL's reason.
+        case tls
     }
 
     public var kind: Kind

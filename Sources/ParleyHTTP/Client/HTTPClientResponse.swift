@@ -12,10 +12,13 @@ public struct HTTPClientResponse: Sendable {
     public var trailers: HTTPHeaders
     /// The decoded body (chunked framing removed), empty for `HEAD`, `204` and `304`.
     public var body: [UInt8]
+    /// True when the body was cut at the client's limit (only `OutboundHTTP` asks for that; otherwise a longer body
+    /// is a `.tooLarge` error).
+    public var truncated: Bool
 
     public init(
         status: Int, reason: String = "", version: HTTPVersion = .http1_1, headers: HTTPHeaders = HTTPHeaders(),
-        trailers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []
+        trailers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = [], truncated: Bool = false
     ) {
         self.status = status
         self.reason = reason
@@ -23,6 +26,7 @@ public struct HTTPClientResponse: Sendable {
         self.headers = headers
         self.trailers = trailers
         self.body = body
+        self.truncated = truncated
     }
 
     /// The body decoded as UTF-8 (invalid sequences become U+FFFD).

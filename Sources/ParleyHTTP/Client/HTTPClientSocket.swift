@@ -1,36 +1,22 @@
 import CParleyShims
 import Glibc
 
-/// A blocking TCP socket with deadlines, for the HTTP client.
+/// A blocking TCP socket with deadlines, for the HTTP client (and, adopted, for the test receiver).
 ///
-/// Owned by one `HTTPClientConnection` and used by one thread at a time. The socket stays in blocking mode with
-/// `SO_RCVTIMEO`/`SO_SNDTIMEO` as a backstop; reads first `poll` until the caller's deadline so that a whole
-/// exchange, not just one `recv`, is bounded.
-final class HTTPClientSocket {
+/// Owned by one `HTTPClientConnection` (or a `TLSStream` over it) and used by one thread at a time. The socket stays
+/// in blocking mode with `SO_RCVTIMEO`/`SO_SNDTIMEO` as a backstop; reads first `poll` until the caller's deadline
+/// so that a whole exchange, not just one `recv`, is bounded.
+package final class HTTPClientSocket: HTTPClientTransport {
     private(set) var fd: Int32
 
-    /// Resolves `host` with `getaddrinfo` and connects to the first address that accepts within `connectTimeout`.
-    init(host: String, port: Int, connectTimeout: Duration, ioTimeout: Duration) throws {
-        let deadline = ContinuousClock.now + connectTimeout
-        var hints = addrinfo()
-        hints.ai_family = AF_UNSPEC
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_protocol = Int32(IPPROTO_TCP)
-        hints.ai_flags = AI_NUMERICSERV
-        var list: UnsafeMutablePointer<addrinfo>?
-        let rc = getaddrinfo(host, String(port), &hints, &list)
-        guard rc == 0, let list else {
-            let reason = String(cString: gai_strerror(rc))
-            throw HTTPClientError(.connectFailed, "cannot resolve \(host): \(reason)")
-        }
-        defer { freeaddrinfo(list) }
-
-        var lastError = HTTPClientError(.connectFailed, "no address for \(host)")
-        var next: UnsafeMutablePointer<addrinfo>? = list
-        while let info = next {
-            next = info.pointee.ai_next
+    /// Connects to the first of `addresses` that accepts before `deadline` (`name` is `host:port`, for messages).
+    init(connectingTo addresses: [HTTPClientAddress], name: String, deadline: ContinuousClock.Instant, ioTimeout: Duration)
+        throws
+    {
+        var lastError = HTTPClientError(.connectFailed, "no address for \(name)")
+        for address in addresses {
             do {
-                fd = try Self.connect(info.pointee, deadline: deadline, name: "\(host):\(port)")
+                fd = try Self.connect(address, deadline: deadline, name: name)
                 try configure(ioTimeout: ioTimeout)
                 return
             } catch let error as HTTPClientError {
@@ -41,17 +27,29 @@ final class HTTPClientSocket {
         throw lastError
     }
 
+    /// Takes ownership of a connected, blocking descriptor (the accepted side of a test server).
+    package init(adopting fd: Int32, ioTimeout: Duration) throws {
+        self.fd = fd
+        try configure(ioTimeout: ioTimeout)
+    }
+
     deinit { close() }
 
     /// Opens a non-blocking socket, connects it with `poll` bounded by `deadline`, then makes it blocking again.
-    private static func connect(_ info: addrinfo, deadline: ContinuousClock.Instant, name: String) throws -> Int32 {
+    private static func connect(_ address: HTTPClientAddress, deadline: ContinuousClock.Instant, name: String) throws
+        -> Int32
+    {
         let type = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
-        let fd = socket(info.ai_family, type, info.ai_protocol)
+        let fd = socket(address.family, type, address.socketProtocol)
         guard fd >= 0 else { throw HTTPClientError(.connectFailed, "socket(): \(errnoText())") }
         var ok = false
         defer { if !ok { _ = Glibc.close(fd) } }
 
-        if Glibc.connect(fd, info.ai_addr, info.ai_addrlen) != 0 {
+        var storage = address.storage
+        let rc = withUnsafePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, address.length) }
+        }
+        if rc != 0 {
             guard errno == EINPROGRESS || errno == EINTR else {
                 throw HTTPClientError(.connectFailed, "connect to \(name): \(errnoText())")
             }
@@ -75,6 +73,14 @@ final class HTTPClientSocket {
         return fd
     }
 
+    /// Switches the descriptor to non-blocking mode (for TLS, whose reads and writes wait with `poll`).
+    func setNonBlocking() throws {
+        let flags = fcntl(fd, F_GETFL)
+        guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else {
+            throw HTTPClientError(.connectFailed, "fcntl(): \(errnoText())")
+        }
+    }
+
     private func configure(ioTimeout: Duration) throws {
         var one: Int32 = 1
         var tv = Self.timeval(ioTimeout)
@@ -90,7 +96,7 @@ final class HTTPClientSocket {
     }
 
     /// Writes every byte, or throws (`.closed` if the peer is gone, `.timeout` past `deadline` or `SO_SNDTIMEO`).
-    func sendAll(_ bytes: [UInt8], deadline: ContinuousClock.Instant) throws {
+    package func sendAll(_ bytes: [UInt8], deadline: ContinuousClock.Instant) throws {
         guard fd >= 0 else { throw HTTPClientError(.closed, "connection is closed") }
         try bytes.withUnsafeBytes { raw in
             var offset = 0
@@ -112,17 +118,17 @@ final class HTTPClientSocket {
         }
     }
 
-    /// Waits until bytes (or end of stream) can be read; false if `deadline` passed first.
-    func waitReadable(until deadline: ContinuousClock.Instant) throws -> Bool {
+    /// Waits until `events` (`POLLIN`, `POLLOUT`) are ready, or the connection is in error; false past `deadline`.
+    func wait(for events: Int32, until deadline: ContinuousClock.Instant) throws -> Bool {
         guard fd >= 0 else { throw HTTPClientError(.closed, "connection is closed") }
-        return try Self.poll(fd, events: Int16(POLLIN), until: deadline)
+        return try Self.poll(fd, events: Int16(events), until: deadline)
     }
 
-    /// Reads what is available (at most `limit` bytes) and appends it; returns the count, 0 at end of stream.
-    ///
-    /// A reset connection counts as end of stream. Call `waitReadable` first to honour a deadline.
-    func receive(appendingTo buffer: inout [UInt8], limit: Int = 64 * 1024) throws -> Int {
-        guard fd >= 0 else { throw HTTPClientError(.closed, "connection is closed") }
+    /// Waits for bytes until `deadline` and appends what is available (at most `limit` bytes); returns the count, 0
+    /// at end of stream. A reset connection counts as end of stream.
+    package func receive(appendingTo buffer: inout [UInt8], deadline: ContinuousClock.Instant) throws -> Int {
+        guard try wait(for: Int32(POLLIN), until: deadline) else { throw HTTPClientError(.timeout, "read timed out") }
+        let limit = 64 * 1024
         // Into scratch space, then append what arrived: growing the buffer by `limit` zeros first cost more than the
         // read itself (element by element in debug builds, where the test suites run).
         return try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: limit) { scratch in
@@ -144,7 +150,7 @@ final class HTTPClientSocket {
     }
 
     /// Closes the descriptor (idempotent).
-    func close() {
+    package func close() {
         if fd >= 0 {
             _ = Glibc.close(fd)
             fd = -1

@@ -1,15 +1,28 @@
-/// The parts of an absolute `http://host[:port][/path][?query]` URL that the client needs.
+/// The parts of an absolute `http[s]://host[:port][/path][?query]` URL that the client needs.
 struct HTTPClientURL: Sendable, Equatable {
+    /// The URL schemes the client speaks.
+    enum Scheme: String, Sendable, Equatable {
+        case http
+        case https
+
+        /// The port of a URL that names none.
+        var defaultPort: Int { self == .https ? 443 : 80 }
+    }
+
+    var scheme: Scheme
+    /// The host name or address, without the brackets of an IPv6 literal.
     var host: String
     var port: Int
     /// The request target: path and query, `/` when the URL has no path; the fragment is dropped.
     var target: String
 
-    /// Parses `url`; only the `http` scheme is accepted (no TLS yet), with no user information.
+    /// Parses `url`: `http` or `https` (case-insensitive), a host, an optional port, no user information.
     init(_ url: String) throws {
         let invalid = HTTPClientError(.invalidRequest, "unsupported URL \(HTTPClientBytes.printable(url.utf8))")
-        guard url.utf8.count > 7, url.prefix(7).lowercased() == "http://" else { throw invalid }
-        var rest = url.dropFirst(7)
+        guard let separator = url.firstRange(of: "://"), let scheme = Scheme(rawValue: url[..<separator.lowerBound].lowercased())
+        else { throw invalid }
+        self.scheme = scheme
+        var rest = url[separator.upperBound...]
         if let hash = rest.firstIndex(of: "#") { rest = rest[..<hash] }
         let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex
         let authority = rest[..<authorityEnd]
@@ -22,6 +35,7 @@ struct HTTPClientURL: Sendable, Equatable {
         if authority.first == "[" {
             guard let close = authority.firstIndex(of: "]") else { throw invalid }
             hostPart = authority[authority.index(after: authority.startIndex)..<close]
+            guard hostPart.contains(":") else { throw invalid }  // brackets are for IPv6 literals only
             let after = authority[authority.index(after: close)...]
             if !after.isEmpty {
                 guard after.first == ":" else { throw invalid }
@@ -30,6 +44,7 @@ struct HTTPClientURL: Sendable, Equatable {
         } else if let colon = authority.lastIndex(of: ":") {
             hostPart = authority[..<colon]
             portPart = authority[authority.index(after: colon)...]
+            guard !hostPart.contains(":") else { throw invalid }  // an IPv6 literal needs its brackets
         } else {
             hostPart = authority
         }
@@ -39,7 +54,7 @@ struct HTTPClientURL: Sendable, Equatable {
             guard let value = Int(portPart), (1...65535).contains(value) else { throw invalid }
             port = value
         } else {
-            port = 80
+            port = scheme.defaultPort
         }
     }
 }
