@@ -74,7 +74,7 @@ CREATE TABLE webhook_deliveries (
 CREATE INDEX webhook_deliveries_list ON webhook_deliveries (app_id, webhook_id, created_at DESC, id DESC);
 CREATE UNIQUE INDEX webhook_deliveries_delivery_id ON webhook_deliveries (delivery_id);
 -- What the workers scan: open deliveries that may be due.
-CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at)
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at, id)
     WHERE status IN ('pending', 'failed') AND NOT paused;
 -- The ordering rule: the earliest open delivery of an endpoint and key goes first.
 CREATE INDEX webhook_deliveries_open_key ON webhook_deliveries (app_id, webhook_id, order_key, event_id)

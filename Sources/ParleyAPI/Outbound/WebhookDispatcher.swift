@@ -22,6 +22,8 @@ package final class WebhookDispatcher: Sendable {
     static let attemptTimeoutMillis = 10_000
     /// How long a claim holds a delivery (real time): past the attempt's limit, so only a dead node's claim expires.
     static let leaseSeconds = 60
+    /// The most due deliveries one claim looks at (the oldest first).
+    static let scanLimit = 500
     /// Without a poke, due deliveries (retries, other nodes' events) are looked for this often.
     static let pollMillis = 1000
 
@@ -171,25 +173,29 @@ package final class WebhookDispatcher: Sendable {
             var claimedAny = false
             do {
                 let connection = try db.get()
-                if !unlogged.isEmpty {
-                    try DeliveryStore.insertFinished(unlogged, on: connection)
-                    metrics.recorded(unlogged.map { $0.succeeded ? "succeeded" : "dead" })
-                    unlogged = []
-                }
-                if !unrecorded.isEmpty {
-                    try record(unrecorded, on: connection)
-                    unrecorded = []
-                }
                 let free = maxInFlight - total
-                if free > 0 {
-                    let busy = inFlight.filter { $0.value >= maxInFlightPerEndpoint }.map { Self.endpoint($0.key) }
-                    let claimed = try claim(limit: free, busy: busy, on: connection, inFlight: inFlight)
-                    claimedAny = !claimed.isEmpty
-                    for item in claimed {
-                        total += 1
-                        inFlight[item.endpoint, default: 0] += 1
-                        senders.run { [self] in attempt(item) }
-                    }
+                let (recorded, logged) = (unrecorded, unlogged)
+                // One transaction per round: the finished attempts and hook calls recorded, the next deliveries
+                // leased. Its commit does not wait for the disk: delivery is at least once, so a record lost in a
+                // crash is an attempt made again (receivers dedupe on `webhook-id`), and a lost lease frees its row.
+                let (claimed, disabled) = try connection.transaction { db in
+                    try db.query("SET LOCAL synchronous_commit = off")
+                    if !logged.isEmpty { try DeliveryStore.insertFinished(logged, on: db) }
+                    let disabled = recorded.isEmpty ? [] : try record(recorded, on: db)
+                    return (free > 0 ? try claim(limit: free, inFlight: inFlight, on: db) : [], disabled)
+                }
+                metrics.recorded(logged.map { $0.succeeded ? "succeeded" : "dead" } + recorded.map { Self.status(after: $0) })
+                (unrecorded, unlogged) = ([], [])
+                for appID in disabled {
+                    logger.warning("app=\(appID) msg=\"webhook endpoint disabled after consecutive failures\"")
+                    appChanged(appID)
+                    eventsWritten(appID)
+                }
+                claimedAny = !claimed.isEmpty
+                for item in claimed {
+                    total += 1
+                    inFlight[item.endpoint, default: 0] += 1
+                    senders.run { [self] in attempt(item) }
                 }
                 outage.succeeded()
             } catch {
@@ -217,25 +223,39 @@ package final class WebhookDispatcher: Sendable {
         wakeup.signal()
     }
 
-    /// Leases up to `limit` due deliveries, each the earliest open one of its endpoint and ordering key (§15.2), none
-    /// of an endpoint in `busy`; an endpoint's claims beyond its free slots are released again at once.
-    private func claim(limit: Int, busy: [(appID: String, webhookID: String)], on db: PostgresConnection, inFlight: [String: Int]) throws -> [Claimed]
-    {
+    /// Leases up to `limit` due deliveries, each the earliest open one of its endpoint and ordering key (§15.2), and
+    /// no more per endpoint than its free slots (`inFlight`: this node's attempts in flight per endpoint).
+    ///
+    /// The candidates are chosen without locks (a window function caps each endpoint), then locked with `SKIP LOCKED`
+    /// and re-checked, so nodes claiming at once take different rows and a row is leased only when it will be sent.
+    private func claim(limit: Int, inFlight: [String: Int], on db: PostgresConnection) throws -> [Claimed] {
         let now = clock.now()
+        let busy = inFlight.map { (endpoint: Self.endpoint($0.key), count: $0.value) }
         let rows = try db.query(
             """
-            WITH due AS (
-                SELECT d.id FROM webhook_deliveries d
+            WITH scanned AS (
+                SELECT d.id, d.app_id, d.webhook_id, d.next_attempt_at FROM webhook_deliveries d
                 WHERE d.status IN ('pending', 'failed') AND NOT d.paused AND d.next_attempt_at <= \(now)
                   AND (d.leased_until IS NULL OR d.leased_until < clock_timestamp())
-                  AND (d.app_id, d.webhook_id) NOT IN (SELECT * FROM unnest(\(busy.map(\.appID))::text[], \(busy.map(\.webhookID))::text[]))
                   AND NOT EXISTS (
                       SELECT 1 FROM webhook_deliveries p
                       WHERE p.app_id = d.app_id AND p.webhook_id = d.webhook_id AND p.order_key = d.order_key
                         AND p.event_id < d.event_id AND p.status IN ('pending', 'failed'))
                 ORDER BY d.next_attempt_at, d.id
-                LIMIT \(limit)
-                FOR UPDATE OF d SKIP LOCKED
+                LIMIT \(Self.scanLimit)
+            ), ranked AS (
+                SELECT s.id, s.next_attempt_at,
+                       row_number() OVER (PARTITION BY s.app_id, s.webhook_id ORDER BY s.next_attempt_at, s.id) AS rank,
+                       \(maxInFlightPerEndpoint) - coalesce(f.n, 0) AS room
+                FROM scanned s
+                LEFT JOIN unnest(\(busy.map(\.endpoint.appID))::text[], \(busy.map(\.endpoint.webhookID))::text[], \(busy.map(\.count))::int[])
+                     AS f(app_id, webhook_id, n) ON f.app_id = s.app_id AND f.webhook_id = s.webhook_id
+            ), due AS (
+                SELECT d.id FROM webhook_deliveries d
+                WHERE d.id IN (SELECT id FROM ranked WHERE rank <= room ORDER BY next_attempt_at, id LIMIT \(limit))
+                  AND d.status IN ('pending', 'failed') AND NOT d.paused
+                  AND (d.leased_until IS NULL OR d.leased_until < clock_timestamp())
+                FOR UPDATE SKIP LOCKED
             )
             UPDATE webhook_deliveries d SET leased_until = clock_timestamp() + make_interval(secs => \(Self.leaseSeconds))
             FROM due, webhooks w
@@ -243,119 +263,91 @@ package final class WebhookDispatcher: Sendable {
             RETURNING d.id, d.app_id, d.webhook_id, d.event_id, d.event_type, d.body, d.attempts, d.single_attempt, w.url, w.secret,
                       w.previous_secret, w.previous_secret_until
             """)
-        var claimed: [Claimed] = []
-        var released: [Int64] = []
-        var taken = inFlight
-        for row in rows.rows {
-            let appID = try row[1].string
-            let webhookID = try row[2].string
-            let endpoint = appID + "\u{0}" + webhookID
-            let id = try row[0].int64
-            guard taken[endpoint, default: 0] < maxInFlightPerEndpoint else {
-                released.append(id)
-                continue
-            }
-            taken[endpoint, default: 0] += 1
+        return try rows.rows.map { row in
             var secrets = [try row[9].string]
             if !row[10].isNull, !row[11].isNull, try row[11].int64 > now { secrets.append(try row[10].string) }
-            claimed.append(
-                Claimed(
-                    id: id, appID: appID, webhookID: webhookID,
-                    request: WebhookRequest(
-                        id: String(try row[3].int64), eventType: try row[4].string, body: try row[5].textBytes, attempt: try row[6].int + 1),
-                    url: try row[8].string, secrets: secrets, singleAttempt: try row[7].bool))
+            return Claimed(
+                id: try row[0].int64, appID: try row[1].string, webhookID: try row[2].string,
+                request: WebhookRequest(
+                    id: String(try row[3].int64), eventType: try row[4].string, body: try row[5].textBytes, attempt: try row[6].int + 1),
+                url: try row[8].string, secrets: secrets, singleAttempt: try row[7].bool)
         }
-        if !released.isEmpty {
-            try db.query("UPDATE webhook_deliveries SET leased_until = NULL WHERE id = ANY(\(released)::bigint[])")
-        }
-        return claimed
     }
 
-    /// Records finished attempts in one transaction: each delivery's new status (succeeded; failed with its next
-    /// time; dead after the 11th failure or a retried dead one's failure), then each endpoint's consecutive
-    /// failures in completion order, disabling an endpoint that reaches its limit (with `webhook.disabled`).
-    private func record(_ outcomes: [Outcome], on db: PostgresConnection) throws {
-        var statuses: [String] = []
-        var nextAttempts: [Int64?] = []
+    /// The status an attempt leaves its delivery in: succeeded; dead after the 11th failure or a retried dead one's
+    /// failure; else failed (to be retried).
+    private static func status(after outcome: Outcome) -> String {
+        if outcome.attempt.succeeded { return "succeeded" }
+        return outcome.claimed.singleAttempt || outcome.claimed.request.attempt >= maxAttempts ? "dead" : "failed"
+    }
+
+    /// Records finished attempts in the caller's transaction: each delivery's new status and next time, then each
+    /// endpoint's consecutive failures in completion order, disabling an endpoint that reaches its limit (with
+    /// `webhook.disabled`). Returns the apps where an endpoint was disabled.
+    private func record(_ outcomes: [Outcome], on db: PostgresConnection) throws -> [String] {
+        let statuses = outcomes.map(Self.status(after:))
+        let nextAttempts = zip(outcomes, statuses).map { outcome, status -> Int64? in
+            status == "failed" ? outcome.at + Self.retryDelay(afterFailedAttempt: outcome.claimed.request.attempt) : nil
+        }
+        var disabled: Set<String> = []
+        try db.query(
+            """
+            UPDATE webhook_deliveries d
+            SET status = u.status, attempts = d.attempts + 1, next_attempt_at = u.next_at, last_attempt_at = u.at,
+                last_status_code = u.code, last_error = u.error, response_excerpt = u.excerpt, duration_ms = u.duration,
+                attempt_log = d.attempt_log || jsonb_build_array(u.entry::jsonb), single_attempt = false, leased_until = NULL
+            FROM unnest(\(outcomes.map(\.claimed.id))::bigint[], \(statuses)::text[], \(nextAttempts)::bigint[], \(outcomes.map(\.at))::bigint[],
+                        \(outcomes.map(\.attempt.statusCode))::int[], \(outcomes.map(\.attempt.error))::text[],
+                        \(outcomes.map(\.attempt.responseExcerpt))::text[], \(outcomes.map(\.attempt.durationMillis))::int[],
+                        \(outcomes.map { DeliveryStore.attemptLogEntry($0.attempt, at: $0.at) })::text[])
+                 AS u(id, status, next_at, at, code, error, excerpt, duration, entry)
+            WHERE d.id = u.id
+            """)
+        // Per endpoint: reset on a success, add the failures after the last one.
+        var counts: [String: (reset: Bool, failures: Int, appID: String, webhookID: String)] = [:]
         for outcome in outcomes {
-            let attempts = outcome.claimed.request.attempt
+            let key = outcome.claimed.endpoint
+            var entry = counts[key] ?? (false, 0, outcome.claimed.appID, outcome.claimed.webhookID)
             if outcome.attempt.succeeded {
-                statuses.append("succeeded")
-                nextAttempts.append(nil)
-            } else if outcome.claimed.singleAttempt || attempts >= Self.maxAttempts {
-                statuses.append("dead")
-                nextAttempts.append(nil)
+                entry.reset = true
+                entry.failures = 0
             } else {
-                statuses.append("failed")
-                nextAttempts.append(outcome.at + Self.retryDelay(afterFailedAttempt: attempts))
+                entry.failures += 1
             }
+            counts[key] = entry
         }
-        var disabled: [String] = []
-        try db.transaction { db in
-            try db.query(
-                """
-                UPDATE webhook_deliveries d
-                SET status = u.status, attempts = d.attempts + 1, next_attempt_at = u.next_at, last_attempt_at = u.at,
-                    last_status_code = u.code, last_error = u.error, response_excerpt = u.excerpt, duration_ms = u.duration,
-                    attempt_log = d.attempt_log || jsonb_build_array(u.entry::jsonb), single_attempt = false, leased_until = NULL
-                FROM unnest(\(outcomes.map(\.claimed.id))::bigint[], \(statuses)::text[], \(nextAttempts)::bigint[], \(outcomes.map(\.at))::bigint[],
-                            \(outcomes.map(\.attempt.statusCode))::int[], \(outcomes.map(\.attempt.error))::text[],
-                            \(outcomes.map(\.attempt.responseExcerpt))::text[], \(outcomes.map(\.attempt.durationMillis))::int[],
-                            \(outcomes.map { DeliveryStore.attemptLogEntry($0.attempt, at: $0.at) })::text[])
-                     AS u(id, status, next_at, at, code, error, excerpt, duration, entry)
-                WHERE d.id = u.id
-                """)
-            // Per endpoint: reset on a success, add the failures after the last one.
-            var counts: [String: (reset: Bool, failures: Int, appID: String, webhookID: String)] = [:]
-            for outcome in outcomes {
-                let key = outcome.claimed.endpoint
-                var entry = counts[key] ?? (false, 0, outcome.claimed.appID, outcome.claimed.webhookID)
-                if outcome.attempt.succeeded {
-                    entry.reset = true
-                    entry.failures = 0
-                } else {
-                    entry.failures += 1
-                }
-                counts[key] = entry
+        for entry in counts.values {
+            if entry.reset && entry.failures == 0 {
+                try db.query(
+                    """
+                    UPDATE webhooks SET consecutive_failures = 0
+                    WHERE app_id = \(entry.appID) AND webhook_id = \(entry.webhookID) AND consecutive_failures <> 0
+                    """)
+                continue
             }
-            for entry in counts.values {
-                if entry.reset && entry.failures == 0 {
-                    try db.query(
-                        """
-                        UPDATE webhooks SET consecutive_failures = 0
-                        WHERE app_id = \(entry.appID) AND webhook_id = \(entry.webhookID) AND consecutive_failures <> 0
-                        """)
-                    continue
-                }
-                let now = clock.now()
-                let disabledNow =
-                    try db.query(
-                        """
-                        UPDATE webhooks
-                        SET consecutive_failures = CASE WHEN \(entry.reset) THEN 0 ELSE consecutive_failures END + \(entry.failures),
-                            enabled = enabled AND CASE WHEN \(entry.reset) THEN 0 ELSE consecutive_failures END + \(entry.failures) < disable_after_failures,
-                            disabled_reason = CASE WHEN enabled AND CASE WHEN \(entry.reset) THEN 0 ELSE consecutive_failures END + \(entry.failures) >= disable_after_failures
-                                                   THEN 'consecutive_failures' ELSE disabled_reason END,
-                            updated_at = CASE WHEN enabled AND CASE WHEN \(entry.reset) THEN 0 ELSE consecutive_failures END + \(entry.failures) >= disable_after_failures
-                                              THEN \(now) ELSE updated_at END
-                        WHERE app_id = \(entry.appID) AND webhook_id = \(entry.webhookID)
-                        RETURNING NOT enabled AND disabled_reason = 'consecutive_failures' AND updated_at = \(now)
-                        """
-                    ).first.map { try $0[0].bool } ?? false
-                guard disabledNow else { continue }
-                try WebhookStore.setDeliveriesPaused(true, appID: entry.appID, webhookID: entry.webhookID, now: now, on: db)
-                try db.query("DELETE FROM webhook_before_hooks WHERE app_id = \(entry.appID) AND webhook_id = \(entry.webhookID)")
-                try EventLog.append(
-                    [WebhookEvents.disabled(webhookID: entry.webhookID, reason: "consecutive_failures")], appID: entry.appID, now: now, on: db)
-                disabled.append(entry.appID)
-            }
+            let now = clock.now()
+            let disabledNow =
+                try db.query(
+                    """
+                    UPDATE webhooks
+                    SET consecutive_failures = CASE WHEN \(entry.reset) THEN 0 ELSE consecutive_failures END + \(entry.failures),
+                        enabled = enabled AND CASE WHEN \(entry.reset) THEN 0 ELSE consecutive_failures END + \(entry.failures) < disable_after_failures,
+                        disabled_reason = CASE WHEN enabled AND CASE WHEN \(entry.reset) THEN 0 ELSE consecutive_failures END + \(entry.failures) >= disable_after_failures
+                                               THEN 'consecutive_failures' ELSE disabled_reason END,
+                        updated_at = CASE WHEN enabled AND CASE WHEN \(entry.reset) THEN 0 ELSE consecutive_failures END + \(entry.failures) >= disable_after_failures
+                                          THEN \(now) ELSE updated_at END
+                    WHERE app_id = \(entry.appID) AND webhook_id = \(entry.webhookID)
+                    RETURNING NOT enabled AND disabled_reason = 'consecutive_failures' AND updated_at = \(now)
+                    """
+                ).first.map { try $0[0].bool } ?? false
+            guard disabledNow else { continue }
+            try WebhookStore.setDeliveriesPaused(true, appID: entry.appID, webhookID: entry.webhookID, now: now, on: db)
+            try db.query("DELETE FROM webhook_before_hooks WHERE app_id = \(entry.appID) AND webhook_id = \(entry.webhookID)")
+            try EventLog.append(
+                [WebhookEvents.disabled(webhookID: entry.webhookID, reason: "consecutive_failures")], appID: entry.appID, now: now, on: db)
+            disabled.insert(entry.appID)
         }
-        metrics.recorded(statuses)
-        for appID in Set(disabled) {
-            logger.warning("app=\(appID) msg=\"webhook endpoint disabled after consecutive failures\"")
-            appChanged(appID)
-            eventsWritten(appID)
-        }
+        return disabled.sorted()
     }
 
     /// The app and webhook of an in-flight count's key (``Claimed/endpoint``).
