@@ -154,6 +154,9 @@ public final class HTTPClientConnection {
     ///
     /// Bytes that arrive meanwhile stay buffered for `readResponse` and `readAvailable`. Also true after our own
     /// `close()`.
+    /// Whether the socket is open and may carry another request (no `Connection: close`, nothing left unread).
+    var canCarryAnother: Bool { socket != nil && !peerClosed && reusable && readIndex == buffer.count }
+
     public func isClosedByPeer(timeout: Duration) -> Bool {
         if socket == nil { return peerClosed }
         let deadline = ContinuousClock.now + timeout

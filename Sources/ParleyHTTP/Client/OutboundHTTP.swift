@@ -1,7 +1,7 @@
 import Glibc
 
 /// What outbound requests to other people's servers (webhooks) may reach and trust.
-public struct OutboundPolicy: Sendable, Equatable {
+public struct OutboundPolicy: Sendable, Hashable {
     /// Whether destinations outside the global range (loopback, private networks, link-local, cloud metadata, …;
     /// see `OutboundAddressRange`) may be reached. Off by default: a customer's URL must not reach the server's own
     /// network.
@@ -42,7 +42,8 @@ public enum OutboundHTTP {
     /// The longest URL `validate` accepts, in bytes.
     public static let maxURLBytes = 2048
 
-    /// One request on a fresh connection, closed afterwards.
+    /// One request: on a fresh connection closed afterwards, or, with `connections`, on an idle keep-alive connection
+    /// to the same destination when there is one (returned there after the answer if it can carry another).
     ///
     /// `timeout` bounds the whole exchange: resolving, connecting, the TLS handshake, writing the request and reading
     /// the response. A body longer than `maxResponseBytes` is cut there (`truncated`), not an error. Throws
@@ -50,19 +51,28 @@ public enum OutboundHTTP {
     /// `.invalidRequest`).
     public static func send(
         _ method: HTTPMethod, url: String, headers: HTTPHeaders, body: [UInt8], timeout: Duration, policy: OutboundPolicy,
-        maxResponseBytes: Int = 65_536
+        maxResponseBytes: Int = 65_536, connections: OutboundConnections? = nil
     ) throws -> OutboundResponse {
         let deadline = ContinuousClock.now + timeout
         try validate(url: url)
         let target = try HTTPClientURL(url)
-        let endpoint = try HTTPClientEndpoint(
-            target, extraCAFile: policy.extraCAFile, allowPrivateDestinations: policy.allowPrivateDestinations)
-        let connection = try HTTPClientConnection(
-            endpoint: endpoint, connectTimeout: timeout, timeout: timeout, deadline: deadline)
-        defer { connection.close() }
+        let key = OutboundConnections.Key(scheme: target.scheme, host: target.host, port: target.port, policy: policy)
+        let connection: HTTPClientConnection
+        if let idle = connections?.take(key) {
+            connection = idle
+            connection.deadline = deadline
+            connection.timeout = timeout
+        } else {
+            let endpoint = try HTTPClientEndpoint(
+                target, extraCAFile: policy.extraCAFile, allowPrivateDestinations: policy.allowPrivateDestinations)
+            connection = try HTTPClientConnection(endpoint: endpoint, connectTimeout: timeout, timeout: timeout, deadline: deadline)
+        }
+        var kept = false
+        defer { if !kept { connection.close() } }
         connection.maxBodyBytes = max(maxResponseBytes, 0)
         connection.truncatesLongBodies = true
         let response = try connection.send(method: method, path: target.target, headers: headers, body: body)
+        if let connections, connection.canCarryAnother { kept = connections.put(key, connection) }
         return OutboundResponse(
             status: response.status, headers: response.headers, body: response.body, truncated: response.truncated)
     }
