@@ -34,7 +34,7 @@ package final class WebhookDispatcher: Sendable {
         let url: String
         let secrets: [String]
         let singleAttempt: Bool
-        var endpoint: String { appID + "\u{0}" + webhookID }
+        var endpoint: String { appID + "\u{1}" + webhookID }
     }
 
     /// A finished attempt, waiting to be recorded.
@@ -227,7 +227,7 @@ package final class WebhookDispatcher: Sendable {
                 SELECT d.id FROM webhook_deliveries d
                 WHERE d.status IN ('pending', 'failed') AND NOT d.paused AND d.next_attempt_at <= \(now)
                   AND (d.leased_until IS NULL OR d.leased_until < clock_timestamp())
-                  AND NOT (d.app_id || chr(0) || d.webhook_id = ANY(\(busy)::text[]))
+                  AND NOT (d.app_id || chr(1) || d.webhook_id = ANY(\(busy)::text[]))
                   AND NOT EXISTS (
                       SELECT 1 FROM webhook_deliveries p
                       WHERE p.app_id = d.app_id AND p.webhook_id = d.webhook_id AND p.order_key = d.order_key
@@ -248,7 +248,7 @@ package final class WebhookDispatcher: Sendable {
         for row in rows.rows {
             let appID = try row[1].string
             let webhookID = try row[2].string
-            let endpoint = appID + "\u{0}" + webhookID
+            let endpoint = appID + "\u{1}" + webhookID
             let id = try row[0].int64
             guard taken[endpoint, default: 0] < maxInFlightPerEndpoint else {
                 released.append(id)
