@@ -468,6 +468,99 @@ struct WebhooksTests: ProblemAssertions {
         #expect(try server.count("SELECT count(*) FROM webhook_deliveries WHERE webhook_id = $1", [id]) == 0)
     }
 
+    @Test func orderingHoldsBackLaterEventsWithTheSameKey() throws {
+        let server = try TestServer.start(testClock: true, configure: { $0.webhookAllowPrivate = true })
+        defer { server.stop() }
+        let app = try server.createApp()
+        let receiver = try Receiver()
+        defer { receiver.stop() }
+        let w = try Self.create(app, url: receiver.url)
+        let id = w["webhook_id"]?.stringValue ?? ""
+
+        // user.created of u1 fails; user.updated of u1 (same key user:u1) waits behind it; u2's key is independent.
+        receiver.respond(status: 503)
+        try app.createUser("u1")
+        Self.drain(server)
+        #expect(try app.request(.patch, "/v1/users/u1", json: #"{"name":"U1"}"#).status == 200)
+        receiver.respond(status: 204)
+        try app.createUser("u2")
+        Self.drain(server)
+        let seen = receiver.requests.map { "\($0.header("Parley-Event-Type") ?? "") \($0.json?["data"]?["user"]?["user_id"]?.stringValue ?? "")" }
+        #expect(seen == ["user.created u1", "user.created u2"], "user.updated u1 is held back by the failed user.created u1")
+        #expect(try Self.deliveries(app, id, "status=pending").map { $0["event_type"] } == [.string("user.updated")])
+        #expect(try Self.deliveries(app, id, "status=failed").map { $0["event_type"] } == [.string("user.created")])
+
+        // Once the retry is due (5 s × [0.8, 1.2]) the first succeeds, then the second follows.
+        try server.advanceClock(ms: 6500)
+        Self.drain(server)
+        let order = receiver.requests.dropFirst(2).map { $0.header("Parley-Event-Type") ?? "" }
+        #expect(order == ["user.created", "user.updated"])
+        #expect(receiver.requests[2].header("Parley-Delivery-Attempt") == "2")
+        #expect(try Self.deliveries(app, id, "status=succeeded").count == 3)
+    }
+
+    @Test func autoDisableAfterConsecutiveFailuresAndRetryOfADeadDelivery() throws {
+        let server = try TestServer.start(testClock: true, configure: { $0.webhookAllowPrivate = true })
+        defer { server.stop() }
+        let app = try server.createApp()
+        let receiver = try Receiver()
+        defer { receiver.stop() }
+        let watcher = try Receiver()
+        defer { watcher.stop() }
+        receiver.respond(status: 500)
+        let w = try Self.create(app, url: receiver.url, ",\"disable_after_failures\":2")
+        let id = w["webhook_id"]?.stringValue ?? ""
+        let watching = try Self.create(app, url: watcher.url, types: #"["webhook.*"]"#)
+        let watchingID = watching["webhook_id"]?.stringValue ?? ""
+
+        try app.createUser("u1")
+        Self.drain(server)
+        #expect(try app.request(.get, "/v1/webhooks/\(id)").json?["consecutive_failures"] == .int(1))
+        try server.advanceClock(ms: 6500)
+        Self.drain(server)
+        let disabled = try app.request(.get, "/v1/webhooks/\(id)").json
+        #expect(disabled?["enabled"] == .bool(false))
+        #expect(disabled?["disabled_reason"] == .string("consecutive_failures"))
+        #expect(disabled?["consecutive_failures"] == .int(2))
+        let events = try app.events(query: "types=webhook.disabled")
+        #expect(events.count == 1)
+        #expect(events.first?["data"] == .object(["webhook_id": .string(id), "reason": .string("consecutive_failures")]))
+        // The event reaches the other endpoint; the disabled one's delivery keeps its status and is not attempted.
+        #expect(watcher.requests.map { $0.header("Parley-Event-Type") } == ["webhook.disabled"])
+        #expect(try Self.deliveries(app, watchingID).first?["event_type"] == .string("webhook.disabled"))
+        let paused = try #require(try Self.deliveries(app, id).first)
+        #expect(paused["status"] == .string("failed"))
+        #expect(paused["attempts"] == .int(2))
+        try server.advanceClock(ms: 3_600_000)
+        Self.drain(server)
+        #expect(receiver.requests.count == 2)
+
+        // Re-enabled with a high limit, the delivery resumes and fails until it is dead after the 11th attempt.
+        let on = try app.request(.patch, "/v1/webhooks/\(id)", json: #"{"enabled":true,"disable_after_failures":1000}"#)
+        #expect(on.json?["consecutive_failures"] == .int(0))
+        for _ in 0..<10 {
+            try server.advanceClock(ms: 10 * 3_600_000)
+            Self.drain(server)
+        }
+        #expect(receiver.requests.count == 11)
+        let dead = try #require(try Self.deliveries(app, id).first)
+        #expect(dead["status"] == .string("dead"))
+        #expect(dead["attempts"] == .int(11))
+        #expect(dead["next_attempt_at"] == .null)
+
+        // A retried dead delivery gets one more attempt.
+        receiver.respond(status: 200, body: "thanks")
+        let deliveryID = dead["delivery_id"]?.stringValue ?? ""
+        let retried = try app.request(.post, "/v1/webhooks/\(id)/deliveries/\(deliveryID)/retry")
+        #expect(retried.status == 202, "\(retried.text)")
+        Self.drain(server)
+        #expect(receiver.requests.last?.header("Parley-Delivery-Attempt") == "12")
+        let done = try app.request(.get, "/v1/webhooks/\(id)/deliveries/\(deliveryID)").json
+        #expect(done?["status"] == .string("succeeded"))
+        #expect(done?["response_excerpt"] == .string("thanks"))
+        #expect(done?["attempts"]?.arrayValue?.count == 12)
+    }
+
     @Test func rotationSignsWithBothSecretsNewFirst() throws {
         let server = try Self.start()
         defer { server.stop() }
