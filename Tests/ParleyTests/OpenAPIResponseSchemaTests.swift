@@ -37,7 +37,8 @@ struct OpenAPIResponseSchemaTests {
         "MessageReply", "Mentions", "MessageBatchSendResult", "MessageBroadcastAccepted", "Conversation",
         "ConversationPage", "MentionState", "ConversationReadAllResult", "UnreadCount", "Event", "EventLogPage",
         "BatchResult", "BatchResultItem", "BatchItemError", "Problem", "FieldError", "Stats", "TestClock",
-        "HealthStatus", "ReadyStatus", "OpenAPIDocument",
+        "HealthStatus", "ReadyStatus", "OpenAPIDocument", "Webhook", "WebhookList", "WebhookPingResult", "Delivery",
+        "DeliveryDetail", "DeliveryList",
     ]
 
     /// The members of a User as the app key sees it (API.md §2: `deleted_at` is null unless soft-deleted).
@@ -59,6 +60,7 @@ struct OpenAPIResponseSchemaTests {
         try Self.groups(c)
         try Self.messagesAndConversations(c)
         try Self.events(c)
+        try Self.webhooks(c)
         try Self.problems(c)
 
         let refs = Set(c.refs.map { String($0.split(separator: "/").last ?? "") })
@@ -356,6 +358,42 @@ struct OpenAPIResponseSchemaTests {
         c.call(.get, "/v1/events/log", query: "after=earliest&types=message.*&group_id=g1", status: 200)
         c.call(.get, "/v1/events/log", status: 200)
         c.call(.get, "/v1/events/log", query: "after=x", status: 400)
+    }
+
+    /// Webhook endpoints and their delivery log (API.md §15.1), against a destination nobody listens on (port 1): pings
+    /// answer `ok: false`, deliveries fail and stay retryable. Runs after `events` so its own events do not matter there.
+    static func webhooks(_ c: ContractChecker) throws {
+        let url = "http://127.0.0.1:1/hook"
+        let created = c.call(
+            .post, "/v1/webhooks", json: "{\"url\":\"\(url)\",\"event_types\":[\"user.*\",\"message.before_send\"]}", status: 201)
+        let id = created.json?["webhook_id"]?.stringValue ?? ""
+        c.call(.post, "/v1/webhooks", json: "{\"url\":\"\(url)\",\"event_types\":[\"message.before_send\"]}", status: 409)
+        c.call(.post, "/v1/webhooks", json: "{\"url\":\"\(url)\",\"event_types\":[\"webhook.ping\"]}", status: 400)
+        let spare = c.call(
+            .post, "/v1/webhooks", json: "{\"url\":\"\(url)\",\"event_types\":[\"message.before_send\"],\"enabled\":false}", status: 201)
+        let spareID = spare.json?["webhook_id"]?.stringValue ?? ""
+        c.call(.patch, "/v1/webhooks/{webhook_id}", spareID, json: #"{"enabled":true}"#, status: 409)
+        c.call(.patch, "/v1/webhooks/{webhook_id}", spareID, json: #"{"description":"spare"}"#, status: 200)
+        c.call(.get, "/v1/webhooks", query: "limit=1", status: 200)
+        c.call(.get, "/v1/webhooks/{webhook_id}", id, status: 200)
+        c.call(.get, "/v1/webhooks/{webhook_id}", "wh_nope", status: 404)
+        c.call(.post, "/v1/webhooks/{webhook_id}/rotate_secret", id, status: 200)
+        let ping = c.call(.post, "/v1/webhooks/{webhook_id}/ping", id, status: 200)
+        #expect(ping.json?["ok"] == .bool(false))
+        _ = try c.app.createUser("contract-webhook-user")
+        #expect(c.server.app.services.webhooks.dispatcher.drain())
+        c.call(.get, "/v1/webhooks/{webhook_id}/deliveries", id, query: "status=failed&kind=after&event_type=user.created", status: 200)
+        let all = c.call(.get, "/v1/webhooks/{webhook_id}/deliveries", id, status: 200)
+        let items = all.json?["items"]?.arrayValue ?? []
+        let after = items.first { $0["kind"] == .string("after") }?["delivery_id"]?.stringValue ?? ""
+        let pinged = items.first { $0["kind"] == .string("ping") }?["delivery_id"]?.stringValue ?? ""
+        c.call(.get, "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}", id, after, status: 200)
+        c.call(.get, "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}", id, "dlv_nope", status: 404)
+        c.call(.post, "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/retry", id, after, status: 202)
+        c.call(.post, "/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/retry", id, pinged, status: 409)
+        c.call(.delete, "/v1/webhooks/{webhook_id}", spareID, status: 204)
+        c.call(.delete, "/v1/webhooks/{webhook_id}", id, status: 204)
+        c.call(.delete, "/v1/webhooks/{webhook_id}", id, status: 404)
     }
 
     /// Event types without a webhook entry in the document whose `data` has a schema of its own.

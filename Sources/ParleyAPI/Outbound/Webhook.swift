@@ -111,17 +111,18 @@ package enum WebhookEventTypes {
         return "is not an event type of the catalogue, a <prefix>.* pattern or *"
     }
 
-    /// Reads `event_types` (1–100 valid, distinct patterns; §2), adding errors named `event_types[i]`.
+    /// Reads `event_types` (1–100 valid, distinct patterns; §2), adding errors named `body.event_types[i]` (§1.4).
     package static func read(from body: inout BodyReader, required: Bool) -> [String]? {
         guard let patterns = body.stringArray("event_types", required: required, minItems: 1, maxItems: 100) else { return nil }
         var seen: Set<String> = []
         var valid = true
+        let field = body.fieldPath("event_types")
         for (index, pattern) in patterns.enumerated() {
             if let problem = problem(pattern) {
-                body.addError(path: "event_types[\(index)]", problem)
+                body.addError(path: "\(field)[\(index)]", problem)
                 valid = false
             } else if !seen.insert(pattern).inserted {
-                body.addError(path: "event_types[\(index)]", "is repeated")
+                body.addError(path: "\(field)[\(index)]", "is repeated")
                 valid = false
             }
         }
