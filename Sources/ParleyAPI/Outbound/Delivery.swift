@@ -89,7 +89,8 @@ package enum DeliveryStore {
         }
     }
 
-    /// An endpoint's deliveries by `created_at` desc, then `delivery_id` desc, after the cursor position.
+    /// An endpoint's deliveries by `created_at` desc, then `delivery_id` desc (the order of `id`: the index's), after the
+    /// cursor position.
     package static func list(appID: String, webhookID: String, filter: Filter, before: (Int64, String)?, limit: Int, on db: PostgresConnection) throws
         -> [Delivery]
     {
@@ -101,7 +102,7 @@ package enum DeliveryStore {
               AND (\(filter.kind?.rawValue)::text IS NULL OR kind = \(filter.kind?.rawValue))
               AND (\(filter.eventType)::text IS NULL OR event_type = \(filter.eventType))
               AND (\(before?.0)::bigint IS NULL OR (created_at, delivery_id) < (\(before?.0), \(before?.1)))
-            ORDER BY created_at DESC, delivery_id DESC LIMIT \(limit)
+            ORDER BY created_at DESC, id DESC LIMIT \(limit)
             """
         ).rows.map { try delivery($0) }
     }

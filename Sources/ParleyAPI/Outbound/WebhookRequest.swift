@@ -65,6 +65,8 @@ package struct WebhookAttempt: Sendable {
 /// not followed (a 3xx is a failed attempt).
 package struct WebhookTransport: Sendable {
     package var policy: OutboundPolicy
+    /// Idle keep-alive connections, shared by every request of the node.
+    private let connections = OutboundConnections()
 
     package init(policy: OutboundPolicy) { self.policy = policy }
 
@@ -82,7 +84,8 @@ package struct WebhookTransport: Sendable {
         do {
             let response = try OutboundHTTP.send(
                 .post, url: url, headers: request.headers(secrets: secrets, now: now), body: request.body,
-                timeout: .milliseconds(timeoutMillis), policy: policy, maxResponseBytes: Self.maxResponseBytes)
+                timeout: .milliseconds(timeoutMillis), policy: policy, maxResponseBytes: Self.maxResponseBytes,
+                connections: connections)
             let excerpt = String(decoding: response.body.prefix(Self.excerptBytes), as: UTF8.self)
             let status = response.status
             return WebhookAttempt(
