@@ -22,23 +22,38 @@ extension GroupRoutes {
         }
 
         api.add(.post, "/v1/group_applications/{application_id}/accept", .appOrUser, "acceptGroupApplication") { ctx in
-            try answer(ctx) { service, id, actor, push in try service.accept(id, actor: actor, push: push) }
+            let (applicationID, actor, push, skipHooks) = try answerRequest(ctx)
+            let accept = { @Sendable (ctx: APIContext) throws -> Response in
+                Reply.json(try GroupService.forRequest(ctx).accept(applicationID, actor: actor, push: push).json)
+            }
+            // §15.3 `group.before_join` (via `application`), after every check of the accept, so a rejecting hook
+            // leaves the application waiting; the application is read (unlocked) only when the hook is on.
+            guard ctx.hasHook(joinHook, skip: skipHooks) else { return try accept(ctx) }
+            let application = try GroupService.forRequest(ctx).acceptable(applicationID, actor: actor)
+            let data = joinHookData(application.groupID, userID: application.userID, via: "application", operator: actor.userID)
+            return try ctx.afterHook(joinHook, data: { data }) { ctx, verdict in
+                try requireJoinAllowed(verdict)
+                return try accept(ctx)
+            }
         }
 
         api.add(.post, "/v1/group_applications/{application_id}/reject", .appOrUser, "rejectGroupApplication") { ctx in
-            try answer(ctx) { service, id, actor, push in try service.reject(id, actor: actor, push: push) }
+            let (applicationID, actor, push, _) = try answerRequest(ctx)
+            return Reply.json(try GroupService.forRequest(ctx).reject(applicationID, actor: actor, push: push).json)
         }
     }
 
-    private static func answer(
-        _ ctx: APIContext, _ run: (GroupService, String, GroupService.Actor, JSONValue?) throws -> GroupApplication
-    ) throws -> Response {
+    /// The request of an accept or reject: the application, the operator, `push` and `skip_hooks`.
+    private static func answerRequest(
+        _ ctx: APIContext
+    ) throws -> (applicationID: String, actor: GroupService.Actor, push: JSONValue?, skipHooks: Bool) {
         let applicationID = try ctx.pathID("application_id", .opaque)
         var body = try ctx.body()
         let actor = try actor(ctx, &body)
         let push = PushConfig.read(from: &body, key: "push")
+        let skipHooks = try ctx.appOnlyFlag(body.bool("skip_hooks"))
         try body.check()
-        return Reply.json(try run(GroupService.forRequest(ctx), applicationID, actor, push).json)
+        return (applicationID, actor, push, skipHooks)
     }
 
     /// A list of applications by `created_at` desc, then `application_id` desc, with `type` and `state` filters.

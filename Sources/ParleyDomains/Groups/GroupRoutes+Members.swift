@@ -12,10 +12,22 @@ extension GroupRoutes {
             let userID = try ctx.actingUser(body.id("user_id", .userID), field: "user_id")
             let wording = body.string("wording", maxBytes: 256) ?? ""
             let skip = try ctx.appOnlyFlag(body.bool("skip_checks"))
+            let skipHooks = try ctx.appOnlyFlag(body.bool("skip_hooks"))
             try body.check()
-            switch try GroupService.forRequest(ctx).join(groupID, userID: userID, wording: wording, skipChecks: skip) {
-            case .joined(let member): return Reply.json(member.json(now: ctx.now))
-            case .applied(let application): return Reply.json(application.json, status: 202)
+            let join = { @Sendable (ctx: APIContext, verdicts: [String: GroupService.JoinHookVerdict]?) throws -> Response in
+                switch try GroupService.forRequest(ctx).join(groupID, userID: userID, wording: wording, skipChecks: skip, hookVerdicts: verdicts) {
+                case .joined(let member): return Reply.json(member.json(now: ctx.now))
+                case .applied(let application): return Reply.json(application.json, status: 202)
+                }
+            }
+            // §15.3 `group.before_join`, only for a direct join: the group is read (unlocked) only when the hook is on.
+            guard ctx.hasHook(joinHook, skip: skipHooks) else { return try join(ctx, nil) }
+            guard try GroupService.forRequest(ctx).joinsDirectly(groupID, userID: userID, skipChecks: skip) else { return try join(ctx, [:]) }
+            // The joiner is the acting user of a join (§1.3), with either credential.
+            let data = joinHookData(groupID, userID: userID, via: "join", operator: userID)
+            return try ctx.afterHook(joinHook, data: { data }) { ctx, verdict in
+                try requireJoinAllowed(verdict)
+                return try join(ctx, [userID: .allowed])
             }
         }
 
@@ -38,24 +50,30 @@ extension GroupRoutes {
             let actor = try actor(ctx, &body)
             let items = body.batchIDs(maxItems: GroupService.maxBatch)
             let wording = body.string("wording", maxBytes: 256) ?? ""
+            let skipHooks = try ctx.appOnlyFlag(body.bool("skip_hooks"))
             try body.check()
-            let outcomes = try GroupService.forRequest(ctx).invite(groupID, actor: actor, userIDs: items.compactMap(\.userID), wording: wording)
-            return Reply.batch(
-                BatchResult.results(items) { id in
-                    var o = JSONObjectWriter(capacity: 96)
-                    o["user_id"] = id
-                    switch outcomes[id] {
-                    case .joined?:
-                        o["state"] = "joined"
-                        o["application_id"] = nil as String?
-                    case .pending(let application)?:
-                        o["state"] = "pending"
-                        o["application_id"] = application.applicationID
-                    case .failed(let code, let message)?: return .failed(code, message)
-                    case nil: return .failed(.internalError, "not processed")
+            let userIDs = items.compactMap(\.userID)
+            let invite = { @Sendable (ctx: APIContext, verdicts: [String: GroupService.JoinHookVerdict]?) throws -> Response in
+                let outcomes = try GroupService.forRequest(ctx).invite(
+                    groupID, actor: actor, userIDs: userIDs, wording: wording, hookVerdicts: verdicts)
+                return inviteResults(items, outcomes)
+            }
+            // §15.3 `group.before_join`, one call per invitee who would join directly (not for invite applications).
+            // A reject, a drop or a failed fail-closed call fails that invitee's item alone (7000501 / 7000502).
+            guard ctx.hasHook(joinHook, skip: skipHooks) else { return try invite(ctx, nil) }
+            let direct = try GroupService.forRequest(ctx).directInvitees(groupID, actor: actor, userIDs: userIDs)
+            let data = direct.map { joinHookData(groupID, userID: $0, via: "invite", operator: actor.userID) }
+            return try ctx.afterHooks(joinHook, data: { data }) { ctx, results in
+                var verdicts: [String: GroupService.JoinHookVerdict] = [:]
+                for (id, result) in zip(direct, results) {
+                    switch result {
+                    case .success(let verdict):
+                        verdicts[id] = verdict.action == .reject || verdict.action == .drop ? .refused(verdict.rejection) : .allowed
+                    case .failure(let error): verdicts[id] = .refused(error)
                     }
-                    return .ok(o.finish())
-                })
+                }
+                return try invite(ctx, verdicts)
+            }
         }
 
         api.add(.post, "/v1/groups/{group_id}/members/kick", .appOrUser, "kickGroupMembers") { ctx in
@@ -120,6 +138,44 @@ extension GroupRoutes {
         api.add(.get, "/v1/users/{user_id}/groups", .appOrSelf, "listUserGroups") { ctx in
             try listUserGroups(ctx)
         }
+    }
+
+    /// The before-event hook of joins, direct invites and application accepts (API.md §15.3).
+    static let joinHook = "group.before_join"
+
+    /// `group.before_join`'s `data`: `{group_id, user_id, via, operator}` (operator null when the app acts).
+    static func joinHookData(_ groupID: String, userID: String, via: String, operator: String?) -> [UInt8] {
+        var o = JSONObjectWriter(capacity: 128)
+        o["group_id"] = groupID
+        o["user_id"] = userID
+        o["via"] = via
+        o["operator"] = `operator`
+        return o.finish()
+    }
+
+    /// Throws the 403 `7000501` of a `reject` or `drop` (nothing is patchable: a `modify` proceeds unchanged).
+    static func requireJoinAllowed(_ verdict: HookVerdict) throws {
+        if verdict.action == .reject || verdict.action == .drop { throw verdict.rejection }
+    }
+
+    /// The batch answer of an invite: `data` = `{user_id, state, application_id}`.
+    private static func inviteResults(_ items: [BatchItem], _ outcomes: [String: GroupService.MemberOutcome]) -> Response {
+        Reply.batch(
+            BatchResult.results(items) { id in
+                var o = JSONObjectWriter(capacity: 96)
+                o["user_id"] = id
+                switch outcomes[id] {
+                case .joined?:
+                    o["state"] = "joined"
+                    o["application_id"] = nil as String?
+                case .pending(let application)?:
+                    o["state"] = "pending"
+                    o["application_id"] = application.applicationID
+                case .failed(let code, let message)?: return .failed(code, message)
+                case nil: return .failed(.internalError, "not processed")
+                }
+                return .ok(o.finish())
+            })
     }
 
     /// A kick or mute item's batch outcome; `data` renders a successful one.

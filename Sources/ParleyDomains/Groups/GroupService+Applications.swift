@@ -9,10 +9,7 @@ extension GroupService {
     /// becomes a member (`join_apply` / `invite_apply`).
     func accept(_ applicationID: String, actor: Actor, push: JSONValue?) throws -> GroupApplication {
         try answer(applicationID, actor: actor, push: push) { application, group, db in
-            try requireSeats(group, 1)
-            if try GroupStore.member(appID: appID, groupID: group.groupID, userID: application.userID, on: db) != nil {
-                throw APIError(.alreadyGroupMember, "user \(application.userID) is already a member of group \(group.groupID)")
-            }
+            try acceptChecks(application, group, on: db)
             application.state = .accepted
             let row =
                 application.type == .join
@@ -23,6 +20,27 @@ extension GroupService {
                 application.type == .join ? (.joined, actor.userID) : (.invited, application.inviterID)
             let joined = try addMembers(&group, [row], via: "application", operator: actor.userID, tips: tips, on: db)
             return joined.events
+        }
+    }
+
+    /// The application an accept would make its applicant or invitee join, from an unlocked read and with every
+    /// check of the accept (§9.4 order): what the `group.before_join` hook is asked about before the write (a
+    /// rejecting hook leaves the application waiting). The accept re-checks everything under its locks.
+    func acceptable(_ applicationID: String, actor: Actor) throws -> GroupApplication {
+        guard let application = try GroupApplicationStore.fetch(appID: appID, applicationID: applicationID, on: db) else {
+            throw APIError(.notFound, "application \(applicationID) does not exist")
+        }
+        let group = try active(application.groupID, lock: false, on: db)
+        try answerChecks(application, group, actor: actor, on: db)
+        try acceptChecks(application, group, on: db)
+        return application
+    }
+
+    /// The checks an accept adds to ``answerChecks(_:_:actor:on:)``: 422 `group_full`, 409 `already_group_member`.
+    private func acceptChecks(_ application: GroupApplication, _ group: Group, on db: PostgresConnection) throws {
+        try requireSeats(group, 1)
+        if try GroupStore.member(appID: appID, groupID: group.groupID, userID: application.userID, on: db) != nil {
+            throw APIError(.alreadyGroupMember, "user \(application.userID) is already a member of group \(group.groupID)")
         }
     }
 
@@ -50,19 +68,7 @@ extension GroupService {
             var group = try lockActive(peek.groupID, on: db)
             guard var application = try GroupApplicationStore.fetch(appID: appID, applicationID: applicationID, forUpdate: true, on: db)
             else { throw APIError(.notFound, "application \(applicationID) does not exist") }
-            if actor.checks, let userID = actor.userID {
-                switch application.type {
-                case .join:
-                    let op = try operatorMember(actor, group, on: db)
-                    try permit(op.map { GroupRole.canManageMembers($0.role) }, "only the owner and admins may answer join applications")
-                case .invite:
-                    if userID != application.userID { throw Self.denied("only the invitee may answer an invite application") }
-                }
-            }
-            if application.asOf(now).state == .expired { throw APIError(.applicationExpired, "application \(applicationID) has expired") }
-            guard application.state == .waiting else {
-                throw APIError(.applicationNotWaiting, "application \(applicationID) is \(application.state.rawValue)")
-            }
+            try answerChecks(application, group, actor: actor, on: db)
             let decided = try decide(&application, &group, db)
             application.operatedBy = actor.userID ?? (application.type == .invite ? application.userID : nil)
             application.updatedAt = now
@@ -70,6 +76,25 @@ extension GroupService {
             let managers = application.type == .join ? try managerIDs(group.groupID, on: db) : []
             try EventLog.append([application.event("group.application_updated", managers: managers)] + decided, appID: appID, now: now, on: db)
             return application
+        }
+    }
+
+    /// The checks of an accept or reject after the group's: the operator (403 `group_permission_denied`), 409
+    /// `application_expired`, 409 `application_not_waiting`.
+    private func answerChecks(_ application: GroupApplication, _ group: Group, actor: Actor, on db: PostgresConnection) throws {
+        let applicationID = application.applicationID
+        if actor.checks, let userID = actor.userID {
+            switch application.type {
+            case .join:
+                let op = try operatorMember(actor, group, on: db)
+                try permit(op.map { GroupRole.canManageMembers($0.role) }, "only the owner and admins may answer join applications")
+            case .invite:
+                if userID != application.userID { throw Self.denied("only the invitee may answer an invite application") }
+            }
+        }
+        if application.asOf(now).state == .expired { throw APIError(.applicationExpired, "application \(applicationID) has expired") }
+        guard application.state == .waiting else {
+            throw APIError(.applicationNotWaiting, "application \(applicationID) is \(application.state.rawValue)")
         }
     }
 

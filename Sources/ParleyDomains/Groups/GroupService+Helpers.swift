@@ -15,11 +15,39 @@ extension GroupService {
 
     /// Locks the group row for the transaction (404 `group_not_found`, 409 `group_dismissed`).
     func lockActive(_ groupID: String, on db: PostgresConnection) throws -> Group {
-        guard let group = try GroupStore.fetch(appID: appID, groupID: groupID, forUpdate: true, on: db) else {
+        try active(groupID, lock: true, on: db)
+    }
+
+    /// The group (404 `group_not_found`, 409 `group_dismissed`), locked for the transaction with `lock`.
+    func active(_ groupID: String, lock: Bool, on db: PostgresConnection) throws -> Group {
+        guard let group = try GroupStore.fetch(appID: appID, groupID: groupID, forUpdate: lock, on: db) else {
             throw APIError.groupNotFound(groupID)
         }
         if group.isDismissed { throw APIError.groupDismissed(groupID) }
         return group
+    }
+
+    /// The `group.before_join` hook's word (API.md §15.3) on one user who would join directly.
+    enum JoinHookVerdict: Sendable {
+        case allowed
+        /// 403 `7000501` (reject, drop) or 503 `7000502` (a fail-closed hook that failed).
+        case refused(APIError)
+    }
+
+    /// Why `userID` may not join directly after the hook, or nil when it may. `verdicts` is nil without an enabled
+    /// hook (or with `skip_hooks`). The hook is asked before the write, from an unlocked read of the group (the
+    /// hook call holds no transaction); a user it was not asked about — the group changed in between, e.g. its
+    /// `join_mode` or `be_invite_mode` — answers 503 `7000502`, so a retry asks it. The opposite race (asked, then
+    /// the write makes an application instead) just ignores the verdict.
+    static func joinRefusal(_ verdicts: [String: JoinHookVerdict]?, _ groupID: String, _ userID: String) -> APIError? {
+        guard let verdicts else { return nil }
+        switch verdicts[userID] {
+        case .allowed?: return nil
+        case .refused(let error)?: return error
+        case nil:
+            return APIError.retryLater(
+                .hookUnavailable, "group \(groupID) changed while the group.before_join hook was asked; retry", retryAfterSeconds: 1)
+        }
     }
 
     /// The operator's membership when the §9.1 checks apply (nil for the app itself or with `skip_checks`); an

@@ -224,18 +224,13 @@ package struct GroupService: DomainService {
         case applied(GroupApplication)
     }
 
-    /// `userID` joins or applies to join.
-    func join(_ groupID: String, userID: String, wording: String, skipChecks: Bool) throws -> JoinOutcome {
+    /// `userID` joins or applies to join. `hookVerdicts`: see ``joinRefusal(_:_:_:)``.
+    func join(
+        _ groupID: String, userID: String, wording: String, skipChecks: Bool, hookVerdicts: [String: JoinHookVerdict]? = nil
+    ) throws -> JoinOutcome {
         try db.transaction { db in
             var group = try lockActive(groupID, on: db)
-            guard try liveUsers([userID], on: db).contains(userID) else { throw UserService.notFound(userID) }
-            if try GroupStore.member(appID: appID, groupID: groupID, userID: userID, on: db) != nil {
-                throw APIError(.alreadyGroupMember, "user \(userID) is already a member of group \(groupID)")
-            }
-            if !skipChecks && group.joinMode == .forbid {
-                throw APIError(.groupJoinForbidden, "group \(groupID) does not accept joins")
-            }
-            if !skipChecks && group.joinMode == .auth {
+            if try !joinsDirectly(group, userID: userID, skipChecks: skipChecks, on: db) {
                 var events: [NewEvent] = []
                 let managers = try managerIDs(groupID, on: db)
                 let application: GroupApplication
@@ -252,12 +247,34 @@ package struct GroupService: DomainService {
                 try EventLog.append(events, appID: appID, now: now, on: db)
                 return .applied(application)
             }
-            try requireSeats(group, 1)
+            if let refusal = Self.joinRefusal(hookVerdicts, groupID, userID) { throw refusal }
             let member = NewMemberRow(userID: userID, enterType: .joined, operatedBy: nil)
             let joined = try addMembers(&group, [member], via: "join", operator: nil, tips: (.joined, userID), on: db)
             try EventLog.append(joined.events, appID: appID, now: now, on: db)
             return .joined(joined.members[0])
         }
+    }
+
+    /// Whether `userID` would join `groupID` directly (`join_mode` `any`, or `skip_checks`) rather than apply, from
+    /// an unlocked read: what the `group.before_join` hook is asked about before the write. Throws what the join
+    /// would, so the hook is asked only about a join that would succeed.
+    func joinsDirectly(_ groupID: String, userID: String, skipChecks: Bool) throws -> Bool {
+        try joinsDirectly(try active(groupID, lock: false, on: db), userID: userID, skipChecks: skipChecks, on: db)
+    }
+
+    /// The checks of a join in the §9.3 order — 404 user, 409 `already_group_member`, 403 `group_join_forbidden`,
+    /// then (a direct join) 422 `group_full` — and whether it joins directly (false: it applies).
+    private func joinsDirectly(_ group: Group, userID: String, skipChecks: Bool, on db: PostgresConnection) throws -> Bool {
+        guard try liveUsers([userID], on: db).contains(userID) else { throw UserService.notFound(userID) }
+        if try GroupStore.member(appID: appID, groupID: group.groupID, userID: userID, on: db) != nil {
+            throw APIError(.alreadyGroupMember, "user \(userID) is already a member of group \(group.groupID)")
+        }
+        if !skipChecks && group.joinMode == .forbid {
+            throw APIError(.groupJoinForbidden, "group \(group.groupID) does not accept joins")
+        }
+        if !skipChecks && group.joinMode == .auth { return false }
+        try requireSeats(group, 1)
+        return true
     }
 
     /// `userID` leaves; returns the new owner when ownership moved.
@@ -274,25 +291,23 @@ package struct GroupService: DomainService {
     }
 
     /// Invites `userIDs` (distinct, valid ids): each joins directly, or — `be_invite_mode` `auth`, a user
-    /// inviter with checks — gets a waiting invite application.
-    func invite(_ groupID: String, actor: Actor, userIDs: [String], wording: String) throws -> [String: MemberOutcome] {
+    /// inviter with checks — gets a waiting invite application. `hookVerdicts` (per invitee who would join
+    /// directly): see ``joinRefusal(_:_:_:)``; a refused invitee fails alone and takes no seat.
+    func invite(
+        _ groupID: String, actor: Actor, userIDs: [String], wording: String, hookVerdicts: [String: JoinHookVerdict]? = nil
+    ) throws -> [String: MemberOutcome] {
         try db.transaction { db in
             var group = try lockActive(groupID, on: db)
-            let op = try operatorMember(actor, group, on: db)
-            try permit(op.map { GroupRole.canInvite($0.role, mode: group.inviteMode) }, "only the owner and admins may invite")
-            let live = try liveUsers(userIDs, on: db)
-            let present = try GroupStore.members(appID: appID, groupID: groupID, userIDs: userIDs, on: db)
-            let viaApplication = actor.checks && actor.userID != nil && group.beInviteMode == .auth
+            let targets = try inviteTargets(group, actor: actor, userIDs: userIDs, on: db)
             var outcomes: [String: MemberOutcome] = [:]
             var rows: [NewMemberRow] = []
             var events: [NewEvent] = []
             var seats = group.effectiveMaxMembers(limits) - group.memberCount
             for id in userIDs {
-                if !live.contains(id) {
-                    outcomes[id] = .failed(.userNotFound, "user \(id) does not exist")
-                } else if present[id] != nil {
-                    outcomes[id] = .failed(.alreadyGroupMember, "user \(id) is already a member of group \(groupID)")
-                } else if viaApplication, let inviter = actor.userID {
+                switch targets[id] {
+                case .failed(let code, let message)?:
+                    outcomes[id] = .failed(code, message)
+                case .application(let inviter)?:
                     if let existing = try waitingApplication(groupID, userID: id, type: .invite, managers: [], events: &events, on: db) {
                         outcomes[id] = .pending(existing)
                     } else {
@@ -301,11 +316,15 @@ package struct GroupService: DomainService {
                         events.append(application.event("group.application_created", managers: []))
                         outcomes[id] = .pending(application)
                     }
-                } else if seats <= 0 {
-                    outcomes[id] = .failed(.groupFull, "group \(groupID) is full")
-                } else {
-                    seats -= 1
-                    rows.append(NewMemberRow(userID: id, enterType: .invited, operatedBy: actor.userID))
+                case .direct?, nil:
+                    if let refusal = Self.joinRefusal(hookVerdicts, groupID, id) {
+                        outcomes[id] = .failed(refusal.code, refusal.detail)
+                    } else if seats <= 0 {
+                        outcomes[id] = .failed(.groupFull, "group \(groupID) is full")
+                    } else {
+                        seats -= 1
+                        rows.append(NewMemberRow(userID: id, enterType: .invited, operatedBy: actor.userID))
+                    }
                 }
             }
             if !rows.isEmpty {
@@ -316,6 +335,46 @@ package struct GroupService: DomainService {
             try EventLog.append(events, appID: appID, now: now, on: db)
             return outcomes
         }
+    }
+
+    /// The invitees of `userIDs` who would join directly, in order, from an unlocked read: whom the
+    /// `group.before_join` hook is asked about (one call each) before the write. Throws the invite's request-level
+    /// errors. The seat check (422 `group_full`) follows the hook, since a refused invitee takes no seat.
+    func directInvitees(_ groupID: String, actor: Actor, userIDs: [String]) throws -> [String] {
+        let targets = try inviteTargets(try active(groupID, lock: false, on: db), actor: actor, userIDs: userIDs, on: db)
+        return userIDs.filter {
+            if case .direct? = targets[$0] { true } else { false }
+        }
+    }
+
+    /// How an invite treats one user (before seats).
+    private enum InviteTarget {
+        case failed(ErrorCode, String)
+        case application(inviter: String)
+        case direct
+    }
+
+    /// The operator check of an invite (403 `group_permission_denied`) and how it treats each user: 404 user,
+    /// 409 `already_group_member`, an invite application, or a direct join.
+    private func inviteTargets(_ group: Group, actor: Actor, userIDs: [String], on db: PostgresConnection) throws -> [String: InviteTarget] {
+        let op = try operatorMember(actor, group, on: db)
+        try permit(op.map { GroupRole.canInvite($0.role, mode: group.inviteMode) }, "only the owner and admins may invite")
+        let live = try liveUsers(userIDs, on: db)
+        let present = try GroupStore.members(appID: appID, groupID: group.groupID, userIDs: userIDs, on: db)
+        let inviter = actor.checks && group.beInviteMode == .auth ? actor.userID : nil
+        var targets: [String: InviteTarget] = [:]
+        for id in userIDs {
+            if !live.contains(id) {
+                targets[id] = .failed(.userNotFound, "user \(id) does not exist")
+            } else if present[id] != nil {
+                targets[id] = .failed(.alreadyGroupMember, "user \(id) is already a member of group \(group.groupID)")
+            } else if let inviter {
+                targets[id] = .application(inviter: inviter)
+            } else {
+                targets[id] = .direct
+            }
+        }
+        return targets
     }
 
     /// The outcome of one kick or mute item.
