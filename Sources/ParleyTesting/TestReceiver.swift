@@ -1,4 +1,5 @@
 import Glibc
+import ParleyCore
 import ParleyHTTP
 import ParleySync
 import Synchronization
@@ -30,6 +31,9 @@ public final class TestReceiver: Sendable {
 
         /// The body as UTF-8 text.
         public var text: String { String(decoding: body, as: UTF8.self) }
+
+        /// The body parsed as JSON (nil when it is not).
+        public var json: JSONValue? { try? JSONValue.parse(body) }
     }
 
     /// How to answer one request.

@@ -1,9 +1,6 @@
-import Dispatch
 import Foundation
-import Glibc
 import ParleyHTTP
 import ParleyTesting
-import Synchronization
 import Testing
 
 @testable import Parley
@@ -30,6 +27,9 @@ struct WebhooksTests: ProblemAssertions {
         return r.json ?? .null
     }
 
+    /// A loopback receiver that answers 204 until told otherwise; endpoints get its `/hook` path.
+    static func receiver() throws -> TestReceiver { try TestReceiver { _ in .status(204) } }
+
     static func drain(_ server: TestServer) {
         #expect(server.app.services.webhooks.dispatcher.drain(), "the dispatcher did not become idle")
     }
@@ -47,12 +47,12 @@ struct WebhooksTests: ProblemAssertions {
     }
 
     /// The `v1,` signatures of a request, in header order.
-    private static func signatures(_ request: Receiver.Request) -> [String] {
+    private static func signatures(_ request: TestReceiver.Received) -> [String] {
         (request.header("webhook-signature") ?? "").split(separator: " ").map(String.init)
     }
 
     /// Asserts that `request` carries exactly one `v1,` signature per secret, in order, each valid.
-    private static func expectSigned(_ request: Receiver.Request, by secrets: [String], sourceLocation: SourceLocation = #_sourceLocation) {
+    private static func expectSigned(_ request: TestReceiver.Received, by secrets: [String], sourceLocation: SourceLocation = #_sourceLocation) {
         let id = request.header("webhook-id") ?? ""
         let timestamp = request.header("webhook-timestamp") ?? ""
         let expected = secrets.map { "v1," + sign(secret: $0, id: id, timestamp: timestamp, body: request.body) }
@@ -246,10 +246,10 @@ struct WebhooksTests: ProblemAssertions {
         let server = try Self.start()
         defer { server.stop() }
         let app = try server.createApp()
-        let receiver = try Receiver()
+        let receiver = try Self.receiver()
         defer { receiver.stop() }
-        receiver.respond(status: 500)
-        let w = try Self.create(app, url: receiver.url)
+        receiver.setHandler { _ in .status(500) }
+        let w = try Self.create(app, url: receiver.url + "/hook")
         let id = w["webhook_id"]?.stringValue ?? ""
 
         // A failed attempt counts.
@@ -277,7 +277,7 @@ struct WebhooksTests: ProblemAssertions {
         #expect(on.json?["enabled"] == .bool(true))
         #expect(on.json?["disabled_reason"] == .null)
         #expect(on.json?["consecutive_failures"] == .int(0))
-        receiver.respond(status: 204)
+        receiver.setHandler { _ in .status(204) }
         try app.createUser("u3")
         Self.drain(server)
         let types = receiver.requests.map { $0.json?["data"]?["user"]?["user_id"]?.stringValue }
@@ -291,9 +291,9 @@ struct WebhooksTests: ProblemAssertions {
         let server = try Self.start()
         defer { server.stop() }
         let app = try server.createApp()
-        let receiver = try Receiver()
+        let receiver = try Self.receiver()
         defer { receiver.stop() }
-        let w = try Self.create(app, url: receiver.url)
+        let w = try Self.create(app, url: receiver.url + "/hook")
         let id = w["webhook_id"]?.stringValue ?? ""
         let secret = w["secret"]?.stringValue ?? ""
 
@@ -321,7 +321,7 @@ struct WebhooksTests: ProblemAssertions {
         Self.expectSigned(ping, by: [secret])
 
         // A 500 answer: ok false with its status; still 200.
-        receiver.respond(status: 500, body: "boom")
+        receiver.setHandler { _ in .status(500, body: "boom") }
         let bad = try app.request(.post, "/v1/webhooks/\(id)/ping")
         #expect(bad.status == 200)
         #expect(bad.json?["ok"] == .bool(false))
@@ -345,7 +345,7 @@ struct WebhooksTests: ProblemAssertions {
         Self.expectProblem(try app.request(.post, "/v1/webhooks/\(id)/deliveries/\(pingDelivery)/retry"), 409, 7_000_009)
 
         // Nobody listening: ok false without a status.
-        let closed = try Receiver()
+        let closed = try Self.receiver()
         let closedURL = closed.url
         closed.stop()
         #expect(try app.request(.patch, "/v1/webhooks/\(id)", json: "{\"url\":\"\(closedURL)\"}").status == 200)
@@ -356,15 +356,75 @@ struct WebhooksTests: ProblemAssertions {
         #expect(refused.json?["error"]?.stringValue?.isEmpty == false)
     }
 
+    // MARK: - Destinations
+
+    @Test func httpsReceiverIsTrustedThroughTheConfiguredCA() throws {
+        let receiver = try TestReceiver(tls: true) { _ in .status(204) }
+        defer { receiver.stop() }
+        let server = try TestServer.start(configure: {
+            $0.webhookAllowPrivate = true
+            $0.webhookCAFile = receiver.caFile
+        })
+        defer { server.stop() }
+        let app = try server.createApp()
+        #expect(receiver.url.hasPrefix("https://"))
+        let w = try Self.create(app, url: receiver.url + "/hook")
+        let id = w["webhook_id"]?.stringValue ?? ""
+        let secret = w["secret"]?.stringValue ?? ""
+
+        try app.createUser("u1")
+        Self.drain(server)
+        let requests = receiver.requests
+        #expect(requests.count == 1)
+        let request = try #require(requests.first)
+        #expect(request.path == "/hook")
+        #expect(request.header("Parley-Event-Type") == "user.created")
+        #expect(request.json?["data"]?["user"]?["user_id"] == .string("u1"))
+        Self.expectSigned(request, by: [secret])
+        let delivery = try #require(try Self.deliveries(app, id).first)
+        #expect(delivery["status"] == .string("succeeded"))
+        #expect(delivery["last_status_code"] == .int(204))
+        #expect(try app.request(.post, "/v1/webhooks/\(id)/ping").json?["ok"] == .bool(true))
+    }
+
+    @Test func privateDestinationsAreRefusedByDefault() throws {
+        let receiver = try Self.receiver()
+        defer { receiver.stop() }
+        let server = try TestServer.start()
+        defer { server.stop() }
+        let app = try server.createApp()
+        // The URL is accepted (the check is made when connecting: a name may resolve elsewhere later).
+        let w = try Self.create(app, url: receiver.url + "/hook")
+        let id = w["webhook_id"]?.stringValue ?? ""
+        let refusal = "private or special-purpose range"
+
+        let ping = try app.request(.post, "/v1/webhooks/\(id)/ping")
+        #expect(ping.status == 200, "\(ping.text)")
+        #expect(ping.json?["ok"] == .bool(false))
+        #expect(ping.json?["status_code"] == .null)
+        let pingError = ping.json?["error"]?.stringValue ?? ""
+        #expect(pingError.contains(refusal), "\(pingError)")
+
+        try app.createUser("u1")
+        Self.drain(server)
+        let delivery = try #require(try Self.deliveries(app, id, "kind=after").first)
+        #expect(delivery["status"] == .string("failed"))
+        #expect(delivery["attempts"] == .int(1))
+        #expect(delivery["last_status_code"] == .null)
+        let lastError = delivery["last_error"]?.stringValue ?? ""
+        #expect(lastError.contains(refusal), "\(lastError)")
+        #expect(receiver.requests.isEmpty, "the loopback receiver was never reached")
+    }
+
     // MARK: - After-event deliveries
 
     @Test func afterEventDeliveryEndToEnd() throws {
         let server = try Self.start()
         defer { server.stop() }
         let app = try server.createApp()
-        let receiver = try Receiver()
+        let receiver = try Self.receiver()
         defer { receiver.stop() }
-        let w = try Self.create(app, url: receiver.url)
+        let w = try Self.create(app, url: receiver.url + "/hook")
         let id = w["webhook_id"]?.stringValue ?? ""
         let secret = w["secret"]?.stringValue ?? ""
 
@@ -455,7 +515,7 @@ struct WebhooksTests: ProblemAssertions {
         #expect(detail?["attempts"]?.arrayValue?.count == 2)
 
         // Retry of a pending delivery (its attempt is still waiting on the receiver): 409.
-        receiver.respond(status: 204, delayMillis: 1500)
+        receiver.setHandler { _ in TestReceiver.Answer(status: 204, delayMillis: 1500) }
         try app.createUser("u2")
         let pending = try #require(try Self.deliveries(app, id, "status=pending").first)
         Self.expectProblem(
@@ -472,17 +532,17 @@ struct WebhooksTests: ProblemAssertions {
         let server = try TestServer.start(testClock: true, configure: { $0.webhookAllowPrivate = true })
         defer { server.stop() }
         let app = try server.createApp()
-        let receiver = try Receiver()
+        let receiver = try Self.receiver()
         defer { receiver.stop() }
-        let w = try Self.create(app, url: receiver.url)
+        let w = try Self.create(app, url: receiver.url + "/hook")
         let id = w["webhook_id"]?.stringValue ?? ""
 
         // user.created of u1 fails; user.updated of u1 (same key user:u1) waits behind it; u2's key is independent.
-        receiver.respond(status: 503)
+        receiver.setHandler { _ in .status(503) }
         try app.createUser("u1")
         Self.drain(server)
         #expect(try app.request(.patch, "/v1/users/u1", json: #"{"name":"U1"}"#).status == 200)
-        receiver.respond(status: 204)
+        receiver.setHandler { _ in .status(204) }
         try app.createUser("u2")
         Self.drain(server)
         let seen = receiver.requests.map { "\($0.header("Parley-Event-Type") ?? "") \($0.json?["data"]?["user"]?["user_id"]?.stringValue ?? "")" }
@@ -503,14 +563,14 @@ struct WebhooksTests: ProblemAssertions {
         let server = try TestServer.start(testClock: true, configure: { $0.webhookAllowPrivate = true })
         defer { server.stop() }
         let app = try server.createApp()
-        let receiver = try Receiver()
+        let receiver = try Self.receiver()
         defer { receiver.stop() }
-        let watcher = try Receiver()
+        let watcher = try Self.receiver()
         defer { watcher.stop() }
-        receiver.respond(status: 500)
-        let w = try Self.create(app, url: receiver.url, ",\"disable_after_failures\":2")
+        receiver.setHandler { _ in .status(500) }
+        let w = try Self.create(app, url: receiver.url + "/hook", ",\"disable_after_failures\":2")
         let id = w["webhook_id"]?.stringValue ?? ""
-        let watching = try Self.create(app, url: watcher.url, types: #"["webhook.*"]"#)
+        let watching = try Self.create(app, url: watcher.url + "/hook", types: #"["webhook.*"]"#)
         let watchingID = watching["webhook_id"]?.stringValue ?? ""
 
         try app.createUser("u1")
@@ -549,7 +609,7 @@ struct WebhooksTests: ProblemAssertions {
         #expect(dead["next_attempt_at"] == .null)
 
         // A retried dead delivery gets one more attempt.
-        receiver.respond(status: 200, body: "thanks")
+        receiver.setHandler { _ in .status(200, body: "thanks") }
         let deliveryID = dead["delivery_id"]?.stringValue ?? ""
         let retried = try app.request(.post, "/v1/webhooks/\(id)/deliveries/\(deliveryID)/retry")
         #expect(retried.status == 202, "\(retried.text)")
@@ -565,10 +625,10 @@ struct WebhooksTests: ProblemAssertions {
         let server = try Self.start()
         defer { server.stop() }
         let app = try server.createApp()
-        let receiver = try Receiver()
+        let receiver = try Self.receiver()
         defer { receiver.stop() }
         let old = "whsec_" + Crypto.base64Encode(Crypto.randomBytes(32))
-        let w = try Self.create(app, url: receiver.url, ",\"secret\":\"\(old)\"")
+        let w = try Self.create(app, url: receiver.url + "/hook", ",\"secret\":\"\(old)\"")
         let id = w["webhook_id"]?.stringValue ?? ""
 
         let rotated = try app.request(.post, "/v1/webhooks/\(id)/rotate_secret")
@@ -600,12 +660,12 @@ struct WebhooksTests: ProblemAssertions {
         let server = try Self.start()
         defer { server.stop() }
         let app = try server.createApp()
-        let receiver = try Receiver()
+        let receiver = try Self.receiver()
         defer { receiver.stop() }
-        let w = try Self.create(app, url: receiver.url)
+        let w = try Self.create(app, url: receiver.url + "/hook")
         let id = w["webhook_id"]?.stringValue ?? ""
         let first = w["secret"]?.stringValue ?? ""
-        var captured: [(request: Receiver.Request, secrets: [String])] = []
+        var captured: [(request: TestReceiver.Received, secrets: [String])] = []
 
         try app.createUser("u1", name: "Zoë \\\"quoted\\\" 😀")
         #expect(try app.request(.patch, "/v1/users/u1", json: #"{"extended_data":"{\"a\":[1,2]}"}"#).status == 200)
@@ -636,129 +696,5 @@ struct WebhooksTests: ProblemAssertions {
         var file = JSONObjectWriter()
         file["deliveries"] = items
         try Data(file.finish()).write(to: URL(fileURLWithPath: path))
-    }
-}
-
-// MARK: - A loopback receiver
-
-/// A minimal HTTP/1.1 receiver on 127.0.0.1: one thread accepts, each connection is served on its own; requests
-/// with a `Content-Length` body are recorded and answered with the programmed status (after the programmed delay),
-/// then the connection is closed.
-private final class Receiver: @unchecked Sendable {
-    struct ReceiverError: Error {}
-
-    struct Request: Sendable {
-        let method: String
-        let path: String
-        let headers: [(String, String)]
-        let body: [UInt8]
-
-        func header(_ name: String) -> String? { headers.first { $0.0.lowercased() == name.lowercased() }?.1 }
-        var json: JSONValue? { try? JSONValue.parse(body) }
-    }
-
-    private struct State {
-        var requests: [Request] = []
-        var status = 204
-        var body = ""
-        var delayMillis = 0
-    }
-
-    private let state = Mutex(State())
-    private let socketFD: Int32
-    let port: Int
-    var url: String { "http://127.0.0.1:\(port)/hook" }
-
-    init() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var one: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
-        }
-        guard bound == 0, listen(fd, 64) == 0 else {
-            close(fd)
-            throw ReceiverError()
-        }
-        var actual = length
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &actual) }
-        }
-        socketFD = fd
-        port = Int(UInt16(bigEndian: address.sin_port))
-        let thread = Thread { [self] in acceptLoop() }
-        thread.start()
-    }
-
-    /// What the next requests are answered.
-    func respond(status: Int, body: String = "", delayMillis: Int = 0) {
-        state.withLock {
-            $0.status = status
-            $0.body = body
-            $0.delayMillis = delayMillis
-        }
-    }
-
-    var requests: [Request] { state.withLock { $0.requests } }
-
-    func stop() {
-        shutdown(socketFD, Int32(SHUT_RDWR))
-        close(socketFD)
-    }
-
-    private func acceptLoop() {
-        while true {
-            let connection = accept(socketFD, nil, nil)
-            if connection < 0 {
-                if errno == EINTR { continue }
-                return
-            }
-            DispatchQueue.global().async { [self] in serve(connection) }
-        }
-    }
-
-    private func serve(_ connection: Int32) {
-        defer { close(connection) }
-        var timeout = timeval(tv_sec: 15, tv_usec: 0)
-        setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var buffer: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65_536)
-        let separator: [UInt8] = Array("\r\n\r\n".utf8)
-        var request: Request?
-        while request == nil {
-            if let end = buffer.firstRange(of: separator) {
-                let head = String(decoding: buffer[..<end.lowerBound], as: UTF8.self).components(separatedBy: "\r\n")
-                let line = head.first?.split(separator: " ").map(String.init) ?? []
-                let headers = head.dropFirst().compactMap { field -> (String, String)? in
-                    guard let colon = field.firstIndex(of: ":") else { return nil }
-                    return (String(field[..<colon]), field[field.index(after: colon)...].trimmingCharacters(in: .whitespaces))
-                }
-                let length = Int(headers.first { $0.0.lowercased() == "content-length" }?.1 ?? "0") ?? 0
-                if buffer.count - end.upperBound >= length {
-                    request = Request(
-                        method: line.first ?? "", path: line.count > 1 ? line[1] : "", headers: headers,
-                        body: Array(buffer[end.upperBound..<(end.upperBound + length)]))
-                    break
-                }
-            }
-            let n = read(connection, &chunk, chunk.count)
-            if n <= 0 { return }
-            buffer += chunk[0..<n]
-        }
-        guard let request else { return }
-        let (status, body, delay) = state.withLock { state in
-            state.requests.append(request)
-            return (state.status, state.body, state.delayMillis)
-        }
-        if delay > 0 { usleep(UInt32(delay) * 1000) }
-        var response = "HTTP/1.1 \(status) Status\r\nConnection: close\r\n"
-        if status != 204 { response += "Content-Type: text/plain\r\nContent-Length: \(body.utf8.count)\r\n" }
-        response += "\r\n" + (status == 204 ? "" : body)
-        let bytes = Array(response.utf8)
-        _ = bytes.withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
     }
 }
