@@ -22,8 +22,6 @@ package final class WebhookDispatcher: Sendable {
     static let attemptTimeoutMillis = 10_000
     /// How long a claim holds a delivery (real time): past the attempt's limit, so only a dead node's claim expires.
     static let leaseSeconds = 60
-    /// The most due deliveries one claim looks at (the oldest first).
-    static let scanLimit = 500
     /// Without a poke, due deliveries (retries, other nodes' events) are looked for this often.
     static let pollMillis = 1000
 
@@ -72,7 +70,7 @@ package final class WebhookDispatcher: Sendable {
 
     package init(
         transport: WebhookTransport, clock: ServerClock, logger: Logger, metrics: WebhookMetrics, maxInFlight: Int = 64,
-        maxInFlightPerEndpoint: Int = 8, eventsWritten: @escaping @Sendable (_ appID: String) -> Void,
+        maxInFlightPerEndpoint: Int = 16, eventsWritten: @escaping @Sendable (_ appID: String) -> Void,
         appChanged: @escaping @Sendable (_ appID: String) -> Void
     ) {
         self.transport = transport
@@ -149,6 +147,9 @@ package final class WebhookDispatcher: Sendable {
         var idleWaiters: [@Sendable () -> Void] = []
         while true {
             if !poked && unrecorded.isEmpty && unlogged.isEmpty { wakeup.wait(timeoutMillis: Self.pollMillis) }
+            // Outcomes come back one by one: while others are in flight, gather them a moment, so that one round
+            // (one transaction) records several and claims their successors together.
+            if !poked && total > 1 { Wakeup.sleep(millis: 1) }
             let round = inbox.withLock { inbox -> Inbox in
                 defer {
                     inbox.outcomes = []
@@ -231,6 +232,8 @@ package final class WebhookDispatcher: Sendable {
     private func claim(limit: Int, inFlight: [String: Int], on db: PostgresConnection) throws -> [Claimed] {
         let now = clock.now()
         let busy = inFlight.map { (endpoint: Self.endpoint($0.key), count: $0.value) }
+        // Endpoints with no free slot are left out of the scan, so it stops after the rows it can use.
+        let full = busy.filter { $0.count >= maxInFlightPerEndpoint }.map(\.endpoint)
         let rows = try db.query(
             """
             WITH scanned AS (
@@ -241,8 +244,9 @@ package final class WebhookDispatcher: Sendable {
                       SELECT 1 FROM webhook_deliveries p
                       WHERE p.app_id = d.app_id AND p.webhook_id = d.webhook_id AND p.order_key = d.order_key
                         AND p.event_id < d.event_id AND p.status IN ('pending', 'failed'))
+                  AND (d.app_id, d.webhook_id) NOT IN (SELECT * FROM unnest(\(full.map(\.appID))::text[], \(full.map(\.webhookID))::text[]))
                 ORDER BY d.next_attempt_at, d.id
-                LIMIT \(Self.scanLimit)
+                LIMIT \(limit * 2)
             ), ranked AS (
                 SELECT s.id, s.next_attempt_at,
                        row_number() OVER (PARTITION BY s.app_id, s.webhook_id ORDER BY s.next_attempt_at, s.id) AS rank,
