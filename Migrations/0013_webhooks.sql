@@ -79,6 +79,11 @@ CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at, id)
 -- The ordering rule: the earliest open delivery of an endpoint and key goes first.
 CREATE INDEX webhook_deliveries_open_key ON webhook_deliveries (app_id, webhook_id, order_key, event_id)
     WHERE status IN ('pending', 'failed');
+-- Rows are inserted and updated at the send rate: vacuum and analyze it often, so that its statistics follow a backlog
+-- that grows from nothing to tens of thousands of rows in seconds (the claim is cheap only through the due index).
+ALTER TABLE webhook_deliveries SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000,
+                                    autovacuum_analyze_scale_factor = 0.02, autovacuum_analyze_threshold = 1000,
+                                    autovacuum_vacuum_cost_delay = 0);
 -- Retention of finished deliveries (7 days).
 CREATE INDEX webhook_deliveries_finished ON webhook_deliveries (created_at) WHERE status IN ('succeeded', 'dead');
 

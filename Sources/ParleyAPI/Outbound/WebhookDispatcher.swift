@@ -22,6 +22,8 @@ package final class WebhookDispatcher: Sendable {
     static let attemptTimeoutMillis = 10_000
     /// How long a claim holds a delivery (real time): past the attempt's limit, so only a dead node's claim expires.
     static let leaseSeconds = 60
+    /// A round (record and claim) slower than this means the planner's statistics lag the table.
+    static let slowRoundMillis: Int64 = 20
     /// Without a poke, due deliveries (retries, other nodes' events) are looked for this often.
     static let pollMillis = 1000
 
@@ -145,6 +147,7 @@ package final class WebhookDispatcher: Sendable {
         var unlogged: [DeliveryLogEntry] = []
         var poked = true
         var idleWaiters: [@Sendable () -> Void] = []
+        var lastAnalyze: Int64 = 0
         while true {
             if !poked && unrecorded.isEmpty && unlogged.isEmpty { wakeup.wait(timeoutMillis: Self.pollMillis) }
             // Outcomes come back one by one: while others are in flight, gather them a moment, so that one round
@@ -174,13 +177,14 @@ package final class WebhookDispatcher: Sendable {
             var claimedAny = false
             do {
                 let connection = try db.get()
+                let roundStarted = EventLoop.monotonicMillis()
                 let free = maxInFlight - total
                 let (recorded, logged) = (unrecorded, unlogged)
                 // One transaction per round: the finished attempts and hook calls recorded, the next deliveries
                 // leased. Its commit does not wait for the disk: delivery is at least once, so a record lost in a
                 // crash is an attempt made again (receivers dedupe on `webhook-id`), and a lost lease frees its row.
                 let (claimed, disabled) = try connection.transaction { db in
-                    try db.query("SET LOCAL synchronous_commit = off")
+                    try db.query("SELECT set_config('synchronous_commit', 'off', true), set_config('enable_seqscan', 'off', true)")
                     if !logged.isEmpty { try DeliveryStore.insertFinished(logged, on: db) }
                     let disabled = recorded.isEmpty ? [] : try record(recorded, on: db)
                     return (free > 0 ? try claim(limit: free, inFlight: inFlight, on: db) : [], disabled)
@@ -191,6 +195,14 @@ package final class WebhookDispatcher: Sendable {
                     logger.warning("app=\(appID) msg=\"webhook endpoint disabled after consecutive failures\"")
                     appChanged(appID)
                     eventsWritten(appID)
+                }
+                // A backlog grows from nothing to tens of thousands of rows in seconds, faster than autovacuum's
+                // statistics follow (it looks once a minute); planned for an empty table, the claim then scans every
+                // open delivery (~100 ms a round instead of ~1 ms). A slow round refreshes them, at most every 10 s.
+                let now = EventLoop.monotonicMillis()
+                if now - roundStarted > Self.slowRoundMillis, now - lastAnalyze > 10_000 {
+                    lastAnalyze = now
+                    try connection.query("ANALYZE webhook_deliveries")
                 }
                 claimedAny = !claimed.isEmpty
                 for item in claimed {
