@@ -53,13 +53,9 @@ package final class Metrics: Sendable {
         for (key, count) in sorted {
             out += "parley_http_requests_total{method=\"\(key.method)\",route=\"\(Self.escape(key.route))\",status=\"\(key.status)\"} \(count)\n"
         }
-        out += Self.family("parley_http_request_duration_seconds", "histogram", "HTTP request latency.")
-        for (i, bound) in Metrics.buckets.enumerated() {
-            out += "parley_http_request_duration_seconds_bucket{le=\"\(bound)\"} \(s.bucketCounts[i])\n"
-        }
-        out += "parley_http_request_duration_seconds_bucket{le=\"+Inf\"} \(s.durationCount)\n"
-        out += "parley_http_request_duration_seconds_sum \(s.durationSum)\n"
-        out += "parley_http_request_duration_seconds_count \(s.durationCount)\n"
+        out += Self.histogram(
+            "parley_http_request_duration_seconds", "HTTP request latency.", buckets: s.bucketCounts, count: s.durationCount,
+            sum: s.durationSum)
         out += Self.metric("parley_http_connections_open", "gauge", "Open HTTP connections.", s.openConnections)
         out += Self.family("parley_messages_total", "counter", "Messages accepted by sends, by conversation type and storage.")
         for (key, count) in s.messages.sorted(by: { $0.key < $1.key }) {
@@ -72,6 +68,13 @@ package final class Metrics: Sendable {
     /// The `# HELP` and `# TYPE` lines of a metric in the exposition text; its samples follow.
     package static func family(_ name: String, _ type: String, _ help: String) -> String {
         "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
+    }
+
+    /// A histogram over ``buckets`` (cumulative counts per bound, as recorded), with its `+Inf` bucket, sum and count.
+    package static func histogram(_ name: String, _ help: String, buckets counts: [Int], count: Int, sum: Double) -> String {
+        var out = family(name, "histogram", help)
+        for (i, bound) in buckets.enumerated() { out += "\(name)_bucket{le=\"\(bound)\"} \(counts[i])\n" }
+        return out + "\(name)_bucket{le=\"+Inf\"} \(count)\n\(name)_sum \(sum)\n\(name)_count \(count)\n"
     }
 
     /// A metric with one unlabelled sample.

@@ -426,13 +426,8 @@ package final class WebhookMetrics: Sendable {
         for status in ["pending", "succeeded", "failed", "dead"] {
             out += "parley_webhook_deliveries_total{status=\"\(status)\"} \(s.statuses[status, default: 0])\n"
         }
-        out += Metrics.family("parley_webhook_attempt_duration_seconds", "histogram", "Webhook and hook request latency.")
-        for (i, bound) in Metrics.buckets.enumerated() {
-            out += "parley_webhook_attempt_duration_seconds_bucket{le=\"\(bound)\"} \(s.buckets[i])\n"
-        }
-        out += "parley_webhook_attempt_duration_seconds_bucket{le=\"+Inf\"} \(s.count)\n"
-        out += "parley_webhook_attempt_duration_seconds_sum \(s.sum)\n"
-        out += "parley_webhook_attempt_duration_seconds_count \(s.count)\n"
+        out += Metrics.histogram(
+            "parley_webhook_attempt_duration_seconds", "Webhook and hook request latency.", buckets: s.buckets, count: s.count, sum: s.sum)
         out += Metrics.metric("parley_webhook_queue_depth", "gauge", "Open (pending or failed) webhook deliveries.", queueDepth)
         out += Metrics.metric(
             "parley_webhook_oldest_pending_seconds", "gauge", "Age of the oldest open webhook delivery (server clock).", oldestPendingSeconds)
