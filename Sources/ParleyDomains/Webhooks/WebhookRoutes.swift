@@ -101,6 +101,10 @@ package enum WebhookRoutes {
         }
     }
 
+    /// How long a ping waits for its answer: long enough for a receiver that answers at all, short enough that the
+    /// caller (an operator at a console, a script) is never left waiting on a destination that drops packets.
+    static let pingTimeoutMillis = 5_000
+
     /// `POST …/ping`: one signed POST of a `webhook.ping` body, answered with its outcome (§15.1). The call runs on a
     /// call thread (the request holds no connection while it waits) and is logged as a `ping` delivery; it does not
     /// count toward the endpoint's consecutive failures.
@@ -122,7 +126,7 @@ package enum WebhookRoutes {
             webhooks.hooks.run {
                 let attempt = webhooks.transport.send(
                     WebhookRequest(id: pingID, eventType: "webhook.ping", body: bytes, attempt: 1), to: webhook.url,
-                    secrets: webhook.signingSecrets(at: now), now: now, timeoutMillis: 10_000)
+                    secrets: webhook.signingSecrets(at: now), now: now, timeoutMillis: pingTimeoutMillis)
                 webhooks.dispatcher.log(
                     DeliveryLogEntry(
                         appID: appID, webhookID: webhook.webhookID, kind: .ping, refID: pingID, eventType: "webhook.ping", body: bytes,
