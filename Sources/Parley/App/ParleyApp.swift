@@ -5,6 +5,7 @@ import ParleyDomains
 import ParleyHTTP
 import ParleyLive
 import ParleyPostgres
+import ParleySync
 import Synchronization
 
 /// The running server: database (embedded or external), migrations, pool, routes and the HTTP listener.
@@ -20,6 +21,8 @@ public final class ParleyApp: Sendable {
     /// This node's live hub and message writer (started after the server, stopped around it).
     let hub: EventHub
     let writer: MessageWriter
+    /// This node's push bridge (API.md §16): plans the event log into gateway requests and sends them.
+    let push: PushBridge
     /// The readiness probe and the database's state (`/healthz`, `/readyz`, `/metrics`).
     let health: DatabaseHealth
     let server: HTTPServer
@@ -85,10 +88,15 @@ public final class ParleyApp: Sendable {
             self.health = health
             // The event log and the message writer say which apps got events; the hub streams them.
             let hub = EventHub(heartbeatMillis: configuration.sseHeartbeatMillis, logger: logger.named("live"))
+            // The push bridge plans what the sequencer stores; it is made after the services (it shares their transport).
+            let pushReady = LockedValue<PushBridge?>(nil)
             let services = Services(
                 pool: pool, clock: ServerClock(testClock: configuration.testClock), adminKey: adminKey, metrics: Metrics(),
                 logger: logger, configuration: configuration, stopping: stopping, timerKinds: TimerKinds.all,
-                sequenced: { appID in hub.poke(appID) },
+                sequenced: { appID in
+                    hub.poke(appID)
+                    pushReady.withLock { $0 }?.poke()
+                },
                 tokenSubject: { appID, userID, now, db in
                     try UserStore.authState(appID: appID, userID: userID, on: db).map {
                         TokenSubject(
@@ -97,15 +105,21 @@ public final class ParleyApp: Sendable {
                     }
                 })
             self.services = services
-            // Batches the writer commits may have written webhook deliveries (the outbox trigger).
+            let push = PushBridge(
+                transport: services.webhooks.transport, clock: services.clock, logger: logger.named("push"),
+                eventsWritten: { services.sequencer.poke($0) })
+            pushReady.withLock { $0 = push }
+            self.push = push
+            // Batches the writer commits may have written webhook deliveries (the outbox trigger) and pushable messages.
             let writer = MessageWriter(logger: logger.named("messages")) { appID in
                 hub.poke(appID)
                 services.webhooks.dispatcher.poke()
+                push.poke()
             }
             self.hub = hub
             self.writer = writer
             if embedded != nil { try Self.createDefaultAppIfNone(services: services, output: output) }
-            let routes = Routes.build(services: services, hub: hub, writer: writer, health: health)
+            let routes = Routes.build(services: services, hub: hub, writer: writer, push: push, health: health)
             var http = HTTPServerConfiguration()
             http.host = configuration.listenHost
             http.port = configuration.listenPort
@@ -131,6 +145,7 @@ public final class ParleyApp: Sendable {
             services.sequencer.start(database: serving, pgLogger: pgLogger)
             writer.start(database: serving, pgLogger: pgLogger)
             services.webhooks.dispatcher.start(database: serving, pgLogger: pgLogger)
+            push.start(database: serving, pgLogger: pgLogger)
             hub.start(database: serving, pgLogger: pgLogger, services: services)
             services.timers.start(services: services)
         } catch {
@@ -176,6 +191,7 @@ public final class ParleyApp: Sendable {
         writer.stop()
         services.sequencer.stop()
         services.webhooks.dispatcher.stop()
+        push.stop()
         services.timers.stop()
         pool.shutdown()
         embedded?.stop()

@@ -7,8 +7,9 @@ import ParleyPostgres
 
 /// The route table of the server: every route Parley serves, registered in one place.
 enum Routes {
-    /// Builds the frozen router over `services`, the node's live hub, its message writer and its database health.
-    static func build(services: Services, hub: EventHub, writer: MessageWriter, health: DatabaseHealth) -> Router {
+    /// Builds the frozen router over `services`, the node's live hub, its message writer, its push bridge and its
+    /// database health.
+    static func build(services: Services, hub: EventHub, writer: MessageWriter, push: PushBridge, health: DatabaseHealth) -> Router {
         var builder = RouterBuilder()
         OpsRoutes(services: services, health: health).register(on: &builder)
         var api = API(services: services, builder: builder)
@@ -29,10 +30,11 @@ enum Routes {
         DeviceRoutes.register(on: &api)
         MessageRoutes.register(on: &api, writer: writer)
         ConversationRoutes.register(on: &api)
+        PushRoutes.register(on: &api, bridge: push)
         WebhookRoutes.register(on: &api)
         EventRoutes.register(on: &api)
         LiveRoutes.register(on: &api, hub: hub)
-        OpsAPIRoutes.register(on: &api, hub: hub, health: health)
+        OpsAPIRoutes.register(on: &api, hub: hub, push: push, health: health)
         return api.builder.build()
     }
 }

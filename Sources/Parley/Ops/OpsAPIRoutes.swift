@@ -7,8 +7,8 @@ import ParleyPostgres
 
 /// Statistics, metrics, the OpenAPI document and the test clock (API.md §17).
 enum OpsAPIRoutes {
-    /// `hub`: the node's live hub, for the stream counts; `health`: the database's circuit and embedded cluster.
-    static func register(on api: inout API, hub: EventHub, health: DatabaseHealth) {
+    /// `hub`: the node's live hub, for the stream counts; `push`: its push bridge; `health`: the database's circuit and embedded cluster.
+    static func register(on api: inout API, hub: EventHub, push: PushBridge, health: DatabaseHealth) {
         let services = api.services
         api.builder.add(.get, "/metrics", options: RouteOptions(operationID: "getMetrics")) { request in
             if let token = services.configuration.metricsToken {
@@ -36,6 +36,9 @@ enum OpsAPIRoutes {
             text += "parley_sse_streams_open{kind=\"user\"} \(streams.user)\nparley_sse_streams_open{kind=\"app\"} \(streams.app)\n"
             if let queue = try? services.pool.withConnection({ db in try StatsStore.webhookQueue(now: services.clock.now(), on: db) }) {
                 text += services.webhooks.metrics.render(queueDepth: Int(queue.depth), oldestPendingSeconds: Double(queue.oldestMillis) / 1000)
+            }
+            if let depth = try? services.pool.withConnection({ db in try PushBridge.queueDepth(on: db) }) {
+                text += push.metrics.render(queueDepth: depth)
             }
             if let heads = try? services.pool.withConnection({ db in try StatsStore.eventHeads(on: db) }) {
                 text += Metrics.family("parley_event_log_head", "gauge", "Newest event id per app.")
@@ -69,7 +72,9 @@ enum OpsAPIRoutes {
             o["event_log_trim_point"] = String(stats.eventLogTrimPoint)
             o["webhook_pending"] = stats.webhookPending
             o["webhook_dead_24h"] = stats.webhookDeadSince
-            for zero in ["push_sent_24h", "push_failed_24h"] { o[zero] = 0 }
+            let pushCounts = try PushBridge.counts(appID: ctx.appID, since: ctx.now - 86_400_000, on: ctx.db)
+            o["push_sent_24h"] = pushCounts.sent
+            o["push_failed_24h"] = pushCounts.failed
             o["generated_at"] = ctx.now
             return Reply.json(o.finish())
         }
@@ -84,8 +89,9 @@ enum OpsAPIRoutes {
             try body.check()
             ctx.services.clock.advance(by: ms!)
             ctx.services.timers.fireDue(services: ctx.services, now: ctx.services.clock.now())
-            // Webhook retries may have become due.
+            // Webhook and push retries may have become due.
             ctx.services.webhooks.dispatcher.poke()
+            push.poke()
             // The timers' events (in any app) are in the log before the answer, like those of any write.
             let answer = try clockResponse(ctx)
             let sequencer = ctx.services.sequencer

@@ -76,6 +76,11 @@ package struct WebhookTransport: Sendable {
 
     /// POSTs `request` to `url` signed with `secrets` at `now`, bounded by `timeoutMillis` as a whole.
     package func send(_ request: WebhookRequest, to url: String, secrets: [String], now: Int64, timeoutMillis: Int) -> WebhookAttempt {
+        post(body: request.body, to: url, headers: request.headers(secrets: secrets, now: now), timeoutMillis: timeoutMillis)
+    }
+
+    /// POSTs `body` with `headers` to `url`, bounded by `timeoutMillis` as a whole (webhooks, hooks, push gateways).
+    package func post(body: [UInt8], to url: String, headers: HTTPHeaders, timeoutMillis: Int) -> WebhookAttempt {
         let started = ContinuousClock.now
         func elapsed() -> Int {
             let d = ContinuousClock.now - started
@@ -83,7 +88,7 @@ package struct WebhookTransport: Sendable {
         }
         do {
             let response = try OutboundHTTP.send(
-                .post, url: url, headers: request.headers(secrets: secrets, now: now), body: request.body,
+                .post, url: url, headers: headers, body: body,
                 timeout: .milliseconds(timeoutMillis), policy: policy, maxResponseBytes: Self.maxResponseBytes,
                 connections: connections)
             let excerpt = String(decoding: response.body.prefix(Self.excerptBytes), as: UTF8.self)

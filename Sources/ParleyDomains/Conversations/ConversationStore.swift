@@ -154,6 +154,23 @@ enum ConversationStore {
         ).decodeFirst(Int64.self) ?? 0
     }
 
+    /// Each user's total unread count with the default filters (the push bridge's badge, API.md §16.2), for many
+    /// users in one query; users with nothing unread are absent.
+    static func totalUnread(appID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: Int64] {
+        guard !userIDs.isEmpty else { return [:] }
+        var out: [String: Int64] = [:]
+        for row in try db.query(
+            """
+            SELECT c.user_id, coalesce(sum(\(sql: unreadCount)), 0)::bigint FROM conversations c
+            WHERE c.app_id = \(appID) AND c.user_id = ANY(\(userIDs)) AND NOT c.deleted\(conditions(Filter()))
+            GROUP BY c.user_id
+            """
+        ).rows {
+            out[try row[0].string] = try row[1].int64
+        }
+        return out
+    }
+
     // MARK: - Writes
 
     /// The settable fields of an entry, locked until the transaction ends (deleted entries included).

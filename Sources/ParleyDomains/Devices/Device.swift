@@ -65,6 +65,15 @@ package struct Device: Sendable, Equatable {
         o["last_push_at"] = lastPushAt
         return o.finish()
     }
+
+    /// `device.removed` (API.md §6, §18) to the device's user: `deleted`, `evicted`, `moved` or `rejected`.
+    static func removedEvent(userID: String, deviceID: String, reason: String) -> NewEvent {
+        var data = JSONObjectWriter(capacity: 96)
+        data["user_id"] = userID
+        data["device_id"] = deviceID
+        data["reason"] = reason
+        return NewEvent(type: "device.removed", data: data.finish(), audience: [userID], orderKey: userID)
+    }
 }
 
 /// What a device registration asks for (`POST /v1/users/{user_id}/devices`), validated except for the

@@ -194,10 +194,6 @@ struct DeviceService: DomainService {
     }
 
     private func removed(_ userID: String, _ deviceID: String, reason: String) -> NewEvent {
-        var data = JSONObjectWriter(capacity: 96)
-        data["user_id"] = userID
-        data["device_id"] = deviceID
-        data["reason"] = reason
-        return NewEvent(type: "device.removed", data: data.finish(), audience: [userID], orderKey: userID)
+        Device.removedEvent(userID: userID, deviceID: deviceID, reason: reason)
     }
 }

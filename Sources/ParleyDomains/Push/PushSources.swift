@@ -1,0 +1,197 @@
+import ParleyAPI
+import ParleyCore
+import ParleyPostgres
+
+/// Where pushable items come from (API.md §16.1): the stored messages, broadcasts and application actions behind
+/// the events the planner reads, and who receives each one.
+enum PushSources {
+    /// An item and how to find its recipients.
+    struct Sourced {
+        enum Recipients {
+            case users([String])
+            /// The members of the group when the event was written (its membership intervals, Migrations/0009).
+            case groupMembers(String)
+            /// Every active user with a device (broadcasts).
+            case deviceOwners
+        }
+
+        var item: PushItem
+        var recipients: Recipients
+    }
+
+    /// The pushable items behind `events`, with their event ids, in event order. Messages are read in one query.
+    static func items(
+        of events: [(id: Int64, type: String, data: String)], appID: String, on db: PostgresConnection
+    ) throws -> [(Int64, Sourced)] {
+        let parsed = events.map { (event: $0, data: (try? JSONValue.parse($0.data)) ?? .null) }
+        let messageIDs = parsed.filter { $0.event.type == "message.sent" }.compactMap { $0.data["message"]?["message_id"]?.stringValue }
+        let messages = try messageItems(appID: appID, messageIDs: messageIDs, on: db)
+        var out: [(Int64, Sourced)] = []
+        for (event, data) in parsed {
+            switch event.type {
+            case "message.sent":
+                guard let id = data["message"]?["message_id"]?.stringValue, let sourced = messages[id] else { continue }
+                out.append((event.id, sourced))
+            case "message.broadcast":
+                guard let item = try broadcastItem(data["message"], appID: appID, on: db) else { continue }
+                out.append((event.id, Sourced(item: item, recipients: .deviceOwners)))
+            case "friend.application_created", "friend.application_updated":
+                guard let sourced = try friendApplication(data["application"], created: event.type.hasSuffix("created"), appID: appID, on: db)
+                else { continue }
+                out.append((event.id, sourced))
+            case "group.application_updated":
+                guard let sourced = try groupApplication(data["application"], appID: appID, on: db) else { continue }
+                out.append((event.id, sourced))
+            default: continue
+            }
+        }
+        return out
+    }
+
+    /// Up to `limit` recipients of `sourced` after `after` (user id order), never the sender.
+    static func recipients(
+        of sourced: Sourced, eventID: Int64, after: String?, limit: Int, appID: String, on db: PostgresConnection
+    ) throws -> [String] {
+        let sender = sourced.item.sender
+        switch sourced.recipients {
+        case .users(let users):
+            return Array(users.filter { $0 != sender && (after == nil || $0 > after!) }.sorted().prefix(limit))
+        case .groupMembers(let groupID):
+            return try db.query(
+                """
+                SELECT user_id FROM (
+                    SELECT user_id FROM group_members
+                    WHERE app_id = \(appID) AND group_id = \(groupID) AND joined_event < \(eventID) AND user_id > \(after ?? "")
+                    UNION
+                    SELECT user_id FROM group_member_history
+                    WHERE app_id = \(appID) AND group_id = \(groupID) AND joined_event < \(eventID)
+                      AND (left_event IS NULL OR left_event > \(eventID)) AND user_id > \(after ?? "")
+                ) m
+                WHERE user_id <> \(sender) ORDER BY user_id LIMIT \(limit)
+                """
+            ).decode(String.self)
+        case .deviceOwners:
+            return try db.query(
+                """
+                SELECT DISTINCT d.user_id FROM devices d JOIN users u ON u.app_id = d.app_id AND u.user_id = d.user_id
+                WHERE d.app_id = \(appID) AND d.user_id > \(after ?? "") AND d.user_id <> \(sender) AND u.deleted_at IS NULL
+                ORDER BY d.user_id LIMIT \(limit)
+                """
+            ).decode(String.self)
+        }
+    }
+
+    // MARK: - Messages
+
+    /// The item of one stored peer or group message, whatever its push options say (revoke pushes, dry runs).
+    static func messageItem(appID: String, messageID: String, on db: PostgresConnection) throws -> PushItem? {
+        try messageItems(appID: appID, messageIDs: [messageID], on: db, onlyPushable: false)[messageID]?.item
+    }
+
+    /// The items of stored, unsuppressed peer and group messages of pushable types with `push.enable` not false
+    /// (with `onlyPushable`), by message id.
+    static func messageItems(
+        appID: String, messageIDs: [String], on db: PostgresConnection, onlyPushable: Bool = true
+    ) throws -> [String: Sourced] {
+        guard !messageIDs.isEmpty else { return [:] }
+        let rows = try db.query(
+            """
+            SELECT m.message_id, m.conv_type, m.sender, m.recipient, m.type, m.body, m.seq, m.priority, m.push, m.suppressed, m.deleted,
+                   coalesce(u.name, ''), g.name
+            FROM messages m
+            LEFT JOIN users u ON u.app_id = m.app_id AND u.user_id = m.sender
+            LEFT JOIN groups g ON m.conv_type = 'group' AND g.app_id = m.app_id AND g.group_id = m.recipient
+            WHERE m.app_id = \(appID) AND m.message_id = ANY(\(messageIDs)) AND m.conv_type IN ('peer', 'group')
+            """)
+        var out: [String: Sourced] = [:]
+        for row in rows.rows {
+            let type = try row[4].int
+            let push = row[8].isNull ? nil : (try? JSONValue.parse(try row[8].string))?.objectValue
+            if onlyPushable {
+                guard PushItem.pushableMessageTypes.contains(type), row[9].isNull, try !row[10].bool, push?["enable"]?.boolValue != false else {
+                    continue
+                }
+            }
+            let id = try row[0].string
+            let conversationType = try row[1].string
+            let recipient = try row[3].string
+            let body = row[5].isNull ? nil : try? JSONValue.parse(try row[5].string)
+            let item = PushItem(
+                kind: .message, eventID: id, messageID: id, callID: nil, conversationType: conversationType,
+                groupID: conversationType == "group" ? recipient : nil, sender: try row[2].string, senderName: try row[11].string,
+                groupName: row[12].isNull ? nil : try row[12].string, applicationKind: nil, messageType: type, seq: try row[6].int64,
+                priority: try row[7].int, push: push ?? PushItem.defaultPush, defaultContent: PushItem.defaultContent(type: type, body: body))
+            out[id] = Sourced(item: item, recipients: conversationType == "group" ? .groupMembers(recipient) : .users([recipient]))
+        }
+        return out
+    }
+
+    /// A broadcast's item from its event's message (app view, which carries `push`).
+    private static func broadcastItem(_ message: JSONValue?, appID: String, on db: PostgresConnection) throws -> PushItem? {
+        guard let message, let id = message["message_id"]?.stringValue, let from = message["from"]?.stringValue else { return nil }
+        let push = message["push"]?.objectValue
+        guard push?["enable"]?.boolValue != false else { return nil }
+        let type = Int(message["type"]?.intValue ?? 1)
+        let names = try PushStore.userNames(appID: appID, userIDs: [from], on: db)
+        return PushItem(
+            kind: .broadcast, eventID: id, messageID: id, callID: nil, conversationType: nil, groupID: nil, sender: from,
+            senderName: names[from] ?? "", groupName: nil, applicationKind: nil, messageType: type, seq: nil, priority: 2,
+            push: push ?? PushItem.defaultPush, defaultContent: PushItem.defaultContent(type: type, body: message["body"]))
+    }
+
+    // MARK: - Applications
+
+    /// A friend application's push: its send to `to` (with the send's `push`), its accept or reject to `from` (with
+    /// the answer's `push`). Nothing without `push`, and nothing for resends and expiries.
+    private static func friendApplication(
+        _ application: JSONValue?, created: Bool, appID: String, on db: PostgresConnection
+    ) throws -> Sourced? {
+        guard let application, let id = application["application_id"]?.stringValue else { return nil }
+        let state = application["state"]?.stringValue ?? ""
+        guard created ? state == "waiting" : state == "accepted" || state == "rejected" else { return nil }
+        guard
+            let row = try db.query(
+                """
+                SELECT a.from_id, a.to_id, \(sql: created ? "a.push" : "a.response_push")::text FROM friend_applications a
+                WHERE a.app_id = \(appID) AND a.application_id = \(id)
+                """
+            ).first, !row[2].isNull
+        else { return nil }
+        let (from, to) = (try row[0].string, try row[1].string)
+        return try applicationItem(
+            id: id, kind: "friend", actor: created ? from : to, recipient: created ? to : from, push: try row[2].string, appID: appID, on: db)
+    }
+
+    /// A group application's accept or reject (with the answer's `push`) to the applicant (`join`) or the inviter
+    /// (`invite`).
+    private static func groupApplication(_ application: JSONValue?, appID: String, on db: PostgresConnection) throws -> Sourced? {
+        guard let application, let id = application["application_id"]?.stringValue else { return nil }
+        let state = application["state"]?.stringValue ?? ""
+        guard state == "accepted" || state == "rejected" else { return nil }
+        guard
+            let row = try db.query(
+                """
+                SELECT type, user_id, inviter_id, coalesce(operated_by, user_id), response_push::text FROM group_applications
+                WHERE app_id = \(appID) AND application_id = \(id)
+                """
+            ).first, !row[4].isNull
+        else { return nil }
+        let recipient = try row[0].string == "join" ? try row[1].string : row[2].isNull ? nil : try row[2].string
+        guard let recipient else { return nil }
+        return try applicationItem(
+            id: id, kind: "group", actor: try row[3].string, recipient: recipient, push: try row[4].string, appID: appID, on: db)
+    }
+
+    private static func applicationItem(
+        id: String, kind: String, actor: String, recipient: String, push: String, appID: String, on db: PostgresConnection
+    ) throws -> Sourced? {
+        let config = (try? JSONValue.parse(push))?.objectValue ?? PushItem.defaultPush
+        guard config["enable"]?.boolValue != false else { return nil }
+        let names = try PushStore.userNames(appID: appID, userIDs: [actor], on: db)
+        let item = PushItem(
+            kind: .application, eventID: id, messageID: nil, callID: nil, conversationType: nil, groupID: nil, sender: actor,
+            senderName: names[actor] ?? "", groupName: nil, applicationKind: kind, messageType: nil, seq: nil, priority: 2, push: config,
+            defaultContent: "")
+        return Sourced(item: item, recipients: .users([recipient]))
+    }
+}
