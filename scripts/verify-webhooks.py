@@ -2,15 +2,16 @@
 """Verifies captured webhook deliveries with the `standardwebhooks` package (PyPI): an implementation of the
 Standard Webhooks signature scheme that is not Parley's.
 
-usage: scripts/verify-webhooks.py <capture.json>
+usage: scripts/verify-webhooks.py <capture.json> [<capture.json> …]
 
-The capture is written by the Swift test `WebhooksTests/standardWebhooksCapture` when PARLEY_WEBHOOK_CAPTURE=<path>
-is set: {"deliveries": [{"secrets": [...], "headers": {...}, "body_base64": "..."}]}, `secrets` in signing order
-(new first during a rotation). For every delivery:
+Captures are written by the Swift tests `WebhooksTests/standardWebhooksCapture` (PARLEY_WEBHOOK_CAPTURE=<path>) and
+`PushTests/theGenericFormatIsSignedLikeAWebhook` (PARLEY_PUSH_CAPTURE=<path>: push requests in the `generic` format,
+signed like webhooks): {"deliveries": [{"secrets": [...], "headers": {...}, "body_base64": "..."}]}, `secrets` in
+signing order (new first during a rotation). Every file must hold at least one delivery. For every delivery:
   - Webhook(secret).verify(body, headers) passes for each of its secrets;
   - each `v1,` signature of `webhook-signature`, alone, verifies with the secret of its position (new first);
   - a tampered body and an unknown secret are rejected (so a pass is not vacuous).
-At least one delivery, and at least one with two signatures (a rotation), must have been captured.
+At least one delivery with two signatures (a rotation) must have been captured, in any of the files.
 
 `standardwebhooks` rejects timestamps more than 5 minutes from now: run this right after the capture test.
 Exit status 0 when everything verifies, 1 otherwise.
@@ -38,15 +39,17 @@ def rejects(secret, body, headers):
 
 
 def main():
-    if len(sys.argv) != 2:
-        fail("usage: scripts/verify-webhooks.py <capture.json>")
-    path = sys.argv[1]
-    if not os.path.exists(path) or os.path.getsize(path) == 0:
-        fail("%s: nothing was captured (was the capture test run with PARLEY_WEBHOOK_CAPTURE set?)" % path)
-    with open(path, encoding="utf-8") as f:
-        deliveries = json.load(f).get("deliveries") or []
-    if not deliveries:
-        fail("%s holds no deliveries" % path)
+    if len(sys.argv) < 2:
+        fail("usage: scripts/verify-webhooks.py <capture.json> [<capture.json> ...]")
+    deliveries = []
+    for path in sys.argv[1:]:
+        if not os.path.exists(path) or os.path.getsize(path) == 0:
+            fail("%s: nothing was captured (was the capture test run with its capture variable set?)" % path)
+        with open(path, encoding="utf-8") as f:
+            captured = json.load(f).get("deliveries") or []
+        if not captured:
+            fail("%s holds no deliveries" % path)
+        deliveries += captured
 
     rotated = 0
     unknown = "whsec_" + base64.b64encode(os.urandom(32)).decode()
@@ -54,7 +57,7 @@ def main():
         secrets = delivery["secrets"]
         headers = delivery["headers"]
         body = base64.b64decode(delivery["body_base64"])
-        label = "delivery %d (%s %s)" % (i, headers.get("parley-event-type"), headers.get("webhook-id"))
+        label = "delivery %d (%s %s)" % (i, headers.get("parley-event-type", "push"), headers.get("webhook-id"))
         signatures = headers.get("webhook-signature", "").split(" ")
         if len(signatures) != len(secrets):
             fail("%s: %d signatures for %d secrets" % (label, len(signatures), len(secrets)))
