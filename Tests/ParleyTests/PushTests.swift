@@ -519,6 +519,34 @@ struct PushTests: ProblemAssertions {
         #expect(reject["devices"]?[0]?["pushkey"] == .string("key-carol"))
     }
 
+    @Test func aGroupApplicationAnswerWithPushGoesToTheApplicant() throws {
+        let server = try Self.server()
+        defer { server.stop() }
+        let app = try Self.setUp(server)
+        let gateway = try Self.gateway()
+        defer { gateway.stop() }
+        let created = try app.request(
+            .post, "/v1/groups", json: #"{"group_id":"club","name":"Club","operator":"alice","join_mode":"auth"}"#)
+        #expect(created.status == 201, "\(created.text)")
+        try Self.device(app, "bob", key: "key-bob")
+        try Self.device(app, "alice", key: "key-alice")
+        try Self.configure(app, gateway)
+        let applied = try app.request(.post, "/v1/groups/club/join", json: #"{"user_id":"bob"}"#)
+        #expect(applied.status == 202, "\(applied.text)")
+        let id = applied.json?["application_id"]?.stringValue ?? ""
+        let accepted = try app.request(.post, "/v1/group_applications/\(id)/accept", json: #"{"operator":"alice","push":{"content":"welcome"}}"#)
+        #expect(accepted.status == 200, "\(accepted.text)")
+        Self.drain(server)
+        let pushes = gateway.requests.filter { $0.json?["notification"]?["type"] == .string("parley.application") }
+        #expect(pushes.count == 1, "\(gateway.requests.map(\.text))")
+        let n = try #require(pushes.first?.json?["notification"])
+        #expect(n["room_id"] == .string("application:group"))
+        #expect(n["event_id"] == .string(id))
+        #expect(n["sender"] == .string("alice"))
+        #expect(n["content"]?["body"] == .string("welcome"))
+        #expect(n["devices"]?[0]?["pushkey"] == .string("key-bob"))
+    }
+
     @Test func aBroadcastIsPushedToEveryUserWithDevicesAndNoOpenStream() throws {
         let server = try Self.server()
         defer { server.stop() }
@@ -604,6 +632,32 @@ struct PushTests: ProblemAssertions {
         let online = try server.count(
             "SELECT count(*) FROM push_attempts WHERE app_id = $1 AND status = 'suppressed' AND reason = 'online'", [app.appID])
         #expect(online == 3)
+    }
+
+    @Test func twoNodesPushEachMessageOnce() throws {
+        let nodeA = try TestServer.start(testClock: false) { $0.webhookAllowPrivate = true }
+        defer { nodeA.stop() }
+        let nodeB = try TestServer.start(testClock: false, database: nodeA.database) { $0.webhookAllowPrivate = true }
+        defer { nodeB.stop() }
+        let gateway = try Self.gateway { _ in TestReceiver.Answer(status: 200, body: Array(#"{"rejected":[]}"#.utf8), delayMillis: 5) }
+        defer { gateway.stop() }
+        let app = try Self.setUp(nodeA)
+        try Self.device(app, "bob", key: "key-bob")
+        try Self.configure(app, gateway)
+        let count = 60
+        for i in 0..<count {
+            let r = try app.request(
+                .post, "/v1/messages", json: #"{"from":"alice","conversation_type":"peer","to":"bob","type":1,"body":{"text":"n\#(i)"}}"#)
+            #expect(r.status == 201)
+            nodeB.app.push.poke()
+        }
+        _ = gateway.waitFor(count: count, timeout: .seconds(30))
+        #expect(nodeA.app.push.drain())
+        #expect(nodeB.app.push.drain())
+        let ids = gateway.requests.compactMap { $0.json?["notification"]?["event_id"]?.stringValue }
+        #expect(ids.count == count, "\(ids.count) requests for \(count) messages")
+        #expect(Set(ids).count == count)
+        #expect(try Self.attempts(app).count == count)
     }
 
     // MARK: - The dry run and the attempt log
