@@ -5,6 +5,9 @@ import ParleyPostgres
 
 /// The push bridge's routes (API.md §16.3): the dry run (or a real test push) and the attempt log.
 package enum PushRoutes {
+    /// A real test push holds its pool worker while it waits for the gateway: at most this long.
+    static let testTimeoutMillis = 5000
+
     package static func register(on api: inout API, bridge: PushBridge) {
         api.add(.post, "/v1/push/test", .app, "testPush") { ctx in
             try test(ctx, bridge: bridge)
@@ -91,7 +94,8 @@ package enum PushRoutes {
             if attempt.status == "pending", let url = attempt.url, let body = attempt.body {
                 let claimed = PushBridge.Claimed(
                     attemptID: attempt.attemptID, appID: ctx.appID, kind: attempt.kind, url: url, format: settings.format,
-                    body: Array(body.utf8), attempt: 1, maxAttempts: 1, timeoutMillis: settings.timeoutMillis, secret: settings.secret,
+                    body: Array(body.utf8), attempt: 1, maxAttempts: 1, timeoutMillis: min(settings.timeoutMillis, Self.testTimeoutMillis),
+                    secret: settings.secret,
                     pushKeys: attempt.pushKeys)
                 let result = bridge.send(claimed)
                 try ctx.db.transaction { db in
