@@ -67,6 +67,25 @@ struct PushTests: ProblemAssertions {
         return r.json?["items"]?.arrayValue ?? []
     }
 
+    /// A server, an app with users alice (sender) and bob, and a gateway answering as `answer` says (the app is not
+    /// pointed at it yet).
+    static func scene(
+        _ answer: @escaping @Sendable (TestReceiver.Received) -> TestReceiver.Answer = { _ in .status(200, body: #"{"rejected":[]}"#) }
+    ) throws -> (TestServer, TestApp, TestReceiver) {
+        let server = try Self.server()
+        do {
+            return (server, try setUp(server), try gateway(answer))
+        } catch {
+            server.stop()
+            throw error
+        }
+    }
+
+    static func stop(_ server: TestServer, _ gateway: TestReceiver) {
+        gateway.stop()
+        server.stop()
+    }
+
     /// A fresh app with users alice (sender) and bob.
     static func setUp(_ server: TestServer) throws -> TestApp {
         let app = try server.createApp()
@@ -78,11 +97,8 @@ struct PushTests: ProblemAssertions {
     // MARK: - §16.1 decisions
 
     @Test func aStoredPeerMessageIsPushedToTheRecipientsDevicesInMatrixFormat() throws {
-        let server = try Self.server()
-        defer { server.stop() }
-        let app = try Self.setUp(server)
-        let gateway = try Self.gateway()
-        defer { gateway.stop() }
+        let (server, app, gateway) = try Self.scene()
+        defer { Self.stop(server, gateway) }
         let device = try Self.device(app, "bob", key: "key-bob-1")
         try Self.device(app, "alice", key: "key-alice-1")
         try Self.configure(app, gateway)
@@ -137,11 +153,8 @@ struct PushTests: ProblemAssertions {
     }
 
     @Test func badgeCountsPriorityAndEventIDOnly() throws {
-        let server = try Self.server()
-        defer { server.stop() }
-        let app = try Self.setUp(server)
-        let gateway = try Self.gateway()
-        defer { gateway.stop() }
+        let (server, app, gateway) = try Self.scene()
+        defer { Self.stop(server, gateway) }
         try Self.device(app, "bob", key: "key-bob")
         try Self.configure(app, gateway)
         _ = try Self.send(app)
@@ -165,12 +178,9 @@ struct PushTests: ProblemAssertions {
     }
 
     @Test func eachStepOfTheDecisionSuppressesWithItsReason() throws {
-        let server = try Self.server()
-        defer { server.stop() }
-        let app = try Self.setUp(server)
+        let (server, app, gateway) = try Self.scene()
+        defer { Self.stop(server, gateway) }
         for user in ["carol", "dave", "erin", "frank", "gina"] { try app.createUser(user) }
-        let gateway = try Self.gateway()
-        defer { gateway.stop() }
         try Self.device(app, "bob", key: "key-bob")
 
         // 1. Not configured: a suppressed attempt for a recipient with devices, none for one without.
@@ -228,11 +238,8 @@ struct PushTests: ProblemAssertions {
     // MARK: - Gateway answers
 
     @Test func rejectedKeysAreDeletedWithDeviceRemoved() throws {
-        let server = try Self.server()
-        defer { server.stop() }
-        let app = try Self.setUp(server)
-        let gateway = try Self.gateway { _ in .status(200, body: #"{"rejected":["key-dead"]}"#) }
-        defer { gateway.stop() }
+        let (server, app, gateway) = try Self.scene { _ in .status(200, body: #"{"rejected":["key-dead"]}"#) }
+        defer { Self.stop(server, gateway) }
         let dead = try Self.device(app, "bob", platform: "android", key: "key-dead")
         try Self.device(app, "bob", platform: "ios", key: "key-live")
         try Self.configure(app, gateway)
@@ -264,11 +271,8 @@ struct PushTests: ProblemAssertions {
     }
 
     @Test func serverErrorsAreRetriedOnTheClockThenFail() throws {
-        let server = try Self.server()
-        defer { server.stop() }
-        let app = try Self.setUp(server)
-        let gateway = try Self.gateway { _ in .status(503) }
-        defer { gateway.stop() }
+        let (server, app, gateway) = try Self.scene { _ in .status(503) }
+        defer { Self.stop(server, gateway) }
         try Self.device(app, "bob", key: "key-bob")
         try Self.configure(app, gateway, #""max_attempts":3"#)
         let message = try Self.send(app)
@@ -322,11 +326,8 @@ struct PushTests: ProblemAssertions {
     // MARK: - Generic format
 
     @Test func theGenericFormatIsSignedLikeAWebhook() throws {
-        let server = try Self.server()
-        defer { server.stop() }
-        let app = try Self.setUp(server)
-        let gateway = try Self.gateway()
-        defer { gateway.stop() }
+        let (server, app, gateway) = try Self.scene()
+        defer { Self.stop(server, gateway) }
         let device = try Self.device(app, "bob", key: "key-bob")
         try Self.configure(app, gateway, #""format":"generic","max_attempts":2"#)
         let secret = try app.request(.get, "/v1/settings").json?["push"]?["secret"]?.stringValue ?? ""
@@ -384,11 +385,8 @@ struct PushTests: ProblemAssertions {
     // MARK: - Revoke, call, application and broadcast pushes
 
     @Test func aRevokePushGoesToExactlyTheDevicesThatGotTheOriginal() throws {
-        let server = try Self.server()
-        defer { server.stop() }
-        let app = try Self.setUp(server)
-        let gateway = try Self.gateway()
-        defer { gateway.stop() }
+        let (server, app, gateway) = try Self.scene()
+        defer { Self.stop(server, gateway) }
         try Self.device(app, "bob", platform: "android", key: "key-android")
         try Self.device(app, "bob", platform: "ios", key: "key-ios")
         try Self.configure(app, gateway)
@@ -419,11 +417,8 @@ struct PushTests: ProblemAssertions {
     }
 
     @Test func aRevokeStopsAPushStillBeingRetried() throws {
-        let server = try Self.server()
-        defer { server.stop() }
-        let app = try Self.setUp(server)
-        let gateway = try Self.gateway { _ in .status(500) }
-        defer { gateway.stop() }
+        let (server, app, gateway) = try Self.scene { _ in .status(500) }
+        defer { Self.stop(server, gateway) }
         try Self.device(app, "bob", key: "key-bob")
         try Self.configure(app, gateway)
         let message = try Self.send(app)
@@ -444,12 +439,9 @@ struct PushTests: ProblemAssertions {
     }
 
     @Test func callPushesGoToVoIPDevicesFirst() throws {
-        let server = try Self.server()
-        defer { server.stop() }
-        let app = try Self.setUp(server)
+        let (server, app, gateway) = try Self.scene()
+        defer { Self.stop(server, gateway) }
         try app.createUser("carol")
-        let gateway = try Self.gateway()
-        defer { gateway.stop() }
         try Self.device(app, "bob", platform: "ios", key: "key-bob-voip", voip: true)
         try Self.device(app, "bob", platform: "ios", key: "key-bob-apns")
         try Self.device(app, "carol", platform: "android", key: "key-carol")
@@ -478,12 +470,9 @@ struct PushTests: ProblemAssertions {
     }
 
     @Test func applicationPushesOnlyWhereTheRequestCarriesPush() throws {
-        let server = try Self.server()
-        defer { server.stop() }
-        let app = try Self.setUp(server)
+        let (server, app, gateway) = try Self.scene()
+        defer { Self.stop(server, gateway) }
         try app.createUser("carol")
-        let gateway = try Self.gateway()
-        defer { gateway.stop() }
         try Self.device(app, "alice", key: "key-alice")
         try Self.device(app, "bob", key: "key-bob")
         try Self.configure(app, gateway)
@@ -520,11 +509,8 @@ struct PushTests: ProblemAssertions {
     }
 
     @Test func aGroupApplicationAnswerWithPushGoesToTheApplicant() throws {
-        let server = try Self.server()
-        defer { server.stop() }
-        let app = try Self.setUp(server)
-        let gateway = try Self.gateway()
-        defer { gateway.stop() }
+        let (server, app, gateway) = try Self.scene()
+        defer { Self.stop(server, gateway) }
         let created = try app.request(
             .post, "/v1/groups", json: #"{"group_id":"club","name":"Club","operator":"alice","join_mode":"auth"}"#)
         #expect(created.status == 201, "\(created.text)")
@@ -548,13 +534,10 @@ struct PushTests: ProblemAssertions {
     }
 
     @Test func aBroadcastIsPushedToEveryUserWithDevicesAndNoOpenStream() throws {
-        let server = try Self.server()
-        defer { server.stop() }
-        let app = try Self.setUp(server)
+        let (server, app, gateway) = try Self.scene()
+        defer { Self.stop(server, gateway) }
         try app.createUser("carol")
         try app.createUser("dave")
-        let gateway = try Self.gateway()
-        defer { gateway.stop() }
         try Self.device(app, "alice", key: "key-alice")
         try Self.device(app, "bob", key: "key-bob")
         try Self.device(app, "carol", platform: "web", key: "key-carol")
@@ -663,11 +646,8 @@ struct PushTests: ProblemAssertions {
     // MARK: - The dry run and the attempt log
 
     @Test func theDryRunPredictsTheRealSend() throws {
-        let server = try Self.server()
-        defer { server.stop() }
-        let app = try Self.setUp(server)
-        let gateway = try Self.gateway()
-        defer { gateway.stop() }
+        let (server, app, gateway) = try Self.scene()
+        defer { Self.stop(server, gateway) }
         try Self.device(app, "bob", platform: "android", key: "key-android")
         try Self.device(app, "bob", platform: "ios", key: "key-voip", voip: true)
         try Self.configure(app, gateway)
@@ -769,11 +749,8 @@ struct PushTests: ProblemAssertions {
     }
 
     @Test func metricsCountPushes() throws {
-        let server = try Self.server()
-        defer { server.stop() }
-        let app = try Self.setUp(server)
-        let gateway = try Self.gateway()
-        defer { gateway.stop() }
+        let (server, app, gateway) = try Self.scene()
+        defer { Self.stop(server, gateway) }
         try Self.device(app, "bob", key: "key-bob")
         try Self.configure(app, gateway)
         _ = try Self.send(app)

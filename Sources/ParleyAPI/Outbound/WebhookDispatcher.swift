@@ -12,7 +12,7 @@ import ParleySync
 /// in short transactions, and never holds a transaction across an attempt. Attempts run on `senders` (bounded: in
 /// all by `maxInFlight`, per endpoint by `maxInFlightPerEndpoint`), never on an HTTP event loop or a pool worker.
 ///
-/// Owner: `inbox` (outcomes, pokes, drain waiters; any thread); the in-flight counts live in the dispatcher thread.
+/// Owner: `loop` (outcomes, pokes, drains; any thread); the in-flight counts live in the dispatcher thread.
 package final class WebhookDispatcher: Sendable {
     /// After failed attempt n (1…10) the next is scheduled this far out, times a random factor in [0.8, 1.2] (§15.2).
     package static let retrySchedule: [Int64] = [5, 30, 120, 600, 1800, 3600, 7200, 14_400, 28_800, 28_800].map { $0 * 1000 }
@@ -46,18 +46,15 @@ package final class WebhookDispatcher: Sendable {
         let at: Int64
     }
 
-    private struct Inbox {
-        var outcomes: [Outcome] = []
-        /// Finished hook calls and pings to add to the log.
-        var logged: [DeliveryLogEntry] = []
-        var poked = false
-        var stopped = false
-        var idleWaiters: [@Sendable () -> Void] = []
+    /// What the sender threads and the hook callers report to the dispatcher thread.
+    enum Report: Sendable {
+        case outcome(Outcome)
+        /// A finished hook call or ping, to add to the log.
+        case logged(DeliveryLogEntry)
     }
 
-    private let inbox = LockedValue(Inbox())
-    private let wakeup = Wakeup()
-    private let thread = LockedValue<BackgroundThread?>(nil)
+    /// The dispatcher thread's loop plumbing.
+    private let loop = WorkerLoop<Report>()
     private let senders: OutboundCalls
     private let transport: WebhookTransport
     private let clock: ServerClock
@@ -89,52 +86,30 @@ package final class WebhookDispatcher: Sendable {
     // MARK: - Any thread
 
     /// New deliveries may be due (events were stored, the clock moved, an endpoint was re-enabled).
-    package func poke() {
-        inbox.withLock { $0.poked = true }
-        wakeup.signal()
-    }
+    package func poke() { loop.poke() }
 
     /// Blocks until nothing is due, in flight or unrecorded (tests; never on an event loop or a pool worker).
     /// Returns false when that did not happen within `timeout`.
     @discardableResult
-    package func drain(timeout: Duration = .seconds(30)) -> Bool {
-        let done = DispatchSemaphore(value: 0)
-        let accepted = inbox.withLock { inbox -> Bool in
-            guard !inbox.stopped else { return false }
-            inbox.poked = true
-            inbox.idleWaiters.append { done.signal() }
-            return true
-        }
-        guard accepted else { return true }
-        wakeup.signal()
-        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
-        return done.wait(timeout: .now() + seconds) == .success
-    }
+    package func drain(timeout: Duration = .seconds(30)) -> Bool { loop.drain(timeout: timeout) }
 
     /// Adds a finished hook call or ping to the delivery log, with others of the moment (on the dispatcher thread).
     package func log(_ entry: DeliveryLogEntry) {
         metrics.attempted(entry.attempt)
-        inbox.withLock { $0.logged.append(entry) }
-        wakeup.signal()
+        loop.post(.logged(entry))
     }
 
     // MARK: - Lifecycle
 
     package func start(database: PostgresConfiguration, pgLogger: PostgresLogger) {
-        thread.withLock {
-            $0 = BackgroundThread(name: "parley-webhooks") { [self] in
-                run(DedicatedConnection(database, applicationName: "parley-webhooks", logger: pgLogger))
-            }
+        loop.start(name: "parley-webhooks") { [self] in
+            run(DedicatedConnection(database, applicationName: "parley-webhooks", logger: pgLogger))
         }
     }
 
     /// Stops claiming; attempts in flight finish on their threads and their leases expire (another node or the next
     /// start attempts them again: at-least-once).
-    package func stop() {
-        inbox.withLock { $0.stopped = true }
-        wakeup.signal()
-        thread.withLock { $0.take() }?.join()
-    }
+    package func stop() { loop.stop() }
 
     // MARK: - The dispatcher thread
 
@@ -146,34 +121,23 @@ package final class WebhookDispatcher: Sendable {
         var unrecorded: [Outcome] = []
         var unlogged: [DeliveryLogEntry] = []
         var poked = true
-        var idleWaiters: [@Sendable () -> Void] = []
         var lastAnalyze: Int64 = 0
         while true {
-            if !poked && unrecorded.isEmpty && unlogged.isEmpty { wakeup.wait(timeoutMillis: Self.pollMillis) }
             // Outcomes come back one by one: while others are in flight, gather them a moment, so that one round
             // (one transaction) records several and claims their successors together.
-            if !poked && total > 1 { Wakeup.sleep(millis: 1) }
-            let round = inbox.withLock { inbox -> Inbox in
-                defer {
-                    inbox.outcomes = []
-                    inbox.logged = []
-                    inbox.poked = false
-                    inbox.idleWaiters = []
+            let waitMillis = !poked && unrecorded.isEmpty && unlogged.isEmpty ? Self.pollMillis : 0
+            guard let round = loop.next(waitMillis: waitMillis, gatherMillis: !poked && total > 1 ? 1 : 0) else { return }
+            for report in round.messages {
+                switch report {
+                case .outcome(let outcome):
+                    total -= 1
+                    inFlight[outcome.claimed.endpoint, default: 1] -= 1
+                    if inFlight[outcome.claimed.endpoint] == 0 { inFlight[outcome.claimed.endpoint] = nil }
+                    unrecorded.append(outcome)
+                case .logged(let entry):
+                    unlogged.append(entry)
                 }
-                return inbox
             }
-            idleWaiters += round.idleWaiters
-            if round.stopped {
-                for waiter in idleWaiters { waiter() }
-                return
-            }
-            for outcome in round.outcomes {
-                total -= 1
-                inFlight[outcome.claimed.endpoint, default: 1] -= 1
-                if inFlight[outcome.claimed.endpoint] == 0 { inFlight[outcome.claimed.endpoint] = nil }
-            }
-            unrecorded += round.outcomes
-            unlogged += round.logged
             var claimedAny = false
             do {
                 let connection = try db.get()
@@ -220,10 +184,7 @@ package final class WebhookDispatcher: Sendable {
             // events poke it even in apps without endpoints: an empty claim is cheap, and at most one per 2 ms.
             poked = claimedAny && total < maxInFlight
             if !claimedAny { Wakeup.sleep(millis: 2) }
-            if !claimedAny && total == 0 && unrecorded.isEmpty && unlogged.isEmpty {
-                for waiter in idleWaiters { waiter() }
-                idleWaiters = []
-            }
+            if !claimedAny && total == 0 && unrecorded.isEmpty && unlogged.isEmpty { loop.idle() }
         }
     }
 
@@ -232,8 +193,7 @@ package final class WebhookDispatcher: Sendable {
         let now = clock.now()
         let result = transport.send(item.request, to: item.url, secrets: item.secrets, now: now, timeoutMillis: Self.attemptTimeoutMillis)
         metrics.attempted(result)
-        inbox.withLock { $0.outcomes.append(Outcome(claimed: item, attempt: result, at: now)) }
-        wakeup.signal()
+        loop.post(.outcome(Outcome(claimed: item, attempt: result, at: now)))
     }
 
     /// Leases up to `limit` due deliveries, each the earliest open one of its endpoint and ordering key (§15.2), and

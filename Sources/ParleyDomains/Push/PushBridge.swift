@@ -1,4 +1,3 @@
-import Dispatch
 import ParleyAPI
 import ParleyCore
 import ParleyHTTP
@@ -13,7 +12,7 @@ import ParleySync
 /// One bridge thread per node owns a dedicated connection and runs short transactions (record, plan one app's next
 /// page, claim); it never holds a transaction across a gateway request, and never runs on an HTTP event loop.
 ///
-/// Owner: `inbox` (outcomes, pokes, drain waiters; any thread); the in-flight count lives in the bridge thread.
+/// Owner: `loop` (outcomes, pokes, drains; any thread); the in-flight count lives in the bridge thread.
 package final class PushBridge: Sendable {
     /// How long a claim holds an attempt (real time): past any try's limit, so only a dead node's claim expires.
     static let leaseSeconds = 60
@@ -43,16 +42,8 @@ package final class PushBridge: Sendable {
         let result: PushResult
     }
 
-    private struct Inbox {
-        var outcomes: [Outcome] = []
-        var poked = false
-        var stopped = false
-        var idleWaiters: [@Sendable () -> Void] = []
-    }
-
-    private let inbox = LockedValue(Inbox())
-    private let wakeup = Wakeup()
-    private let thread = LockedValue<BackgroundThread?>(nil)
+    /// The bridge thread's loop plumbing; the sender threads post their outcomes to it.
+    private let loop = WorkerLoop<Outcome>()
     private let senders = OutboundCalls(maxThreads: PushBridge.maxInFlight)
     let transport: WebhookTransport
     let clock: ServerClock
@@ -73,27 +64,12 @@ package final class PushBridge: Sendable {
     // MARK: - Any thread
 
     /// Events were stored or the clock moved: there may be something to plan or a retry due.
-    package func poke() {
-        inbox.withLock { $0.poked = true }
-        wakeup.signal()
-    }
+    package func poke() { loop.poke() }
 
     /// Blocks until every event is planned and nothing due is pending, in flight or unrecorded (tests; never on an
     /// event loop or a pool worker). Returns false when that did not happen within `timeout`.
     @discardableResult
-    package func drain(timeout: Duration = .seconds(30)) -> Bool {
-        let done = DispatchSemaphore(value: 0)
-        let accepted = inbox.withLock { inbox -> Bool in
-            guard !inbox.stopped else { return false }
-            inbox.poked = true
-            inbox.idleWaiters.append { done.signal() }
-            return true
-        }
-        guard accepted else { return true }
-        wakeup.signal()
-        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
-        return done.wait(timeout: .now() + seconds) == .success
-    }
+    package func drain(timeout: Duration = .seconds(30)) -> Bool { loop.drain(timeout: timeout) }
 
     /// Pending attempts of every app (`/metrics`).
     package static func queueDepth(on db: PostgresConnection) throws -> Int64 {
@@ -108,20 +84,14 @@ package final class PushBridge: Sendable {
     // MARK: - Lifecycle
 
     package func start(database: PostgresConfiguration, pgLogger: PostgresLogger) {
-        thread.withLock {
-            $0 = BackgroundThread(name: "parley-push") { [self] in
-                run(DedicatedConnection(database, applicationName: "parley-push", logger: pgLogger))
-            }
+        loop.start(name: "parley-push") { [self] in
+            run(DedicatedConnection(database, applicationName: "parley-push", logger: pgLogger))
         }
     }
 
     /// Stops planning and claiming; tries in flight finish on their threads and their leases expire (another node
     /// or the next start tries them again).
-    package func stop() {
-        inbox.withLock { $0.stopped = true }
-        wakeup.signal()
-        thread.withLock { $0.take() }?.join()
-    }
+    package func stop() { loop.stop() }
 
     // MARK: - The bridge thread
 
@@ -130,27 +100,15 @@ package final class PushBridge: Sendable {
         var outage = OutageLog(logger: logger, what: "push bridge")
         var inFlight = 0
         var unrecorded: [Outcome] = []
-        var poked = true
-        var idleWaiters: [@Sendable () -> Void] = []
+        var busy = true
         while true {
-            if !poked && unrecorded.isEmpty { wakeup.wait(timeoutMillis: Self.pollMillis) }
-            if !poked && inFlight > 1 { Wakeup.sleep(millis: 1) }
-            let round = inbox.withLock { inbox -> Inbox in
-                defer {
-                    inbox.outcomes = []
-                    inbox.poked = false
-                    inbox.idleWaiters = []
-                }
-                return inbox
-            }
-            idleWaiters += round.idleWaiters
-            if round.stopped {
-                for waiter in idleWaiters { waiter() }
-                return
-            }
-            inFlight -= round.outcomes.count
-            unrecorded += round.outcomes
-            var busy = false
+            // Outcomes come back one by one: while several are in flight, gather them a moment, so that one round
+            // records several and claims their successors together.
+            let waitMillis = busy || !unrecorded.isEmpty ? 0 : Self.pollMillis
+            guard let round = loop.next(waitMillis: waitMillis, gatherMillis: inFlight > 1 ? 1 : 0) else { return }
+            inFlight -= round.messages.count
+            unrecorded += round.messages
+            busy = false
             do {
                 let connection = try db.get()
                 if !unrecorded.isEmpty {
@@ -164,24 +122,16 @@ package final class PushBridge: Sendable {
                 let claimed = inFlight < Self.maxInFlight ? try claim(limit: Self.maxInFlight - inFlight, on: connection) : []
                 for item in claimed {
                     inFlight += 1
-                    senders.run { [self] in
-                        let result = send(item)
-                        inbox.withLock { $0.outcomes.append(Outcome(claimed: item, result: result)) }
-                        wakeup.signal()
-                    }
+                    senders.run { [self] in loop.post(Outcome(claimed: item, result: send(item))) }
                 }
-                busy = busy || !claimed.isEmpty
+                busy = (busy || !claimed.isEmpty) && inFlight < Self.maxInFlight
                 outage.succeeded()
             } catch {
                 outage.failed(error)
                 db.dropIfBroken()
                 Wakeup.sleep(millis: 200)
             }
-            poked = busy && inFlight < Self.maxInFlight
-            if !busy && inFlight == 0 && unrecorded.isEmpty {
-                for waiter in idleWaiters { waiter() }
-                idleWaiters = []
-            }
+            if !busy && inFlight == 0 && unrecorded.isEmpty { loop.idle() }
         }
     }
 

@@ -1,0 +1,113 @@
+import Dispatch
+
+/// The plumbing of a node's background worker that hands work to sender threads and waits for what they report
+/// (the webhook dispatcher, the push bridge): its thread, its wake-up, the reports (`Message`s) posted from any
+/// thread, pokes, stopping, and `drain` for tests.
+///
+/// The worker's thread runs its loop around ``next(waitMillis:gatherMillis:)`` (nil: stop) and calls ``idle()`` once
+/// a round found nothing to do and nothing in flight; a `drain` that began before that round then returns.
+///
+/// Owner: `state` behind its lock (any thread); the loop's own state stays in the worker's thread.
+public final class WorkerLoop<Message: Sendable>: Sendable {
+    /// What one call of ``next(waitMillis:gatherMillis:)`` took.
+    public struct Round: Sendable {
+        /// Reports posted since the previous round, in posting order.
+        public var messages: [Message]
+        /// Someone poked (or a drain began) since the previous round.
+        public var poked: Bool
+    }
+
+    private struct State {
+        var messages: [Message] = []
+        var poked = false
+        var stopped = false
+        /// Drains waiting for a round that starts after they did.
+        var waiting: [@Sendable () -> Void] = []
+        /// Drains that such a round has started for: released by the next `idle()`.
+        var covered: [@Sendable () -> Void] = []
+    }
+
+    private let state = LockedValue(State())
+    private let wakeup = Wakeup()
+    private let thread = LockedValue<BackgroundThread?>(nil)
+
+    public init() {}
+
+    // MARK: - Any thread
+
+    /// There may be new work (events stored, the clock moved).
+    public func poke() {
+        state.withLock { $0.poked = true }
+        wakeup.signal()
+    }
+
+    /// Hands a report to the worker's thread and wakes it.
+    public func post(_ message: Message) {
+        state.withLock { $0.messages.append(message) }
+        wakeup.signal()
+    }
+
+    /// Blocks until a round that started after this call found the worker idle (tests; never on an event loop or a
+    /// pool worker). Returns false when that did not happen within `timeout`; true at once once stopped.
+    @discardableResult
+    public func drain(timeout: Duration = .seconds(30)) -> Bool {
+        let done = DispatchSemaphore(value: 0)
+        let accepted = state.withLock { state -> Bool in
+            guard !state.stopped else { return false }
+            state.poked = true
+            state.waiting.append { done.signal() }
+            return true
+        }
+        guard accepted else { return true }
+        wakeup.signal()
+        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
+        return done.wait(timeout: .now() + seconds) == .success
+    }
+
+    // MARK: - Lifecycle
+
+    /// Starts the worker's thread running `body` (its loop).
+    public func start(name: String, _ body: @escaping @Sendable () -> Void) {
+        thread.withLock { $0 = BackgroundThread(name: name, body) }
+    }
+
+    /// Makes ``next(waitMillis:gatherMillis:)`` return nil and waits for the thread to end.
+    public func stop() {
+        state.withLock { $0.stopped = true }
+        wakeup.signal()
+        thread.withLock { $0.take() }?.join()
+    }
+
+    // MARK: - The worker's thread
+
+    /// The next round: first waits up to `waitMillis` for a report or a poke (0: not at all), then, when
+    /// `gatherMillis` > 0 and nobody poked, lets reports gather that long (so one round records several); nil once
+    /// stopped (every drain is released).
+    public func next(waitMillis: Int, gatherMillis: Int = 0) -> Round? {
+        if waitMillis > 0 { wakeup.wait(timeoutMillis: waitMillis) }
+        if gatherMillis > 0, !state.withLock({ $0.poked }) { Wakeup.sleep(millis: gatherMillis) }
+        let taken = state.withLock { state -> (Round, stopped: Bool, released: [@Sendable () -> Void]) in
+            let round = Round(messages: state.messages, poked: state.poked)
+            state.messages = []
+            state.poked = false
+            state.covered += state.waiting
+            state.waiting = []
+            if state.stopped {
+                defer { state.covered = [] }
+                return (round, true, state.covered)
+            }
+            return (round, false, [])
+        }
+        for release in taken.released { release() }
+        return taken.stopped ? nil : taken.0
+    }
+
+    /// The round just run found nothing to do and nothing in flight: releases the drains it covered.
+    public func idle() {
+        let released = state.withLock { state -> [@Sendable () -> Void] in
+            defer { state.covered = [] }
+            return state.covered
+        }
+        for release in released { release() }
+    }
+}
