@@ -494,7 +494,7 @@ SECTION=$(
         for ((r = 1; r <= BENCH_ROUNDS; r++)); do
             k="a,$conns #$r"
             IFS='|' read -r wm wa p50 p99 _ _ _ <<<"${WIN[$k]}"
-            printf '| a #%s push off | %s | %.0f | %s / %s | %s | %s | %s | %s | %s | | %s / %s ms / | | %s s | |\n' "$r" "$conns" "${RATE[parley,$k]:-0}" "${P50[$k]:-}" "${P99[$k]:-}" "${ERR[$k]:-}" "$(cpu_cell "$k")" \
+            printf '| a #%s push off | %s | %.0f | %s / %s | %s | %s | %s | %s | %s | | %s / %s ms | | %s s | |\n' "$r" "$conns" "${RATE[parley,$k]:-0}" "${P50[$k]:-}" "${P99[$k]:-}" "${ERR[$k]:-}" "$(cpu_cell "$k")" \
                 "$wm" "$wa" "${A_GOT[$k]}" "$p50" "$p99" "${PLAN_S[$k]}"
             k="b,$conns #$r"
             IFS='|' read -r wm wa p50 p99 w50 w99 wmax <<<"${WIN[$k]}"
