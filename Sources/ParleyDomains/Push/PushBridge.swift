@@ -20,6 +20,9 @@ package final class PushBridge: Sendable {
     static let pollMillis = 500
     /// Attempts in flight per node.
     static let maxInFlight = 64
+    /// While tries are in flight the log is planned at most this often, so one planning transaction takes the events
+    /// of several sends instead of one each.
+    static let planEveryMillis: Int64 = 10
 
     /// A leased attempt with what its try needs.
     struct Claimed: Sendable {
@@ -84,8 +87,13 @@ package final class PushBridge: Sendable {
     // MARK: - Lifecycle
 
     package func start(database: PostgresConfiguration, pgLogger: PostgresLogger) {
+        // The bridge's commits do not wait for the disk: a plan, lease or outcome lost in a crash is planned, leased or
+        // tried again (a push may then arrive twice), while waiting for the disk at every round halves what it sends.
+        var unsynced = database
+        unsynced.addServerSetting("synchronous_commit", "off")
+        let configuration = unsynced
         loop.start(name: "parley-push") { [self] in
-            run(DedicatedConnection(database, applicationName: "parley-push", logger: pgLogger))
+            run(DedicatedConnection(configuration, applicationName: "parley-push", logger: pgLogger))
         }
     }
 
@@ -101,25 +109,36 @@ package final class PushBridge: Sendable {
         var inFlight = 0
         var unrecorded: [Outcome] = []
         var busy = true
+        var lastPlan: Int64 = 0
+        // The last planning left work (more events, or pending attempts to lease).
+        var planning = true
         while true {
             // Outcomes come back one by one: while several are in flight, gather them a moment, so that one round
             // records several and claims their successors together.
-            let waitMillis = busy || !unrecorded.isEmpty ? 0 : Self.pollMillis
+            let waitMillis = busy || !unrecorded.isEmpty ? 0 : planning ? Int(Self.planEveryMillis) : Self.pollMillis
             guard let round = loop.next(waitMillis: waitMillis, gatherMillis: inFlight > 1 ? 1 : 0) else { return }
             inFlight -= round.messages.count
             unrecorded += round.messages
             busy = false
             do {
                 let connection = try db.get()
-                if !unrecorded.isEmpty {
-                    let recorded = unrecorded
-                    let apps = try connection.transaction { db in try Self.record(recorded, now: clock.now(), on: db) }
+                let started = EventLoop.monotonicMillis()
+                if inFlight == 0 || started - lastPlan >= Self.planEveryMillis {
+                    lastPlan = started
+                    planning = try plan(on: connection)
+                    busy = planning
+                }
+                // One transaction records the finished tries and leases their successors.
+                let recorded = unrecorded
+                let free = Self.maxInFlight - inFlight
+                let (apps, claimed) = try connection.transaction { db in
+                    (recorded.isEmpty ? [] : try Self.record(recorded, now: clock.now(), on: db), free > 0 ? try claim(limit: free, on: db) : [])
+                }
+                if !recorded.isEmpty {
                     metrics.recorded(recorded.map { ($0.claimed.kind, $0.result.status) })
                     unrecorded = []
-                    for appID in apps { eventsWritten(appID) }
                 }
-                busy = try plan(on: connection)
-                let claimed = inFlight < Self.maxInFlight ? try claim(limit: Self.maxInFlight - inFlight, on: connection) : []
+                for appID in apps { eventsWritten(appID) }
                 for item in claimed {
                     inFlight += 1
                     senders.run { [self] in loop.post(Outcome(claimed: item, result: send(item))) }

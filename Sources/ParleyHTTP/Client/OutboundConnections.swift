@@ -30,7 +30,9 @@ public final class OutboundConnections: Sendable {
     private let maxPerDestination: Int
     private let maxIdle: Duration
 
-    public init(maxPerDestination: Int = 32, maxIdle: Duration = .seconds(30)) {
+    /// `maxPerDestination` is at least what one worker has in flight to one destination (the push bridge sends 64
+    /// requests at once to its gateway): with fewer, each burst closes the surplus and the next one reconnects.
+    public init(maxPerDestination: Int = 64, maxIdle: Duration = .seconds(30)) {
         self.maxPerDestination = maxPerDestination
         self.maxIdle = maxIdle
     }
