@@ -38,7 +38,9 @@ struct OpenAPIResponseSchemaTests {
         "ConversationPage", "MentionState", "ConversationReadAllResult", "UnreadCount", "Event", "EventLogPage",
         "BatchResult", "BatchResultItem", "BatchItemError", "Problem", "FieldError", "Stats", "TestClock",
         "HealthStatus", "ReadyStatus", "OpenAPIDocument", "Webhook", "WebhookList", "WebhookPingResult", "Delivery",
-        "DeliveryDetail", "DeliveryList",
+        "DeliveryDetail", "DeliveryList", "PushAttempt", "PushAttemptList", "PushTestResult", "PushTestDecision",
+        "PushGatewayRequest", "PushGatewayResponse", "PushMatrixNotifyRequest", "PushMatrixNotification", "PushMatrixContent",
+        "PushMatrixDevice", "PushGenericRequest", "PushGenericNotification",
     ]
 
     /// The members of a User as the app key sees it (API.md §2: `deleted_at` is null unless soft-deleted).
@@ -61,6 +63,7 @@ struct OpenAPIResponseSchemaTests {
         try Self.messagesAndConversations(c)
         try Self.events(c)
         try Self.webhooks(c)
+        try Self.push(c)
         try Self.problems(c)
 
         let refs = Set(c.refs.map { String($0.split(separator: "/").last ?? "") })
@@ -394,6 +397,55 @@ struct OpenAPIResponseSchemaTests {
         c.call(.delete, "/v1/webhooks/{webhook_id}", spareID, status: 204)
         c.call(.delete, "/v1/webhooks/{webhook_id}", id, status: 204)
         c.call(.delete, "/v1/webhooks/{webhook_id}", id, status: 404)
+    }
+
+    /// The push bridge (API.md §16.3) against a gateway nobody listens on (port 1): dry runs in both formats, with and
+    /// without `event_id_only` and a badge, a real test push that fails, the errors, and the attempt log.
+    static func push(_ c: ContractChecker) throws {
+        let device = #"{"device_id":"push-phone","platform":"android","provider":"fcm","push_key":"push-k1","app_id":"com.x"}"#
+        c.call(.post, "/v1/users/{user_id}/devices", "a", json: device, status: 201)
+        let unsent = #"{"from":"b","conversation_type":"peer","to":"a","type":1,"body":{"text":"hi"}}"#
+        let notConfigured = c.call(.post, "/v1/push/test", json: #"{"user_id":"a","message":\#(unsent)}"#, status: 200)
+        #expect(notConfigured.json?["decisions"]?[0]?["reason"] == "not_configured")
+        c.call(.post, "/v1/push/test", json: #"{"user_id":"a","dry_run":false,"message":\#(unsent)}"#, status: 422)
+        c.call(.post, "/v1/push/test", json: #"{"user_id":"e","dry_run":true,"message":\#(unsent)}"#, status: 422)
+        c.call(
+            .patch, "/v1/settings", json: #"{"push":{"enabled":true,"gateway_url":"http://127.0.0.1:1","format":"matrix","event_id_only":false}}"#,
+            status: 200)
+        let matrix = c.call(.post, "/v1/push/test", json: #"{"user_id":"a","message":\#(unsent)}"#, status: 200)
+        #expect(matrix.json?["request"]?["body"]?["notification"]?["event_id"] == "")
+        let badge =
+            #"{"from":"b","conversation_type":"peer","to":"a","type":1,"body":{"text":"yo"},"push":{"enable_badge":true,"payload":"p","sound":"s.caf"}}"#
+        let sent = c.call(.post, "/v1/messages", json: badge, status: 201)
+        let id = sent.json?["message_id"]?.stringValue ?? ""
+        c.call(.post, "/v1/push/test", json: "{\"user_id\":\"a\",\"message_id\":\"\(id)\"}", status: 200)
+        c.call(.post, "/v1/push/test", json: "{\"user_id\":\"b\",\"message_id\":\"\(id)\"}", status: 422)
+        c.call(.post, "/v1/push/test", json: #"{"user_id":"a","message_id":"nope"}"#, status: 404)
+        c.call(.post, "/v1/push/test", json: #"{"user_id":"a","call_id":"c1"}"#, status: 404)
+        c.call(.post, "/v1/push/test", json: #"{"user_id":"ghost","call_id":"c1"}"#, status: 404)
+        c.call(.post, "/v1/push/test", json: #"{"user_id":"a"}"#, status: 400)
+        c.call(
+            .post, "/v1/push/test",
+            json: #"{"user_id":"a","message":{"from":"b","conversation_type":"room","to":"r1","type":1,"body":{"text":"x"}}}"#, status: 422)
+        c.call(.patch, "/v1/settings", json: #"{"push":{"event_id_only":true}}"#, status: 200)
+        c.call(.post, "/v1/push/test", json: "{\"user_id\":\"a\",\"message_id\":\"\(id)\"}", status: 200)
+        c.call(.patch, "/v1/settings", json: #"{"push":{"format":"generic"}}"#, status: 200)
+        c.call(.post, "/v1/push/test", json: "{\"user_id\":\"a\",\"message_id\":\"\(id)\"}", status: 200)
+        c.call(.patch, "/v1/settings", json: #"{"push":{"event_id_only":false}}"#, status: 200)
+        let tested = c.call(.post, "/v1/push/test", json: "{\"user_id\":\"a\",\"message_id\":\"\(id)\",\"dry_run\":false}", status: 200)
+        let attempt = tested.json?["attempt"]?["attempt_id"]?.stringValue ?? ""
+        #expect(tested.json?["attempt"]?["status"] == "failed")
+        #expect(c.server.app.push.drain())
+        c.call(.get, "/v1/push/attempts", query: "user_id=a&kind=test&status=failed&limit=1", status: 200)
+        c.call(.get, "/v1/push/attempts", query: "message_id=\(id)", status: 200)
+        let all = c.call(.get, "/v1/push/attempts", query: "limit=1", status: 200)
+        if let cursor = all.json?["next_cursor"]?.stringValue {
+            c.call(.get, "/v1/push/attempts", query: "limit=1&cursor=\(cursor)", status: 200)
+        }
+        c.call(.get, "/v1/push/attempts", query: "kind=nope", status: 400)
+        c.call(.get, "/v1/push/attempts/{attempt_id}", attempt, status: 200)
+        c.call(.get, "/v1/push/attempts/{attempt_id}", "pa_nope", status: 404)
+        c.call(.patch, "/v1/settings", json: #"{"push":{"enabled":false,"format":"matrix"}}"#, status: 200)
     }
 
     /// Event types without a webhook entry in the document whose `data` has a schema of its own.

@@ -689,6 +689,12 @@ struct PushTests: ProblemAssertions {
         #expect(gateway.requests.last?.json?["notification"]?["type"] == .string("parley.test"))
         let test = try Self.attempts(app, "kind=test")
         #expect(test.count == 1 && test.first?["status"] == .string("sent"))
+        #expect(real.json?["attempt"]?["attempt_id"] == test.first?["attempt_id"])
+        let metrics = try server.request(.get, "/metrics").text
+        #expect(metrics.contains(#"parley_push_attempts_total{kind="test",status="sent"} 1"#))
+        // The bridge never sends a test push a second time (it is never due for it).
+        #expect(server.app.push.drain())
+        #expect(gateway.requests.count == 2)
     }
 
     @Test func testPushErrors() throws {
@@ -708,6 +714,11 @@ struct PushTests: ProblemAssertions {
         Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob"}"#), 400, 6_000_001)
         Self.expectProblem(
             try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","message_id":"\#(messageID)","call_id":"c1"}"#), 400, 6_000_001)
+        // A message the bridge would not push, and a send body `user_id` would not receive.
+        let silent = try Self.send(app, extra: #","push":{"enable":false}"#)["message_id"]?.stringValue ?? ""
+        Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","message_id":"\#(silent)"}"#), 422, 6_000_013)
+        let unsent = #"{"from":"alice","conversation_type":"peer","to":"bob","type":1,"body":{"text":"x"}}"#
+        Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"carol","message":\#(unsent)}"#), 422, 6_000_013)
         Self.expectProblem(try app.request(.get, "/v1/push/attempts/pa_missing"), 404, 7_000_006)
         Self.expectProblem(try app.request(.get, "/v1/push/attempts?status=lost"), 400, 6_000_001)
         // Not configured, dry run: every device says so, and nothing would be sent.

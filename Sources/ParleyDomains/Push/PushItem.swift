@@ -31,6 +31,8 @@ struct PushItem: Sendable {
     var senderName: String
     /// The group's name (group conversations).
     var groupName: String?
+    /// The recipient of a peer message not sent yet (a dry run of a send body).
+    var peerRecipient: String? = nil
     /// For `room_id` of applications: `friend` or `group`.
     var applicationKind: String?
     var messageType: Int?
@@ -48,7 +50,7 @@ struct PushItem: Sendable {
     /// The notification title: `push.title`, else the group's name (group messages) or the acting user's name.
     var title: String {
         if let title = push["title"]?.stringValue { return title }
-        if conversationType == "group", kind == .message || kind == .revoke { return groupName ?? "" }
+        if conversationType == "group" { return groupName ?? "" }
         return senderName
     }
 

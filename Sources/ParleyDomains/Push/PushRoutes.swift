@@ -69,9 +69,15 @@ package enum PushRoutes {
         var item: PushItem
         if let message {
             item = try unsentMessageItem(message, ctx: ctx)
+            try requireRecipient(userID, of: item, ctx: ctx)
         } else if let messageID {
-            guard let stored = try PushSources.messageItem(appID: ctx.appID, messageID: messageID, on: ctx.db) else {
+            guard try MessageStore.fetch(appID: ctx.appID, messageID: messageID, on: ctx.db) != nil else {
                 throw APIError(.messageNotFound, "message \(messageID) does not exist")
+            }
+            // A room message, an unpushable type, a suppressed or deleted message, `push.enable: false`: the bridge
+            // pushes nothing for it, so there is nothing to predict.
+            guard let stored = try PushSources.messageItem(appID: ctx.appID, messageID: messageID, onlyPushable: true, on: ctx.db) else {
+                throw APIError(.unsupportedOperation, "message \(messageID) is not pushed (§16.1 pushable items)")
             }
             try requireRecipient(userID, of: stored, ctx: ctx)
             item = stored
@@ -90,7 +96,7 @@ package enum PushRoutes {
             ? nil : PushPlanner.attempt(item, to: recipient, decision: decision, settings: settings, appID: ctx.appID, now: ctx.now)
         var response: [UInt8]?
         if !dryRun, var attempt = row {
-            try ctx.db.transaction { db in try PushStore.insert([attempt], appID: ctx.appID, on: db) }
+            try ctx.db.transaction { db in try PushStore.insert([attempt], appID: ctx.appID, sentByCaller: true, on: db) }
             if attempt.status == "pending", let url = attempt.url, let body = attempt.body {
                 let claimed = PushBridge.Claimed(
                     attemptID: attempt.attemptID, appID: ctx.appID, kind: attempt.kind, url: url, format: settings.format,
@@ -98,9 +104,12 @@ package enum PushRoutes {
                     secret: settings.secret,
                     pushKeys: attempt.pushKeys)
                 let result = bridge.send(claimed)
+                // Its `device.removed` events (rejected keys) are in this request's transaction: the pipeline
+                // sequences them before the answer.
                 try ctx.db.transaction { db in
-                    _ = try PushBridge.record([PushBridge.Outcome(claimed: claimed, result: result)], now: ctx.now, on: db)
+                    _ = try PushBridge.record([PushBridge.Outcome(claimed: claimed, result: result)], now: result.at, on: db)
                 }
+                bridge.metrics.recorded([(attempt.kind, result.status)])
                 var r = JSONObjectWriter(capacity: 256)
                 r["status_code"] = result.statusCode.map { Int64($0) }
                 r["body"] = String(decoding: result.attempt.responseBody.prefix(1024), as: UTF8.self)
@@ -158,8 +167,10 @@ package enum PushRoutes {
     private static func unsentMessageItem(_ object: JSONObject, ctx: APIContext) throws -> PushItem {
         var reader = BodyReader(object, path: "body.message")
         let request = try SendRequest(&reader, ctx: ctx, settings: ctx.app.settings)
-        guard request.conversationType != .room else {
-            throw APIError(.unsupportedOperation, "room messages are not pushed")
+        guard request.conversationType != .room, request.stored, PushItem.pushableMessageTypes.contains(Int(request.body.type.rawValue)),
+            request.push?["enable"]?.boolValue != false
+        else {
+            throw APIError(.unsupportedOperation, "this message would not be pushed (§16.1 pushable items)")
         }
         let names = try PushStore.userNames(appID: ctx.appID, userIDs: [request.from], on: ctx.db)
         let groupName =
@@ -170,23 +181,30 @@ package enum PushRoutes {
         return PushItem(
             kind: .message, eventID: "", messageID: nil, callID: nil, conversationType: request.conversationType.rawValue,
             groupID: request.conversationType == .group ? request.to : nil, sender: request.from, senderName: names[request.from] ?? "",
-            groupName: groupName, applicationKind: nil, messageType: type, seq: nil, priority: Int(request.priority),
+            groupName: groupName, peerRecipient: request.conversationType == .peer ? request.to : nil, applicationKind: nil,
+            messageType: type, seq: nil, priority: Int(request.priority),
             push: request.push?.objectValue ?? PushItem.defaultPush, defaultContent: PushItem.defaultContent(type: type, body: request.body.json))
     }
 
-    /// 422 `6000013` unless `userID` receives `item` (the other side of a peer message, a member of its group).
+    /// 422 `6000013` unless `userID` receives `item`: the other side of a peer message, a member of its group (now:
+    /// the planner asks for membership when the message was sent, which differs only for a member who joined or left
+    /// since).
     private static func requireRecipient(_ userID: String, of item: PushItem, ctx: APIContext) throws {
         let receives: Bool
         if item.sender == userID {
             receives = false
         } else if item.conversationType == "group", let groupID = item.groupID {
             receives = try GroupStore.member(appID: ctx.appID, groupID: groupID, userID: userID, on: ctx.db) != nil
-        } else {
+        } else if let messageID = item.messageID {
             receives =
                 try ctx.db.query(
-                    "SELECT recipient FROM messages WHERE app_id = \(ctx.appID) AND message_id = \(item.eventID)"
+                    "SELECT recipient FROM messages WHERE app_id = \(ctx.appID) AND message_id = \(messageID)"
                 ).decodeFirst(String.self) == userID
+        } else {
+            receives = item.peerRecipient == userID
         }
-        guard receives else { throw APIError(.unsupportedOperation, "user \(userID) is not a recipient of \(item.eventID)") }
+        guard receives else {
+            throw APIError(.unsupportedOperation, "user \(userID) is not a recipient of \(item.messageID.map { "message " + $0 } ?? "this message")")
+        }
     }
 }

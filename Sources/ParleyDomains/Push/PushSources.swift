@@ -83,9 +83,10 @@ enum PushSources {
 
     // MARK: - Messages
 
-    /// The item of one stored peer or group message, whatever its push options say (revoke pushes, dry runs).
-    static func messageItem(appID: String, messageID: String, on db: PostgresConnection) throws -> PushItem? {
-        try messageItems(appID: appID, messageIDs: [messageID], on: db, onlyPushable: false)[messageID]?.item
+    /// The item of one stored peer or group message, whatever its push options say (revoke pushes); with
+    /// `onlyPushable`, nil unless the bridge pushes it (dry runs).
+    static func messageItem(appID: String, messageID: String, onlyPushable: Bool = false, on db: PostgresConnection) throws -> PushItem? {
+        try messageItems(appID: appID, messageIDs: [messageID], on: db, onlyPushable: onlyPushable)[messageID]?.item
     }
 
     /// The items of stored, unsuppressed peer and group messages of pushable types with `push.enable` not false

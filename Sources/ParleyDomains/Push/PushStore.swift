@@ -144,8 +144,9 @@ enum PushStore {
 
     // MARK: - Attempts
 
-    /// Inserts attempts (pending ones due now).
-    static func insert(_ rows: [PushAttemptRow], appID: String, on db: PostgresConnection) throws {
+    /// Inserts attempts: pending ones due now, or with `sentByCaller` never due (the caller tries it itself: a real
+    /// test push, so the bridge cannot send it a second time meanwhile).
+    static func insert(_ rows: [PushAttemptRow], appID: String, sentByCaller: Bool = false, on db: PostgresConnection) throws {
         guard !rows.isEmpty else { return }
         // Arrays of arrays are not rectangular in PostgreSQL: the device ids and keys travel as JSON arrays.
         func jsonArray(_ values: [String]) -> String { String(decoding: JSONValue.array(values.map(JSONValue.string)).serialized(), as: UTF8.self) }
@@ -155,7 +156,7 @@ enum PushStore {
                                        url, format, body, next_attempt_at, created_at, updated_at)
             SELECT \(appID), r.attempt_id, r.kind, r.user_id, r.message_id, r.call_id,
                    ARRAY(SELECT json_array_elements_text(r.device_ids::json)), ARRAY(SELECT json_array_elements_text(r.push_keys::json)),
-                   r.status, r.reason, r.url, r.format, r.body, CASE WHEN r.status = 'pending' THEN r.created_at END, r.created_at, r.created_at
+                   r.status, r.reason, r.url, r.format, r.body, CASE WHEN r.status = 'pending' AND NOT \(sentByCaller) THEN r.created_at END, r.created_at, r.created_at
             FROM unnest(\(rows.map(\.attemptID))::text[], \(rows.map(\.kind))::text[], \(rows.map(\.userID))::text[],
                         \(rows.map(\.messageID))::text[], \(rows.map(\.callID))::text[], \(rows.map { jsonArray($0.deviceIDs) })::text[],
                         \(rows.map { jsonArray($0.pushKeys) })::text[], \(rows.map(\.status))::text[], \(rows.map(\.reason))::text[],
