@@ -85,8 +85,12 @@ enum PushPlanner {
             ).first {
                 return (try row[0].int64, row[1].isNull ? nil : try row[1].string)
             }
+            // From the apps row: an app deleted meanwhile gets no cursor (and no foreign-key error).
             let created = try db.query(
-                "INSERT INTO push_cursors (app_id, event_id) VALUES (\(appID), 0) ON CONFLICT DO NOTHING RETURNING event_id")
+                """
+                INSERT INTO push_cursors (app_id, event_id) SELECT app_id, 0 FROM apps WHERE app_id = \(appID)
+                ON CONFLICT DO NOTHING RETURNING event_id
+                """)
             if created.first != nil { return (0, nil) }
         }
         return nil
