@@ -719,6 +719,10 @@ struct PushTests: ProblemAssertions {
         Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","message_id":"\#(silent)"}"#), 422, 6_000_013)
         let unsent = #"{"from":"alice","conversation_type":"peer","to":"bob","type":1,"body":{"text":"x"}}"#
         Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"carol","message":\#(unsent)}"#), 422, 6_000_013)
+        let noFrom = try app.request(
+            .post, "/v1/push/test", json: #"{"user_id":"bob","message":{"conversation_type":"peer","to":"bob","type":1,"body":{"text":"x"}}}"#)
+        Self.expectProblem(noFrom, 400, 6_000_001)
+        #expect(noFrom.json?["errors"]?[0]?["field"] == .string("body.message.from"), "\(noFrom.text)")
         Self.expectProblem(try app.request(.get, "/v1/push/attempts/pa_missing"), 404, 7_000_006)
         Self.expectProblem(try app.request(.get, "/v1/push/attempts?status=lost"), 400, 6_000_001)
         // Not configured, dry run: every device says so, and nothing would be sent.

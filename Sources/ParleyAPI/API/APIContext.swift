@@ -73,13 +73,14 @@ public struct APIContext: RequestContext {
     public var tokenUserID: String? { credential.userID }
 
     /// With a user token, a field naming the acting user must be that user or absent (then it defaults to it);
-    /// with an app key it is required (§1.3 rule 1–2). Returns the acting user.
+    /// with an app key it is required (§1.3 rule 1–2). Returns the acting user. `field` is the field's path in the
+    /// request (`BodyReader.fieldPath`: `body.from`, or `body.message.from` in a nested send body).
     public func actingUser(_ value: String?, field: String) throws -> String {
         if let tokenUser = tokenUserID {
             if let value, value != tokenUser { throw APIError.forbidden("a user token acts only for its own user") }
             return tokenUser
         }
-        guard let value else { throw APIError.invalidParam("body.\(field)", "is required") }
+        guard let value else { throw APIError.invalidParam(field, "is required") }
         return value
     }
 

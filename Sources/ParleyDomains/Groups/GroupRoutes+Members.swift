@@ -9,7 +9,7 @@ extension GroupRoutes {
         api.add(.post, "/v1/groups/{group_id}/join", .appOrUser, "joinGroup") { ctx in
             let groupID = try ctx.pathID("group_id", .groupID)
             var body = try ctx.body()
-            let userID = try ctx.actingUser(body.id("user_id", .userID), field: "user_id")
+            let userID = try ctx.actingUser(body.id("user_id", .userID), field: body.fieldPath("user_id"))
             let wording = body.string("wording", maxBytes: 256) ?? ""
             let skip = try ctx.appOnlyFlag(body.bool("skip_checks"))
             let skipHooks = try ctx.appOnlyFlag(body.bool("skip_hooks"))
@@ -34,7 +34,7 @@ extension GroupRoutes {
         api.add(.post, "/v1/groups/{group_id}/leave", .appOrUser, "leaveGroup") { ctx in
             let groupID = try ctx.pathID("group_id", .groupID)
             var body = try ctx.body()
-            let userID = try ctx.actingUser(body.id("user_id", .userID), field: "user_id")
+            let userID = try ctx.actingUser(body.id("user_id", .userID), field: body.fieldPath("user_id"))
             try body.check()
             let newOwner = try GroupService.forRequest(ctx).leave(groupID, userID: userID)
             var o = JSONObjectWriter(capacity: 96)

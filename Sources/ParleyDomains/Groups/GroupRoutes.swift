@@ -133,7 +133,7 @@ package enum GroupRoutes {
     private static func newGroup(
         _ body: inout BodyReader, _ ctx: APIContext
     ) throws -> (input: GroupService.NewGroup, items: [BatchItem], skipHooks: Bool) {
-        let owner = try ctx.actingUser(body.id("operator", .userID), field: "operator")
+        let owner = try ctx.actingUser(body.id("operator", .userID), field: body.fieldPath("operator"))
         var input = GroupService.NewGroup(owner: owner)
         input.groupID = body.id("group_id", .groupID)
         input.name = body.string("name", maxBytes: 50) ?? ""
@@ -192,7 +192,7 @@ package enum GroupRoutes {
         let op = body.id("operator", .userID)
         let skip = try ctx.appOnlyFlag(body.bool("skip_checks"))
         if let token = ctx.tokenUserID {
-            _ = try ctx.actingUser(op, field: "operator")
+            _ = try ctx.actingUser(op, field: body.fieldPath("operator"))
             return GroupService.Actor(userID: token, checks: true)
         }
         return GroupService.Actor(userID: op, checks: op != nil && !skip)
