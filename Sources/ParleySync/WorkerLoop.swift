@@ -25,6 +25,8 @@ public final class WorkerLoop<Message: Sendable>: Sendable {
         var waiting: [@Sendable () -> Void] = []
         /// Drains that such a round has started for: released by the next `idle()`.
         var covered: [@Sendable () -> Void] = []
+        /// When the worker's thread last took a round, or was started (nil before `start`).
+        var lastRound: ContinuousClock.Instant?
     }
 
     private let state = LockedValue(State())
@@ -64,10 +66,20 @@ public final class WorkerLoop<Message: Sendable>: Sendable {
         return done.wait(timeout: .now() + seconds) == .success
     }
 
+    /// The worker's thread took a round within `window` and has not stopped: it runs (readiness, API.md §17). A
+    /// round waits at most its poll interval for work, so a live worker stays well within a window of seconds.
+    public func isRunning(within window: Duration) -> Bool {
+        state.withLock { state in
+            guard !state.stopped, let last = state.lastRound else { return false }
+            return ContinuousClock.now - last < window
+        }
+    }
+
     // MARK: - Lifecycle
 
     /// Starts the worker's thread running `body` (its loop).
     public func start(name: String, _ body: @escaping @Sendable () -> Void) {
+        state.withLock { $0.lastRound = ContinuousClock.now }
         thread.withLock { $0 = BackgroundThread(name: name, body) }
     }
 
@@ -88,6 +100,7 @@ public final class WorkerLoop<Message: Sendable>: Sendable {
         if gatherMillis > 0, !state.withLock({ $0.poked }) { Wakeup.sleep(millis: gatherMillis) }
         let taken = state.withLock { state -> (Round, stopped: Bool, released: [@Sendable () -> Void]) in
             let round = Round(messages: state.messages, poked: state.poked)
+            state.lastRound = ContinuousClock.now
             state.messages = []
             state.poked = false
             state.covered += state.waiting

@@ -763,6 +763,16 @@ struct PushTests: ProblemAssertions {
         #expect(stats?["push_sent_24h"] == .int(0))
     }
 
+    @Test func readinessNeedsTheBridgeRunning() throws {
+        let server = try Self.server()
+        defer { server.stop() }
+        #expect(try server.request(.get, "/readyz").status == 200)
+        server.app.push.stop()
+        let r = try server.request(.get, "/readyz")
+        Self.expectProblem(r, 503, 7_000_010)
+        #expect(r.json?["detail"]?.stringValue?.contains("push") == true, "\(r.text)")
+    }
+
     @Test func metricsCountPushes() throws {
         let (server, app, gateway) = try Self.scene()
         defer { Self.stop(server, gateway) }

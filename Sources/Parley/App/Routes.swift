@@ -11,7 +11,7 @@ enum Routes {
     /// database health.
     static func build(services: Services, hub: EventHub, writer: MessageWriter, push: PushBridge, health: DatabaseHealth) -> Router {
         var builder = RouterBuilder()
-        OpsRoutes(services: services, health: health).register(on: &builder)
+        OpsRoutes(services: services, push: push, health: health).register(on: &builder)
         var api = API(services: services, builder: builder)
         AppRoutes.register(on: &api)
         // Users is below Groups and Live: what its routes need from them is handed in here.

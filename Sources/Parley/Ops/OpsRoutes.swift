@@ -8,7 +8,10 @@ import ParleyPostgres
 /// Liveness and readiness (API.md §17).
 struct OpsRoutes {
     let services: Services
+    let push: PushBridge
     let health: DatabaseHealth
+    /// A background worker that has not taken a round for this long is stuck or gone: the node is not ready.
+    static let workerWindow: Duration = .seconds(30)
 
     func register(on builder: inout RouterBuilder) {
         let embedded = health.embedded
@@ -28,6 +31,7 @@ struct OpsRoutes {
         }
         let stopping = services.stopping
         let probe = health.probe
+        let (dispatcher, push) = (services.webhooks.dispatcher, self.push)
         // On threads of its own with its own connection: it answers within 1 s even while every pool worker waits on a
         // stalled database.
         builder.add(.get, "/readyz", options: RouteOptions(operationID: "readyz", executor: health.probeExecutor)) { request in
@@ -38,6 +42,12 @@ struct OpsRoutes {
             if let embedded, embedded.state != .running {
                 return ProblemRendering.response(
                     .retryLater(.unavailable, "the embedded PostgreSQL is restarting", retryAfterSeconds: 1), requestID: request.requestID)
+            }
+            // The webhook dispatcher and the push bridge loop at least every second while they run.
+            guard dispatcher.isRunning(within: Self.workerWindow), push.isRunning(within: Self.workerWindow) else {
+                return ProblemRendering.response(
+                    .retryLater(.unavailable, "a background worker (webhooks or push) is not running", retryAfterSeconds: 1),
+                    requestID: request.requestID)
             }
             guard probe.check(within: DatabaseHealth.readinessBudget) else {
                 return ProblemRendering.response(

@@ -93,6 +93,9 @@ package final class WebhookDispatcher: Sendable {
     @discardableResult
     package func drain(timeout: Duration = .seconds(30)) -> Bool { loop.drain(timeout: timeout) }
 
+    /// The dispatcher thread runs (readiness).
+    package func isRunning(within window: Duration) -> Bool { loop.isRunning(within: window) }
+
     /// Adds a finished hook call or ping to the delivery log, with others of the moment (on the dispatcher thread).
     package func log(_ entry: DeliveryLogEntry) {
         metrics.attempted(entry.attempt)

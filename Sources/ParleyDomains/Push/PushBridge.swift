@@ -74,6 +74,9 @@ package final class PushBridge: Sendable {
     @discardableResult
     package func drain(timeout: Duration = .seconds(30)) -> Bool { loop.drain(timeout: timeout) }
 
+    /// The bridge thread runs (readiness).
+    package func isRunning(within window: Duration) -> Bool { loop.isRunning(within: window) }
+
     /// Pending attempts of every app (`/metrics`).
     package static func queueDepth(on db: PostgresConnection) throws -> Int64 {
         try db.query("SELECT count(*) FROM push_attempts WHERE status = 'pending'").decodeFirst(Int64.self) ?? 0
