@@ -346,3 +346,30 @@ create_group() {  # id size: owner u1, members u2..u<size> (499 at creation, the
     [[ $count == "$size" ]] || die "group $id has $count members, expected $size"
     log "group $id: $count members"
 }
+
+# --- CPU accounting (scripts with a loopback peer process: webhooks.sh, push.sh) ------------------------------------
+# cpu_snapshot: "parley pg peer machine_busy machine_total" in seconds (bench/py/cpu_snapshot.py); the peer is the
+# process $CPU_PEER_PID (the receiver or gateway), named $CPU_PEER_NAME in the log lines.
+cpu_snapshot() { python3 "$ROOT/bench/py/cpu_snapshot.py" "$PARLEY_PID" "${CPU_PEER_PID:-0}"; }
+declare -A CPU  # CPU[<key>] = "parley pg peer busy total" deltas, seconds
+cpu_delta() {  # before after: the differences, rounded
+    awk -v a="$1" -v b="$2" 'BEGIN { n = split(a, x, " "); split(b, y, " "); for (i = 1; i <= n; i++) printf "%s%.2f", (i > 1 ? " " : ""), y[i] - x[i]; print "" }'
+}
+cpu_window() {  # DURING_WRK: CPU over the measured wrk run, into $CPU_FILE
+    local before
+    before=$(cpu_snapshot)
+    sleep "$SECS"
+    cpu_delta "$before" "$(cpu_snapshot)" >"$CPU_FILE"
+}
+cpu_cell() {  # key: "parley / pg / peer / machine busy of total" or n/a
+    local v=${CPU[$1]:-}
+    [[ -n $v ]] || { echo "n/a"; return; }
+    awk -v v="$v" 'BEGIN { split(v, c, " "); printf "%.1f / %.1f / %.2f / %.1f of %.1f", c[1], c[2], c[3], c[4], c[5] }'
+}
+measure() {  # key lua connections: run_wrk with the CPU window
+    CPU_FILE="$TMP/cpu.$RANDOM"
+    DURING_WRK["$1"]=cpu_window
+    run_wrk "$1" "$2" "$3"
+    CPU[$1]=$(cat "$CPU_FILE" 2>/dev/null || true)
+    log "  cpu s (parley pg ${CPU_PEER_NAME:-peer} busy total): ${CPU[$1]}"
+}

@@ -155,62 +155,9 @@ pending_attempts() {  # how many attempts are still pending (at most 100), or "n
 }
 push_enable true
 
-# --- CPU accounting -------------------------------------------------------------------------------------------------
-# cpu_snapshot: "parley pg gateway machine_busy machine_total" in seconds (pg: every live descendant of Parley plus
-# the children its postmaster has reaped).
-cpu_snapshot() {
-    python3 - "$PARLEY_PID" "$GW_PID" <<'EOF'
-import os, sys
-hz = os.sysconf("SC_CLK_TCK")
-def stat(pid):
-    try:
-        s = open(f"/proc/{pid}/stat").read()
-    except OSError:
-        return None
-    f = s[s.rindex(")") + 2:].split()
-    return int(f[1]), int(f[11]) + int(f[12]), int(f[13]) + int(f[14])  # ppid, own, reaped children
-parley, gw = int(sys.argv[1]), int(sys.argv[2])
-procs = {}
-for d in os.listdir("/proc"):
-    if d.isdigit():
-        st = stat(d)
-        if st: procs[int(d)] = st
-children = {}
-for pid, (ppid, _, _) in procs.items(): children.setdefault(ppid, []).append(pid)
-pg, todo = 0, list(children.get(parley, []))
-while todo:
-    pid = todo.pop()
-    _, own, reaped = procs[pid]
-    pg += own + reaped
-    todo += children.get(pid, [])
-cpu = open("/proc/stat").readline().split()[1:]
-vals = [int(v) for v in cpu[:8]]
-total = sum(vals); idle = vals[3] + vals[4]
-print(procs.get(parley, (0, 0, 0))[1] / hz, pg / hz, procs.get(gw, (0, 0, 0))[1] / hz, (total - idle) / hz, total / hz)
-EOF
-}
-declare -A CPU  # CPU[<key>] = "parley pg gateway busy total" deltas, seconds
-cpu_delta() {  # before after: the differences, rounded
-    awk -v a="$1" -v b="$2" 'BEGIN { n = split(a, x, " "); split(b, y, " "); for (i = 1; i <= n; i++) printf "%s%.2f", (i > 1 ? " " : ""), y[i] - x[i]; print "" }'
-}
-cpu_window() {  # DURING_WRK: CPU over the measured wrk run, into $CPU_FILE
-    local before
-    before=$(cpu_snapshot)
-    sleep "$SECS"
-    cpu_delta "$before" "$(cpu_snapshot)" >"$CPU_FILE"
-}
-cpu_cell() {  # key: "parley / pg / gateway / machine busy of total" or n/a
-    local v=${CPU[$1]:-}
-    [[ -n $v ]] || { echo "n/a"; return; }
-    awk -v v="$v" 'BEGIN { split(v, c, " "); printf "%.1f / %.1f / %.2f / %.1f of %.1f", c[1], c[2], c[3], c[4], c[5] }'
-}
-measure() {  # key lua connections: run_wrk with the CPU window
-    CPU_FILE="$TMP/cpu.$RANDOM"
-    DURING_WRK["$1"]=cpu_window
-    run_wrk "$1" "$2" "$3"
-    CPU[$1]=$(cat "$CPU_FILE" 2>/dev/null || true)
-    log "  cpu s (parley pg gateway busy total): ${CPU[$1]}"
-}
+# CPU accounting: bench/lib.sh (cpu_snapshot, measure, cpu_cell) with the gateway as the peer process.
+CPU_PEER_PID=$GW_PID
+CPU_PEER_NAME=gateway
 
 # --- (1) offline fan-out to a 5,000-member group --------------------------------------------------------------------
 # fanout_round r: one group text from u1, timed from the send's HTTP response; waits until the gateway has every

@@ -53,63 +53,9 @@ log "receiver on $RECV (pid $RECV_PID)"
 psql_value() { psql -h "$DATA/run" -p 5432 -U parley -d postgres -X -qtA -c "$1"; }
 max_event_id() { psql_value "SELECT coalesce(max(id), 0) FROM events"; }
 
-# --- CPU accounting -------------------------------------------------------------------------------------------------
-# cpu_snapshot: "parley pg receiver machine_busy machine_total" in seconds (pg: every live descendant of Parley plus
-# the children its postmaster has reaped).
-cpu_snapshot() {
-    python3 - "$PARLEY_PID" "$RECV_PID" <<'EOF'
-import os, sys
-hz = os.sysconf("SC_CLK_TCK")
-def stat(pid):
-    try:
-        s = open(f"/proc/{pid}/stat").read()
-    except OSError:
-        return None
-    f = s[s.rindex(")") + 2:].split()
-    return int(f[1]), int(f[11]) + int(f[12]), int(f[13]) + int(f[14])  # ppid, own, reaped children
-parley, recv = int(sys.argv[1]), int(sys.argv[2])
-procs = {}
-for d in os.listdir("/proc"):
-    if d.isdigit():
-        st = stat(d)
-        if st: procs[int(d)] = st
-children = {}
-for pid, (ppid, _, _) in procs.items(): children.setdefault(ppid, []).append(pid)
-pg, todo = 0, list(children.get(parley, []))
-while todo:
-    pid = todo.pop()
-    _, own, reaped = procs[pid]
-    pg += own + reaped
-    todo += children.get(pid, [])
-cpu = open("/proc/stat").readline().split()[1:]
-vals = [int(v) for v in cpu[:8]]
-total = sum(vals); idle = vals[3] + vals[4]
-print(procs.get(parley, (0, 0, 0))[1] / hz, pg / hz, procs.get(recv, (0, 0, 0))[1] / hz, (total - idle) / hz, total / hz)
-EOF
-}
-declare -A CPU  # CPU[<key>] = "parley pg receiver busy total" deltas, seconds
-cpu_delta() {  # before after: the differences, rounded
-    awk -v a="$1" -v b="$2" 'BEGIN { n = split(a, x, " "); split(b, y, " "); for (i = 1; i <= n; i++) printf "%s%.2f", (i > 1 ? " " : ""), y[i] - x[i]; print "" }'
-}
-cpu_window() {  # DURING_WRK: CPU over the measured wrk run, into $CPU_FILE
-    local before
-    before=$(cpu_snapshot)
-    sleep "$SECS"
-    cpu_delta "$before" "$(cpu_snapshot)" >"$CPU_FILE"
-}
-cpu_cell() {  # key: "parley / pg / receiver / machine busy of total" or n/a
-    local v=${CPU[$1]:-}
-    [[ -n $v ]] || { echo "n/a"; return; }
-    awk -v v="$v" 'BEGIN { split(v, c, " "); printf "%.1f / %.1f / %.2f / %.1f of %.1f", c[1], c[2], c[3], c[4], c[5] }'
-}
-
-measure() {  # key lua connections: run_wrk with the CPU window
-    CPU_FILE="$TMP/cpu.$RANDOM"
-    DURING_WRK["$1"]=cpu_window
-    run_wrk "$1" "$2" "$3"
-    CPU[$1]=$(cat "$CPU_FILE" 2>/dev/null || true)
-    log "  cpu s (parley pg receiver busy total): ${CPU[$1]}"
-}
+# CPU accounting: bench/lib.sh (cpu_snapshot, measure, cpu_cell) with the receiver as the peer process.
+CPU_PEER_PID=$RECV_PID
+CPU_PEER_NAME=receiver
 
 webhook_pending() { api "$BASE/v1/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["webhook_pending"])'; }
 declare -A DRAIN_S SENT GOT DUP P50L P99L MAXL SUCC HOOKCALLS
