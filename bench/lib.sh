@@ -373,3 +373,12 @@ measure() {  # key lua connections: run_wrk with the CPU window
     CPU[$1]=$(cat "$CPU_FILE" 2>/dev/null || true)
     log "  cpu s (parley pg ${CPU_PEER_NAME:-peer} busy total): ${CPU[$1]}"
 }
+
+# --- A/B summaries (webhooks.sh, push.sh) ---------------------------------------------------------------------------
+median_of() {  # prefix: the median (lower middle) rate of "<prefix> #1..#ROUNDS"
+    local r vals=()
+    for ((r = 1; r <= BENCH_ROUNDS; r++)); do vals+=("${RATE[parley,$1 #$r]:-0}"); done
+    printf '%s\n' "${vals[@]}" | sort -g | awk -v m=$(((BENCH_ROUNDS + 1) / 2)) 'NR == m { print }'
+}
+ab_ratio() { awk -v b="$1" -v a="$2" 'BEGIN { printf "%.2f×", (a > 0 ? b / a : 0) }'; }  # b a: "b/a×"
+met() { awk -v x="$1" -v t="$2" 'BEGIN { print (x + 0 >= t + 0 ? "met" : "**not met**") }'; }  # value target

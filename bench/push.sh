@@ -374,13 +374,6 @@ done
 GATEWAY_FINAL=$(gateway_stats)
 
 # --- results --------------------------------------------------------------------------------------------------------
-median_of() {  # prefix: the median (lower middle) rate of "<prefix> #1..#ROUNDS"
-    local r vals=()
-    for ((r = 1; r <= BENCH_ROUNDS; r++)); do vals+=("${RATE[parley,$1 #$r]:-0}"); done
-    printf '%s\n' "${vals[@]}" | sort -g | awk -v m=$(((BENCH_ROUNDS + 1) / 2)) 'NR == m { print }'
-}
-ratio() { awk -v b="$1" -v a="$2" 'BEGIN { printf "%.2f×", (a > 0 ? b / a : 0) }'; }
-met() { awk -v x="$1" -v t="$2" 'BEGIN { print (x + 0 >= t + 0 ? "met" : "**not met**") }'; }
 
 SUMMARY=()
 for ((r = 1; r <= BENCH_ROUNDS; r++)); do
@@ -391,7 +384,7 @@ for ((r = 1; r <= BENCH_ROUNDS; r++)); do
 done
 for conns in $PUSH_CONNECTIONS; do
     a=$(median_of "a,$conns") b=$(median_of "b,$conns")
-    rt=$(ratio "$b" "$a")
+    rt=$(ab_ratio "$b" "$a")
     SUMMARY+=("$conns connections: push on / off = **$rt** (median rates $(printf '%.0f' "$b") / $(printf '%.0f' "$a") req/s; rounds ${AB_ROUNDS[$conns]}); target ≥ 0.8×: $(met "${rt%×}" 0.8)")
     sent=0 got=0 lags=
     for ((r = 1; r <= BENCH_ROUNDS; r++)); do

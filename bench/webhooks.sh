@@ -137,18 +137,11 @@ fi
 RECEIVER_FINAL=$(receiver_stats)
 
 # --- results --------------------------------------------------------------------------------------------------------
-median_of() {  # prefix: the median (lower middle) rate of "<prefix> #1..#ROUNDS"
-    local r vals=()
-    for ((r = 1; r <= BENCH_ROUNDS; r++)); do vals+=("${RATE[parley,$1 #$r]:-0}"); done
-    printf '%s\n' "${vals[@]}" | sort -g | awk -v m=$(((BENCH_ROUNDS + 1) / 2)) 'NR == m { print }'
-}
-ratio() { awk -v b="$1" -v a="$2" 'BEGIN { printf "%.2f×", (a > 0 ? b / a : 0) }'; }
-met() { awk -v x="$1" -v t="$2" 'BEGIN { print (x + 0 >= t + 0 ? "met" : "**not met**") }'; }
 
 SUMMARY=()
 for conns in $WH_CONNECTIONS; do
     a=$(median_of "a,$conns") b=$(median_of "b,$conns")
-    rt=$(ratio "$b" "$a")
+    rt=$(ab_ratio "$b" "$a")
     SUMMARY+=("$conns connections: with one message.* endpoint / without = **$rt** (median rates $(printf '%.0f' "$b") / $(printf '%.0f' "$a") req/s; rounds ${AB_ROUNDS[$conns]}); target ≥ 0.8×: $(met "${rt%×}" 0.8)")
     sent=0 got=0 lags=
     for ((r = 1; r <= BENCH_ROUNDS; r++)); do
@@ -161,8 +154,8 @@ done
 if [[ $HOOKS == yes ]]; then
     n=$(median_of "nohook") c=$(median_of "hook 1 ms") d=$(median_of "hook 50 ms")
     bound=$(awk -v n="$n" 'BEGIN { print (n < 5120 ? n : 5120) }')
-    rd=$(ratio "$d" "$bound")
-    SUMMARY+=("$HOOK_CONNECTIONS connections: hook 1 ms $(printf '%.0f' "$c") req/s ($(ratio "$c" "$n") of no hook), hook 50 ms $(printf '%.0f' "$d") req/s = **$rd** of min(no hook $(printf '%.0f' "$n"), 5120); target ≥ 0.8×: $(met "${rd%×}" 0.8)")
+    rd=$(ab_ratio "$d" "$bound")
+    SUMMARY+=("$HOOK_CONNECTIONS connections: hook 1 ms $(printf '%.0f' "$c") req/s ($(ab_ratio "$c" "$n") of no hook), hook 50 ms $(printf '%.0f' "$d") req/s = **$rd** of min(no hook $(printf '%.0f' "$n"), 5120); target ≥ 0.8×: $(met "${rd%×}" 0.8)")
 else
     SUMMARY+=("(c)/(d) message.before_send at 1 ms / 50 ms: **not measured** — $HOOK_NOTE")
 fi

@@ -21,12 +21,11 @@ On SIGTERM or SIGINT it prints the /stats JSON on stdout and exits.
 
   push_gateway.py [--port 0] --port-file FILE [--delay-ms N]
 """
-import argparse
 import asyncio
 import json
-import os
-import signal
 import time
+
+import loopback_http
 
 REJECTED_NONE = b'{"rejected":[]}'
 NOTIFY_PATH = "/_matrix/push/v1/notify"
@@ -185,83 +184,16 @@ def check_notify(body):
                     STATS.problem(f"devices[].data.{field} missing")
 
 
-class Connection(asyncio.Protocol):
+class Gateway(loopback_http.Connection):
     def __init__(self, delay_ms):
+        super().__init__()
         self.delay = delay_ms / 1000.0
-        self.buf = b""
-        self.transport = None
-        self.loop = asyncio.get_running_loop()
-        self.pending = []  # answers in request order: each slot is filled when it is ready
-
-    def connection_made(self, transport):
-        self.transport = transport
         self.generation = 0
 
-    def connection_lost(self, exc):
-        self.transport = None
+    def bad_request(self):
+        STATS.bad += 1
 
-    def data_received(self, data):
-        self.buf += data
-        while True:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buf[:end].decode("latin-1")
-            lines = head.split("\r\n")
-            parts = lines[0].split(" ")
-            if len(parts) < 3:
-                STATS.bad += 1
-                self.transport.close()
-                return
-            method, target, version = parts[0], parts[1], parts[2]
-            headers = {}
-            for line in lines[1:]:
-                k, _, v = line.partition(":")
-                headers[k.strip().lower()] = v.strip()
-            if "chunked" in headers.get("transfer-encoding", "").lower():
-                # Not expected from the bridge (it knows its body's length); decode it rather than miscount.
-                body, rest = self._dechunk(self.buf[end + 4:])
-                if body is None:
-                    return
-                self.buf = rest
-            else:
-                length = int(headers.get("content-length", "0") or 0)
-                if len(self.buf) < end + 4 + length:
-                    return
-                body = self.buf[end + 4:end + 4 + length]
-                self.buf = self.buf[end + 4 + length:]
-            conn = headers.get("connection", "").lower()
-            keep = (version == "HTTP/1.1" and conn != "close") or (version == "HTTP/1.0" and conn == "keep-alive")
-            if not keep and target.startswith(NOTIFY_PATH):
-                STATS.close_requested += 1
-            self.handle(method, target, body, keep)
-            if not keep:
-                self.buf = b""
-                return
-
-    @staticmethod
-    def _dechunk(data):
-        out, pos = b"", 0
-        while True:
-            eol = data.find(b"\r\n", pos)
-            if eol < 0:
-                return None, data
-            size = int(data[pos:eol].split(b";")[0] or b"0", 16)
-            if size == 0:
-                end = data.find(b"\r\n", eol + 2)
-                if end < 0:
-                    return None, data
-                return out, data[end + 2:]
-            if len(data) < eol + 2 + size + 2:
-                return None, data
-            out += data[eol + 2:eol + 2 + size]
-            pos = eol + 2 + size + 2
-
-    def handle(self, method, target, body, keep):
-        path, _, query = target.partition("?")
-        params = dict(p.partition("=")[::2] for p in query.split("&") if p)
-        slot = [None, keep]
-        self.pending.append(slot)
+    def handle(self, method, path, params, headers, body, slot):
         if method == "GET" and path == "/stats":
             try:
                 since = float(params["since"]) if "since" in params else None
@@ -277,6 +209,8 @@ class Connection(asyncio.Protocol):
         if method != "POST":
             return self.answer(slot, 404, b"")
         if path == NOTIFY_PATH:
+            if not slot[1]:
+                STATS.close_requested += 1
             if self.generation != STATS.generation:
                 self.generation = STATS.generation
                 STATS.connections += 1
@@ -288,49 +222,6 @@ class Connection(asyncio.Protocol):
         else:
             self.answer(slot, 200, REJECTED_NONE)
 
-    def answer(self, slot, status, body):
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}.get(status, "OK")
-        keep = slot[1]
-        head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        head += "Connection: keep-alive\r\n\r\n" if keep else "Connection: close\r\n\r\n"
-        slot[0] = head.encode() + body
-        while self.pending and self.pending[0][0] is not None:
-            data, keep = self.pending.pop(0)
-            if self.transport is None:
-                continue
-            self.transport.write(data)
-            if not keep:
-                self.transport.close()
-                self.transport = None
-
-
-async def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--port-file")
-    ap.add_argument("--delay-ms", type=float, default=0.0)
-    args = ap.parse_args()
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: Connection(args.delay_ms), "127.0.0.1", args.port, backlog=4096,
-                                      reuse_address=True)
-    port = server.sockets[0].getsockname()[1]
-    if args.port_file:
-        tmp = args.port_file + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(f"{port}\n")
-        os.replace(tmp, args.port_file)
-    stop = loop.create_future()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
-    await stop
-    server.close()
-    print(json.dumps(STATS.snapshot()), flush=True)
-
 
 if __name__ == "__main__":
-    try:
-        import uvloop  # optional: only when the script's venv has it; stdlib asyncio otherwise
-        uvloop.install()
-    except ImportError:
-        pass
-    asyncio.run(main())
+    loopback_http.serve(Gateway, STATS.snapshot)
