@@ -172,45 +172,69 @@ struct DatabaseFaultTests {
         let data = try TestDatabase.makeDataDirectory()
         let adminKey = "test-admin-key-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
         for killPostmasterToo in [false, true] {
-            let first = try ParleyProcess.start(executable: executable, dataDirectory: data, adminKey: adminKey)
-            let appID = "k" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
-            let client = try HTTPClientConnection(host: "127.0.0.1", port: first.port, timeout: .seconds(30))
-            let created = try client.send(
-                method: .post, path: "/v1/apps", headers: ["Authorization": "Bearer \(adminKey)", "Content-Type": "application/json"],
-                body: #"{"app_id":"\#(appID)","name":"kept"}"#)
-            client.close()
-            #expect(created.status == 201)
-            let postmaster = try #require(
-                try String(contentsOfFile: data + "/pg/postmaster.pid", encoding: .utf8).split(separator: "\n").first.flatMap { pid_t($0) })
-            let children = ClusterFreezer.children(of: postmaster)
-
-            first.kill(SIGKILL)
-            // Frozen only after Parley's death: the kernel continues a process group that is orphaned while stopped.
-            #expect(first.waitUntilDead())
-            let freezer = killPostmasterToo ? ClusterFreezer(processes: children) : ClusterFreezer(postmaster: postmaster)
-            freezer.freeze()
-            defer { freezer.thaw() }
-            if killPostmasterToo { kill(postmaster, SIGKILL) }
-            #expect(freezer.frozenCount > 0, "the previous cluster's processes were gone before they could be held")
-
-            let started = DispatchTime.now().uptimeNanoseconds
-            let outcome = LockedValue<Result<TestServer, any Error>?>(nil)
-            let starter = BackgroundThread(name: "restart") {
-                let result = Result { try TestServer.startEmbedded(dataDirectory: data, transport: .inProcess) { $0.adminKey = adminKey } }
-                outcome.withLock { $0 = result }
+            // On a loaded machine the previous cluster may be gone before the test can hold it: that round exercised
+            // nothing, so it is run again (at most three times) rather than counted.
+            var held = false
+            for _ in 0..<3 where !held {
+                held = try restartAfterKillNine(executable: executable, data: data, adminKey: adminKey, killPostmasterToo: killPostmasterToo)
             }
-            usleep(500_000)
-            // Still waiting for the previous cluster, not failed (nor started beside it).
-            #expect(outcome.withLock { $0 == nil })
-            freezer.thaw()
-            starter.join()
-            let seconds = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9
-            let second = try #require(try outcome.withLock { $0 }?.get())
-            print("restart after kill -9 (postmaster killed too: \(killPostmasterToo)): serving \(seconds) s after the kill, 0.5 s of it held")
-            #expect(try second.request(.get, "/healthz").status == 200)
-            #expect(try second.request(.get, "/v1/apps/\(appID)", bearer: adminKey).status == 200)
-            second.stop()
-            first.waitForExit()
+            #expect(held, "the previous cluster's processes were gone before they could be held, three times")
         }
+    }
+
+    /// One round of ``serverStartsRightAfterKillNine()``; false when the previous cluster could not be held.
+    private func restartAfterKillNine(executable: String, data: String, adminKey: String, killPostmasterToo: Bool) throws -> Bool {
+        let first = try ParleyProcess.start(executable: executable, dataDirectory: data, adminKey: adminKey)
+        let appID = "k" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
+        let client = try HTTPClientConnection(host: "127.0.0.1", port: first.port, timeout: .seconds(30))
+        let created = try client.send(
+            method: .post, path: "/v1/apps", headers: ["Authorization": "Bearer \(adminKey)", "Content-Type": "application/json"],
+            body: #"{"app_id":"\#(appID)","name":"kept"}"#)
+        client.close()
+        #expect(created.status == 201)
+        let postmaster = try #require(
+            try String(contentsOfFile: data + "/pg/postmaster.pid", encoding: .utf8).split(separator: "\n").first.flatMap { pid_t($0) })
+        let children = ClusterFreezer.children(of: postmaster)
+
+        first.kill(SIGKILL)
+        // Frozen only after Parley's death: the kernel continues a process group that is orphaned while stopped.
+        #expect(first.waitUntilDead())
+        let freezer = killPostmasterToo ? ClusterFreezer(processes: children) : ClusterFreezer(postmaster: postmaster)
+        freezer.freeze()
+        defer { freezer.thaw() }
+        if killPostmasterToo { kill(postmaster, SIGKILL) }
+        // A postmaster held after it removed postmaster.pid has finished its shutdown (a new server rightly starts
+        // beside it): nothing is held that the new server must wait for. Checked once the stop signals have landed
+        // (an unlink in flight when they were sent completes first).
+        usleep(100_000)
+        let finished = !killPostmasterToo && !FileManager.default.fileExists(atPath: data + "/pg/postmaster.pid")
+        guard freezer.frozenCount > 0, !finished else {
+            freezer.thaw()
+            first.waitForExit()
+            return false
+        }
+
+        let started = DispatchTime.now().uptimeNanoseconds
+        let outcome = LockedValue<Result<TestServer, any Error>?>(nil)
+        let starter = BackgroundThread(name: "restart") {
+            let result = Result { try TestServer.startEmbedded(dataDirectory: data, transport: .inProcess) { $0.adminKey = adminKey } }
+            outcome.withLock { $0 = result }
+        }
+        usleep(500_000)
+        // Still waiting for the previous cluster, not failed (nor started beside it).
+        #expect(
+            outcome.withLock { $0 == nil },
+            "after 0.5 s: \(outcome.withLock { r in r.map { r in (try? r.get()) != nil ? "started" : "failed: \(String(reflecting: r))" } } ?? "waiting"), \(freezer.frozenCount) processes held (postmaster killed too: \(killPostmasterToo))"
+        )
+        freezer.thaw()
+        starter.join()
+        let seconds = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9
+        let second = try #require(try outcome.withLock { $0 }?.get())
+        print("restart after kill -9 (postmaster killed too: \(killPostmasterToo)): serving \(seconds) s after the kill, 0.5 s of it held")
+        #expect(try second.request(.get, "/healthz").status == 200)
+        #expect(try second.request(.get, "/v1/apps/\(appID)", bearer: adminKey).status == 200)
+        second.stop()
+        first.waitForExit()
+        return true
     }
 }
