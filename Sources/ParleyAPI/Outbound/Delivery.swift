@@ -94,17 +94,27 @@ package enum DeliveryStore {
     package static func list(appID: String, webhookID: String, filter: Filter, before: (Int64, String)?, limit: Int, on db: PostgresConnection) throws
         -> [Delivery]
     {
-        try db.query(
+        // One always-present bound in the index's own columns (none: past the newest row), so a generic plan starts
+        // the index scan at the cursor: with `$1 IS NULL OR …` it filtered every newer row (35 ms at 60,000 deep).
+        let bound =
+            before.map { (createdAt: $0.0, id: rowID(ofDeliveryID: $0.1) ?? Int64.min) } ?? (createdAt: Int64.max, id: Int64.max)
+        return try db.query(
             """
             SELECT \(sql: columns) FROM webhook_deliveries
             WHERE app_id = \(appID) AND webhook_id = \(webhookID)
               AND (\(filter.status?.rawValue)::text IS NULL OR status = \(filter.status?.rawValue))
               AND (\(filter.kind?.rawValue)::text IS NULL OR kind = \(filter.kind?.rawValue))
               AND (\(filter.eventType)::text IS NULL OR event_type = \(filter.eventType))
-              AND (\(before?.0)::bigint IS NULL OR (created_at, delivery_id) < (\(before?.0), \(before?.1)))
+              AND (created_at, id) < (\(bound.createdAt), \(bound.id))
             ORDER BY created_at DESC, id DESC LIMIT \(limit)
             """
         ).rows.map { try delivery($0) }
+    }
+
+    /// The row id a `delivery_id` was made from (`dlv_` + 16 hex digits, Migrations/0013).
+    static func rowID(ofDeliveryID deliveryID: String) -> Int64? {
+        guard deliveryID.hasPrefix("dlv_") else { return nil }
+        return Int64(deliveryID.dropFirst(4), radix: 16)
     }
 
     package static func fetch(appID: String, webhookID: String, deliveryID: String, on db: PostgresConnection) throws -> Delivery? {

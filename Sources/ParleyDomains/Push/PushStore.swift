@@ -203,7 +203,10 @@ enum PushStore {
     static func list(
         appID: String, filter: Filter, after: (createdAt: Int64, attemptID: String)?, limit: Int, on db: PostgresConnection
     ) throws -> [PushAttemptRow] {
-        try db.query(
+        // One always-present bound in the index's columns (none: after every row's time), so a generic plan starts the
+        // index scan at the cursor instead of filtering every newer row.
+        let bound = after ?? (createdAt: Int64.max, attemptID: "")
+        return try db.query(
             """
             SELECT \(sql: columns) FROM push_attempts
             WHERE app_id = \(appID)
@@ -212,7 +215,7 @@ enum PushStore {
               AND (\(filter.callID)::text IS NULL OR call_id = \(filter.callID))
               AND (\(filter.kind)::text IS NULL OR kind = \(filter.kind))
               AND (\(filter.status)::text IS NULL OR status = \(filter.status))
-              AND (\(after?.createdAt)::bigint IS NULL OR (created_at, attempt_id) < (\(after?.createdAt)::bigint, \(after?.attemptID)::text))
+              AND (created_at, attempt_id) < (\(bound.createdAt), \(bound.attemptID))
             ORDER BY created_at DESC, attempt_id DESC LIMIT \(limit)
             """
         ).rows.map(attempt)
