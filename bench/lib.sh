@@ -375,9 +375,9 @@ measure() {  # key lua connections: run_wrk with the CPU window
 }
 
 # --- A/B summaries (webhooks.sh, push.sh) ---------------------------------------------------------------------------
-median_of() {  # prefix: the median (lower middle) rate of "<prefix> #1..#ROUNDS"
+median_of() {  # prefix [parley|pgbench]: the median (lower middle) rate of "<prefix> #1..#ROUNDS"
     local r vals=()
-    for ((r = 1; r <= BENCH_ROUNDS; r++)); do vals+=("${RATE[parley,$1 #$r]:-0}"); done
+    for ((r = 1; r <= BENCH_ROUNDS; r++)); do vals+=("${RATE[${2:-parley},$1 #$r]:-0}"); done
     printf '%s\n' "${vals[@]}" | sort -g | awk -v m=$(((BENCH_ROUNDS + 1) / 2)) 'NR == m { print }'
 }
 ab_ratio() { awk -v b="$1" -v a="$2" 'BEGIN { printf "%.2f×", (a > 0 ? b / a : 0) }'; }  # b a: "b/a×"

@@ -11,6 +11,8 @@
 #       BENCH_PUSH_CONNECTIONS (32 256); after each b run the push queue drains (no `pending` attempt and the
 #       gateway's count stops growing) and the gateway's requests are counted against the message.sent events
 #       stored in the round (psql) and the growth of GET /v1/stats push_sent_24h / push_failed_24h (target: b/a ≥ 0.8).
+#       In each round, after b, the physical limit with the same clients and duration: pgbench's single-row durable
+#       INSERT (bench/sql/floor_insert.sql, synchronous_commit=on, the scripts' own table, dropped at the end).
 # Per measured run (and per fan-out round and drain) it reads the CPU seconds of Parley, its PostgreSQL processes and
 # the gateway from /proc/<pid>/stat, and the machine's busy CPU from /proc/stat (the rest is wrk and other sessions).
 # Appends the figures to bench/RESULTS.md.
@@ -36,6 +38,7 @@ source "$ROOT/bench/lib.sh"
 # shellcheck disable=SC2119 # (no nginx)
 require_tools
 command -v psql >/dev/null || install_package postgresql-client
+require_pgbench
 SECS=$(seconds_of "$DURATION")
 ((RECIPIENTS >= 50)) || die "BENCH_PUSH_RECIPIENTS must be at least 50 (u1..u50 are the peer senders)"
 
@@ -332,6 +335,7 @@ drain() {  # key: waits (bounded) until the planner has caught up, no attempt is
 }
 
 declare -A AB_ROUNDS
+reference_tables create
 for conns in $PUSH_CONNECTIONS; do
     for ((r = 1; r <= BENCH_ROUNDS; r++)); do
         push_enable false
@@ -369,9 +373,12 @@ for conns in $PUSH_CONNECTIONS; do
         log "  messages|attempts|commit → planned p50|p99|commit → sent recorded p50|p99|max ms: ${WIN[$key]}"
         log "  message.sent stored ${SENT[$key]}; gateway requests ${GOT_RUN[$key]} by the run's end, ${GOT[$key]} after the drain (duplicates ${DUP[$key]}, unique pushkeys ${KEYS[$key]}); push_sent_24h +${PUSH_SENT[$key]}, push_failed_24h +${PUSH_FAILED[$key]}; gateway problems $(json_field "$stats" problems)"
         AB_ROUNDS[$conns]="${AB_ROUNDS[$conns]:-}${AB_ROUNDS[$conns]:+, }$(awk -v b="${RATE[parley,$key]}" -v a="${RATE[parley,a,$conns #$r]}" 'BEGIN { printf "%.2f×", (a > 0 ? b / a : 0) }')"
+        # The physical limit in the same round, same clients and duration: pgbench's single-row durable INSERT.
+        run_pgbench "floor,$conns #$r" floor_insert.sql "$conns" "-c synchronous_commit=on"
     done
 done
 GATEWAY_FINAL=$(gateway_stats)
+reference_tables drop
 
 # --- results --------------------------------------------------------------------------------------------------------
 
@@ -385,6 +392,8 @@ done
 for conns in $PUSH_CONNECTIONS; do
     a=$(median_of "a,$conns") b=$(median_of "b,$conns")
     rt=$(ab_ratio "$b" "$a")
+    floor=$(median_of "floor,$conns" pgbench)
+    SUMMARY+=("$conns connections: physical limit (pgbench single-row durable INSERT, same clients and duration, median) $(printf '%.0f' "$floor") tps; push-on sends / limit = **$(ab_ratio "$b" "$floor")**, push-off sends / limit = $(ab_ratio "$a" "$floor")")
     SUMMARY+=("$conns connections: push on / off = **$rt** (median rates $(printf '%.0f' "$b") / $(printf '%.0f' "$a") req/s; rounds ${AB_ROUNDS[$conns]}); target ≥ 0.8×: $(met "${rt%×}" 0.8)")
     sent=0 got=0 lags=
     for ((r = 1; r <= BENCH_ROUNDS; r++)); do

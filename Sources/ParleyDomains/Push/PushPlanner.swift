@@ -98,15 +98,14 @@ enum PushPlanner {
 
     /// Decides every (item, recipient) pair of a round and renders the attempts, reading each recipient's state once.
     static func decide(
-        _ batch: [(item: PushItem, userIDs: [String])], settings: PushSettings, appID: String, now: Int64, on db: PostgresConnection,
-        filters: Bool = true
+        _ batch: [(item: PushItem, userIDs: [String])], settings: PushSettings, appID: String, now: Int64, on db: PostgresConnection
     ) throws -> [PushAttemptRow] {
         let userIDs = Array(Set(batch.flatMap(\.userIDs)))
         let devices = try PushStore.devices(appID: appID, userIDs: userIDs, on: db)
         let withDevices = batch.map { ($0.item, $0.userIDs.filter { devices[$0] != nil }) }
         let reached = Array(Set(withDevices.flatMap(\.1)))
         guard !reached.isEmpty else { return [] }
-        var states = try recipientStates(
+        let states = try recipientStates(
             appID: appID, userIDs: reached, devices: devices, badge: withDevices.contains { $0.0.enableBadge && !$0.1.isEmpty }, on: db)
         let dnd = try PushStore.doNotDisturb(
             appID: appID,
@@ -118,9 +117,8 @@ enum PushPlanner {
             for userID in users {
                 guard var recipient = states[userID] else { continue }
                 recipient.doNotDisturb = dnd.contains(PushStore.conversationKey(userID, item.conversationType ?? "", item.conversationID ?? ""))
-                let decision = PushDecision(kind: item.kind, configured: settings.configured, recipient: recipient, filters: filters)
+                let decision = PushDecision(kind: item.kind, configured: settings.configured, recipient: recipient)
                 rows.append(attempt(item, to: recipient, decision: decision, settings: settings, appID: appID, now: now))
-                states[userID] = recipient
             }
         }
         return rows

@@ -203,21 +203,18 @@ enum PushStore {
     static func list(
         appID: String, filter: Filter, after: (createdAt: Int64, attemptID: String)?, limit: Int, on db: PostgresConnection
     ) throws -> [PushAttemptRow] {
-        // One always-present bound in the index's columns (none: after every row's time), so a generic plan starts the
-        // index scan at the cursor instead of filtering every newer row.
+        // Only the filters given are in the statement (one prepared statement per combination), and the cursor is one
+        // always-present bound in the list index's columns (none: after every row's time): with `$1 IS NULL OR …`
+        // the generic plans walked the retention index and sorted every row (62 ms at 200,000 attempts).
         let bound = after ?? (createdAt: Int64.max, attemptID: "")
+        var conditions: PostgresQuery = "app_id = \(appID) AND (created_at, attempt_id) < (\(bound.createdAt), \(bound.attemptID))"
+        if let userID = filter.userID { conditions += " AND user_id = \(userID)" }
+        if let messageID = filter.messageID { conditions += " AND message_id = \(messageID)" }
+        if let callID = filter.callID { conditions += " AND call_id = \(callID)" }
+        if let kind = filter.kind { conditions += " AND kind = \(kind)" }
+        if let status = filter.status { conditions += " AND status = \(status)" }
         return try db.query(
-            """
-            SELECT \(sql: columns) FROM push_attempts
-            WHERE app_id = \(appID)
-              AND (\(filter.userID)::text IS NULL OR user_id = \(filter.userID))
-              AND (\(filter.messageID)::text IS NULL OR message_id = \(filter.messageID))
-              AND (\(filter.callID)::text IS NULL OR call_id = \(filter.callID))
-              AND (\(filter.kind)::text IS NULL OR kind = \(filter.kind))
-              AND (\(filter.status)::text IS NULL OR status = \(filter.status))
-              AND (created_at, attempt_id) < (\(bound.createdAt), \(bound.attemptID))
-            ORDER BY created_at DESC, attempt_id DESC LIMIT \(limit)
-            """
+            "SELECT \(sql: columns) FROM push_attempts WHERE \(conditions) ORDER BY created_at DESC, attempt_id DESC LIMIT \(limit)"
         ).rows.map(attempt)
     }
 
