@@ -167,8 +167,14 @@ package final class PushBridge: Sendable {
         ).decode(String.self)
         var busy = false
         for appID in apps {
-            guard let planned = try connection.transaction({ db in try PushPlanner.planNext(appID: appID, now: clock.now(), on: db) })
-            else { continue }
+            let planned: PushPlanner.Planned?
+            do {
+                planned = try connection.transaction { db in try PushPlanner.planNext(appID: appID, now: clock.now(), on: db) }
+            } catch let error as PostgresError where error.isForeignKeyViolation {
+                // The app was deleted while its first round was planned: nothing is left to plan for it.
+                continue
+            }
+            guard let planned else { continue }
             metrics.planned(planned.statuses)
             busy = busy || planned.more || planned.pending > 0
         }
