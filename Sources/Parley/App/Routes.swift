@@ -14,10 +14,11 @@ enum Routes {
         OpsRoutes(services: services, push: push, health: health).register(on: &builder)
         var api = API(services: services, builder: builder)
         AppRoutes.register(on: &api)
-        // Users is below Groups and Live: what its routes need from them is handed in here.
+        // Users is below Groups, Rooms and Live: what its routes need from them is handed in here.
         let userHooks = UserHooks(
             removeFromGroups: { db, appID, userID, now in
                 try GroupService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
+                    + RoomService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
             },
             openStreams: { db, appID, userID, platforms in
                 try StreamPresence.count(appID: appID, userID: userID, platforms: platforms, on: db)
@@ -27,6 +28,7 @@ enum Routes {
         BlacklistRoutes.register(on: &api)
         FriendRoutes.register(on: &api)
         GroupRoutes.register(on: &api)
+        RoomRoutes.register(on: &api)
         DeviceRoutes.register(on: &api)
         MessageRoutes.register(on: &api, writer: writer)
         ConversationRoutes.register(on: &api)

@@ -8,6 +8,6 @@ import ParleyLive
 enum TimerKinds {
     static let all: [TimerKind] = [
         EventRetention.kind, FriendApplicationExpiry.kind, CustomStatusExpiry.kind, StatusSubscriptionExpiry.kind, GroupApplicationExpiry.kind,
-        HistoryRetention.kind, WebhookRetention.kind, PushRetention.kind,
+        HistoryRetention.kind, WebhookRetention.kind, PushRetention.kind, RoomTimers.destruction, RoomTimers.offlineRemoval,
     ]
 }
