@@ -1,6 +1,7 @@
 -- Whether `p_user` was a member of `p_group` when event `p_event` was written (API.md §11.1 "every member at commit
 -- time"; Migrations/0009, 0011). The polling log (`EventLog.read`) asks it per group message event; the live hub
--- answers the same question from its cache (Sources/ParleyLive/GroupAudience.swift) and must agree with it.
+-- answers the same question from its cache (Sources/ParleyLive/MemberAudience.swift) and must agree with it. Rooms
+-- have their twin, parley_room_member_at.
 --
 -- In SQL because the log read filters rows with it inside one statement. Membership intervals are stamped with event
 -- ids by the sequencer: a NULL `joined_event` is a join whose event is not sequenced yet (after every visible event),

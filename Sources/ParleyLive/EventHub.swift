@@ -232,7 +232,7 @@ package final class EventHub: Sendable {
 
     private func run(_ connection: DedicatedConnection) {
         var feeds: [String: Feed] = [:]
-        var audience = GroupAudience()
+        var audience = MemberAudience()
         var db = connection
         var outage = OutageLog(logger: logger, what: "live hub read")
         var nextHeartbeat = EventLoop.monotonicMillis() + Int64(heartbeatMillis)
@@ -309,7 +309,7 @@ package final class EventHub: Sendable {
 
     /// Catches subscribers up to the feed head, then reads and delivers the app's new events. Returns true when a
     /// subscriber is still behind (its next pages come in the next pass).
-    private func pump(_ feed: inout Feed, appID: String, audience: inout GroupAudience, db: PostgresConnection) throws -> Bool {
+    private func pump(_ feed: inout Feed, appID: String, audience: inout MemberAudience, db: PostgresConnection) throws -> Bool {
         var behind = false
         for id in Array(feed.subscribers.keys) {
             var pages = 0
@@ -340,13 +340,13 @@ package final class EventHub: Sendable {
     }
 
     /// Hands `event` to one subscriber if it is past its cursor and visible to it; applies the closing rules.
-    private func deliver(_ event: LiveEvent, to id: UInt64, in feed: inout Feed, audience: inout GroupAudience, db: PostgresConnection)
+    private func deliver(_ event: LiveEvent, to id: UInt64, in feed: inout Feed, audience: inout MemberAudience, db: PostgresConnection)
         throws
     {
         guard let subscriber = feed.subscribers[id], event.id > subscriber.cursor else { return }
         let appID = subscriber.subscription.appID
-        let visible = try subscriber.subscription.filter.matches(event) { userID, groupID in
-            try audience.wasMember(userID, of: groupID, appID: appID, at: event.id, on: db)
+        let visible = try subscriber.subscription.filter.matches(event) { userID, key in
+            try audience.wasMember(userID, of: key, appID: appID, at: event.id, on: db)
         }
         feed.subscribers[id]!.cursor = event.id
         if visible { subscriber.stream.write(event.frame) }

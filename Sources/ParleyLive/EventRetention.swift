@@ -4,7 +4,9 @@ import ParleyDomains
 import ParleyPostgres
 
 /// Trims each app's event log to `event_retention_hours` (API.md §14.1): deletes the events created before the
-/// horizon and moves the trim point `T` to the newest deleted id.
+/// horizon and moves the trim point `T` to the newest deleted id. Then it deletes the past room memberships that
+/// ended at or before `T` (`room_member_history.left_event` ≤ T): such an interval can never contain a retained event
+/// (k > T ≥ left_event), so neither `parley_room_member_at` nor the hub's cache needs it any more.
 ///
 /// Ids grow with `created_at` (both are taken in the writer's transaction under the event-head lock), so the
 /// trimmable events are a leading run of the log after `T`: each pass reads at most `batchSize` of them per app
@@ -25,16 +27,52 @@ package enum EventRetention {
         }
         var trimmed = 0
         for app in apps {
-            let horizon = now - app.hours * 3_600_000
-            var trimPoint = app.trimPoint
-            while true {
-                let (newPoint, count) = try trimBatch(appID: app.appID, after: trimPoint, before: horizon, services: services)
-                trimmed += count
-                if count < batchSize { break }
-                trimPoint = newPoint
-            }
+            trimmed += try trim(appID: app.appID, after: app.trimPoint, before: now - app.hours * 3_600_000, services: services)
         }
         return trimmed
+    }
+
+    /// Trims one app whose trim point was `after`: its events created before `before`, then the room memberships that
+    /// ended at or before the new trim point. Returns how many events were deleted.
+    static func trim(appID: String, after: Int64, before: Int64, services: Services) throws -> Int {
+        var trimPoint = after
+        var trimmed = 0
+        while true {
+            let (newPoint, count) = try trimBatch(appID: appID, after: trimPoint, before: before, services: services)
+            trimmed += count
+            trimPoint = max(trimPoint, newPoint)
+            if count < batchSize { break }
+        }
+        // Intervals only come to end at or before T when T moves (leaves are stamped above the head); what a pass
+        // cut short leaves is deleted on the next move.
+        if trimmed > 0 {
+            while try trimRoomHistoryBatch(appID: appID, upTo: trimPoint, services: services) == batchSize {}
+        }
+        return trimmed
+    }
+
+    /// Deletes up to `batchSize` past room memberships of `appID` that ended at or before `upTo`, found through
+    /// `room_member_history_left`; returns how many.
+    ///
+    /// group_member_history is not trimmed: the same rule holds for it, but it has no index on `left_event`, so the
+    /// delete would read every past membership of the app on each pass.
+    private static func trimRoomHistoryBatch(appID: String, upTo: Int64, services: Services) throws -> Int {
+        try services.pool.withConnection { db in
+            let row = try db.query(
+                """
+                WITH gone AS (
+                    DELETE FROM room_member_history
+                    WHERE ctid = ANY(ARRAY(
+                            SELECT ctid FROM room_member_history
+                            WHERE app_id = \(appID) AND left_event <= \(upTo) LIMIT \(batchSize)))
+                      AND app_id = \(appID) AND left_event <= \(upTo)
+                    RETURNING 1
+                )
+                SELECT count(*) FROM gone
+                """
+            ).first!
+            return Int(try row[0].int64)
+        }
     }
 
     /// Deletes the leading run (≤ `batchSize`) of events after `after` created before `before`; returns the new

@@ -11,16 +11,13 @@ struct StreamFilter: Sendable {
     var groupID: String?
     var roomID: String?
 
-    /// Whether the stream delivers `event`; `wasMember` answers for group message events whether a user was a
-    /// member of the event's group when it was written.
-    func matches(_ event: LiveEvent, wasMember: (_ userID: String, _ groupID: String) throws -> Bool) rethrows -> Bool {
+    /// Whether the stream delivers `event`. A user's audience is `audience`, and for events written to members
+    /// (`toGroupMembers`) also the members of the event's group, or of its room when it has none, when it was written:
+    /// `wasMember` answers that for the user and that group or room (``MemberAudience``).
+    func matches(_ event: LiveEvent, wasMember: (_ userID: String, _ groupOrRoom: MemberAudience.Key) throws -> Bool) rethrows -> Bool {
         guard types.matches(event.type) else { return false }
-        if let userID {
-            if event.toGroupMembers, let group = event.groupID {
-                guard try wasMember(userID, group) else { return false }
-            } else if !event.audience.contains(userID) {
-                return false
-            }
+        if let userID, !event.audience.contains(userID) {
+            guard let key = MemberAudience.key(of: event), try wasMember(userID, key) else { return false }
         }
         if let groupID, event.groupID != groupID { return false }
         if let roomID, event.roomID != roomID { return false }

@@ -5,12 +5,16 @@ import ParleyPostgres
 public struct NewEvent: Sendable {
     public var type: String
     public var data: [UInt8]
-    /// The users whose user streams receive it.
+    /// The users whose user streams receive it (with `toGroupMembers`: besides the members).
     public var audience: [String]
     public var groupID: String?
     public var roomID: String?
-    /// True for group message events: they go to the members of `groupID` at the moment the event is written
-    /// (Migrations/0009), and `audience` stays empty however big the group is.
+    /// True for events that go to the members of `groupID`, or of `roomID` when `groupID` is nil, at the moment the
+    /// event is written (Migrations/0009, 0015): group message events, and room events to the room's members. A user
+    /// receives the event if it is in `audience` or was such a member; group message events leave `audience` empty
+    /// however big the group is, room events may list users who are not members at the event (the joiners of
+    /// `room.member_joined` are, the leavers of `room.member_left` and the members of `room.destroyed` are not).
+    /// Membership at event k: some interval has joined at an event < k and not left at an event ≤ k.
     public var toGroupMembers: Bool
     /// The webhook ordering key (§15.2): conversation, group, room, call, app or primary user.
     public var orderKey: String
@@ -109,7 +113,12 @@ public enum EventLog {
     ///
     /// The head row is locked first (nodes sequencing the same app queue here, never on a writer's commit), then
     /// one statement, with a fresh snapshot that sees every writer committed before the lock was granted, moves the
-    /// rows in `pending` order and stamps the membership intervals their transactions wrote (Migrations/0011).
+    /// rows in `pending` order and stamps the membership intervals their transactions wrote (Migrations/0011), of
+    /// the groups and rooms whose membership events are in the batch (Migrations/0015): the first join event of a
+    /// transaction (`group.created` / `group.member_joined`, `room.created` / `room.member_joined`) stamps the
+    /// `joined_event` of the member and history rows of that group or room with that `joined_xact`, the first leave
+    /// event (`group.member_left`, `room.member_left` / `room.destroyed`) the `left_event` of the history rows with
+    /// that `left_xact`.
     static func sequence(appID: String, on db: PostgresConnection) throws -> Int64? {
         try db.transaction { db in
             guard
@@ -151,6 +160,25 @@ public enum EventLog {
                                 (SELECT l.id FROM leaves l WHERE l.group_id = h.group_id AND l.xact = h.left_xact))
                         WHERE h.app_id = \(appID) AND (h.joined_event IS NULL OR h.left_event IS NULL)
                           AND h.group_id IN (SELECT group_id FROM joins UNION SELECT group_id FROM leaves)
+                    ), room_joins AS (
+                        -- Rooms (Migrations/0015), the same way: room.created / room.member_joined open intervals,
+                        -- room.member_left / room.destroyed close them.
+                        SELECT room_id, xact, min(id) AS id FROM numbered
+                        WHERE type IN ('room.created', 'room.member_joined') AND room_id IS NOT NULL GROUP BY room_id, xact
+                    ), room_joined AS (
+                        UPDATE room_members rm SET joined_event = j.id FROM room_joins j
+                        WHERE rm.app_id = \(appID) AND rm.room_id = j.room_id AND rm.joined_event IS NULL AND rm.joined_xact = j.xact
+                    ), room_leaves AS (
+                        SELECT room_id, xact, min(id) AS id FROM numbered
+                        WHERE type IN ('room.member_left', 'room.destroyed') AND room_id IS NOT NULL GROUP BY room_id, xact
+                    ), room_history AS (
+                        UPDATE room_member_history h
+                        SET joined_event = coalesce(h.joined_event,
+                                (SELECT j.id FROM room_joins j WHERE j.room_id = h.room_id AND j.xact = h.joined_xact)),
+                            left_event = coalesce(h.left_event,
+                                (SELECT l.id FROM room_leaves l WHERE l.room_id = h.room_id AND l.xact = h.left_xact))
+                        WHERE h.app_id = \(appID) AND (h.joined_event IS NULL OR h.left_event IS NULL)
+                          AND h.room_id IN (SELECT room_id FROM room_joins UNION SELECT room_id FROM room_leaves)
                     ), advanced AS (
                         UPDATE event_heads SET head = \(before) + (SELECT count(*) FROM numbered)
                         WHERE app_id = \(appID) AND EXISTS (SELECT 1 FROM numbered)
@@ -177,6 +205,9 @@ public enum EventLog {
     /// Filters of a log read (§14.2); they combine with AND.
     public struct Filter: Sendable {
         public var types: [String] = []
+        /// The events whose audience includes the user: listed in `audience`, or written `to_group_members` while it
+        /// was a member of the event's group (`parley_member_at`), or of its room when it has no group
+        /// (`parley_room_member_at`). The user event log (`GET /v1/users/{user_id}/events/log`) reads with it too.
         public var userID: String?
         public var groupID: String?
         public var roomID: String?
@@ -195,7 +226,9 @@ public enum EventLog {
             WHERE app_id = \(appID) AND id > \(after)
               AND (\(types.all) OR type = ANY(\(types.exact)::text[]) OR EXISTS (SELECT 1 FROM unnest(\(types.prefixes)::text[]) p WHERE starts_with(type, p)))
               AND (\(filter.userID)::text IS NULL OR \(filter.userID) = ANY(audience)
-                   OR (to_group_members AND parley_member_at(app_id, group_id, \(filter.userID), id)))
+                   OR (to_group_members AND CASE WHEN group_id IS NOT NULL THEN parley_member_at(app_id, group_id, \(filter.userID), id)
+                                                 WHEN room_id IS NOT NULL THEN parley_room_member_at(app_id, room_id, \(filter.userID), id)
+                                                 ELSE false END))
               AND (\(filter.groupID)::text IS NULL OR group_id = \(filter.groupID))
               AND (\(filter.roomID)::text IS NULL OR room_id = \(filter.roomID))
             ORDER BY id

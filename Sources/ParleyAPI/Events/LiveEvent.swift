@@ -8,7 +8,8 @@ package struct LiveEvent: Sendable {
     package let audience: [String]
     package let groupID: String?
     package let roomID: String?
-    /// A group message event: its audience is the members of `groupID` when it was written (``GroupAudience``).
+    /// An event to members: besides `audience`, it goes to the members of `groupID`, or of `roomID` when `groupID` is
+    /// nil, when it was written (`MemberAudience` in ParleyLive).
     package let toGroupMembers: Bool
     /// For `user.deleted`: the deleted user (its streams close, API.md §14.3 "Closing").
     package let deletedUserID: String?

@@ -24,13 +24,17 @@ enum PushSources {
         of events: [(id: Int64, type: String, data: String)], appID: String, on db: PostgresConnection
     ) throws -> [(Int64, Sourced)] {
         let parsed = events.map { (event: $0, data: (try? JSONValue.parse($0.data)) ?? .null) }
-        let messageIDs = parsed.filter { $0.event.type == "message.sent" }.compactMap { $0.data["message"]?["message_id"]?.stringValue }
+        // Only peer and group messages are pushed (§16.1): room messages (whose events go to the room's members, not
+        // to a group's) are skipped here, before their rows are looked up; messageItems keeps to peer and group too.
+        let messageIDs = parsed.filter { $0.event.type == "message.sent" && isPushableConversation($0.data) }
+            .compactMap { $0.data["message"]?["message_id"]?.stringValue }
         let messages = try messageItems(appID: appID, messageIDs: messageIDs, on: db)
         var out: [(Int64, Sourced)] = []
         for (event, data) in parsed {
             switch event.type {
             case "message.sent":
-                guard let id = data["message"]?["message_id"]?.stringValue, let sourced = messages[id] else { continue }
+                guard isPushableConversation(data), let id = data["message"]?["message_id"]?.stringValue, let sourced = messages[id]
+                else { continue }
                 out.append((event.id, sourced))
             case "message.broadcast":
                 guard let item = try broadcastItem(data["message"], appID: appID, on: db) else { continue }
@@ -46,6 +50,11 @@ enum PushSources {
             }
         }
         return out
+    }
+
+    /// Whether a `message.sent` event's message may be pushed by its conversation type: not a room message.
+    private static func isPushableConversation(_ data: JSONValue) -> Bool {
+        data["message"]?["conversation_type"]?.stringValue != ConversationType.room.rawValue
     }
 
     /// Up to `limit` recipients of `sourced` after `after` (user id order), never the sender.

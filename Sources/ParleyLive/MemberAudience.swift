@@ -1,0 +1,132 @@
+import ParleyAPI
+import ParleyCore
+import ParleyDomains
+import ParleyPostgres
+
+/// Who was a member of which group or room at which event, for the events the hub delivers to "the members when the
+/// event was written" (`to_group_members`: group message events, Migrations/0009; room events, Migrations/0015).
+/// Owned by the hub thread. It answers exactly what `parley_member_at` / `parley_room_member_at` answer for the
+/// polling log.
+///
+/// A group's or room's membership intervals (joined at event j, left at event l) are loaded once, in one statement
+/// that also reads the app's event head H: that snapshot holds every membership change with an event id ≤ H. Changes
+/// whose events are not sequenced yet have NULL stamps (Migrations/0011): a join without `joined_event` is skipped
+/// (its event comes after H), a leave without `left_event` is still an open interval (its event comes after H). The
+/// hub reads events in id order, so a change it has not loaded shows up as a membership event (`group.created` /
+/// `member_joined` / `member_left`, `room.created` / `member_joined` / `member_left` / `destroyed`) with an id above
+/// H before any event written after it; seeing one drops the group or room and the next question reloads it. The
+/// answer for event k is exact: some interval has j < k and (no l, or k < l).
+struct MemberAudience {
+    /// What the members are members of.
+    enum Kind: Hashable {
+        case group
+        case room
+    }
+
+    /// A group or a room of one app.
+    struct Key: Hashable {
+        var kind: Kind
+        var id: String
+    }
+
+    private struct Membership {
+        /// The app's event head when the intervals were read.
+        var loadedAt: Int64
+        var intervals: [String: [(joined: Int64, left: Int64?)]]
+    }
+
+    /// By app id, then group or room.
+    private var cache: [String: [Key: Membership]] = [:]
+    private var loadedCount = 0
+    /// Beyond this many cached groups and rooms the cache starts afresh (memory stays bounded; reloads are one query).
+    private static let maxEntries = 2000
+
+    static let groupMembershipTypes: Set<String> = ["group.created", "group.member_joined", "group.member_left"]
+    static let roomMembershipTypes: Set<String> = ["room.created", "room.member_joined", "room.member_left", "room.destroyed"]
+
+    /// The group or room whose members receive `event`, if it goes to members: its group, else its room.
+    static func key(of event: LiveEvent) -> Key? {
+        guard event.toGroupMembers else { return nil }
+        if let groupID = event.groupID { return Key(kind: .group, id: groupID) }
+        if let roomID = event.roomID { return Key(kind: .room, id: roomID) }
+        return nil
+    }
+
+    /// Notes an event read from the log: a membership change newer than a cached group or room drops it.
+    mutating func observe(_ event: LiveEvent, appID: String) {
+        let key: Key
+        if let groupID = event.groupID, Self.groupMembershipTypes.contains(event.type) {
+            key = Key(kind: .group, id: groupID)
+        } else if let roomID = event.roomID, Self.roomMembershipTypes.contains(event.type) {
+            key = Key(kind: .room, id: roomID)
+        } else {
+            return
+        }
+        guard let cached = cache[appID]?[key], event.id > cached.loadedAt else { return }
+        cache[appID]?[key] = nil
+        loadedCount -= 1
+    }
+
+    /// Whether `userID` was a member of the group or room `key` when event `eventID` was written.
+    mutating func wasMember(_ userID: String, of key: Key, appID: String, at eventID: Int64, on db: PostgresConnection) throws -> Bool {
+        let membership: Membership
+        if let cached = cache[appID]?[key] {
+            membership = cached
+        } else {
+            membership = try Self.load(appID: appID, key: key, on: db)
+            if loadedCount >= Self.maxEntries {
+                cache = [:]
+                loadedCount = 0
+            }
+            cache[appID, default: [:]][key] = membership
+            loadedCount += 1
+        }
+        return membership.intervals[userID]?.contains { $0.joined < eventID && ($0.left.map { eventID < $0 } ?? true) } ?? false
+    }
+
+    /// Forgets every group and room of `appID` (its feed closed).
+    mutating func forget(appID: String) {
+        loadedCount -= cache[appID]?.count ?? 0
+        cache[appID] = nil
+    }
+
+    private static func load(appID: String, key: Key, on db: PostgresConnection) throws -> Membership {
+        let result: PostgresResult
+        switch key.kind {
+        case .group:
+            result = try db.query(
+                """
+                WITH h AS (SELECT head FROM event_heads WHERE app_id = \(appID))
+                SELECT h.head, x.user_id, x.joined_event, x.left_event
+                FROM h LEFT JOIN (
+                    SELECT user_id, joined_event, NULL::bigint AS left_event
+                    FROM group_members WHERE app_id = \(appID) AND group_id = \(key.id) AND joined_event IS NOT NULL
+                    UNION ALL
+                    SELECT user_id, joined_event, left_event FROM group_member_history
+                    WHERE app_id = \(appID) AND group_id = \(key.id) AND joined_event IS NOT NULL
+                ) x ON true
+                """)
+        case .room:
+            result = try db.query(
+                """
+                WITH h AS (SELECT head FROM event_heads WHERE app_id = \(appID))
+                SELECT h.head, x.user_id, x.joined_event, x.left_event
+                FROM h LEFT JOIN (
+                    SELECT user_id, joined_event, NULL::bigint AS left_event
+                    FROM room_members WHERE app_id = \(appID) AND room_id = \(key.id) AND joined_event IS NOT NULL
+                    UNION ALL
+                    SELECT user_id, joined_event, left_event FROM room_member_history
+                    WHERE app_id = \(appID) AND room_id = \(key.id) AND joined_event IS NOT NULL
+                ) x ON true
+                """)
+        }
+        var membership = Membership(loadedAt: 0, intervals: [:])
+        for row in result.rows {
+            membership.loadedAt = try row[0].int64
+            guard !row[1].isNull else { continue }
+            membership.intervals[try row[1].string, default: []].append(
+                (try row[2].int64, row[3].isNull ? nil : try row[3].int64))
+        }
+        return membership
+    }
+}
