@@ -66,14 +66,15 @@ def frame(event_type, data):
 
 def deliver(users, event_type, data, index=None):
     raw = frame(event_type, data)
+    shared = chunked_frames([raw])  # split at random once per event: every stream gets the same chunks
     for user in users:
         for writer in STREAMS.get(user, []):
-            frames = [raw]
             if index is not None and ARGS.drop_every and user == "u1" and index % ARGS.drop_every == 0:
                 continue
             if index is not None and ARGS.dup_every and user == "u2" and index % ARGS.dup_every == 0:
-                frames = [raw, raw]
-            writer.write(chunked_frames(frames))
+                writer.write(chunked_frames([raw, raw]))
+                continue
+            writer.write(shared)
 
 
 def respond(writer, status, obj=None):
