@@ -105,7 +105,7 @@ for _ in $(seq 1200); do [[ -s $TMP/ready ]] && break; kill -0 "$READER_PID" 2>/
 [[ -s $TMP/ready ]] || { cat "$TMP/reader.out" >&2; die "the streams did not open within 300 s"; }
 read -r OPENED FAILED FIRST_FAILURE <"$TMP/ready"
 OPEN_SECONDS=$((SECONDS - STARTED))
-log "  open $OPENED, failed $FAILED in ~${OPEN_SECONDS}s${FIRST_FAILURE:+ (first failure: $FIRST_FAILURE)}"
+log "  open $OPENED, failed $FAILED in ~${OPEN_SECONDS}s$( ((FAILED == 0)) || echo " (first failure: $FIRST_FAILURE)")"
 ((OPENED == MEMBERS)) || die "only $OPENED of $MEMBERS streams opened: $FIRST_FAILURE"
 sleep 2  # the hub settles before the clock starts
 

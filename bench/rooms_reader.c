@@ -83,7 +83,10 @@ static void fail_conn(int i, const char *why) {
     else {
         failed++;
         opening--;
-        if (!first_failure[0]) snprintf(first_failure, sizeof first_failure, "u-stream %d: %s", i, why);
+        if (!first_failure[0]) {
+            snprintf(first_failure, sizeof first_failure, "stream %d: %s", i, why);
+            for (char *q = first_failure; *q; q++) if ((unsigned char)*q < 0x20) *q = ' '; /* one line */
+        }
     }
     c->state = S_DEAD;
     if (c->fd >= 0) close(c->fd);
