@@ -66,8 +66,9 @@ enum OpsAPIRoutes {
             o["messages_24h"] = stats.messagesSince
             // User streams on every node, app-level streams on this one (they are not recorded in the database).
             o["streams_open"] = stats.userStreams + Int64(hub.openStreams(appID: ctx.appID).app)
-            // Rooms and calls come with their issues.
-            for zero in ["rooms_active", "calls_active"] { o[zero] = 0 }
+            o["rooms_active"] = stats.roomsActive
+            // Calls come with their issue.
+            o["calls_active"] = 0
             o["event_log_head"] = String(stats.eventLogHead)
             o["event_log_trim_point"] = String(stats.eventLogTrimPoint)
             o["webhook_pending"] = stats.webhookPending

@@ -20,6 +20,8 @@ enum StatsStore {
         /// Webhook deliveries still to go (pending or failed), and those that died since `since`.
         var webhookPending: Int64
         var webhookDeadSince: Int64
+        /// Rooms that exist (created and not destroyed).
+        var roomsActive: Int64
     }
 
     /// The app's counts, messages since `since` (server-clock ms); nil when there is no such app.
@@ -34,14 +36,16 @@ enum StatsStore {
                    (SELECT count(*) FROM user_streams WHERE app_id = \(appID)),
                    h.head, h.trim_point,
                    (SELECT count(*) FROM webhook_deliveries WHERE app_id = \(appID) AND status IN ('pending', 'failed')),
-                   (SELECT count(*) FROM webhook_deliveries WHERE app_id = \(appID) AND status = 'dead' AND last_attempt_at > \(since))
+                   (SELECT count(*) FROM webhook_deliveries WHERE app_id = \(appID) AND status = 'dead' AND last_attempt_at > \(since)),
+                   (SELECT count(*) FROM rooms WHERE app_id = \(appID))
             FROM event_heads h WHERE h.app_id = \(appID)
             """, prepared: false
         ).first.map {
             Counts(
                 usersTotal: try $0[0].int64, usersOnline: try $0[1].int64, groupsTotal: try $0[2].int64, messagesStored: try $0[3].int64,
                 messagesSince: try $0[4].int64, userStreams: try $0[5].int64, eventLogHead: try $0[6].int64,
-                eventLogTrimPoint: try $0[7].int64, webhookPending: try $0[8].int64, webhookDeadSince: try $0[9].int64)
+                eventLogTrimPoint: try $0[7].int64, webhookPending: try $0[8].int64, webhookDeadSince: try $0[9].int64,
+                roomsActive: try $0[10].int64)
         }
     }
 
