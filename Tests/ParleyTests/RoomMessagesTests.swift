@@ -288,6 +288,24 @@ struct RoomMessagesTests: GroupTestSupport {
         #expect(try Self.asUser(app, u2, .get, "/v1/messages/\(freshID)").status == 200)
     }
 
+    /// §1.8 end to end, with the overload forced (threshold -1): priority-1 room sends get 429 6000005 with
+    /// `Retry-After: 1` before anything is checked or written; other priorities and conversations still go through.
+    @Test func overloadedServerRefusesPriorityOneRoomSends() throws {
+        let server = try TestServer.start { $0.sendOverloadThreshold = -1 }
+        defer { server.stop() }
+        let app = try server.createApp()
+        for u in ["u1", "u2"] { try app.createUser(u) }
+        try Self.createRoom(app, "r1", members: ["u1"])
+        let shed = try Self.send(app, "u1", "r1", extra: #","priority":1,"storage":true"#)
+        Self.expectProblem(shed, 429, 6_000_005)
+        #expect(shed.headers["Retry-After"] == "1")
+        #expect(try Self.send(app, "u1", "r1", extra: #","priority":2,"storage":true"#).json?["seq"]?.intValue == 1)
+        let peer = try app.request(
+            .post, "/v1/messages", json: #"{"from":"u1","conversation_type":"peer","to":"u2","type":1,"body":{"text":"p"},"priority":1}"#)
+        #expect(peer.status == 201, "\(peer.text)")
+        #expect(Self.items(try app.request(.get, "/v1/rooms/r1/messages")).count == 1)
+    }
+
     /// §1.8: the overload decision sheds priority-1 room sends only, and only above the threshold.
     @Test func overloadShedsLowPriorityRoomSendsFirst() {
         let t = MessageWriter.defaultOverloadThreshold

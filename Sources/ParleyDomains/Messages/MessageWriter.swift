@@ -49,7 +49,7 @@ package final class MessageWriter: Sendable {
     /// queue. Four full batches: the two writers hold at most two in flight, so beyond this every new send waits
     /// behind at least two more commits (about half a second at the measured 2k sends/s), and the sends the API lets
     /// go first are the ones shed first, while ordinary sends still queue.
-    static let defaultOverloadThreshold = 4 * maxBatch
+    package static let defaultOverloadThreshold = 4 * maxBatch
 
     /// Whether a send is refused as overload (§1.8): a priority-1 room send while more than `threshold` sends wait.
     static func sheds(conversationType: ConversationType, priority: Int64, outstanding: Int, threshold: Int) -> Bool {
