@@ -66,6 +66,9 @@ public struct Configuration: Sendable {
     public var webhookCAFile: String?
     public var requestHeadTimeoutMillis = 10_000
     public var requestBodyTimeoutMillis = 30_000
+    /// Tests only (no setting reads it): the message writer's overload threshold (API.md §1.8, priority-1 room sends
+    /// are refused while more sends than this wait); nil keeps the writer's default. -1 forces overload.
+    public var sendOverloadThreshold: Int?
 
     public init() {}
 

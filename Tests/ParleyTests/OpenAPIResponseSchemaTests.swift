@@ -319,6 +319,20 @@ struct OpenAPIResponseSchemaTests {
         c.call(.get, "/v1/groups/{group_id}/messages", "g1", query: "direction=forward", status: 200)
         c.call(.get, "/v1/groups/{group_id}/messages", "g2", status: 409)
 
+        // Rooms (white-box rows, Migrations/0015): a stored and cached room message, a non-member's send, the history
+        // and the recent cache.
+        try c.server.sql("INSERT INTO rooms (app_id, room_id, created_at, member_count) VALUES ($1, 'r1', 0, 1)", [c.app.appID])
+        try c.server.sql("INSERT INTO room_members (app_id, room_id, user_id, entered_at) VALUES ($1, 'r1', 'a', 0)", [c.app.appID])
+        c.call(
+            .post, "/v1/messages",
+            json: #"{"from":"a","conversation_type":"room","to":"r1","type":1,"body":{"text":"r"},"storage":true,"cache":true}"#,
+            status: 201)
+        c.call(.post, "/v1/messages", json: #"{"from":"b","conversation_type":"room","to":"r1","type":20,"body":{"text":"r"}}"#, status: 403)
+        c.call(.get, "/v1/rooms/{room_id}/messages", "r1", status: 200)
+        c.call(.get, "/v1/rooms/{room_id}/messages", "r1", as: .user("b"), status: 403)
+        c.call(.get, "/v1/rooms/{room_id}/messages/recent", "r1", as: .user("a"), status: 200)
+        c.call(.get, "/v1/rooms/{room_id}/messages/recent", "ghost", status: 404)
+
         c.call(.get, "/v1/users/{user_id}/conversations", "b", status: 200)
         c.call(.get, "/v1/users/{user_id}/conversations/{type}/{id}", "b", "peer", "a", status: 200)
         c.call(.get, "/v1/users/{user_id}/conversations/{type}/{id}", "c", "group", "g1", status: 200)

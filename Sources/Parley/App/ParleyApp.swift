@@ -111,7 +111,10 @@ public final class ParleyApp: Sendable {
             pushReady.withLock { $0 = push }
             self.push = push
             // Batches the writer commits may have written webhook deliveries (the outbox trigger) and pushable messages.
-            let writer = MessageWriter(logger: logger.named("messages")) { appID in
+            let writer = MessageWriter(
+                logger: logger.named("messages"),
+                overloadThreshold: configuration.sendOverloadThreshold ?? MessageWriter.defaultOverloadThreshold
+            ) { appID in
                 hub.poke(appID)
                 services.webhooks.dispatcher.poke()
                 push.poke()

@@ -42,6 +42,18 @@ package enum MessageRoutes {
             // The app reads everything stored in the group; a member's token reads exactly its own view.
             try history(ctx, type: .group, id: try ctx.pathID("group_id", .groupID), viewer: ctx.tokenUserID)
         }
+
+        api.add(.get, "/v1/rooms/{room_id}/messages", .appOrUser, "listRoomMessages") { ctx in
+            // The stored messages of the room's current life (after its `first_seq`); a member's token reads its view.
+            let roomID = try ctx.pathID("room_id", .roomID)
+            return try history(ctx, type: .room, id: roomID, viewer: ctx.tokenUserID) {
+                try RoomAccess.requireRead(appID: ctx.appID, roomID: roomID, viewer: ctx.tokenUserID, on: ctx.db)
+            }
+        }
+
+        api.add(.get, "/v1/rooms/{room_id}/messages/recent", .appOrUser, "listRecentRoomMessages") { ctx in
+            try recent(ctx)
+        }
     }
 
     // MARK: - Send
@@ -60,6 +72,10 @@ package enum MessageRoutes {
         }
         var body = try ctx.body()
         let request = try SendRequest(&body, ctx: ctx, settings: app.settings)
+        // Under overload, priority-1 room messages are refused first (§1.8), before any database work.
+        if writer.sheds(request) {
+            throw APIError.retryLater(.rateLimited, "the server is overloaded: low-priority room messages are refused", retryAfterSeconds: 1)
+        }
         let service = MessageService(ctx)
         let item = try service.item(for: request, settings: app.settings, on: ctx.db)
         // §11.1 step 6: only for a send that would be delivered now (not a duplicate, failure or suppressed one).
@@ -249,9 +265,27 @@ package enum MessageRoutes {
         return Reply.list(page.map(\.json), nextCursor: next)
     }
 
+    /// `GET /v1/rooms/{room_id}/messages/recent`: `{items}`, the room's cached messages newest first (≤ 50).
+    private static func recent(_ ctx: APIContext) throws -> Response {
+        let roomID = try ctx.pathID("room_id", .roomID)
+        _ = try RoomAccess.requireRead(appID: ctx.appID, roomID: roomID, viewer: ctx.tokenUserID, on: ctx.db)
+        let items = try RoomRecent.read(appID: ctx.appID, roomID: roomID, viewer: MessageViewer(ctx), on: ctx.db)
+        var w = JSONWriter(capacity: 64 + items.reduce(0) { $0 + $1.count + 1 })
+        w.beginObject()
+        w.key(static: "items")
+        w.beginArray()
+        for item in items { w.writeRaw(item) }
+        w.endArray()
+        w.endObject()
+        return Reply.json(w.bytes)
+    }
+
     /// A conversation's history (§11.3) in seq order: `viewer`'s view (its `cleared_seq`, others' suppressed
-    /// messages hidden), or with no viewer everything stored (the app's group read).
-    private static func history(_ ctx: APIContext, type: ConversationType, id: String, viewer userID: String?) throws -> Response {
+    /// messages hidden), or with no viewer everything stored (the app's group read). `floor`, run once the query is
+    /// valid, checks access and returns a seq the read stays after (a room's `first_seq`).
+    private static func history(
+        _ ctx: APIContext, type: ConversationType, id: String, viewer userID: String?, floor: () throws -> Int64 = { 0 }
+    ) throws -> Response {
         var query = ctx.query()
         var h = MessageService.HistoryQuery()
         let afterSeq = query.int("after_seq", range: 0...Int64.max)
@@ -291,6 +325,7 @@ package enum MessageRoutes {
             }
             if h.forward { h.afterSeq = max(h.afterSeq, seq) } else { h.beforeSeq = min(h.beforeSeq, seq) }
         }
+        h.afterSeq = max(h.afterSeq, try floor())
         let limit = h.limit
         h.limit = limit + 1
         let rows = try MessageService(ctx).history(type, id: id, viewer: userID, query: h)

@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The rules of API.md §11.1–§11.4 for peer and group messages: preparing sends for the node's writer (which
+/// The rules of API.md §11.1–§11.4 for peer, group and room messages: preparing sends for the node's writer (which
 /// checks and commits them in batches, ``MessageWrite``), broadcast, history and reads.
 ///
 /// A value made per request; it owns nothing mutable.
@@ -20,10 +20,6 @@ struct MessageService: DomainService {
     /// item and checks steps 3–5 inside its statement. `filter` false skips the sensitive-word filter (a hook's
     /// patched body: policy checks are not run again).
     func item(for request: SendRequest, settings: AppSettings, filter: Bool = true, on db: PostgresConnection) throws -> MessageWrite.Item {
-        guard request.conversationType != .room else {
-            // Rooms come with their own domain; until then no such target exists.
-            throw APIError(.targetNotFound, "room \(request.to) does not exist")
-        }
         var body = request.body
         let threadID = MessageStore.thread(request.conversationType, request.from, request.to)
         var message = Message(
@@ -38,6 +34,7 @@ struct MessageService: DomainService {
             appID: appID, now: now, message: message, threadID: threadID, contentHash: request.contentHash,
             mentionNotify: request.notifyMentioned, checks: request.skipChecks ? .existence : .all,
             blacklistError: settings.string("blacklist_feedback") == "error", friendOnly: settings.bool("friend_only_c2c"))
+        item.cache = request.conversationType == .room && request.cache
         if let replyTo = request.replyTo {
             if let replied = try MessageStore.fetch(appID: appID, messageID: replyTo, on: db),
                 replied.conversationType == request.conversationType,
@@ -125,9 +122,11 @@ struct MessageService: DomainService {
         case .conflict: APIError(.clientMsgIdConflict, "client_msg_id \(request.clientMsgID ?? "") was used for another message")
         case .fromNotFound: UserService.notFound(request.from)
         case .toNotFound:
-            APIError(.targetNotFound, "\(request.conversationType == .group ? "group" : "user") \(request.to) does not exist")
+            APIError(
+                .targetNotFound, "\(request.conversationType == .peer ? "user" : request.conversationType.rawValue) \(request.to) does not exist")
         case .groupDismissed: .groupDismissed(request.to)
         case .notMember: .notGroupMember(request.from, request.to)
+        case .notInRoom: RoomAccess.notInRoom(request.from, request.to)
         case .receiptGroupTooLarge: APIError(.receiptGroupTooLarge, "need_receipt is refused in big groups and groups over 500 members")
         case .replyNotFound:
             APIError(.messageNotFound, request.replyTo != nil ? "reply_to message not found" : "a combined message was not found")
@@ -212,11 +211,21 @@ struct MessageService: DomainService {
         return message
     }
 
-    /// "Visible to a user" (§11.4): ``Message/isVisible(to:)``, and for group messages a current member.
+    /// "Visible to a user" (§11.4): ``Message/isVisible(to:)``, and for group and room messages a current member. A
+    /// room message is visible to a member only while it belongs to the room's current life (seq after `first_seq`,
+    /// as in the room's history); the app sees stored room messages even after the room is destroyed.
     func isVisible(_ message: Message, to viewer: MessageViewer, on db: PostgresConnection) throws -> Bool {
         guard message.isVisible(to: viewer) else { return false }
-        guard case .user(let userID) = viewer, message.conversationType == .group else { return true }
-        return try MessageStore.groupAccess(appID: appID, groupID: message.to, userID: userID, on: db)?.member ?? false
+        guard case .user(let userID) = viewer else { return true }
+        switch message.conversationType {
+        case .peer: return true
+        case .group: return try MessageStore.groupAccess(appID: appID, groupID: message.to, userID: userID, on: db)?.member ?? false
+        case .room:
+            guard let access = try RoomAccess.fetch(appID: appID, roomID: message.to, userID: userID, on: db), access.member else {
+                return false
+            }
+            return (message.seq ?? 0) > access.firstSeq
+        }
     }
 
     /// Group history reads (§9.1, §11.3): the group exists (404), is not dismissed (409) and a reading user is a

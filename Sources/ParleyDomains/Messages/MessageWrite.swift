@@ -15,6 +15,11 @@ import ParleyPostgres
 /// and arrive here as flags (`reply_missing`, `sensitive_reject`) so their failures keep their place in the check
 /// order. The Message JSON is rendered once, in Swift, from the seq and timestamp the statement returns.
 ///
+/// Rooms (§10, §11.1): the room's row and the sender's `room_members` row are two more primary-key probes, like the
+/// group branch; stored room messages take seqs from `conversation_seqs` ('room', room_id); rooms have no conversation
+/// entries, unread counts or mention records; `cache: true` messages go to `room_recent_messages` in a follow-up
+/// statement of the same transaction (``cacheRecent``).
+///
 /// Seqs: each conversation's `conversation_seqs` row is upserted once per batch and locked until commit, so seqs are
 /// gap-free, follow the batch order within a conversation and commit order across batches, and timestamps never
 /// decrease. Rows are locked in key order so two batches (two nodes) cannot deadlock on seq heads.
@@ -34,6 +39,8 @@ enum MessageWrite {
         case sent = 0
         case duplicate, conflict, fromNotFound, toNotFound, groupDismissed, replyNotFound, receiptGroupTooLarge, muted, notMember
         case blocked, notFriends, sensitive
+        /// Room: the sender is not in the room (§11.1 step 5b).
+        case notInRoom
     }
 
     /// One message to write, built and validated by the caller.
@@ -56,6 +63,8 @@ enum MessageWrite {
         var combineID: String?
         /// Message JSON snapshots of a combine, in order.
         var combineItems: [String] = []
+        /// Room messages sent with `cache: true`: kept in the room's recent cache (stored or not).
+        var cache = false
     }
 
     /// The result of one item.
@@ -93,6 +102,7 @@ enum MessageWrite {
                     original: outcome == .duplicate ? (try row[5].string, row[6].isNull ? nil : try row[6].int64) : nil))
         }
         try storeUnstoredKeys(items, written, on: db)
+        try cacheRecent(items, written, on: db)
         return written
     }
 
@@ -144,16 +154,21 @@ enum MessageWrite {
     /// `message.sent`, then the root's `message.reply_count_updated` for a counted reply (API.md §18).
     static func events(of written: Written, threadID: String) -> [NewEvent] {
         let message = written.message
-        // A suppressed message reaches only its sender (and the app), in a group too (a hook's `drop`).
-        let isGroup = message.conversationType == .group && message.suppressed == nil
-        let audience = isGroup ? [] : message.suppressed == nil ? [message.from, message.to] : [message.from]
+        // A suppressed message reaches only its sender (and the app), in a group or room too (a hook's `drop`). Group
+        // and room events go to the members at write time (`to_group_members` with `group_id` or `room_id`).
+        let delivered = message.suppressed == nil
+        let isGroup = message.conversationType == .group && delivered
+        let isRoom = message.conversationType == .room && delivered
+        let audience = isGroup || isRoom ? [] : delivered ? [message.from, message.to] : [message.from]
+        let groupID = isGroup ? message.to : nil
+        let roomID = isRoom ? message.to : nil
         let orderKey = message.conversationType.rawValue + ":" + threadID
         var data = JSONObjectWriter(capacity: 700 + (message.body?.count ?? 0))
         data.raw("message", sentJSON(message))
         var events = [
             NewEvent(
-                type: "message.sent", data: data.finish(), audience: audience, groupID: isGroup ? message.to : nil,
-                toGroupMembers: isGroup, orderKey: orderKey)
+                type: "message.sent", data: data.finish(), audience: audience, groupID: groupID, roomID: roomID,
+                toGroupMembers: isGroup || isRoom, orderKey: orderKey)
         ]
         if let count = written.replyCount, let root = message.rootMessageID {
             var o = JSONObjectWriter(capacity: 128)
@@ -163,8 +178,8 @@ enum MessageWrite {
             o["reply_count"] = count
             events.append(
                 NewEvent(
-                    type: "message.reply_count_updated", data: o.finish(), audience: audience, groupID: isGroup ? message.to : nil,
-                    toGroupMembers: isGroup, orderKey: orderKey))
+                    type: "message.reply_count_updated", data: o.finish(), audience: audience, groupID: groupID, roomID: roomID,
+                    toGroupMembers: isGroup || isRoom, orderKey: orderKey))
         }
         return events
     }
@@ -197,6 +212,51 @@ enum MessageWrite {
             WHERE k.app_id = x.app_id AND k.sender = x.sender AND k.client_msg_id = x.client_msg_id
             """)
     }
+
+    /// The recent cache of rooms (§10 `…/messages/recent`): the delivered room messages sent with `cache: true`, as
+    /// the app reads them (``RoomRecent`` strips what a user may not see), and each touched room trimmed to about
+    /// ``RoomRecent/capacity`` rows: the existing rows beyond the newest `capacity - n` go, n being the batch's new
+    /// rows for that room (the statement does not see its own inserts). One statement, only when a batch caches.
+    private static func cacheRecent(_ items: [Item], _ written: [Written], on db: PostgresConnection) throws {
+        var w = JSONWriter()
+        var count = 0
+        w.beginArray()
+        for (ord, (item, result)) in zip(items, written).enumerated()
+        where item.cache && result.outcome == .sent && result.message.conversationType == .room && result.message.suppressed == nil {
+            w.object { w in
+                w.key(static: "ord")
+                w.writeInt(ord)
+                w.key(static: "app_id")
+                w.writeString(item.appID)
+                w.key(static: "room_id")
+                w.writeString(result.message.to)
+                w.key(static: "message")
+                w.writeString(String(decoding: result.message.json(.app), as: UTF8.self))
+            }
+            count += 1
+        }
+        w.endArray()
+        guard count > 0 else { return }
+        _ = try db.query(PostgresQuery(sql: recentStatement, binds: [String(decoding: w.bytes, as: UTF8.self), RoomRecent.capacity]))
+    }
+
+    private static let recentStatement = """
+        WITH x AS (
+            SELECT * FROM json_to_recordset($1::json) AS x(ord int, app_id text, room_id text, message text)
+        ), added AS (
+            -- A room destroyed since the send's check (committed by now) takes its cache with it: nothing to add.
+            INSERT INTO room_recent_messages (app_id, room_id, message)
+            SELECT app_id, room_id, message FROM x
+            WHERE EXISTS (SELECT 1 FROM rooms r WHERE r.app_id = x.app_id AND r.room_id = x.room_id)
+            ORDER BY ord
+        ), n AS (
+            SELECT app_id, room_id, count(*) AS n FROM x GROUP BY app_id, room_id
+        )
+        DELETE FROM room_recent_messages r USING n
+        WHERE r.app_id = n.app_id AND r.room_id = n.room_id
+          AND r.position <= (SELECT o.position FROM room_recent_messages o WHERE o.app_id = n.app_id AND o.room_id = n.room_id
+                             ORDER BY o.position DESC OFFSET greatest($2::int - n.n, 0) LIMIT 1)
+        """
 
     // MARK: - The statement
 
@@ -321,11 +381,13 @@ enum MessageWrite {
                     WHEN i.conv_type = 'group' AND g.group_id IS NULL THEN 4
                     WHEN i.conv_type = 'group' AND g.dismissed_at IS NOT NULL THEN 5
                     WHEN i.conv_type = 'peer' AND r.user_id IS NULL THEN 4
+                    WHEN i.conv_type = 'room' AND ro.found IS NULL THEN 4
                     WHEN i.reply_missing THEN 6
                     WHEN i.conv_type = 'group' AND i.need_receipt AND (g.is_big_group OR g.member_count > 500) THEN 7
                     WHEN i.checks = 1 THEN 0
                     WHEN u.muted_until = -1 OR u.muted_until > i.now THEN 8
                     WHEN i.conv_type = 'group' AND gm.user_id IS NULL THEN 9
+                    WHEN i.conv_type = 'room' AND rm.found IS NULL THEN 13
                     WHEN i.conv_type = 'group' AND (gm.muted_until = -1 OR gm.muted_until > i.now OR (
                         g.mute_mode <> 'none' AND (g.mute_expires_at = -1 OR g.mute_expires_at > i.now) AND gm.role <> 1
                         AND (g.mute_mode = 'all' OR (g.mute_mode = 'normal' AND gm.role >= 3)
@@ -360,6 +422,16 @@ enum MessageWrite {
                 SELECT gm.user_id, gm.role, gm.muted_until FROM group_members gm
                 WHERE i.conv_type = 'group' AND gm.app_id = i.app_id AND gm.group_id = i.recipient AND gm.user_id = i.sender LIMIT 1
             ) gm ON true
+            LEFT JOIN LATERAL (
+                SELECT true AS found FROM rooms ro
+                WHERE i.checks > 0 AND i.conv_type = 'room' AND ro.app_id = i.app_id AND ro.room_id = i.recipient LIMIT 1
+            ) ro ON true
+            LEFT JOIN LATERAL (
+                SELECT true AS found FROM room_members rm
+                WHERE i.checks = 2 AND i.conv_type = 'room' AND rm.app_id = i.app_id AND rm.room_id = i.recipient
+                  AND rm.user_id = i.sender
+                LIMIT 1
+            ) rm ON true
             LEFT JOIN LATERAL (
                 SELECT true AS found FROM blacklist b
                 WHERE i.checks = 2 AND i.conv_type = 'peer' AND b.app_id = i.app_id AND b.user_id = i.recipient

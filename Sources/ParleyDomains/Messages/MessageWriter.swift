@@ -37,12 +37,24 @@ package final class MessageWriter: Sendable {
     private struct Inbox {
         var jobs: [Job] = []
         var stopped = false
+        /// Sends accepted and not answered yet: queued here, or taken by a writer and not written yet.
+        var outstanding = 0
     }
 
     /// At most this many sends per transaction (a bound on statement size and lock time, not a wait).
     static let maxBatch = 256
     /// Retries of a whole batch after a conflict it can win on the next try.
     static let maxConflictRetries = 5
+    /// Overload (API.md §1.8): with more sends than this waiting, priority-1 room sends are refused before they
+    /// queue. Four full batches: the two writers hold at most two in flight, so beyond this every new send waits
+    /// behind at least two more commits (about half a second at the measured 2k sends/s), and the sends the API lets
+    /// go first are the ones shed first, while ordinary sends still queue.
+    package static let defaultOverloadThreshold = 4 * maxBatch
+
+    /// Whether a send is refused as overload (§1.8): a priority-1 room send while more than `threshold` sends wait.
+    static func sheds(conversationType: ConversationType, priority: Int64, outstanding: Int, threshold: Int) -> Bool {
+        conversationType == .room && priority == 1 && outstanding > threshold
+    }
 
     private let inbox = LockedValue(Inbox())
     private let wakeup = Wakeup()
@@ -51,10 +63,23 @@ package final class MessageWriter: Sendable {
     /// hub here).
     private let committed: @Sendable (_ appID: String) -> Void
     private let logger: Logger
+    private let overloadThreshold: Int
 
-    package init(logger: Logger, committed: @escaping @Sendable (_ appID: String) -> Void) {
+    package init(
+        logger: Logger, overloadThreshold: Int = MessageWriter.defaultOverloadThreshold,
+        committed: @escaping @Sendable (_ appID: String) -> Void
+    ) {
         self.committed = committed
         self.logger = logger
+        self.overloadThreshold = overloadThreshold
+    }
+
+    /// Whether `request` is to be refused now instead of queued (429 `rate_limited`, §1.8): see ``sheds``.
+    func sheds(_ request: SendRequest) -> Bool {
+        guard request.conversationType == .room && request.priority == 1 else { return false }
+        let outstanding = inbox.withLock { $0.outstanding }
+        return Self.sheds(
+            conversationType: request.conversationType, priority: request.priority, outstanding: outstanding, threshold: overloadThreshold)
     }
 
     /// Queues one send; `done` runs on a writer thread once its batch committed (or failed): keep it short.
@@ -62,6 +87,7 @@ package final class MessageWriter: Sendable {
         let accepted = inbox.withLock { inbox -> Bool in
             guard !inbox.stopped else { return false }
             inbox.jobs.append(Job(item: item, done: done))
+            inbox.outstanding += 1
             return true
         }
         if accepted {
@@ -115,6 +141,7 @@ package final class MessageWriter: Sendable {
                     outage.failed(error)
                     for job in batch { job.done(.failure(Self.unavailable)) }
                 }
+                inbox.withLock { $0.outstanding -= batch.count }
             }
             if stopped {
                 wakeup.signal()  // the other writers see the stop too

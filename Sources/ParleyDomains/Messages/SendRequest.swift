@@ -18,6 +18,10 @@ struct SendRequest: Sendable {
     var needReceipt: Bool
     var noUnread: Bool
     var onlineOnly: Bool
+    /// Rooms only: store the message with a room seq (never with barrage).
+    var storage: Bool
+    /// Rooms only: keep the message in the room's recent cache (stored or not).
+    var cache: Bool
     var repeatCount: Int64
     var push: JSONValue?
     var skipChecks: Bool
@@ -26,8 +30,11 @@ struct SendRequest: Sendable {
     /// Types a peer or group message may have (§11.1); rooms add barrage (20).
     static let conversationTypes: Set<Int64> = [1, 2, 10, 11, 12, 13, 14, 100, 200]
 
-    /// Stored unless command (2), barrage (20) or `online_only` (rooms: unless `storage`, not built yet).
-    var stored: Bool { body.type != .command && body.type != .barrage && !onlineOnly }
+    /// "Stored or not" (§11.1): stored unless command (2), barrage (20) or `online_only`, and in a room only with
+    /// `storage: true`.
+    var stored: Bool {
+        body.type != .command && body.type != .barrage && !onlineOnly && (conversationType != .room || storage)
+    }
 
     /// The dedupe content hash (API.md §1.6): conversation, type, body and extended_data as sent, before masking.
     let contentHash: String
@@ -62,8 +69,8 @@ struct SendRequest: Sendable {
         needReceipt = r.bool("need_receipt") ?? false
         noUnread = r.bool("no_unread") ?? false
         onlineOnly = r.bool("online_only") ?? false
-        let storage = r.bool("storage") ?? false
-        let cache = r.bool("cache") ?? false
+        storage = r.bool("storage") ?? false
+        cache = r.bool("cache") ?? false
         repeatCount = r.int("repeat_count", range: 1...1000) ?? 1
         push = PushConfig.read(from: &r, key: "push")
 
@@ -73,8 +80,13 @@ struct SendRequest: Sendable {
         guard let body = validated else { throw APIError.internalError }
         let type: Int64? = body.type.rawValue
 
-        // Type, target and option compatibility (422 unsupported_operation).
-        if conversationType != .room {
+        // Type, target and option compatibility (422 unsupported_operation, §11.1 fields table, §21 item 7).
+        if conversationType == .room {
+            if type != MessageType.barrage.rawValue && !Self.conversationTypes.contains(type ?? 0) {
+                throw APIError(.unsupportedOperation, "type \(type ?? 0) cannot be sent to a room")
+            }
+            if storage && body.type == .barrage { throw APIError(.unsupportedOperation, "barrage (20) messages are never stored") }
+        } else {
             if !Self.conversationTypes.contains(type ?? 0) {
                 throw APIError(.unsupportedOperation, "type \(type ?? 0) cannot be sent to a \(conversationType.rawValue) conversation")
             }
@@ -93,7 +105,8 @@ struct SendRequest: Sendable {
         self.mentionIDs =
             conversationType == .room
             ? [] : mentionIDs.filter { (conversationType != .peer || $0 == to || $0 == from) && seen.insert($0).inserted }
-        if needReceipt && !(body.type != .command && body.type != .barrage && !onlineOnly) {
+        // Stored peer and group messages only (§11.8).
+        if needReceipt && (conversationType == .room || body.type == .command || body.type == .barrage || onlineOnly) {
             throw APIError(.unsupportedOperation, "need_receipt applies to stored peer and group messages only")
         }
         if let key = clientMsgID, let recipient = batchRecipient { clientMsgID = key + ":" + recipient }
