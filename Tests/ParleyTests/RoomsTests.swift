@@ -50,7 +50,8 @@ struct RoomsTests: GroupTestSupport {
         Self.expectInvalid(try app.request(.post, "/v1/rooms", json: #"{"destroy_delay_s":10801}"#), field: "body.destroy_delay_s")
         Self.expectInvalid(
             try app.request(.post, "/v1/rooms", json: "{\"name\":\"\(String(repeating: "n", count: 65))\"}"), field: "body.name")
-        Self.expectProblem(try app.request(.post, "/v1/rooms", json: #"{"attributes":{"k":"\#(String(repeating: "v", count: 1025))"}}"#), 422, 6_000_336)
+        Self.expectProblem(
+            try app.request(.post, "/v1/rooms", json: #"{"attributes":{"k":"\#(String(repeating: "v", count: 1025))"}}"#), 422, 6_000_336)
         #expect(try server.count("SELECT count(*) FROM rooms", []) == 1, "a failed create creates nothing")
         // A generated id; no creator: nobody entered.
         let anonymous = try app.request(.post, "/v1/rooms", json: #"{"name":"x"}"#)
@@ -166,7 +167,8 @@ struct RoomsTests: GroupTestSupport {
         let aToken = try app.token(for: "a")
         let bToken = try app.token(for: "b")
 
-        let set = try Self.asUser(app, aToken, .post, "/v1/rooms/r/attributes", json: #"{"attributes":{"seat1":"a","seat2":"a"},"is_delete_after_owner_left":true}"#)
+        let set = try Self.asUser(
+            app, aToken, .post, "/v1/rooms/r/attributes", json: #"{"attributes":{"seat1":"a","seat2":"a"},"is_delete_after_owner_left":true}"#)
         #expect(Self.codes(set) == [nil, nil], "\(set.text)")
         let updated = try Self.roomEvents(app, "room.attributes_updated", room: "r").last
         #expect(updated?["data"]?["action"] == .string("set"))
@@ -188,7 +190,10 @@ struct RoomsTests: GroupTestSupport {
         #expect(rows[1]["owner_id"] == .string("b"))
         // The app without operator always forces and owns nothing; a user cannot then touch the key unforced.
         #expect(Self.codes(try app.request(.post, "/v1/rooms/r/attributes", json: #"{"attributes":{"app":"1","seat3":"app"}}"#)) == [nil, nil])
-        #expect(Self.codes(try Self.asUser(app, bToken, .post, "/v1/rooms/r/attributes/delete", json: #"{"keys":["app","nokey"]}"#)) == [7_000_401, 7_000_402])
+        #expect(
+            Self.codes(try Self.asUser(app, bToken, .post, "/v1/rooms/r/attributes/delete", json: #"{"keys":["app","nokey"]}"#)) == [
+                7_000_401, 7_000_402,
+            ])
         // The app naming an operator acts as that user: outside the room → 403.
         Self.expectProblem(try app.request(.post, "/v1/rooms/r/attributes", json: #"{"operator":"out","attributes":{"k":"v"}}"#), 403, 6_000_321)
         Self.expectProblem(try app.request(.post, "/v1/rooms/nope/attributes", json: #"{"attributes":{"k":"v"}}"#), 404, 6_000_322)
@@ -196,23 +201,31 @@ struct RoomsTests: GroupTestSupport {
         // Quotas in request order: 5 keys exist (seat1-3, app); fill to 20, then the 21st fails while others apply.
         var fill: [String] = []
         for i in 0..<16 { fill.append("\"f\(i)\":\"x\"") }
-        #expect(Self.codes(try app.request(.post, "/v1/rooms/r/attributes", json: "{\"attributes\":{\(fill.joined(separator: ","))}}")).allSatisfy { $0 == nil })
+        #expect(
+            Self.codes(try app.request(.post, "/v1/rooms/r/attributes", json: "{\"attributes\":{\(fill.joined(separator: ","))}}")).allSatisfy {
+                $0 == nil
+            })
         let over = try app.request(.post, "/v1/rooms/r/attributes", json: #"{"attributes":{"new":"x","seat1":"changed"}}"#)
         #expect(Self.codes(over) == [6_000_334, nil])
         let long = try app.request(
             .post, "/v1/rooms/r/attributes",
-            json: "{\"attributes\":{\"\(String(repeating: "k", count: 17))\":\"x\",\"f0\":\"\(String(repeating: "v", count: 1025))\",\"f1\":\"\(String(repeating: "v", count: 1000))\",\"f2\":\"\(String(repeating: "v", count: 1000))\",\"f3\":\"\(String(repeating: "v", count: 1000))\",\"f4\":\"\(String(repeating: "v", count: 1000))\",\"f5\":\"\(String(repeating: "v", count: 1000))\",\"f6\":\"\(String(repeating: "v", count: 1000))\"}}")
+            json:
+                "{\"attributes\":{\"\(String(repeating: "k", count: 17))\":\"x\",\"f0\":\"\(String(repeating: "v", count: 1025))\",\"f1\":\"\(String(repeating: "v", count: 1000))\",\"f2\":\"\(String(repeating: "v", count: 1000))\",\"f3\":\"\(String(repeating: "v", count: 1000))\",\"f4\":\"\(String(repeating: "v", count: 1000))\",\"f5\":\"\(String(repeating: "v", count: 1000))\",\"f6\":\"\(String(repeating: "v", count: 1000))\"}}"
+        )
         #expect(Self.codes(long) == [6_000_334, 6_000_336, nil, nil, nil, nil, nil, 6_000_337], "\(long.text)")
         let total = try Self.attributes(app, "r").reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
         #expect(total <= 5120)
         Self.expectInvalid(
-            try app.request(.post, "/v1/rooms/r/attributes", json: "{\"attributes\":{\((0..<21).map { "\"z\($0)\":\"x\"" }.joined(separator: ","))}}"),
+            try app.request(
+                .post, "/v1/rooms/r/attributes", json: "{\"attributes\":{\((0..<21).map { "\"z\($0)\":\"x\"" }.joined(separator: ","))}}"),
             field: "body.attributes")
 
         // Owner-left: a's flagged keys are deleted (seat1 was re-flagged false by b's forced set, seat2 moved to b).
         #expect(Self.codes(try app.request(.post, "/v1/rooms/r/attributes/delete", json: #"{"keys":["f1","f2","f3"]}"#)) == [nil, nil, nil])
         let before = try Self.attributes(app, "r")
-        #expect(try Self.asUser(app, aToken, .post, "/v1/rooms/r/attributes", json: #"{"attributes":{"mine":"1"},"is_delete_after_owner_left":true}"#).status == 200)
+        #expect(
+            try Self.asUser(app, aToken, .post, "/v1/rooms/r/attributes", json: #"{"attributes":{"mine":"1"},"is_delete_after_owner_left":true}"#)
+                .status == 200)
         #expect(try app.request(.post, "/v1/rooms/r/leave", json: #"{"user_id":"a"}"#).status == 200)
         let after = try Self.attributes(app, "r")
         #expect(after == before, "only `mine` (flagged, owned by a) went away")
@@ -234,7 +247,9 @@ struct RoomsTests: GroupTestSupport {
         #expect(Self.codes(try app.request(.post, "/v1/rooms/r/attributes", json: #"{"operator":"a","attributes":{"owned":"a"}}"#)) == [nil])
         let failing = try app.request(
             .post, "/v1/rooms/r/attributes/batch",
-            json: #"{"operator":"b","operations":[{"op":"set","key":"x","value":"1"},{"op":"delete","key":"owned"},{"op":"set","key":"y","value":"2"}]}"#)
+            json:
+                #"{"operator":"b","operations":[{"op":"set","key":"x","value":"1"},{"op":"delete","key":"owned"},{"op":"set","key":"y","value":"2"}]}"#
+        )
         #expect(failing.status == 200, "\(failing.text)")
         #expect(failing.json?["applied"] == .bool(false))
         #expect(Self.codes(failing) == [6_000_331, 7_000_401, 6_000_331])
@@ -247,7 +262,9 @@ struct RoomsTests: GroupTestSupport {
 
         let ok = try app.request(
             .post, "/v1/rooms/r/attributes/batch",
-            json: #"{"operator":"b","is_force":true,"operations":[{"op":"set","key":"x","value":"1"},{"op":"delete","key":"owned"},{"op":"set","key":"y","value":"2"}]}"#)
+            json:
+                #"{"operator":"b","is_force":true,"operations":[{"op":"set","key":"x","value":"1"},{"op":"delete","key":"owned"},{"op":"set","key":"y","value":"2"}]}"#
+        )
         #expect(ok.json?["applied"] == .bool(true))
         #expect(Self.codes(ok) == [nil, nil, nil])
         #expect(try Self.attributes(app, "r") == ["x": "1", "y": "2"])
@@ -257,9 +274,13 @@ struct RoomsTests: GroupTestSupport {
         #expect(events.first?["data"]?["updates"]?.arrayValue?[1]["action"] == .string("delete"))
         #expect(events.first?["data"]?["operator"] == .string("b"))
         Self.expectInvalid(
-            try app.request(.post, "/v1/rooms/r/attributes/batch", json: "{\"operations\":[\((0..<21).map { "{\"op\":\"delete\",\"key\":\"k\($0)\"}" }.joined(separator: ","))]}"),
+            try app.request(
+                .post, "/v1/rooms/r/attributes/batch",
+                json: "{\"operations\":[\((0..<21).map { "{\"op\":\"delete\",\"key\":\"k\($0)\"}" }.joined(separator: ","))]}"),
             field: "body.operations")
-        Self.expectInvalid(try app.request(.post, "/v1/rooms/r/attributes/batch", json: #"{"operations":[{"op":"move","key":"k"}]}"#), field: "body.operations[0].op")
+        Self.expectInvalid(
+            try app.request(.post, "/v1/rooms/r/attributes/batch", json: #"{"operations":[{"op":"move","key":"k"}]}"#), field: "body.operations[0].op"
+        )
     }
 
     @Test func memberAttributesLimitsAndOwnerLeft() throws {
@@ -277,17 +298,29 @@ struct RoomsTests: GroupTestSupport {
         #expect(event?["data"]?["operator"] == .string("a"))
         // "" removes a key; the data is the full set after.
         let removed = try app.request(
-            .post, "/v1/rooms/r/member_attributes", json: #"{"user_ids":["b"],"attributes":{"cam":"","mic":"on"},"is_delete_after_owner_left":false}"#)
+            .post, "/v1/rooms/r/member_attributes", json: #"{"user_ids":["b"],"attributes":{"cam":"","mic":"on"},"is_delete_after_owner_left":false}"#
+        )
         #expect(Self.results(removed).first?["data"]?["attributes"] == .object(["mic": .string("on")]))
         // Limits per user: pairs, key, value, total.
         let pairs = (0..<31).map { "\"k\($0)\":\"v\"" }.joined(separator: ",")
-        #expect(Self.codes(try app.request(.post, "/v1/rooms/r/member_attributes", json: "{\"user_ids\":[\"c\"],\"attributes\":{\(pairs)}}")) == [7_000_403])
-        #expect(Self.codes(try app.request(.post, "/v1/rooms/r/member_attributes", json: #"{"user_ids":["c"],"attributes":{"ninebytes":"v"}}"#)) == [6_000_352])
         #expect(
-            Self.codes(try app.request(.post, "/v1/rooms/r/member_attributes", json: "{\"user_ids\":[\"c\"],\"attributes\":{\"k\":\"\(String(repeating: "v", count: 65))\"}}"))
+            Self.codes(try app.request(.post, "/v1/rooms/r/member_attributes", json: "{\"user_ids\":[\"c\"],\"attributes\":{\(pairs)}}")) == [
+                7_000_403
+            ])
+        #expect(
+            Self.codes(try app.request(.post, "/v1/rooms/r/member_attributes", json: #"{"user_ids":["c"],"attributes":{"ninebytes":"v"}}"#)) == [
+                6_000_352
+            ])
+        #expect(
+            Self.codes(
+                try app.request(
+                    .post, "/v1/rooms/r/member_attributes",
+                    json: "{\"user_ids\":[\"c\"],\"attributes\":{\"k\":\"\(String(repeating: "v", count: 65))\"}}"))
                 == [6_000_353])
         let big = (0..<3).map { "\"k\($0)\":\"\(String(repeating: "v", count: 50))\"" }.joined(separator: ",")
-        #expect(Self.codes(try app.request(.post, "/v1/rooms/r/member_attributes", json: "{\"user_ids\":[\"c\"],\"attributes\":{\(big)}}")) == [6_000_351])
+        #expect(
+            Self.codes(try app.request(.post, "/v1/rooms/r/member_attributes", json: "{\"user_ids\":[\"c\"],\"attributes\":{\(big)}}")) == [6_000_351]
+        )
         let query = try app.request(.post, "/v1/rooms/r/member_attributes/query", json: #"{"user_ids":["a","c","out"]}"#)
         #expect(Self.codes(query) == [nil, nil, 6_000_321])
         #expect(Self.results(query)[1]["data"]?["attributes"] == .object([:]))
@@ -303,7 +336,8 @@ struct RoomsTests: GroupTestSupport {
         try server.sql(
             "INSERT INTO room_member_attributes (app_id, room_id, user_id, key, value, delete_after_owner_left) SELECT $1, 'r', 'h' || g, 'k', 'v', false FROM generate_series(1, 499) g",
             [app.appID])
-        #expect(Self.codes(try app.request(.post, "/v1/rooms/r/member_attributes", json: #"{"user_ids":["c"],"attributes":{"x":"1"}}"#)) == [6_000_357])
+        #expect(
+            Self.codes(try app.request(.post, "/v1/rooms/r/member_attributes", json: #"{"user_ids":["c"],"attributes":{"x":"1"}}"#)) == [6_000_357])
     }
 
     @Test func delayedDestructionOnTheTestClock() throws {
@@ -311,7 +345,8 @@ struct RoomsTests: GroupTestSupport {
         defer { server.stop() }
         let app = try server.createApp()
         for id in ["a", "b"] { try app.createUser(id) }
-        #expect(try app.request(.post, "/v1/rooms", json: #"{"room_id":"d","creator":"a","destroy_delay_s":30,"attributes":{"k":"v"}}"#).status == 201)
+        #expect(
+            try app.request(.post, "/v1/rooms", json: #"{"room_id":"d","creator":"a","destroy_delay_s":30,"attributes":{"k":"v"}}"#).status == 201)
         #expect(try app.request(.post, "/v1/rooms", json: #"{"room_id":"never","destroy_delay_s":1}"#).status == 201)
         #expect(try app.request(.post, "/v1/rooms/d/leave", json: #"{"user_id":"a"}"#).status == 200)
         try server.advanceClock(ms: 29_000)
@@ -377,7 +412,9 @@ struct RoomsTests: GroupTestSupport {
         for id in ["a", "b"] { try app.createUser(id) }
         #expect(try Self.enter(app, "r", "a").status == 200)
         #expect(try Self.enter(app, "r", "b").status == 200)
-        #expect(try app.request(.post, "/v1/rooms/r/attributes", json: #"{"operator":"a","attributes":{"k":"v"},"is_delete_after_owner_left":true}"#).status == 200)
+        #expect(
+            try app.request(.post, "/v1/rooms/r/attributes", json: #"{"operator":"a","attributes":{"k":"v"},"is_delete_after_owner_left":true}"#)
+                .status == 200)
         #expect(try app.request(.delete, "/v1/users/a?mode=hard").status == 204)
         let left = try Self.roomEvents(app, "room.member_left", room: "r").last
         #expect(left?["data"]?["reason"] == .string("deleted"))
@@ -394,7 +431,8 @@ struct RoomsTests: GroupTestSupport {
         DispatchQueue.concurrentPerform(iterations: 16) { writer in
             for round in 0..<3 {
                 // Each writer sets two keys of its own; 16 × 2 = 32 keys compete for 20 slots.
-                let r = try? app.request(.post, "/v1/rooms/r/attributes", json: "{\"attributes\":{\"w\(writer)a\":\"\(round)\",\"w\(writer)b\":\"\(round)\"}}")
+                let r = try? app.request(
+                    .post, "/v1/rooms/r/attributes", json: "{\"attributes\":{\"w\(writer)a\":\"\(round)\",\"w\(writer)b\":\"\(round)\"}}")
                 if r?.status != 200 { failures.add() }
             }
         }
