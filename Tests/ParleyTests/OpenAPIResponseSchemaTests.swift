@@ -33,7 +33,9 @@ struct OpenAPIResponseSchemaTests {
         "Group", "GroupMute",
         "GroupPage", "GroupCreated", "GroupMember", "GroupMemberPage", "GroupMemberCount", "UserGroupPage",
         "GroupApplication", "GroupApplicationPage", "GroupAttributes", "GroupLeft", "GroupInvited", "GroupInviteBatchResult",
-        "GroupMemberMuted", "GroupMemberMuteBatchResult", "Message", "MessagePage",
+        "GroupMemberMuted", "GroupMemberMuteBatchResult", "Room", "RoomPage", "RoomEntered", "RoomLeft", "RoomOnlineCount",
+        "RoomMember", "RoomMemberPage", "RoomMemberBatchResult", "RoomAttribute", "RoomAttributes", "RoomAttributesBatchResult",
+        "RoomMemberAttributes", "RoomMemberAttributesPage", "RoomMemberAttributesBatchResult", "Message", "MessagePage",
         "MessageReply", "Mentions", "MessageBatchSendResult", "MessageBroadcastAccepted", "Conversation",
         "ConversationPage", "MentionState", "ConversationReadAllResult", "UnreadCount", "Event", "EventLogPage",
         "BatchResult", "BatchResultItem", "BatchItemError", "Problem", "FieldError", "Stats", "TestClock",
@@ -60,6 +62,7 @@ struct OpenAPIResponseSchemaTests {
         try Self.presenceAndDevices(c)
         try Self.friendsAndBlacklist(c)
         try Self.groups(c)
+        try Self.rooms(c)
         try Self.messagesAndConversations(c)
         try Self.events(c)
         try Self.webhooks(c)
@@ -270,6 +273,117 @@ struct OpenAPIResponseSchemaTests {
         c.call(.patch, "/v1/groups/{group_id}", "g2", json: #"{"name":"late"}"#, status: 409)
     }
 
+    /// Rooms (API.md §10): every route with its success answer and the usual errors (404 unknown room, 403 a
+    /// non-member's token or an operator outside the room, per-item codes in the batches), and a room destroyed both
+    /// ways (`DELETE`, and the last member leaving a room with `destroy_delay_s` 0).
+    static func rooms(_ c: ContractChecker) throws {
+        let created = c.call(
+            .post, "/v1/rooms", json: #"{"room_id":"r1","name":"Lobby","creator":"a","attributes":{"topic":"hi"},"destroy_delay_s":60}"#,
+            status: 201)
+        #expect(created.json?["created_by"] == "a" && created.json?["member_count"] == .int(1))
+        c.call(.post, "/v1/rooms", json: #"{"room_id":"r1"}"#, status: 409)
+        c.call(.post, "/v1/rooms", json: #"{"room_id":"r2","creator":"ghost"}"#, status: 404)
+        c.call(.post, "/v1/rooms", json: #"{"attributes":{"kkkkkkkkkkkkkkkkk":"v"}}"#, status: 422)
+        c.call(.post, "/v1/rooms", as: .user("b"), json: #"{"creator":"a"}"#, status: 403)
+        let anonymous = c.call(.post, "/v1/rooms", json: #"{"name":"app room"}"#, status: 201)
+        #expect(anonymous.json?["created_by"] == .null)
+        c.call(.get, "/v1/rooms", query: "limit=1", status: 200)
+        c.call(.get, "/v1/rooms", query: "q=LOB", status: 200)
+        c.call(.get, "/v1/rooms", query: "cursor=bogus", status: 400)
+        c.call(.get, "/v1/rooms/{room_id}", "r1", status: 200)
+        c.call(.get, "/v1/rooms/{room_id}", "r1", as: .user("e"), status: 200)
+        c.call(.get, "/v1/rooms/{room_id}", "nope", status: 404)
+        c.call(.get, "/v1/rooms/{room_id}/online_count", "r1", as: .user("e"), status: 200)
+        c.call(.get, "/v1/rooms/{room_id}/online_count", "nope", status: 404)
+
+        c.call(.post, "/v1/rooms/{room_id}/enter", "r1", json: #"{"user_id":"b","extended_data":"seat 3"}"#, status: 200)
+        let again = c.call(.post, "/v1/rooms/{room_id}/enter", "r1", as: .user("b"), json: "{}", status: 200)
+        #expect(again.json?["already_member"] == .bool(true))
+        c.call(.post, "/v1/rooms/{room_id}/enter", "r1", json: #"{"user_id":"ghost"}"#, status: 404)
+        c.call(.post, "/v1/rooms/{room_id}/enter", "nope", json: #"{"user_id":"c","create_if_missing":false}"#, status: 404)
+        c.call(.post, "/v1/rooms/{room_id}/enter", "r1", as: .user("c"), json: #"{"user_id":"a"}"#, status: 403)
+        let made = c.call(.post, "/v1/rooms/{room_id}/enter", "r3", json: #"{"user_id":"c","name":"made","attributes":{"k":"v"}}"#, status: 200)
+        #expect(made.json?["created"] == .bool(true))
+        c.call(.post, "/v1/rooms/{room_id}/enter", "r1", json: #"{"user_id":"c"}"#, status: 200)
+
+        let members = c.call(.get, "/v1/rooms/{room_id}/members", "r1", query: "limit=2", status: 200)
+        if let cursor = members.json?["next_cursor"]?.stringValue {
+            c.call(.get, "/v1/rooms/{room_id}/members", "r1", query: "limit=2&cursor=\(cursor)", as: .user("b"), status: 200)
+        }
+        c.call(.get, "/v1/rooms/{room_id}/members", "r1", query: "cursor=bogus", status: 400)
+        c.call(.get, "/v1/rooms/{room_id}/members", "r1", as: .user("e"), status: 403)
+        c.call(.get, "/v1/rooms/{room_id}/members", "nope", status: 404)
+        c.call(.post, "/v1/rooms/{room_id}/members/query", "r1", json: #"{"user_ids":["b","e","ghost"]}"#, status: 200)
+        c.call(.post, "/v1/rooms/{room_id}/members/query", "r1", as: .user("e"), json: #"{"user_ids":["b"]}"#, status: 403)
+        c.call(.post, "/v1/rooms/{room_id}/members/query", "nope", json: #"{"user_ids":["b"]}"#, status: 404)
+
+        // b's own flagged key, a's key refused without is_force, an over-long key; then a key the app owns (owner null).
+        let set = c.call(
+            .post, "/v1/rooms/{room_id}/attributes", "r1",
+            json: #"{"operator":"b","attributes":{"mode":"quiz","topic":"x","kkkkkkkkkkkkkkkkk":"v"},"is_delete_after_owner_left":true}"#,
+            status: 200)
+        #expect(set.json?["results"]?.arrayValue?.map { $0["error"]?["code"]?.intValue } == [nil, 7_000_401, 6_000_335])
+        c.call(.post, "/v1/rooms/{room_id}/attributes", "r1", json: #"{"attributes":{"app":"1"}}"#, status: 200)
+        c.call(.post, "/v1/rooms/{room_id}/attributes", "r1", as: .user("e"), json: #"{"attributes":{"x":"y"}}"#, status: 403)
+        c.call(.post, "/v1/rooms/{room_id}/attributes", "nope", json: #"{"attributes":{"x":"y"}}"#, status: 404)
+        let attributes = c.call(.get, "/v1/rooms/{room_id}/attributes", "r1", as: .user("b"), status: 200)
+        #expect(attributes.json?["attributes"]?.arrayValue?.map { $0["owner_id"] } == [.null, "b", "a"])
+        c.call(.get, "/v1/rooms/{room_id}/attributes", "r1", as: .user("e"), status: 403)
+        c.call(.get, "/v1/rooms/{room_id}/attributes", "nope", status: 404)
+        c.call(.post, "/v1/rooms/{room_id}/attributes/delete", "r1", json: #"{"operator":"b","keys":["app","nope"]}"#, status: 200)
+        c.call(.post, "/v1/rooms/{room_id}/attributes/delete", "r1", json: #"{"keys":["app"]}"#, status: 200)
+        c.call(.post, "/v1/rooms/{room_id}/attributes/delete", "r1", as: .user("e"), json: #"{"keys":["mode"]}"#, status: 403)
+        c.call(.post, "/v1/rooms/{room_id}/attributes/delete", "nope", json: #"{"keys":["mode"]}"#, status: 404)
+        let applied = c.call(
+            .post, "/v1/rooms/{room_id}/attributes/batch", "r1",
+            json:
+                #"{"operator":"b","operations":[{"op":"set","key":"score","value":"1"},{"op":"delete","key":"mode"}],"is_delete_after_owner_left":true}"#,
+            status: 200)
+        #expect(applied.json?["applied"] == .bool(true))
+        let aborted = c.call(
+            .post, "/v1/rooms/{room_id}/attributes/batch", "r1", as: .user("c"),
+            json: #"{"operations":[{"op":"set","key":"x","value":"1"},{"op":"delete","key":"topic"}]}"#, status: 200)
+        #expect(aborted.json?["applied"] == .bool(false))
+        #expect(aborted.json?["results"]?.arrayValue?.map { $0["error"]?["code"]?.intValue } == [6_000_331, 7_000_401])
+        c.call(.post, "/v1/rooms/{room_id}/attributes/batch", "r1", json: #"{"operator":"e","operations":[{"op":"delete","key":"x"}]}"#, status: 403)
+        c.call(.post, "/v1/rooms/{room_id}/attributes/batch", "nope", json: #"{"operations":[{"op":"delete","key":"x"}]}"#, status: 404)
+
+        c.call(
+            .post, "/v1/rooms/{room_id}/member_attributes", "r1", as: .user("b"),
+            json: #"{"user_ids":["b","c","e"],"attributes":{"mic":"on","seat":"3"}}"#, status: 200)
+        c.call(
+            .post, "/v1/rooms/{room_id}/member_attributes", "r1",
+            json: #"{"user_ids":["c","a"],"attributes":{"hand":"up","toolongkey":"x"},"is_delete_after_owner_left":false}"#, status: 200)
+        c.call(.post, "/v1/rooms/{room_id}/member_attributes", "r1", json: #"{"operator":"e","user_ids":["b"],"attributes":{"k":"v"}}"#, status: 403)
+        c.call(.post, "/v1/rooms/{room_id}/member_attributes", "nope", json: #"{"user_ids":["b"],"attributes":{"k":"v"}}"#, status: 404)
+        c.call(.post, "/v1/rooms/{room_id}/member_attributes/query", "r1", json: #"{"user_ids":["b","a","e"]}"#, status: 200)
+        c.call(.post, "/v1/rooms/{room_id}/member_attributes/query", "r1", as: .user("e"), json: #"{"user_ids":["b"]}"#, status: 403)
+        c.call(.post, "/v1/rooms/{room_id}/member_attributes/query", "nope", json: #"{"user_ids":["b"]}"#, status: 404)
+        let holders = c.call(.get, "/v1/rooms/{room_id}/member_attributes", "r1", query: "limit=1", status: 200)
+        if let cursor = holders.json?["next_cursor"]?.stringValue {
+            c.call(.get, "/v1/rooms/{room_id}/member_attributes", "r1", query: "cursor=\(cursor)", as: .user("c"), status: 200)
+        }
+        c.call(.get, "/v1/rooms/{room_id}/member_attributes", "r1", query: "cursor=bogus", status: 400)
+        c.call(.get, "/v1/rooms/{room_id}/member_attributes", "r1", as: .user("e"), status: 403)
+        c.call(.get, "/v1/rooms/{room_id}/member_attributes", "nope", status: 404)
+
+        // b leaves (its flagged `score` goes: room.attributes_updated with operator null); kicks; the empty room is
+        // scheduled for destruction, then destroyed.
+        c.call(.post, "/v1/rooms/{room_id}/leave", "r1", as: .user("b"), json: "{}", status: 200)
+        c.call(.post, "/v1/rooms/{room_id}/leave", "r1", json: #"{"user_id":"b"}"#, status: 403)
+        c.call(.post, "/v1/rooms/{room_id}/leave", "nope", json: #"{"user_id":"b"}"#, status: 404)
+        c.call(.post, "/v1/rooms/{room_id}/members/kick", "r1", json: #"{"user_ids":["c","b","ghost","a"]}"#, status: 200)
+        c.call(.post, "/v1/rooms/{room_id}/members/kick", "r1", as: .user("a"), json: #"{"user_ids":["a"]}"#, status: 403)
+        c.call(.post, "/v1/rooms/{room_id}/members/kick", "nope", json: #"{"user_ids":["a"]}"#, status: 404)
+        let empty = c.call(.get, "/v1/rooms/{room_id}", "r1", status: 200)
+        #expect(empty.json?["destroy_at"]?.intValue != nil)
+        c.call(.delete, "/v1/rooms/{room_id}", "r1", status: 204)
+        c.call(.delete, "/v1/rooms/{room_id}", "r1", status: 404)
+        c.call(.delete, "/v1/rooms/{room_id}", "r3", as: .user("c"), status: 403)
+        c.call(.post, "/v1/rooms/{room_id}/leave", "r3", json: #"{"user_id":"c"}"#, status: 200)
+        c.call(.get, "/v1/rooms/{room_id}", "r3", status: 404)
+    }
+
     static func messagesAndConversations(_ c: ContractChecker) throws {
         let text = #"{"from":"a","conversation_type":"peer","to":"b","type":1,"body":{"text":"hi"},"client_msg_id":"m1"}"#
         let sent = c.call(.post, "/v1/messages", json: text, status: 201)
@@ -370,6 +484,8 @@ struct OpenAPIResponseSchemaTests {
             "app.settings_updated", "user.created", "user.updated", "user.deleted", "user.kicked", "user.status_updated",
             "friend.added", "friend.deleted", "friend.updated", "friend.application_created", "friend.application_updated",
             "device.registered", "device.removed", "blacklist.added", "blacklist.removed", "user.push_rule_updated",
+            "room.created", "room.member_joined", "room.member_left", "room.attributes_updated", "room.attributes_batch_updated",
+            "room.member_attributes_updated", "room.destroyed",
         ]
         #expect(expected.subtracting(types).sorted() == [], "event types not checked against a payload schema")
         c.call(.get, "/v1/events/log", query: "after=earliest&types=message.*&group_id=g1", status: 200)
@@ -466,7 +582,10 @@ struct OpenAPIResponseSchemaTests {
     static let eventDataSchemas = [
         "device.registered": "DeviceRegisteredData", "device.removed": "DeviceRemovedData",
         "blacklist.added": "BlacklistChangedData", "blacklist.removed": "BlacklistChangedData",
-        "user.push_rule_updated": "PushRuleUpdatedData",
+        "user.push_rule_updated": "PushRuleUpdatedData", "room.created": "RoomCreatedData",
+        "room.member_joined": "RoomMemberJoinedData", "room.member_left": "RoomMemberLeftData",
+        "room.attributes_updated": "RoomAttributesUpdatedData", "room.attributes_batch_updated": "RoomAttributesBatchUpdatedData",
+        "room.member_attributes_updated": "RoomMemberAttributesUpdatedData", "room.destroyed": "RoomDestroyedData",
     ]
 
     /// Problem responses of the kinds every operation declares: 401, 403, 415.
