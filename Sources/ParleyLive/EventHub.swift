@@ -309,8 +309,13 @@ package final class EventHub: Sendable {
 
     /// Catches subscribers up to the feed head, then reads and delivers the app's new events. Returns true when a
     /// subscriber is still behind (its next pages come in the next pass).
+    ///
+    /// The frames of one page go to each stream as one write (``Outbox``): a busy room sends each of its thousands of
+    /// member streams one chunk and one socket write per page instead of one per event, and the busier the hub the
+    /// more each write carries.
     private func pump(_ feed: inout Feed, appID: String, audience: inout MemberAudience, db: PostgresConnection) throws -> Bool {
         var behind = false
+        var outbox = Outbox()
         for id in Array(feed.subscribers.keys) {
             var pages = 0
             while let subscriber = feed.subscribers[id], subscriber.cursor < feed.head {
@@ -323,38 +328,66 @@ package final class EventHub: Sendable {
                     appID: appID, after: subscriber.cursor, upTo: feed.head, limit: Self.pageSize, on: db)
                 for event in page {
                     audience.observe(event, appID: appID)
-                    try deliver(event, to: id, in: &feed, audience: &audience, db: db)
+                    try deliver(event, to: id, in: &feed, audience: &audience, outbox: &outbox, db: db)
                 }
                 if page.count < Self.pageSize { feed.subscribers[id]?.cursor = feed.head }
+                outbox.flush(feed)
             }
         }
         while true {
             let page = try EventLog.readLive(appID: appID, after: feed.head, upTo: nil, limit: Self.pageSize, on: db)
             for event in page {
                 audience.observe(event, appID: appID)
-                for id in Array(feed.subscribers.keys) { try deliver(event, to: id, in: &feed, audience: &audience, db: db) }
+                for id in Array(feed.subscribers.keys) {
+                    try deliver(event, to: id, in: &feed, audience: &audience, outbox: &outbox, db: db)
+                }
                 feed.head = event.id
             }
+            outbox.flush(feed)
             if page.count < Self.pageSize { return behind }
         }
     }
 
+    /// The frames of a page waiting for their streams, by subscriber; a stream's frames leave as one write when the
+    /// page is done, when they pass `maxBytes` (memory stays bounded with thousands of streams), or before its stream
+    /// closes.
+    private struct Outbox {
+        private var frames: [UInt64: [UInt8]] = [:]
+        static let maxBytes = 16 * 1024
+
+        mutating func add(_ frame: [UInt8], for id: UInt64, stream: ResponseStream) {
+            frames[id, default: []].append(contentsOf: frame)
+            if frames[id]!.count >= Self.maxBytes { flush(id, stream: stream) }
+        }
+
+        mutating func flush(_ id: UInt64, stream: ResponseStream) {
+            if let bytes = frames.removeValue(forKey: id) { stream.write(bytes) }
+        }
+
+        mutating func flush(_ feed: Feed) {
+            for (id, bytes) in frames { feed.subscribers[id]?.stream.write(bytes) }
+            frames.removeAll(keepingCapacity: true)
+        }
+    }
+
     /// Hands `event` to one subscriber if it is past its cursor and visible to it; applies the closing rules.
-    private func deliver(_ event: LiveEvent, to id: UInt64, in feed: inout Feed, audience: inout MemberAudience, db: PostgresConnection)
-        throws
-    {
+    private func deliver(
+        _ event: LiveEvent, to id: UInt64, in feed: inout Feed, audience: inout MemberAudience, outbox: inout Outbox,
+        db: PostgresConnection
+    ) throws {
         guard let subscriber = feed.subscribers[id], event.id > subscriber.cursor else { return }
         let appID = subscriber.subscription.appID
         let visible = try subscriber.subscription.filter.matches(event) { userID, key in
             try audience.wasMember(userID, of: key, appID: appID, at: event.id, on: db)
         }
         feed.subscribers[id]!.cursor = event.id
-        if visible { subscriber.stream.write(event.frame) }
+        if visible { outbox.add(event.frame, for: id, stream: subscriber.stream) }
         guard let userID = subscriber.subscription.userID else { return }
         let kicked =
             event.type == "user.kicked" && event.audience.contains(userID)
             && (event.kickedPlatforms ?? [subscriber.subscription.platform]).contains(subscriber.subscription.platform)
         if kicked || event.deletedUserID == userID {
+            outbox.flush(id, stream: subscriber.stream)
             subscriber.presence?.endedByLogout()
             subscriber.stream.close()
             feed.subscribers[id] = nil
