@@ -217,12 +217,24 @@ package final class EventHub: Sendable {
 
     // MARK: - The hub thread
 
-    private struct Subscriber: Sendable {
+    /// One open stream as the hub sees it. A class, so the hub's per-event loop over thousands of them touches one
+    /// reference each instead of copying their fields.
+    ///
+    /// Owner: made by `subscribe` and handed over through the inbox; after that only the hub thread reads or moves
+    /// `cursor` (hence `@unchecked`: the other fields are immutable and Sendable).
+    private final class Subscriber: @unchecked Sendable {
         let subscription: Subscription
         let stream: ResponseStream
         let presence: UserStreamPresence?
         /// The last event id this subscriber has passed (delivered or filtered out).
         var cursor: Int64
+
+        init(subscription: Subscription, stream: ResponseStream, presence: UserStreamPresence?, cursor: Int64) {
+            self.subscription = subscription
+            self.stream = stream
+            self.presence = presence
+            self.cursor = cursor
+        }
     }
 
     private struct Feed {
@@ -310,15 +322,16 @@ package final class EventHub: Sendable {
     /// Catches subscribers up to the feed head, then reads and delivers the app's new events. Returns true when a
     /// subscriber is still behind (its next pages come in the next pass).
     ///
-    /// The frames of one page go to each stream as one write (``Outbox``): a busy room sends each of its thousands of
-    /// member streams one chunk and one socket write per page instead of one per event, and the busier the hub the
-    /// more each write carries.
+    /// Each page is observed whole by the audience cache first (its answers for an event do not depend on having seen
+    /// only the events before it: membership intervals carry their event ids), then delivered stream by stream: a
+    /// stream gets the frames of a page it may see as one write, so a busy room sends each of its thousands of member
+    /// streams one chunk and one socket write per page instead of one per event, and the busier the hub the more each
+    /// write carries.
     private func pump(_ feed: inout Feed, appID: String, audience: inout MemberAudience, db: PostgresConnection) throws -> Bool {
         var behind = false
-        var outbox = Outbox()
-        for id in Array(feed.subscribers.keys) {
+        for (id, subscriber) in feed.subscribers {
             var pages = 0
-            while let subscriber = feed.subscribers[id], subscriber.cursor < feed.head {
+            while feed.subscribers[id] != nil, subscriber.cursor < feed.head {
                 if pages == Self.catchUpPages {
                     behind = true
                     break
@@ -326,72 +339,50 @@ package final class EventHub: Sendable {
                 pages += 1
                 let page = try EventLog.readLive(
                     appID: appID, after: subscriber.cursor, upTo: feed.head, limit: Self.pageSize, on: db)
-                for event in page {
-                    audience.observe(event, appID: appID)
-                    try deliver(event, to: id, in: &feed, audience: &audience, outbox: &outbox, db: db)
-                }
-                if page.count < Self.pageSize { feed.subscribers[id]?.cursor = feed.head }
-                outbox.flush(feed)
+                for event in page { audience.observe(event, appID: appID) }
+                try deliver(page, to: id, subscriber, in: &feed, audience: &audience, db: db)
+                if page.count < Self.pageSize, feed.subscribers[id] != nil { subscriber.cursor = feed.head }
             }
         }
         while true {
             let page = try EventLog.readLive(appID: appID, after: feed.head, upTo: nil, limit: Self.pageSize, on: db)
-            for event in page {
-                audience.observe(event, appID: appID)
-                for id in Array(feed.subscribers.keys) {
-                    try deliver(event, to: id, in: &feed, audience: &audience, outbox: &outbox, db: db)
-                }
-                feed.head = event.id
+            for event in page { audience.observe(event, appID: appID) }
+            // A copy of the table: delivering may close (remove) subscribers.
+            for (id, subscriber) in feed.subscribers {
+                try deliver(page, to: id, subscriber, in: &feed, audience: &audience, db: db)
             }
-            outbox.flush(feed)
+            if let last = page.last { feed.head = last.id }
             if page.count < Self.pageSize { return behind }
         }
     }
 
-    /// The frames of a page waiting for their streams, by subscriber; a stream's frames leave as one write when the
-    /// page is done, when they pass `maxBytes` (memory stays bounded with thousands of streams), or before its stream
-    /// closes.
-    private struct Outbox {
-        private var frames: [UInt64: [UInt8]] = [:]
-        static let maxBytes = 16 * 1024
-
-        mutating func add(_ frame: [UInt8], for id: UInt64, stream: ResponseStream) {
-            frames[id, default: []].append(contentsOf: frame)
-            if frames[id]!.count >= Self.maxBytes { flush(id, stream: stream) }
-        }
-
-        mutating func flush(_ id: UInt64, stream: ResponseStream) {
-            if let bytes = frames.removeValue(forKey: id) { stream.write(bytes) }
-        }
-
-        mutating func flush(_ feed: Feed) {
-            for (id, bytes) in frames { feed.subscribers[id]?.stream.write(bytes) }
-            frames.removeAll(keepingCapacity: true)
-        }
-    }
-
-    /// Hands `event` to one subscriber if it is past its cursor and visible to it; applies the closing rules.
+    /// Hands one subscriber, as one write, the events of `page` past its cursor that it may see; applies the closing
+    /// rules (the frames before a closing event, and that event's own, are written before the stream closes).
     private func deliver(
-        _ event: LiveEvent, to id: UInt64, in feed: inout Feed, audience: inout MemberAudience, outbox: inout Outbox,
+        _ page: [LiveEvent], to id: UInt64, _ subscriber: Subscriber, in feed: inout Feed, audience: inout MemberAudience,
         db: PostgresConnection
     ) throws {
-        guard let subscriber = feed.subscribers[id], event.id > subscriber.cursor else { return }
         let appID = subscriber.subscription.appID
-        let visible = try subscriber.subscription.filter.matches(event) { userID, key in
-            try audience.wasMember(userID, of: key, appID: appID, at: event.id, on: db)
+        var frames: [UInt8] = []
+        for event in page where event.id > subscriber.cursor {
+            let visible = try subscriber.subscription.filter.matches(event) { userID, key in
+                try audience.wasMember(userID, of: key, appID: appID, at: event.id, on: db)
+            }
+            subscriber.cursor = event.id
+            if visible { frames.append(contentsOf: event.frame) }
+            guard let userID = subscriber.subscription.userID else { continue }
+            let kicked =
+                event.type == "user.kicked" && event.audience.contains(userID)
+                && (event.kickedPlatforms ?? [subscriber.subscription.platform]).contains(subscriber.subscription.platform)
+            if kicked || event.deletedUserID == userID {
+                subscriber.stream.write(frames)
+                subscriber.presence?.endedByLogout()
+                subscriber.stream.close()
+                feed.subscribers[id] = nil
+                return
+            }
         }
-        feed.subscribers[id]!.cursor = event.id
-        if visible { outbox.add(event.frame, for: id, stream: subscriber.stream) }
-        guard let userID = subscriber.subscription.userID else { return }
-        let kicked =
-            event.type == "user.kicked" && event.audience.contains(userID)
-            && (event.kickedPlatforms ?? [subscriber.subscription.platform]).contains(subscriber.subscription.platform)
-        if kicked || event.deletedUserID == userID {
-            outbox.flush(id, stream: subscriber.stream)
-            subscriber.presence?.endedByLogout()
-            subscriber.stream.close()
-            feed.subscribers[id] = nil
-        }
+        subscriber.stream.write(frames)
     }
 
     /// Closes the streams whose credential lapsed (API.md §14.3 "Closing"): the user token expired, the app key was

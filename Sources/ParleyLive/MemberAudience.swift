@@ -30,7 +30,8 @@ struct MemberAudience {
     }
 
     private struct Membership {
-        /// The app's event head when the intervals were read.
+        /// The intervals hold every membership change up to this event id: the app's event head when they were read,
+        /// or the last membership event applied since.
         var loadedAt: Int64
         var intervals: [String: [(joined: Int64, left: Int64?)]]
     }
@@ -73,6 +74,8 @@ struct MemberAudience {
         }
         guard var cached = cache[appID]?[key], event.id > cached.loadedAt else { return }
         if key.kind == .room, Self.apply(event, to: &cached) {
+            // Everything up to this event is in the intervals now: a later look at it (a stream catching up) skips it.
+            cached.loadedAt = event.id
             cache[appID]?[key] = cached
             return
         }
