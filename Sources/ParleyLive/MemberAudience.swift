@@ -151,35 +151,22 @@ struct MemberAudience {
     }
 
     private static func load(appID: String, key: Key, on db: PostgresConnection) throws -> Membership {
-        let result: PostgresResult
-        switch key.kind {
-        case .group:
-            result = try db.query(
-                """
-                WITH h AS (SELECT head FROM event_heads WHERE app_id = \(appID))
-                SELECT h.head, x.user_id, x.joined_event, x.left_event
-                FROM h LEFT JOIN (
-                    SELECT user_id, joined_event, NULL::bigint AS left_event
-                    FROM group_members WHERE app_id = \(appID) AND group_id = \(key.id) AND joined_event IS NOT NULL
-                    UNION ALL
-                    SELECT user_id, joined_event, left_event FROM group_member_history
-                    WHERE app_id = \(appID) AND group_id = \(key.id) AND joined_event IS NOT NULL
-                ) x ON true
-                """)
-        case .room:
-            result = try db.query(
-                """
-                WITH h AS (SELECT head FROM event_heads WHERE app_id = \(appID))
-                SELECT h.head, x.user_id, x.joined_event, x.left_event
-                FROM h LEFT JOIN (
-                    SELECT user_id, joined_event, NULL::bigint AS left_event
-                    FROM room_members WHERE app_id = \(appID) AND room_id = \(key.id) AND joined_event IS NOT NULL
-                    UNION ALL
-                    SELECT user_id, joined_event, left_event FROM room_member_history
-                    WHERE app_id = \(appID) AND room_id = \(key.id) AND joined_event IS NOT NULL
-                ) x ON true
-                """)
-        }
+        // The same query over the group or the room tables (constant fragments, not parameters).
+        let (members, history, column) =
+            key.kind == .group
+            ? ("group_members", "group_member_history", "group_id") : ("room_members", "room_member_history", "room_id")
+        let result = try db.query(
+            """
+            WITH h AS (SELECT head FROM event_heads WHERE app_id = \(appID))
+            SELECT h.head, x.user_id, x.joined_event, x.left_event
+            FROM h LEFT JOIN (
+                SELECT user_id, joined_event, NULL::bigint AS left_event
+                FROM \(sql: members) WHERE app_id = \(appID) AND \(sql: column) = \(key.id) AND joined_event IS NOT NULL
+                UNION ALL
+                SELECT user_id, joined_event, left_event FROM \(sql: history)
+                WHERE app_id = \(appID) AND \(sql: column) = \(key.id) AND joined_event IS NOT NULL
+            ) x ON true
+            """)
         var membership = Membership(loadedAt: 0, intervals: [:])
         for row in result.rows {
             membership.loadedAt = try row[0].int64

@@ -135,18 +135,29 @@ package enum RoomRoutes {
         }
 
         api.add(.post, "/v1/rooms/{room_id}/members/query", .appOrUser, "queryRoomMembers") { ctx in
-            let roomID = try ctx.pathID("room_id", .roomID)
-            var body = try ctx.body()
-            let items = body.batchIDs(maxItems: RoomLimits.maxMemberQuery)
-            try body.check()
-            let service = RoomService.forRequest(ctx)
-            _ = try service.readable(roomID, by: ctx.tokenUserID)
-            let members = try service.members(of: roomID, among: items.compactMap(\.userID))
-            return Reply.batch(
-                BatchResult.results(items) { id in
-                    members[id].map { .ok($0.json()) } ?? .failed(.notInRoom, "user \(id) is not in room \(roomID)")
-                })
+            try queryMembers(ctx, maxItems: RoomLimits.maxMemberQuery) { service, roomID, userIDs in
+                try service.members(of: roomID, among: userIDs).mapValues { $0.json() }
+            }
         }
+    }
+
+    /// A members-only batch read (`…/members/query`, `…/member_attributes/query`): `data` = what `fetch` found for
+    /// each user in the room; the others fail with `not_in_room`.
+    private static func queryMembers(
+        _ ctx: APIContext, maxItems: Int,
+        _ fetch: (RoomService, _ roomID: String, _ userIDs: [String]) throws -> [String: [UInt8]]
+    ) throws -> Response {
+        let roomID = try ctx.pathID("room_id", .roomID)
+        var body = try ctx.body()
+        let items = body.batchIDs(maxItems: maxItems)
+        try body.check()
+        let service = RoomService.forRequest(ctx)
+        _ = try service.readable(roomID, by: ctx.tokenUserID)
+        let found = try fetch(service, roomID, items.compactMap(\.userID))
+        return Reply.batch(
+            BatchResult.results(items) { id in
+                found[id].map { .ok($0) } ?? .failed(.notInRoom, "user \(id) is not in room \(roomID)")
+            })
     }
 
     /// The operator of an attribute request (§1.3): a user token acts for itself, the app for `operator` if it
@@ -317,17 +328,12 @@ package enum RoomRoutes {
         }
 
         api.add(.post, "/v1/rooms/{room_id}/member_attributes/query", .appOrUser, "queryRoomMemberAttributes") { ctx in
-            let roomID = try ctx.pathID("room_id", .roomID)
-            var body = try ctx.body()
-            let items = body.batchIDs(maxItems: RoomLimits.maxMemberAttributeUsers)
-            try body.check()
-            let service = RoomService.forRequest(ctx)
-            _ = try service.readable(roomID, by: ctx.tokenUserID)
-            let found = try service.memberAttributes(of: roomID, userIDs: items.compactMap(\.userID))
-            return Reply.batch(
-                BatchResult.results(items) { id in
-                    found[id].map { .ok(RoomService.memberAttributesJSON(id, $0)) } ?? .failed(.notInRoom, "user \(id) is not in room \(roomID)")
-                })
+            try queryMembers(ctx, maxItems: RoomLimits.maxMemberAttributeUsers) { service, roomID, userIDs in
+                Dictionary(
+                    uniqueKeysWithValues: try service.memberAttributes(of: roomID, userIDs: userIDs).map {
+                        ($0.key, RoomService.memberAttributesJSON($0.key, $0.value))
+                    })
+            }
         }
 
         api.add(.get, "/v1/rooms/{room_id}/member_attributes", .appOrUser, "listRoomMemberAttributes") { ctx in
