@@ -347,12 +347,10 @@ final class HTTPConnection: EventLoop.Watcher {
 
     func streamWrite(_ bytes: [UInt8]) {
         guard case .streaming(let stream) = phase else { return }
-        var chunk: [UInt8] = Array(String(bytes.count, radix: 16).utf8)
-        chunk.reserveCapacity(bytes.count + 12)
-        chunk.append(contentsOf: [0x0D, 0x0A])
-        chunk.append(contentsOf: bytes)
-        chunk.append(contentsOf: [0x0D, 0x0A])
-        append(chunk)
+        // The chunk goes straight into the output buffer (size line, bytes, CRLF): one copy of the bytes, not two.
+        append(Array(String(bytes.count, radix: 16).utf8) + [0x0D, 0x0A])
+        output.append(contentsOf: bytes)
+        output.append(contentsOf: [0x0D, 0x0A])
         if output.count - outputOffset > stream.maxBufferedBytes {
             server.logger.debug("msg=\"slow stream closed\" fd=\(fd)")
             close()

@@ -339,41 +339,46 @@ package final class EventHub: Sendable {
                 pages += 1
                 let page = try EventLog.readLive(
                     appID: appID, after: subscriber.cursor, upTo: feed.head, limit: Self.pageSize, on: db)
-                for event in page { audience.observe(event, appID: appID) }
-                try deliver(page, to: id, subscriber, in: &feed, audience: &audience, db: db)
+                let members = try observe(page, appID: appID, audience: &audience, db: db)
+                deliver(page, members, to: id, subscriber, in: &feed)
                 if page.count < Self.pageSize, feed.subscribers[id] != nil { subscriber.cursor = feed.head }
             }
         }
         while true {
             let page = try EventLog.readLive(appID: appID, after: feed.head, upTo: nil, limit: Self.pageSize, on: db)
-            for event in page { audience.observe(event, appID: appID) }
+            let members = try observe(page, appID: appID, audience: &audience, db: db)
             // A copy of the table: delivering may close (remove) subscribers.
-            for (id, subscriber) in feed.subscribers {
-                try deliver(page, to: id, subscriber, in: &feed, audience: &audience, db: db)
-            }
+            for (id, subscriber) in feed.subscribers { deliver(page, members, to: id, subscriber, in: &feed) }
             if let last = page.last { feed.head = last.id }
             if page.count < Self.pageSize { return behind }
         }
     }
 
-    /// Hands one subscriber, as one write, the events of `page` past its cursor that it may see; applies the closing
-    /// rules (the frames before a closing event, and that event's own, are written before the stream closes).
+    /// Shows a page to the audience cache, then resolves the members of each event written to members once (every
+    /// subscriber asks about the same event).
+    private func observe(_ page: [LiveEvent], appID: String, audience: inout MemberAudience, db: PostgresConnection) throws
+        -> [MemberAudience.Members?]
+    {
+        for event in page { audience.observe(event, appID: appID) }
+        return try page.map { try audience.members(of: $0, appID: appID, on: db) }
+    }
+
+    /// Hands one subscriber, as one write, the events of `page` past its cursor that it may see (`members`: each
+    /// event's members, from ``observe(_:appID:audience:db:)``); applies the closing rules (the frames before a
+    /// closing event, and that event's own, are written before the stream closes).
     private func deliver(
-        _ page: [LiveEvent], to id: UInt64, _ subscriber: Subscriber, in feed: inout Feed, audience: inout MemberAudience,
-        db: PostgresConnection
-    ) throws {
-        let appID = subscriber.subscription.appID
+        _ page: [LiveEvent], _ members: [MemberAudience.Members?], to id: UInt64, _ subscriber: Subscriber, in feed: inout Feed
+    ) {
+        let subscription = subscriber.subscription
         var frames: [UInt8] = []
-        for event in page where event.id > subscriber.cursor {
-            let visible = try subscriber.subscription.filter.matches(event) { userID, key in
-                try audience.wasMember(userID, of: key, appID: appID, at: event.id, on: db)
-            }
+        for (index, event) in page.enumerated() where event.id > subscriber.cursor {
+            let visible = subscription.filter.matches(event) { userID, _ in members[index]?.contains(userID) ?? false }
             subscriber.cursor = event.id
             if visible { frames.append(contentsOf: event.frame) }
-            guard let userID = subscriber.subscription.userID else { continue }
+            guard let userID = subscription.userID else { continue }
             let kicked =
                 event.type == "user.kicked" && event.audience.contains(userID)
-                && (event.kickedPlatforms ?? [subscriber.subscription.platform]).contains(subscriber.subscription.platform)
+                && (event.kickedPlatforms ?? [subscription.platform]).contains(subscription.platform)
             if kicked || event.deletedUserID == userID {
                 subscriber.stream.write(frames)
                 subscriber.presence?.endedByLogout()

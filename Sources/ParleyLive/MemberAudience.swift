@@ -127,8 +127,30 @@ struct MemberAudience {
         return (try? JSONValue.parse(json))?["data"]
     }
 
+    /// The members of an event written to members (nil for other events), to ask about many users of one event
+    /// with one cache look-up; ask after observing the event.
+    mutating func members(of event: LiveEvent, appID: String, on db: PostgresConnection) throws -> Members? {
+        guard let key = Self.key(of: event) else { return nil }
+        return Members(intervals: try membership(of: key, appID: appID, on: db).intervals, eventID: event.id)
+    }
+
+    /// Who was a member of one event's group or room when it was written.
+    struct Members {
+        fileprivate let intervals: [String: [(joined: Int64, left: Int64?)]]
+        let eventID: Int64
+
+        func contains(_ userID: String) -> Bool {
+            intervals[userID]?.contains { $0.joined < eventID && ($0.left.map { eventID < $0 } ?? true) } ?? false
+        }
+    }
+
     /// Whether `userID` was a member of the group or room `key` when event `eventID` was written.
     mutating func wasMember(_ userID: String, of key: Key, appID: String, at eventID: Int64, on db: PostgresConnection) throws -> Bool {
+        Members(intervals: try membership(of: key, appID: appID, on: db).intervals, eventID: eventID).contains(userID)
+    }
+
+    /// The cached intervals of `key`, loaded when missing.
+    private mutating func membership(of key: Key, appID: String, on db: PostgresConnection) throws -> Membership {
         let membership: Membership
         if let cached = cache[appID]?[key] {
             membership = cached
@@ -141,7 +163,7 @@ struct MemberAudience {
             cache[appID, default: [:]][key] = membership
             loadedCount += 1
         }
-        return membership.intervals[userID]?.contains { $0.joined < eventID && ($0.left.map { eventID < $0 } ?? true) } ?? false
+        return membership
     }
 
     /// Forgets every group and room of `appID` (its feed closed).
