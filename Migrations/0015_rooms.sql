@@ -45,8 +45,11 @@ CREATE TABLE room_members (
 );
 -- Rooms per user (max_rooms_per_user) and a hard-deleted user's rooms.
 CREATE INDEX room_members_user ON room_members (app_id, user_id);
--- GET /v1/rooms/{room_id}/members: by entered_at, then user_id.
-CREATE INDEX room_members_entered ON room_members (app_id, room_id, entered_at, user_id COLLATE "C");
+-- GET /v1/rooms/{room_id}/members: by entered_at, then user_id. Keyed by an expression (room ids have no '/'), not by
+-- (app_id, room_id): a plain (app_id, room_id, …) index ties with the primary key for a member probe on a table with
+-- no statistics yet (a room filling up in its first minute), and the planner then walked every member of the room
+-- for each enter, leave and room send (1.3 ms instead of 0.02 ms at 2,500 members).
+CREATE INDEX room_members_entered ON room_members ((app_id || '/' || room_id), entered_at, user_id COLLATE "C");
 CREATE INDEX room_members_unstamped ON room_members (app_id, room_id) WHERE joined_event IS NULL;
 
 -- Past memberships (leave, kick, offline removal, hard delete, destruction), stamped like group_member_history.

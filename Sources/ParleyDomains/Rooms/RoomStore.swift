@@ -127,12 +127,15 @@ enum RoomStore {
 
     /// Removes members (they move to the membership history, stamped by the sequencer with the event that records
     /// their leave) and returns the ids removed.
+    /// `userIDs` nil: every member (destruction). Two statements, not one with an optional filter: the generic plan of
+    /// `($3 IS NULL OR user_id = ANY($3))` cannot probe the primary key and walked the whole room for one leave.
     static func removeMembers(appID: String, roomID: String, userIDs: [String]?, on db: PostgresConnection) throws -> [String] {
-        try db.query(
+        var which: PostgresQuery = "app_id = \(appID) AND room_id = \(roomID)"
+        if let userIDs { which += " AND user_id = ANY(\(userIDs)::text[])" }
+        return try db.query(
             """
             WITH gone AS (
-                DELETE FROM room_members
-                WHERE app_id = \(appID) AND room_id = \(roomID) AND (\(userIDs)::text[] IS NULL OR user_id = ANY(\(userIDs)::text[]))
+                DELETE FROM room_members WHERE \(which)
                 RETURNING app_id, room_id, user_id, joined_event, joined_xact
             )
             INSERT INTO room_member_history (app_id, room_id, user_id, joined_event, joined_xact)
@@ -154,14 +157,15 @@ enum RoomStore {
     static func listMembers(appID: String, roomID: String, after: (Int64, String)?, limit: Int, on db: PostgresConnection) throws
         -> [RoomMember]
     {
+        // The list index is keyed by `app_id || '/' || room_id` (Migrations/0015_rooms.sql).
         var query: PostgresQuery = """
             SELECT \(sql: memberColumns) FROM room_members m JOIN users u ON u.app_id = m.app_id AND u.user_id = m.user_id
-            WHERE m.app_id = \(appID) AND m.room_id = \(roomID)
+            WHERE (m.app_id || '/' || m.room_id) = \(appID + "/" + roomID)
             """
         if let (t, id) = after {
             query += " AND (m.entered_at, m.user_id COLLATE \"C\") > (\(t), \(id) COLLATE \"C\")"
         }
-        query += " ORDER BY m.entered_at, m.user_id COLLATE \"C\" LIMIT \(limit)"
+        query += " ORDER BY (m.app_id || '/' || m.room_id), m.entered_at, m.user_id COLLATE \"C\" LIMIT \(limit)"
         return try db.query(query).rows.map(member)
     }
 
