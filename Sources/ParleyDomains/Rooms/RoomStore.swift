@@ -127,11 +127,17 @@ enum RoomStore {
 
     /// Removes members (they move to the membership history, stamped by the sequencer with the event that records
     /// their leave) and returns the ids removed.
-    /// `userIDs` nil: every member (destruction). Two statements, not one with an optional filter: the generic plan of
-    /// `($3 IS NULL OR user_id = ANY($3))` cannot probe the primary key and walked the whole room for one leave.
+    /// `userIDs` nil: every member (destruction). The filter is written per case, not as one optional parameter: a
+    /// generic plan of `($3 IS NULL OR user_id = ANY($3))`, and on a table without statistics yet even of
+    /// `user_id = ANY($3)`, filters the whole room instead of probing the primary key, so one user (a leave, an offline
+    /// removal, a hard delete) is matched with `=`.
     static func removeMembers(appID: String, roomID: String, userIDs: [String]?, on db: PostgresConnection) throws -> [String] {
         var which: PostgresQuery = "app_id = \(appID) AND room_id = \(roomID)"
-        if let userIDs { which += " AND user_id = ANY(\(userIDs)::text[])" }
+        if let userIDs, userIDs.count == 1 {
+            which += " AND user_id = \(userIDs[0])"
+        } else if let userIDs {
+            which += " AND user_id = ANY(\(userIDs)::text[])"
+        }
         return try db.query(
             """
             WITH gone AS (
