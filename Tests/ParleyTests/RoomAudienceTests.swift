@@ -1,3 +1,4 @@
+import Foundation
 import ParleyHTTP
 import ParleyPostgres
 import ParleyTesting
@@ -130,5 +131,46 @@ struct RoomAudienceTests {
         // Retention: once the log is trimmed past the ends of the intervals, they go.
         _ = try EventRetention.trim(appID: appID, after: 0, before: Int64.max, services: server.app.services)
         #expect(try server.count("SELECT count(*) FROM room_member_history WHERE app_id = $1", [appID]) == 0)
+    }
+
+    /// A member who leaves while the sequencer numbers its join (the sequencer waits on the leave's lock of the
+    /// member row and finds it gone) still gets its join stamped, on the history row the leave wrote.
+    @Test func aLeaveRacingTheNumberingOfItsJoinKeepsTheJoinStamp() throws {
+        let server = try TestServer.start()
+        defer { server.stop() }
+        let app = try server.createApp()
+        try app.createUser("a")
+        let appID = app.appID
+        try Self.write(
+            server, appID,
+            [
+                "INSERT INTO rooms (app_id, room_id, created_at, member_count) VALUES ($1, 'r1', 0, 1)",
+                "INSERT INTO room_members (app_id, room_id, user_id, entered_at) VALUES ($1, 'r1', 'a', 0)",
+            ], [Self.event("room.member_joined", audience: ["a"])])
+        // The leave holds the member row (deleted, not committed) while the sequencer numbers the join.
+        let leaving = DispatchSemaphore(value: 0)
+        let commit = DispatchSemaphore(value: 0)
+        let left = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            try? server.app.services.pool.transaction { db in
+                _ = try db.query(sql: Self.leave(["a"]), [appID])
+                try EventLog.append([Self.event("room.member_left", audience: ["a"])], appID: appID, now: 1, on: db)
+                leaving.signal()
+                commit.wait()
+            }
+            left.signal()
+        }
+        leaving.wait()
+        Thread.detachNewThread {
+            Thread.sleep(forTimeInterval: 0.3)
+            commit.signal()
+        }
+        try Self.sequence(server, appID)
+        left.wait()
+        try Self.sequence(server, appID)
+        let unstamped = try server.count(
+            "SELECT count(*) FROM room_member_history WHERE app_id = $1 AND (joined_event IS NULL OR left_event IS NULL)", [appID])
+        #expect(unstamped == 0)
+        #expect(try server.count("SELECT count(*) FROM room_member_history WHERE app_id = $1", [appID]) == 1)
     }
 }

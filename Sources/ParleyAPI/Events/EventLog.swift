@@ -130,7 +130,7 @@ public enum EventLog {
                 ).first
             else { return nil }
             let before = try head[0].int64
-            let moved =
+            let row =
                 try db.query(
                     """
                     WITH moved AS (
@@ -183,11 +183,39 @@ public enum EventLog {
                         UPDATE event_heads SET head = \(before) + (SELECT count(*) FROM numbered)
                         WHERE app_id = \(appID) AND EXISTS (SELECT 1 FROM numbered)
                     )
-                    SELECT count(*) FROM numbered
+                    SELECT (SELECT count(*) FROM numbered),
+                           (SELECT json_agg(json_build_object('id', group_id, 'xact', xact::text, 'event', id)) FROM joins)::text,
+                           (SELECT json_agg(json_build_object('id', room_id, 'xact', xact::text, 'event', id)) FROM room_joins)::text
                     """
-                ).first.map { try $0[0].int64 } ?? 0
-            return moved == 0 ? nil : before + moved
+                ).first
+            guard let row else { return nil }
+            let moved = try row[0].int64
+            if moved == 0 { return nil }
+            try stampLateLeavers(
+                appID: appID, groupJoins: row[1].isNull ? nil : try row[1].string, roomJoins: row[2].isNull ? nil : try row[2].string, on: db)
+            return before + moved
         }
+    }
+
+    /// A member who left while its join's event was being numbered: the statement above waited for the leave's row
+    /// lock on the member row, found the row gone, and could not see the history row the leave wrote (its snapshot
+    /// is older), so that membership would never get its `joined_event` and would count for no event. This second
+    /// statement, with a newer snapshot in the same transaction, stamps such history rows with the joins just
+    /// numbered. (A leave that comes after the member row was stamped waits for this transaction and copies the
+    /// stamp; one committed before the first statement's snapshot is stamped by it.)
+    private static func stampLateLeavers(appID: String, groupJoins: String?, roomJoins: String?, on db: PostgresConnection) throws {
+        guard groupJoins != nil || roomJoins != nil else { return }
+        try db.query(
+            """
+            WITH g AS (
+                UPDATE group_member_history h SET joined_event = j.event
+                FROM json_to_recordset(coalesce(\(groupJoins)::json, '[]')) AS j(id text, xact text, event bigint)
+                WHERE h.app_id = \(appID) AND h.group_id = j.id AND h.joined_event IS NULL AND h.joined_xact = j.xact::xid8
+            )
+            UPDATE room_member_history h SET joined_event = j.event
+            FROM json_to_recordset(coalesce(\(roomJoins)::json, '[]')) AS j(id text, xact text, event bigint)
+            WHERE h.app_id = \(appID) AND h.room_id = j.id AND h.joined_event IS NULL AND h.joined_xact = j.xact::xid8
+            """)
     }
 
     /// The apps that have pending events (after a restart, or writes whose node died before asking for them).
