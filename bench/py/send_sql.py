@@ -34,7 +34,9 @@ import sys
 
 # name -> (Swift file under the repository root, regex matching up to and including the literal's opening `"""`).
 SOURCES = {
-    "MessageWrite.statement": ("Sources/ParleyDomains/Messages/MessageWrite.swift", r'static let statement = """[ \t]*\n'),
+    # The write statement is `checked + """…"""`: the shared check CTEs, then the writing part (see `literal`).
+    "MessageWrite.checked": ("Sources/ParleyDomains/Messages/MessageWrite.swift", r'static let checked = """[ \t]*\n'),
+    "MessageWrite.statement": ("Sources/ParleyDomains/Messages/MessageWrite.swift", r'static let statement =\s*checked \+ """[ \t]*\n'),
     "EventLog.append": ("Sources/ParleyAPI/Events/EventLog.swift", r'static func append\(.*?"""[ \t]*\n'),
     "EventLog.appendNumbered": ("Sources/ParleyAPI/Events/EventLog.swift", r'static func appendNumbered\(.*?"""[ \t]*\n'),
 }
@@ -136,8 +138,14 @@ def json_object_keys(expression):
     return [k.strip("'") for k in keys]
 
 
+def literal(root, name):
+    """The statement `name` as the server runs it: MessageWrite.statement is the `checked` CTEs plus its own text."""
+    text = swift_literal(root, name)
+    return swift_literal(root, "MessageWrite.checked") + text if name == "MessageWrite.statement" else text
+
+
 def expand(root, name, params):
-    statement = swift_literal(root, name)
+    statement = literal(root, name)
     used = set(re.findall(r"\$(\d+)(?!\d)", statement))
     given = set(params)
     if used != given:

@@ -25,7 +25,7 @@ $1 := json_build_array(json_build_object(
     'body', '{"text":"hello from the bench"}', 'extended_data', '', 'mention_ids', json_build_array(),
     'mention_all', false, 'mention_notify', true, 'reply', NULL, 'root_message_id', NULL, 'reply_missing', false,
     'priority', 2, 'need_receipt', false, 'no_unread', false, 'repeat_count', 1, 'push', NULL, 'checks', 2,
-    'blacklist_error', false, 'friend_only', false, 'sensitive_reject', false, 'combine_id', NULL)),
+    'blacklist_error', false, 'friend_only', false, 'sensitive_reject', false, 'hook_drop', false, 'combine_id', NULL)),
 $2 := '[]'::json
 );
 @EventLog.appendNumbered(

@@ -62,6 +62,6 @@ package struct GroupApplication: Sendable, Equatable {
         var audience = [userID]
         if let inviterID { audience.append(inviterID) }
         if self.type == .join { audience += managers }
-        return NewEvent(type: type, data: data.finish(), audience: GroupService.distinct(audience), groupID: groupID, orderKey: groupID)
+        return NewEvent(type: type, data: data.finish(), audience: GroupService.distinct(audience), groupID: groupID, orderKey: "group:" + groupID)
     }
 }

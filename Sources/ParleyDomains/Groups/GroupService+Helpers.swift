@@ -206,7 +206,7 @@ extension GroupService {
 
     /// A group event ordered by the group.
     func event(_ type: String, _ group: Group, _ data: consuming JSONObjectWriter, _ audience: [String]) -> NewEvent {
-        NewEvent(type: type, data: data.finish(), audience: audience, groupID: group.groupID, orderKey: group.groupID)
+        NewEvent(type: type, data: data.finish(), audience: audience, groupID: group.groupID, orderKey: "group:" + group.groupID)
     }
 
     /// `group.member_updated` `{group_id, members, changed, operator}` to the members.
