@@ -128,7 +128,10 @@ package struct GroupService: DomainService {
             data["member_ids"] = ids
             data["operator"] = input.owner
             try EventLog.append(
-                [NewEvent(type: "group.created", data: data.finish(), audience: ids, groupID: group.groupID, orderKey: "group:" + group.groupID), tips],
+                [
+                    NewEvent(type: "group.created", data: data.finish(), audience: ids, groupID: group.groupID, orderKey: "group:" + group.groupID),
+                    tips,
+                ],
                 appID: appID, now: now, on: db)
             return (group, outcomes)
         }
