@@ -69,11 +69,11 @@ extension GroupRoutes {
         try query.check()
         let fullList = "\(list)|\(type?.rawValue ?? "")|\(state?.rawValue ?? "")"
         var after: (Int64, String)?
-        if let values = try cursorValues(ctx, cursor, list: fullList, count: 2) {
-            guard let t = values[0].intValue, let id = values[1].stringValue else { throw malformedCursor() }
+        if let values = try ListPage.cursorValues(ctx, cursor, list: fullList, count: 2) {
+            guard let t = values[0].intValue, let id = values[1].stringValue else { throw ListPage.malformedCursor() }
             after = (t, id)
         }
         let rows = try fetch(GroupService.forRequest(ctx), type, state, after, limit + 1)
-        return page(rows, limit: limit, list: fullList, ctx: ctx, { [.int($0.createdAt), .string($0.applicationID)] }) { $0.json }
+        return ListPage.page(rows, limit: limit, list: fullList, ctx: ctx, { [.int($0.createdAt), .string($0.applicationID)] }) { $0.json }
     }
 }

@@ -207,13 +207,13 @@ extension GroupRoutes {
         let list =
             "group_members|\(ctx.appID)|\(groupID)|\(roles.map { $0.map(String.init).joined(separator: ",") } ?? "")|\(keywords.joined(separator: " "))"
         var after: (Int64, Int64, String)?
-        if let values = try cursorValues(ctx, cursor, list: list, count: 3) {
-            guard let role = values[0].intValue, let t = values[1].intValue, let id = values[2].stringValue else { throw malformedCursor() }
+        if let values = try ListPage.cursorValues(ctx, cursor, list: list, count: 3) {
+            guard let role = values[0].intValue, let t = values[1].intValue, let id = values[2].stringValue else { throw ListPage.malformedCursor() }
             after = (role, t, id)
         }
         let members = try GroupService.forRequest(ctx).members(
             of: groupID, roles: roles, keywords: keywords, after: after, limit: limit + 1)
-        return page(members, limit: limit, list: list, ctx: ctx, { [.int($0.role), .int($0.joinedAt), .string($0.userID)] }) {
+        return ListPage.page(members, limit: limit, list: list, ctx: ctx, { [.int($0.role), .int($0.joinedAt), .string($0.userID)] }) {
             $0.json(now: ctx.now)
         }
     }
@@ -230,12 +230,12 @@ extension GroupRoutes {
         guard try service.liveUsers([userID], on: ctx.db).contains(userID) else { throw UserService.notFound(userID) }
         let list = "user_groups|\(ctx.appID)|\(userID)|\(keywords.joined(separator: " "))"
         var after: (Int64, String)?
-        if let values = try cursorValues(ctx, cursor, list: list, count: 2) {
-            guard let t = values[0].intValue, let id = values[1].stringValue else { throw malformedCursor() }
+        if let values = try ListPage.cursorValues(ctx, cursor, list: list, count: 2) {
+            guard let t = values[0].intValue, let id = values[1].stringValue else { throw ListPage.malformedCursor() }
             after = (t, id)
         }
         let rows = try service.groups(of: userID, keywords: keywords, after: after, limit: limit + 1)
-        return page(rows, limit: limit, list: list, ctx: ctx, { [.int($0.joinedAt), .string($0.group.groupID)] }) { row in
+        return ListPage.page(rows, limit: limit, list: list, ctx: ctx, { [.int($0.joinedAt), .string($0.group.groupID)] }) { row in
             var o = JSONObjectWriter()
             o.raw("group", row.group.json(service.limits, now: ctx.now))
             o["role"] = row.role

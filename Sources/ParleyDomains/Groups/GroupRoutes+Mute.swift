@@ -57,9 +57,9 @@ extension GroupRoutes {
             let group = try service.get(groupID, on: ctx.db)
             _ = try service.reader(group, userID: ctx.tokenUserID, on: ctx.db)
             let list = "group_muted|\(ctx.appID)|\(groupID)"
-            let after = try cursorValues(ctx, cursor, list: list, count: 1)?[0].stringValue
+            let after = try ListPage.cursorValues(ctx, cursor, list: list, count: 1)?[0].stringValue
             let rows = try service.mutedMembers(of: groupID, after: after, limit: limit + 1)
-            return page(rows, limit: limit, list: list, ctx: ctx, { [.string($0.userID)] }) { $0.json(now: ctx.now) }
+            return ListPage.page(rows, limit: limit, list: list, ctx: ctx, { [.string($0.userID)] }) { $0.json(now: ctx.now) }
         }
 
         api.add(.post, "/v1/groups/{group_id}/attributes", .appOrUser, "setGroupAttributes") { ctx in

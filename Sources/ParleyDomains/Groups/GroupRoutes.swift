@@ -28,13 +28,13 @@ package enum GroupRoutes {
             try query.check()
             let list = "groups|\(ctx.appID)|\(keywords.joined(separator: " "))|\(includeDismissed)"
             var after: (Int64, String)?
-            if let values = try cursorValues(ctx, cursor, list: list, count: 2) {
-                guard let t = values[0].intValue, let id = values[1].stringValue else { throw malformedCursor() }
+            if let values = try ListPage.cursorValues(ctx, cursor, list: list, count: 2) {
+                guard let t = values[0].intValue, let id = values[1].stringValue else { throw ListPage.malformedCursor() }
                 after = (t, id)
             }
             let service = GroupService.forRequest(ctx)
             let groups = try service.list(keywords: keywords, includeDismissed: includeDismissed, after: after, limit: limit + 1)
-            return page(groups, limit: limit, list: list, ctx: ctx, { [.int($0.createdAt), .string($0.groupID)] }) {
+            return ListPage.page(groups, limit: limit, list: list, ctx: ctx, { [.int($0.createdAt), .string($0.groupID)] }) {
                 $0.json(service.limits, now: ctx.now)
             }
         }
@@ -196,24 +196,5 @@ package enum GroupRoutes {
             return GroupService.Actor(userID: token, checks: true)
         }
         return GroupService.Actor(userID: op, checks: op != nil && !skip)
-    }
-
-    /// The values of `cursor` for `list` (nil without a cursor); a cursor of another shape → 400 `7000007`.
-    static func cursorValues(_ ctx: APIContext, _ cursor: String?, list: String, count: Int) throws -> [JSONValue]? {
-        guard let cursor else { return nil }
-        let values = try ctx.decodeCursor(cursor, list: list)
-        guard values.count == count else { throw malformedCursor() }
-        return values
-    }
-
-    static func malformedCursor() -> APIError { APIError(.invalidCursor, "malformed cursor") }
-
-    /// A list page: the first `limit` rows, and the cursor of the last one when more exist.
-    static func page<T>(_ rows: [T], limit: Int, list: String, ctx: APIContext, _ key: (T) -> [JSONValue], _ json: (T) -> [UInt8])
-        -> Response
-    {
-        let page = rows.prefix(limit)
-        let next = rows.count > limit ? page.last.map { ctx.cursors.encode(list: list, values: key($0)) } : nil
-        return Reply.list(page.map(json), nextCursor: next)
     }
 }

@@ -34,7 +34,7 @@ package enum RoomRoutes {
             let list = "rooms|\(ctx.appID)|\(q ?? "")"
             let after = try ctx.timeAndIDCursor(cursor, list: list)
             let rooms = try RoomService.forRequest(ctx).list(q: q, after: after, limit: limit + 1)
-            return GroupRoutes.page(rooms, limit: limit, list: list, ctx: ctx, { [.int($0.createdAt), .string($0.roomID)] }) { $0.json() }
+            return ListPage.page(rooms, limit: limit, list: list, ctx: ctx, { [.int($0.createdAt), .string($0.roomID)] }) { $0.json() }
         }
 
         api.add(.get, "/v1/rooms/{room_id}", .appOrUser, "getRoom") { ctx in
@@ -129,7 +129,7 @@ package enum RoomRoutes {
             let list = "room_members|\(ctx.appID)|\(roomID)"
             let after = try ctx.timeAndIDCursor(cursor, list: list)
             let members = try service.members(of: roomID, after: after, limit: limit + 1)
-            return GroupRoutes.page(members, limit: limit, list: list, ctx: ctx, { [.int($0.enteredAt), .string($0.userID)] }) {
+            return ListPage.page(members, limit: limit, list: list, ctx: ctx, { [.int($0.enteredAt), .string($0.userID)] }) {
                 $0.json()
             }
         }
@@ -345,12 +345,12 @@ package enum RoomRoutes {
             let service = RoomService.forRequest(ctx)
             _ = try service.readable(roomID, by: ctx.tokenUserID)
             let list = "room_member_attributes|\(ctx.appID)|\(roomID)"
-            let after = try GroupRoutes.cursorValues(ctx, cursor, list: list, count: 1).map {
-                guard let id = $0[0].stringValue else { throw GroupRoutes.malformedCursor() }
+            let after = try ListPage.cursorValues(ctx, cursor, list: list, count: 1).map {
+                guard let id = $0[0].stringValue else { throw ListPage.malformedCursor() }
                 return id
             }
             let rows = try service.memberAttributesList(of: roomID, after: after, limit: limit + 1)
-            return GroupRoutes.page(rows, limit: limit, list: list, ctx: ctx, { [.string($0.userID)] }) {
+            return ListPage.page(rows, limit: limit, list: list, ctx: ctx, { [.string($0.userID)] }) {
                 RoomService.memberAttributesJSON($0.userID, $0.attributes)
             }
         }
