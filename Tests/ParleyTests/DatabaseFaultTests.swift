@@ -182,6 +182,12 @@ struct DatabaseFaultTests {
         }
     }
 
+    /// How many processes have the System V shared memory segment `id` attached (0 when it is gone).
+    private static func attachments(ofSharedMemory id: Int32) -> Int {
+        var status = shmid_ds()
+        return shmctl(id, IPC_STAT, &status) == 0 ? Int(status.shm_nattch) : 0
+    }
+
     /// One round of ``serverStartsRightAfterKillNine()``; false when the previous cluster could not be held.
     private func restartAfterKillNine(executable: String, data: String, adminKey: String, killPostmasterToo: Bool) throws -> Bool {
         let first = try ParleyProcess.start(executable: executable, dataDirectory: data, adminKey: adminKey)
@@ -192,8 +198,10 @@ struct DatabaseFaultTests {
             body: #"{"app_id":"\#(appID)","name":"kept"}"#)
         client.close()
         #expect(created.status == 201)
-        let postmaster = try #require(
-            try String(contentsOfFile: data + "/pg/postmaster.pid", encoding: .utf8).split(separator: "\n").first.flatMap { pid_t($0) })
+        let pidFile = try String(contentsOfFile: data + "/pg/postmaster.pid", encoding: .utf8).split(separator: "\n")
+        let postmaster = try #require(pidFile.first.flatMap { pid_t($0) })
+        // Line 7: the cluster's System V shared memory key and id; PostgreSQL refuses to start while it is attached.
+        let sharedMemoryID = pidFile.count > 6 ? pidFile[6].split(separator: " ").last.flatMap { Int32($0) } : nil
         let children = ClusterFreezer.children(of: postmaster)
 
         first.kill(SIGKILL)
@@ -208,7 +216,10 @@ struct DatabaseFaultTests {
         // (an unlink in flight when they were sent completes first).
         usleep(100_000)
         let finished = !killPostmasterToo && !FileManager.default.fileExists(atPath: data + "/pg/postmaster.pid")
-        guard freezer.frozenCount > 0, !finished else {
+        // With the postmaster killed, only held processes still attached to the shared memory keep the new server
+        // waiting; one that had already detached (exiting) holds nothing, and the new server rightly starts.
+        let detached = killPostmasterToo && sharedMemoryID.map { Self.attachments(ofSharedMemory: $0) == 0 } ?? false
+        guard freezer.frozenCount > 0, !finished, !detached else {
             freezer.thaw()
             first.waitForExit()
             return false
