@@ -21,12 +21,14 @@ package enum StreamPresence {
         appID: String, userID: String, streamID: String, nodeID: String, platform: String, countsPresence: Bool,
         services: Services
     ) throws {
-        try change(appID: appID, userID: userID, services: services, ending: .closed) { db, _ in
+        try change(appID: appID, userID: userID, services: services, ending: .closed) { db, now in
             try db.query(
                 """
                 INSERT INTO user_streams (app_id, user_id, stream_id, node_id, platform, counts_presence, opened_at)
                 VALUES (\(appID), \(userID), \(streamID), \(nodeID), \(platform), \(countsPresence), \(Timestamp.wallMillis())) ON CONFLICT DO NOTHING
                 """)
+            // The user's call invitations not received yet are now (API.md §13), under the user's row lock.
+            return countsPresence ? try CallService(db: db, appID: appID, now: now).streamOpened(userID, on: db) : []
         }
     }
 
@@ -34,6 +36,7 @@ package enum StreamPresence {
     static func closed(appID: String, userID: String, streamIDs: [String], ending: Ending, services: Services) throws {
         try change(appID: appID, userID: userID, services: services, ending: ending) { db, _ in
             try db.query("DELETE FROM user_streams WHERE app_id = \(appID) AND user_id = \(userID) AND stream_id = ANY(\(streamIDs)::text[])")
+            return []
         }
     }
 
@@ -45,17 +48,22 @@ package enum StreamPresence {
         return Int(try row?[0].int64 ?? 0)
     }
 
-    /// Runs `write` on the user's streams, then stores and announces the status the rows now give, if it changed.
+    /// Runs `write` on the user's streams (it returns the events of what else the change did), then stores and
+    /// announces the status the rows now give, if it changed.
     private static func change(
         appID: String, userID: String, services: Services, ending: Ending,
-        _ write: @escaping (PostgresConnection, Int64) throws -> Void
+        _ write: @escaping (PostgresConnection, Int64) throws -> [NewEvent]
     ) throws {
         let now = services.clock.now()
         let announced = try services.pool.transaction { db -> Bool in
             // The user's row lock serialises its stream changes; a deleted user has no status left to change.
             guard let user = try UserStore.fetch(appID: appID, userID: userID, forUpdate: true, on: db) else { return false }
-            try write(db, now)
-            if user.isDeleted { return false }
+            let written = try write(db, now)
+            if user.isDeleted {
+                try EventLog.append(written, appID: appID, now: now, on: db)
+                return !written.isEmpty
+            }
+            var events: [NewEvent] = []
             let platforms =
                 try db.query(
                     """
@@ -66,12 +74,15 @@ package enum StreamPresence {
             let online = platforms.isEmpty ? (ending == .logout ? "logout" : "offline") : "online"
             let presence = PresenceService(db: db, appID: appID, now: now)
             let stored = try presence.status(userID, on: db)
-            guard stored.onlineStatus != online || Set(stored.onlinePlatforms) != Set(platforms) else { return false }
-            let status = try PresenceStore.setOnline(
-                appID: appID, userID: userID, onlineStatus: online, platforms: platforms, now: now, on: db
-            ).asOf(now)
-            try EventLog.append([try presence.statusUpdatedEvent(status, on: db)], appID: appID, now: now, on: db)
-            return true
+            if stored.onlineStatus != online || Set(stored.onlinePlatforms) != Set(platforms) {
+                let status = try PresenceStore.setOnline(
+                    appID: appID, userID: userID, onlineStatus: online, platforms: platforms, now: now, on: db
+                ).asOf(now)
+                events.append(try presence.statusUpdatedEvent(status, on: db))
+            }
+            events += written
+            try EventLog.append(events, appID: appID, now: now, on: db)
+            return !events.isEmpty
         }
         if announced { services.sequencer.poke(appID) }
     }

@@ -14,11 +14,12 @@ enum Routes {
         OpsRoutes(services: services, push: push, health: health).register(on: &builder)
         var api = API(services: services, builder: builder)
         AppRoutes.register(on: &api)
-        // Users is below Groups, Rooms and Live: what its routes need from them is handed in here.
+        // Users is below Groups, Rooms, Calls and Live: what its routes need from them is handed in here.
         let userHooks = UserHooks(
             removeFromGroups: { db, appID, userID, now in
                 try GroupService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
                     + RoomService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
+                    + CallService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
             },
             openStreams: { db, appID, userID, platforms in
                 try StreamPresence.count(appID: appID, userID: userID, platforms: platforms, on: db)
@@ -33,6 +34,7 @@ enum Routes {
         MessageRoutes.register(on: &api, writer: writer)
         ConversationRoutes.register(on: &api)
         PushRoutes.register(on: &api, bridge: push)
+        CallRoutes.register(on: &api)
         WebhookRoutes.register(on: &api)
         EventRoutes.register(on: &api)
         LiveRoutes.register(on: &api, hub: hub)

@@ -67,8 +67,7 @@ enum OpsAPIRoutes {
             // User streams on every node, app-level streams on this one (they are not recorded in the database).
             o["streams_open"] = stats.userStreams + Int64(hub.openStreams(appID: ctx.appID).app)
             o["rooms_active"] = stats.roomsActive
-            // Calls come with their issue.
-            o["calls_active"] = 0
+            o["calls_active"] = try CallStore.activeCount(appID: ctx.appID, on: ctx.db)
             o["event_log_head"] = String(stats.eventLogHead)
             o["event_log_trim_point"] = String(stats.eventLogTrimPoint)
             o["webhook_pending"] = stats.webhookPending

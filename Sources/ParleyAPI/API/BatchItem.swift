@@ -6,6 +6,12 @@ package struct BatchItem {
     /// Nil when the item failed validation (then `problem` says why).
     package var userID: String?
     package var problem: String?
+
+    package init(id: String, userID: String? = nil, problem: String? = nil) {
+        self.id = id
+        self.userID = userID
+        self.problem = problem
+    }
 }
 
 extension BodyReader {

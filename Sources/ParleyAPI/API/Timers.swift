@@ -9,9 +9,10 @@ import Synchronization
 /// (application expiries, custom status expiries, mutes, call timeouts …).
 package struct TimerKind: Sendable {
     package let name: String
-    /// In the background sweep the kind runs at most once per `everyMillis` of real time (0: every sweep, about
-    /// once a second); a test-clock advance runs every kind.
-    var everyMillis: Int64 = 0
+    /// In the background sweep the kind runs at most once per `everyMillis` of real time (0: every sweep, four times
+    /// a second, for timers that must fire within a second of due, such as call timeouts); a test-clock advance runs
+    /// every kind.
+    var everyMillis: Int64 = 1000
     /// Fires every item due at `now` in every app and returns how many fired. Runs on a pool worker.
     ///
     /// It may run concurrently with itself (the background sweep and a test-clock advance, or several nodes),
@@ -20,7 +21,7 @@ package struct TimerKind: Sendable {
     let fire: @Sendable (_ services: Services, _ now: Int64) throws -> Int
 
     package init(
-        name: String, everyMillis: Int64 = 0, fire: @escaping @Sendable (_ services: Services, _ now: Int64) throws -> Int
+        name: String, everyMillis: Int64 = 1000, fire: @escaping @Sendable (_ services: Services, _ now: Int64) throws -> Int
     ) {
         self.name = name
         self.everyMillis = everyMillis
@@ -77,8 +78,8 @@ package final class Timers: Sendable {
         return fired
     }
 
-    /// Starts the background sweep (every `intervalMillis` of real time).
-    package func start(services: Services, intervalMillis: Int = 1000) {
+    /// Starts the background sweep (every `intervalMillis` of real time; each kind then runs by its `everyMillis`).
+    package func start(services: Services, intervalMillis: Int = 250) {
         guard !kinds.isEmpty else { return }
         let started = BackgroundThread(name: "parley-timers") { [self] in
             while !stopped.load(ordering: .acquiring) {

@@ -81,6 +81,14 @@ struct PushItem: Sendable {
     /// The conversation's name as the recipient sees it: the group's, else the acting user's.
     var roomName: String { conversationType == "group" ? groupName ?? "" : senderName }
 
+    /// The item of a call push: `call` or `call_cancel` of `callID` by `actor` (the inviter or the operator).
+    static func call(_ kind: Kind, callID: String, actor: String, actorName: String, push: JSONObject?) -> PushItem {
+        PushItem(
+            kind: kind, eventID: callID, messageID: nil, callID: callID, conversationType: nil, groupID: nil, sender: actor,
+            senderName: actorName, groupName: nil, applicationKind: nil, messageType: nil, seq: nil, priority: 2,
+            push: push ?? defaultPush, defaultContent: "")
+    }
+
     /// The PushConfig every item without one gets: ``PushConfig`` with all its defaults.
     static let defaultPush: JSONObject = {
         var reader = BodyReader(["push": .object(JSONObject())])

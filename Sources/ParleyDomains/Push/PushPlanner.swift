@@ -213,10 +213,7 @@ enum PushPlanner {
     ) throws -> [PushAttemptRow] {
         precondition(kind.isCall)
         let names = try PushStore.userNames(appID: appID, userIDs: [actor], on: db)
-        let item = PushItem(
-            kind: kind, eventID: callID, messageID: nil, callID: callID, conversationType: nil, groupID: nil, sender: actor,
-            senderName: names[actor] ?? "", groupName: nil, applicationKind: nil, messageType: nil, seq: nil, priority: 2,
-            push: push?.objectValue ?? PushItem.defaultPush, defaultContent: "")
+        let item = PushItem.call(kind, callID: callID, actor: actor, actorName: names[actor] ?? "", push: push?.objectValue)
         guard item.enabled else { return [] }
         let settings = try PushStore.settings(appID: appID, on: db)
         let rows = try decide([(item, userIDs.filter { $0 != actor })], settings: settings, appID: appID, now: now, on: db)

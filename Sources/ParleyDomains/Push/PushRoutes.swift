@@ -82,8 +82,12 @@ package enum PushRoutes {
             try requireRecipient(userID, of: stored, ctx: ctx)
             item = stored
         } else {
-            // Calls come with their own issue: no call exists yet.
-            throw APIError(.callNotFound, "call \(callID ?? "") does not exist")
+            guard let callID, let invitation = try PushSources.callInvitation(appID: ctx.appID, callID: callID, userID: userID, on: ctx.db)
+            else { throw APIError(.callNotFound, "call \(callID ?? "") does not exist") }
+            guard let invited = invitation else {
+                throw APIError(.unsupportedOperation, "user \(userID) is not invited to call \(callID)")
+            }
+            item = invited
         }
         let settings = PushSettings(ctx.app.settings)
         if !dryRun {

@@ -149,6 +149,25 @@ enum PushSources {
             push: push ?? PushItem.defaultPush, defaultContent: PushItem.defaultContent(type: type, body: message["body"]))
     }
 
+    // MARK: - Calls
+
+    /// The invitation push (`call`) `userID` got or gets for call `callID` (Migrations/0016; the calls domain sits
+    /// above this one and writes its pushes through ``PushPlanner/call(kind:appID:callID:actor:userIDs:push:now:on:)``):
+    /// nil when the call does not exist, `.some(nil)` when the user was never invited to it.
+    static func callInvitation(appID: String, callID: String, userID: String, on db: PostgresConnection) throws -> PushItem?? {
+        guard try db.query("SELECT 1 FROM calls WHERE app_id = \(appID) AND call_id = \(callID)").first != nil else { return nil }
+        guard
+            let inviter = try db.query(
+                """
+                SELECT inviter_id FROM call_users
+                WHERE app_id = \(appID) AND call_id = \(callID) AND user_id = \(userID) AND inviter_id IS NOT NULL
+                """
+            ).decodeFirst(String.self)
+        else { return .some(nil) }
+        let names = try PushStore.userNames(appID: appID, userIDs: [inviter], on: db)
+        return PushItem.call(.call, callID: callID, actor: inviter, actorName: names[inviter] ?? "", push: nil)
+    }
+
     // MARK: - Applications
 
     /// A friend application's push: its send to `to` (with the send's `push`), its accept or reject to `from` (with

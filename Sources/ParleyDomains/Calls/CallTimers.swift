@@ -1,0 +1,40 @@
+import ParleyAPI
+import ParleyCore
+import ParleyPostgres
+
+/// The call timers on the server clock (API.md §13, §17): invitation timeouts and the 5 s not-received check.
+///
+/// Owns nothing: each batch claims calls with due users under `FOR UPDATE SKIP LOCKED` and re-reads them under the
+/// lock, so a background sweep, a test-clock advance and other nodes never fire the same timer twice, and a timer
+/// whose user answered meanwhile finds nothing to do.
+package enum CallTimers {
+    package static let kind = TimerKind(name: "call_timers", everyMillis: 0) { services, now in
+        var fired = 0
+        while true {
+            let due = try services.pool.withConnection { db in try CallStore.due(now: now, limit: batchSize, on: db) }
+            if due.isEmpty { return fired }
+            var claimed = 0
+            for (appID, callIDs) in Dictionary(grouping: due, by: \.appID).sorted(by: { $0.key < $1.key }) {
+                claimed += try services.pool.transaction { db in
+                    let service = CallService(db: db, appID: appID, now: now)
+                    var events: [NewEvent] = []
+                    var count = 0
+                    // In due order (the order `due` returned them).
+                    for var call in try CallStore.fetchMany(appID: appID, callIDs: callIDs.map(\.callID), skipLocked: true, on: db) {
+                        let fired = try service.fireDue(&call, on: db)
+                        events += fired
+                        if !fired.isEmpty { count += 1 }
+                    }
+                    try EventLog.append(events, appID: appID, now: now, on: db)
+                    return count
+                }
+            }
+            fired += claimed
+            // Fewer than a batch due, or every due call held by another sweep: the rest is for the next round.
+            if due.count < batchSize || claimed == 0 { return fired }
+        }
+    }
+
+    /// Calls claimed per transaction.
+    static let batchSize = 200
+}
