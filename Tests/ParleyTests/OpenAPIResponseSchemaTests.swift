@@ -42,7 +42,7 @@ struct OpenAPIResponseSchemaTests {
         "HealthStatus", "ReadyStatus", "OpenAPIDocument", "Webhook", "WebhookList", "WebhookPingResult", "Delivery",
         "DeliveryDetail", "DeliveryList", "PushAttempt", "PushAttemptList", "PushTestResult", "PushTestDecision",
         "PushGatewayRequest", "PushGatewayResponse", "PushMatrixNotifyRequest", "PushMatrixNotification", "PushMatrixContent",
-        "PushMatrixDevice", "PushGenericRequest", "PushGenericNotification",
+        "PushMatrixDevice", "PushGenericRequest", "PushGenericNotification", "Call", "CallUser", "CallPage", "CallBatchResult",
     ]
 
     /// The members of a User as the app key sees it (API.md §2: `deleted_at` is null unless soft-deleted).
@@ -63,6 +63,7 @@ struct OpenAPIResponseSchemaTests {
         try Self.friendsAndBlacklist(c)
         try Self.groups(c)
         try Self.rooms(c)
+        try Self.calls(c)
         try Self.messagesAndConversations(c)
         try Self.events(c)
         try Self.webhooks(c)
@@ -578,6 +579,53 @@ struct OpenAPIResponseSchemaTests {
         c.call(.patch, "/v1/settings", json: #"{"push":{"enabled":false,"format":"matrix"}}"#, status: 200)
     }
 
+    /// Calls (API.md §13): every route with its success answer and its codes, a general call resolved and an advanced
+    /// call through invite-more, join, quit and end (its events are checked against their payload schemas).
+    static func calls(_ c: ContractChecker) throws {
+        c.call(.post, "/v1/users", json: #"{"user_id":"cx"}"#, status: 201)
+        let general = c.call(.post, "/v1/calls", json: #"{"caller":"a","invitees":["b","ghost"],"extended_data":"x"}"#, status: 200)
+        let callID = general.json?["call"]?["call_id"]?.stringValue ?? ""
+        c.call(.post, "/v1/calls", json: #"{"caller":"a","invitees":["ghost"]}"#, status: 422)
+        c.call(.post, "/v1/calls", json: #"{"caller":"ghost","invitees":["b"]}"#, status: 404)
+        c.call(.post, "/v1/calls", json: #"{"caller":"a","invitees":[]}"#, status: 400)
+        c.call(.post, "/v1/calls", as: .user("b"), json: #"{"caller":"a","invitees":["e"]}"#, status: 403)
+        c.call(.get, "/v1/calls/{call_id}", callID, status: 200)
+        c.call(.get, "/v1/calls/{call_id}", callID, as: .user("b"), status: 200)
+        c.call(.get, "/v1/calls/{call_id}", callID, as: .user("e"), status: 404)
+        c.call(.post, "/v1/calls/{call_id}/accept", callID, json: #"{"user_id":"a"}"#, status: 403)
+        c.call(.post, "/v1/calls/{call_id}/join", callID, json: #"{"user_id":"e"}"#, status: 422)
+        c.call(.post, "/v1/calls/{call_id}/quit", callID, json: #"{"user_id":"a"}"#, status: 422)
+        c.call(.post, "/v1/calls/{call_id}/end", callID, json: #"{"operator":"a"}"#, status: 422)
+        c.call(.post, "/v1/calls/{call_id}/invite", callID, json: #"{"operator":"a","invitees":["e"]}"#, status: 422)
+        c.call(.post, "/v1/calls/{call_id}/accept", callID, as: .user("b"), json: #"{"extended_data":"hi"}"#, status: 200)
+        c.call(.post, "/v1/calls/{call_id}/reject", callID, json: #"{"user_id":"b"}"#, status: 409)
+        c.call(.post, "/v1/calls/{call_id}/cancel", callID, json: #"{"operator":"a"}"#, status: 409)
+        c.call(.post, "/v1/calls/{call_id}/accept", "nope", json: #"{"user_id":"b"}"#, status: 404)
+
+        let advanced = c.call(.post, "/v1/calls", json: #"{"caller":"a","invitees":["b","e"],"mode":"advanced"}"#, status: 200)
+        let id = advanced.json?["call"]?["call_id"]?.stringValue ?? ""
+        c.call(.post, "/v1/calls/{call_id}/cancel", id, json: #"{"operator":"a","invitees":["e","cx"]}"#, status: 200)
+        c.call(.post, "/v1/calls/{call_id}/reject", id, json: #"{"user_id":"b"}"#, status: 200)
+        c.call(.post, "/v1/calls/{call_id}/invite", id, json: #"{"operator":"a","invitees":["e","a"]}"#, status: 200)
+        c.call(.post, "/v1/calls/{call_id}/invite", id, json: #"{"operator":"e","invitees":["b"]}"#, status: 409)
+        c.call(.post, "/v1/calls/{call_id}/join", id, json: #"{"user_id":"cx","extended_data":"late"}"#, status: 200)
+        c.call(.post, "/v1/calls/{call_id}/join", id, json: #"{"user_id":"cx"}"#, status: 409)
+        c.call(.post, "/v1/calls/{call_id}/quit", id, json: #"{"user_id":"cx","push":{"enable":false}}"#, status: 200)
+        c.call(.post, "/v1/calls/{call_id}/quit", id, json: #"{"user_id":"cx"}"#, status: 409)
+        c.call(.post, "/v1/calls/{call_id}/end", id, json: #"{"operator":"e"}"#, status: 409)
+        c.call(.post, "/v1/calls/{call_id}/end", id, json: #"{"operator":"a","extended_data":"bye"}"#, status: 200)
+        c.call(.post, "/v1/calls/{call_id}/end", id, json: #"{"operator":"a"}"#, status: 409)
+
+        let page = c.call(.get, "/v1/users/{user_id}/calls", "a", query: "limit=1", status: 200)
+        if let cursor = page.json?["next_cursor"]?.stringValue {
+            c.call(.get, "/v1/users/{user_id}/calls", "a", query: "limit=1&cursor=\(cursor)", status: 200)
+        }
+        c.call(.get, "/v1/users/{user_id}/calls", "b", query: "state=ended", as: .user("b"), status: 200)
+        c.call(.get, "/v1/users/{user_id}/calls", "a", query: "state=ringing", status: 400)
+        c.call(.get, "/v1/users/{user_id}/calls", "a", as: .user("b"), status: 403)
+        c.call(.get, "/v1/users/{user_id}/calls", "ghost", status: 404)
+    }
+
     /// Event types without a webhook entry in the document whose `data` has a schema of its own.
     static let eventDataSchemas = [
         "device.registered": "DeviceRegisteredData", "device.removed": "DeviceRemovedData",
@@ -586,6 +634,8 @@ struct OpenAPIResponseSchemaTests {
         "room.member_joined": "RoomMemberJoinedData", "room.member_left": "RoomMemberLeftData",
         "room.attributes_updated": "RoomAttributesUpdatedData", "room.attributes_batch_updated": "RoomAttributesBatchUpdatedData",
         "room.member_attributes_updated": "RoomMemberAttributesUpdatedData", "room.destroyed": "RoomDestroyedData",
+        "call.created": "CallCreatedData", "call.invited": "CallInvitedData", "call.user_state_changed": "CallUserStateChangedData",
+        "call.ended": "CallEndedData",
     ]
 
     /// Problem responses of the kinds every operation declares: 401, 403, 415.
