@@ -40,10 +40,7 @@ package enum CallRoutes {
             try body.check()
             let (call, results) = try CallService(ctx).cancel(
                 callID, operator: operatorID, invitees: invitees, extendedData: extendedData, push: push)
-            return Reply.batch(results) { w in
-                w.key("call")
-                w.writeRaw(call.json())
-            }
+            return batchReply(call, results)
         }
 
         api.add(.post, "/v1/calls/{call_id}/accept", .appOrUser, "acceptCall") { ctx in try answer(ctx, accept: true) }
@@ -86,6 +83,14 @@ package enum CallRoutes {
         return Reply.json(try CallService(ctx).answer(callID, userID: userID, accept: accept, extendedData: extendedData).json())
     }
 
+    /// `{call, results}`: the batch shape with the call beside its results (§1.7).
+    private static func batchReply(_ call: Call, _ results: [BatchResult]) -> Response {
+        Reply.batch(results) { w in
+            w.key("call")
+            w.writeRaw(call.json())
+        }
+    }
+
     /// `user_id` (the token's user for a user token) and `extended_data` of accept, reject, join and quit.
     private static func answerFields(_ body: inout BodyReader, _ ctx: APIContext) throws -> (String, String) {
         let userID = try ctx.actingUser(body.id("user_id", .userID), field: body.fieldPath("user_id"))
@@ -119,10 +124,7 @@ package enum CallRoutes {
 
     private static func created(_ ctx: APIContext, _ new: CallService.NewCall, _ invitation: CallService.Invitation) throws -> Response {
         let (call, results) = try CallService(ctx).create(new, invitation)
-        return Reply.batch(results) { w in
-            w.key("call")
-            w.writeRaw(call.json())
-        }
+        return batchReply(call, results)
     }
 
     /// The fields of a create request a `call.before_invite` hook may patch.
@@ -171,10 +173,7 @@ package enum CallRoutes {
 
     private static func invited(_ ctx: APIContext, _ callID: String, _ invitation: CallService.Invitation) throws -> Response {
         let (call, results) = try CallService(ctx).inviteMore(callID, invitation)
-        return Reply.batch(results) { w in
-            w.key("call")
-            w.writeRaw(call.json())
-        }
+        return batchReply(call, results)
     }
 
     private static func readInvite(_ body: inout BodyReader, _ ctx: APIContext) throws -> (CallService.Invitation, skipHooks: Bool) {

@@ -33,13 +33,18 @@ package enum CallStore {
             ORDER BY call_id \(sql: skipLocked ? "FOR UPDATE SKIP LOCKED" : "FOR UPDATE")
             """
         ).rows.map(call)
-        let users = try self.users(appID: appID, callIDs: rows.map(\.callID), on: db)
+        return try withUsers(rows, in: callIDs, appID: appID, on: db)
+    }
+
+    /// `calls` with their users, in the order of `order` (ids missing from `calls` left out).
+    private static func withUsers(_ calls: [Call], in order: [String], appID: String, on db: PostgresConnection) throws -> [Call] {
+        let users = try self.users(appID: appID, callIDs: calls.map(\.callID), on: db)
         var byID: [String: Call] = [:]
-        for var call in rows {
+        for var call in calls {
             call.users = users[call.callID] ?? []
             byID[call.callID] = call
         }
-        return callIDs.compactMap { byID[$0] }
+        return order.compactMap { byID[$0] }
     }
 
     private static func users(appID: String, callIDs: [String], on db: PostgresConnection) throws -> [String: [CallUser]] {
@@ -187,13 +192,7 @@ package enum CallStore {
         let rows = try db.query(
             "SELECT \(sql: callColumns) FROM calls WHERE app_id = \(appID) AND call_id = ANY(\(ids)::text[])"
         ).rows.map(call)
-        let users = try self.users(appID: appID, callIDs: ids, on: db)
-        var byID: [String: Call] = [:]
-        for var call in rows {
-            call.users = users[call.callID] ?? []
-            byID[call.callID] = call
-        }
-        return ids.compactMap { byID[$0] }
+        return try withUsers(rows, in: ids, appID: appID, on: db)
     }
 
     /// Calls with a user whose timeout or not-received check is due at `now`, in any app, earliest due first.
