@@ -23,8 +23,11 @@ package struct CallService: DomainService {
 
     // MARK: - Reads
 
+    /// The call as it is at `now`: timers already due are applied (a window closes at its due time whether or not
+    /// the sweep has fired it yet, §17; the sweep writes them and their events).
     func get(_ callID: String, on db: PostgresConnection) throws -> Call {
-        guard let call = try CallStore.fetch(appID: appID, callID: callID, on: db) else { throw Self.notFound(callID) }
+        guard var call = try CallStore.fetch(appID: appID, callID: callID, on: db) else { throw Self.notFound(callID) }
+        _ = applyDue(&call)
         return call
     }
 
@@ -37,7 +40,11 @@ package struct CallService: DomainService {
 
     func list(userID: String, ended: Bool?, after: (Int64, String)?, limit: Int) throws -> [Call] {
         try requireUser(userID, on: db)
-        return try CallStore.list(appID: appID, userID: userID, ended: ended, after: after, limit: limit, on: db)
+        return try CallStore.list(appID: appID, userID: userID, ended: ended, after: after, limit: limit, on: db).map { call in
+            var call = call
+            _ = applyDue(&call)
+            return call
+        }
     }
 
     // MARK: - Invitations
@@ -134,10 +141,9 @@ package struct CallService: DomainService {
 
     /// `POST /v1/calls/{call_id}/invite` (advanced): one result per invitee; when none passes, nothing is written.
     func inviteMore(_ callID: String, _ invitation: Invitation) throws -> (call: Call, results: [BatchResult]) {
-        try db.transaction { db in
-            // Invitees' rows before the call's (the lock order of every call change).
-            let (failures, passed) = try screen(invitation, call: try get(callID, on: db), on: db)
-            var call = try lock(callID, on: db)
+        // Invitees' rows before the call's (the lock order of every call change).
+        try changing(callID, first: { db in try screen(invitation, call: try get(callID, on: db), on: db) }) { call, db, screened in
+            let (failures, passed) = screened
             try requireInviteMore(call, invitation, on: db)
             // Re-screened under the call lock: the call's users may have changed since the first look.
             var recheck = failures
@@ -213,8 +219,7 @@ package struct CallService: DomainService {
     func cancel(_ callID: String, operator operatorID: String, invitees: [BatchItem]?, extendedData: String, push: JSONValue?) throws
         -> (call: Call, results: [BatchResult])
     {
-        try db.transaction { db in
-            var call = try lock(callID, on: db)
+        try changing(callID) { call, db in
             try requireUser(operatorID, on: db)
             try requireStarted(call)
             let items =
@@ -249,8 +254,7 @@ package struct CallService: DomainService {
 
     /// `POST …/accept` and `…/reject`: an invitee answers its pending invitation.
     func answer(_ callID: String, userID: String, accept: Bool, extendedData: String) throws -> Call {
-        try db.transaction { db in
-            var call = try lock(callID, on: db)
+        try changing(callID) { call, db in
             try requireUser(userID, on: db)
             guard let user = call.user(userID), user.inviterID != nil else {
                 throw APIError(.notInvitee, "user \(userID) is not invited to call \(callID)")
@@ -265,8 +269,7 @@ package struct CallService: DomainService {
 
     /// `POST …/join` (advanced): any user not `accepted` becomes `accepted`.
     func join(_ callID: String, userID: String, extendedData: String) throws -> Call {
-        try db.transaction { db in
-            var call = try lock(callID, on: db)
+        try changing(callID) { call, db in
             try requireAdvanced(call)
             try requireUser(userID, on: db)
             try requireStarted(call)
@@ -287,8 +290,7 @@ package struct CallService: DomainService {
     /// `POST …/quit` (advanced): an `accepted` user leaves; with `push`, the others pending or accepted get
     /// `call_cancel`.
     func quit(_ callID: String, userID: String, extendedData: String, push: JSONValue?) throws -> Call {
-        try db.transaction { db in
-            var call = try lock(callID, on: db)
+        try changing(callID) { call, db in
             try requireAdvanced(call)
             try requireUser(userID, on: db)
             try requireStarted(call)
@@ -306,8 +308,7 @@ package struct CallService: DomainService {
 
     /// `POST …/end` (advanced): accepted users → `ended`, pending ones → `cancelled`, the call ends (`ended`).
     func end(_ callID: String, operator operatorID: String, extendedData: String, push: JSONValue?) throws -> Call {
-        try db.transaction { db in
-            var call = try lock(callID, on: db)
+        try changing(callID) { call, db in
             try requireAdvanced(call)
             try requireUser(operatorID, on: db)
             try requireStarted(call)
@@ -330,7 +331,14 @@ package struct CallService: DomainService {
     /// → `timeout`, `inviting` users 5 s after `invited_at` with `not_received_check` → `not_yet_received`. Each
     /// kind of change is its own `call.user_state_changed` (in due-time order), then `call.ended` if the call ended.
     func fireDue(_ call: inout Call, on db: PostgresConnection) throws -> [NewEvent] {
-        guard !call.ended else { return [] }
+        let (events, changed) = applyDue(&call)
+        try save(call, changed: changed, on: db)
+        return events
+    }
+
+    /// ``fireDue(_:on:)`` without writing: the due changes applied to `call`, their events and the users they changed.
+    private func applyDue(_ call: inout Call) -> (events: [NewEvent], changed: Set<String>) {
+        guard !call.ended else { return ([], []) }
         let checks = call.users.filter {
             $0.state == .inviting && call.notReceivedCheck && ($0.invitedAt ?? .max) + CallLimits.notReceivedCheckMillis <= now
         }
@@ -340,7 +348,7 @@ package struct CallService: DomainService {
             steps.append((user.invitedAt! + CallLimits.notReceivedCheckMillis, [user.userID], .notYetReceived))
         }
         for user in timeouts { steps.append((user.invitedAt! + call.timeoutS * 1000, [user.userID], .timeout)) }
-        guard !steps.isEmpty else { return [] }
+        guard !steps.isEmpty else { return ([], []) }
         // Users invited by one request fall due together: one change (and one event) per due time and kind.
         var grouped: [(due: Int64, userIDs: [String], to: CallUser.State)] = []
         for step in steps.sorted(by: { ($0.due, $0.to == .timeout ? 1 : 0) < ($1.due, $1.to == .timeout ? 1 : 0) }) {
@@ -358,8 +366,7 @@ package struct CallService: DomainService {
             events += changes(&call, changed: changed, operatorID: nil, extendedData: nil)
             if call.ended { break }
         }
-        try save(call, changed: allChanged, on: db)
-        return events
+        return (events, allChanged)
     }
 
     /// A presence-counting stream of `userID` opened (the caller's transaction holds the user's row): its
@@ -367,9 +374,9 @@ package struct CallService: DomainService {
     package func streamOpened(_ userID: String, on db: PostgresConnection) throws -> [NewEvent] {
         var events: [NewEvent] = []
         for callID in try CallStore.unreceived(appID: appID, userID: userID, on: db) {
-            guard var call = try CallStore.fetch(appID: appID, callID: callID, forUpdate: true, on: db), !call.ended,
-                let state = call.user(userID)?.state, state == .inviting || state == .notYetReceived
-            else { continue }
+            guard var call = try CallStore.fetch(appID: appID, callID: callID, forUpdate: true, on: db) else { continue }
+            events += try fireDue(&call, on: db)
+            guard !call.ended, let state = call.user(userID)?.state, state == .inviting || state == .notYetReceived else { continue }
             let changed = set(&call, [userID], to: .received)
             events += changes(&call, changed: changed, operatorID: nil, extendedData: nil)
             try save(call, changed: changed, on: db)
@@ -383,9 +390,9 @@ package struct CallService: DomainService {
         _ = try db.query("SELECT 1 FROM users WHERE app_id = \(appID) AND user_id = \(userID) FOR UPDATE")
         var events: [NewEvent] = []
         for callID in try CallStore.callsOf(appID: appID, userID: userID, on: db) {
-            guard var call = try CallStore.fetch(appID: appID, callID: callID, forUpdate: true, on: db), !call.ended,
-                let user = call.user(userID)
-            else { continue }
+            guard var call = try CallStore.fetch(appID: appID, callID: callID, forUpdate: true, on: db) else { continue }
+            events += try fireDue(&call, on: db)
+            guard !call.ended, let user = call.user(userID) else { continue }
             var changed: Set<String> = []
             if user.state == .accepted {
                 changed = set(&call, [userID], to: .quit)
@@ -404,9 +411,31 @@ package struct CallService: DomainService {
 
     // MARK: - Internals
 
-    private func lock(_ callID: String, on db: PostgresConnection) throws -> Call {
-        guard let call = try CallStore.fetch(appID: appID, callID: callID, forUpdate: true, on: db) else { throw Self.notFound(callID) }
-        return call
+    /// Runs a request's `change` in one transaction on the locked call, after `first` (which takes the locks that
+    /// come before the call's) and after firing the call's timers due at `now`: an invitation whose deadline has
+    /// passed is `timeout` for the request even if the sweep has not fired it yet (§17). A change refused with a
+    /// problem still commits the timers it fired (their events included), then the problem is thrown.
+    private func changing<First, T>(
+        _ callID: String, first: (PostgresConnection) throws -> First, _ change: (inout Call, PostgresConnection, First) throws -> T
+    ) throws -> T {
+        let outcome = try db.transaction { db -> Result<T, APIError> in
+            let before = try first(db)
+            guard var call = try CallStore.fetch(appID: appID, callID: callID, forUpdate: true, on: db) else {
+                throw Self.notFound(callID)
+            }
+            let fired = try fireDue(&call, on: db)
+            try EventLog.append(fired, appID: appID, now: now, on: db)
+            do {
+                return .success(try change(&call, db, before))
+            } catch let problem as APIError where !fired.isEmpty {
+                return .failure(problem)
+            }
+        }
+        return try outcome.get()
+    }
+
+    private func changing<T>(_ callID: String, _ change: (inout Call, PostgresConnection) throws -> T) throws -> T {
+        try changing(callID, first: { _ in () }) { call, db, _ in try change(&call, db) }
     }
 
     /// Moves `userIDs` to `state` at `now` (stamping `accepted_at`, `quit_at`, the answer's `extended_data`);

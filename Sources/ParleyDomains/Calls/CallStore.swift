@@ -23,14 +23,14 @@ package enum CallStore {
         return call
     }
 
-    /// The calls `callIDs` with their users, locked, in `callIDs` order (missing ones left out); with `skipLocked`,
-    /// calls another transaction holds are left out too (a timer's claim leaves them to that transaction).
-    static func fetchMany(appID: String, callIDs: [String], skipLocked: Bool = false, on db: PostgresConnection) throws -> [Call] {
+    /// The calls `callIDs` with their users, locked in `call_id` order (so concurrent sweeps never deadlock), returned
+    /// in `callIDs` order (missing ones left out).
+    static func fetchMany(appID: String, callIDs: [String], on db: PostgresConnection) throws -> [Call] {
         if callIDs.isEmpty { return [] }
         let rows = try db.query(
             """
             SELECT \(sql: callColumns) FROM calls WHERE app_id = \(appID) AND call_id = ANY(\(callIDs)::text[])
-            ORDER BY call_id \(sql: skipLocked ? "FOR UPDATE SKIP LOCKED" : "FOR UPDATE")
+            ORDER BY call_id FOR UPDATE
             """
         ).rows.map(call)
         return try withUsers(rows, in: callIDs, appID: appID, on: db)

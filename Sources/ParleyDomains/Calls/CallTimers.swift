@@ -4,9 +4,11 @@ import ParleyPostgres
 
 /// The call timers on the server clock (API.md §13, §17): invitation timeouts and the 5 s not-received check.
 ///
-/// Owns nothing: each batch claims calls with due users under `FOR UPDATE SKIP LOCKED` and re-reads them under the
-/// lock, so a background sweep, a test-clock advance and other nodes never fire the same timer twice, and a timer
-/// whose user answered meanwhile finds nothing to do.
+/// Owns nothing: each batch locks calls with due users and re-reads them under the lock, so a background sweep, a
+/// test-clock advance and other nodes never fire the same timer twice, and a timer whose user answered meanwhile
+/// finds nothing to do. It waits for a call another transaction holds instead of skipping it (`SKIP LOCKED` would let
+/// a test-clock advance answer before every due timer fired, §17); requests hold a call for one short transaction,
+/// and requests that change a call fire its due timers themselves first.
 package enum CallTimers {
     package static let kind = TimerKind(name: "call_timers", everyMillis: 0) { services, now in
         var fired = 0
@@ -20,7 +22,7 @@ package enum CallTimers {
                     var events: [NewEvent] = []
                     var count = 0
                     // In due order (the order `due` returned them).
-                    for var call in try CallStore.fetchMany(appID: appID, callIDs: callIDs.map(\.callID), skipLocked: true, on: db) {
+                    for var call in try CallStore.fetchMany(appID: appID, callIDs: callIDs.map(\.callID), on: db) {
                         let fired = try service.fireDue(&call, on: db)
                         events += fired
                         if !fired.isEmpty { count += 1 }
@@ -30,7 +32,7 @@ package enum CallTimers {
                 }
             }
             fired += claimed
-            // Fewer than a batch due, or every due call held by another sweep: the rest is for the next round.
+            // Fewer than a batch due, or another sweep fired this batch first: the rest is for the next round.
             if due.count < batchSize || claimed == 0 { return fired }
         }
     }

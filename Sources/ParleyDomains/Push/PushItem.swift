@@ -63,6 +63,7 @@ struct PushItem: Sendable {
         case .call, .callCancel: return "call:" + (callID ?? "")
         case .broadcast: return "broadcast"
         case .application: return "application:" + (applicationKind ?? "friend")
+        case .test where callID != nil: return "call:" + (callID ?? "")
         case .message, .revoke, .test:
             if conversationType == "group" { return "group:" + (groupID ?? "") }
             return "peer:" + sender

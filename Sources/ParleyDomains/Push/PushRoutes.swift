@@ -162,8 +162,8 @@ package enum PushRoutes {
             recipient.doNotDisturb =
                 try !PushStore.doNotDisturb(appID: ctx.appID, entries: [(userID, type, id)], on: ctx.db).isEmpty
         }
-        // A test push is decided as the item it stands for.
-        let kind = item.kind == .test ? PushItem.Kind.message : item.kind
+        // A test push is decided as the item it stands for: a call invitation or a message.
+        let kind = item.kind == .test ? (item.callID != nil ? PushItem.Kind.call : .message) : item.kind
         return (recipient, PushDecision(kind: kind, configured: settings.configured, recipient: recipient))
     }
 

@@ -84,11 +84,11 @@ enum PushStore {
         return Dictionary(grouping: devices, by: \.userID)
     }
 
-    /// The platforms each of `userIDs` has an open user stream on (any node).
+    /// The platforms each of `userIDs` has an open presence-counting user stream on (any node; API.md §14.2).
     static func onlinePlatforms(appID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: Set<String>] {
         var out: [String: Set<String>] = [:]
         for row in try db.query(
-            "SELECT DISTINCT user_id, platform FROM user_streams WHERE app_id = \(appID) AND user_id = ANY(\(userIDs))"
+            "SELECT DISTINCT user_id, platform FROM user_streams WHERE app_id = \(appID) AND user_id = ANY(\(userIDs)) AND counts_presence"
         ).rows {
             out[try row[0].string, default: []].insert(try row[1].string)
         }
