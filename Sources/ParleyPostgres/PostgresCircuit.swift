@@ -27,6 +27,8 @@ public final class PostgresCircuit: Sendable {
 
     /// Monotonic nanoseconds when the circuit opened; 0 while closed.
     private let openedAt = Atomic<UInt64>(0)
+    /// Monotonic nanoseconds when the circuit last closed (the server answered again); 0 if it never opened.
+    private let closedAt = Atomic<UInt64>(0)
     private let probing = Atomic<Bool>(false)
     private let openings = Atomic<Int>(0)
     private let logger: PostgresLogger
@@ -51,14 +53,19 @@ public final class PostgresCircuit: Sendable {
         if answered {
             let opened = openedAt.load(ordering: .relaxed)
             if opened != 0, openedAt.compareExchange(expected: opened, desired: 0, ordering: .acquiringAndReleasing).exchanged {
+                closedAt.store(monotonicNanos(), ordering: .releasing)
                 logger.log(.info, "postgres: the server answers again after \((monotonicNanos() &- opened) / 1_000_000) ms")
             }
         }
         if case .probe = admission { probing.store(false, ordering: .releasing) }
     }
 
-    /// Reports an exchange that got no answer within its timeout: the circuit opens (if it was closed).
-    public func unanswered(timeoutMillis: Int) {
+    /// Reports an exchange started at `startedAt` (monotonic nanoseconds) that got no answer within its timeout: the
+    /// circuit opens (if it was closed), unless it closed after that exchange started. Such an exchange was sent
+    /// into the stall the circuit already recorded and outlived it (its deadline fell just after the server woke):
+    /// the server has answered since, and opening again would refuse everything for nothing.
+    public func unanswered(timeoutMillis: Int, startedAt: UInt64) {
+        if closedAt.load(ordering: .acquiring) > startedAt { return }
         if openedAt.compareExchange(expected: 0, desired: max(1, monotonicNanos()), ordering: .acquiringAndReleasing).exchanged {
             openings.add(1, ordering: .relaxed)
             logger.log(

@@ -69,10 +69,13 @@ public final class PostgresConnection {
             circuit?.finished(admission, answered: false)
             throw PostgresError(kind: .connection, message: "libpq could not allocate a connection")
         }
+        let started = monotonicNanos()
         do {
             try Self.completeConnect(connection, timeoutNanos: configuration.connectTimeoutNanos, poll: PQconnectPoll)
         } catch {
-            if error.isTimeout { circuit?.unanswered(timeoutMillis: Int((configuration.connectTimeoutNanos ?? 0) / 1_000_000)) }
+            if error.isTimeout {
+                circuit?.unanswered(timeoutMillis: Int((configuration.connectTimeoutNanos ?? 0) / 1_000_000), startedAt: started)
+            }
             circuit?.finished(admission, answered: false)
             PQfinish(connection)
             throw error
@@ -302,10 +305,11 @@ public final class PostgresConnection {
             throw Self.notAnswering
         }
         let raw: OpaquePointer?
+        let started = monotonicNanos()
         do {
-            raw = try sendAndCollect(send, deadline: responseTimeoutNanos.map { monotonicNanos() &+ $0 })
+            raw = try sendAndCollect(send, deadline: responseTimeoutNanos.map { started &+ $0 })
         } catch {
-            if error.isTimeout { circuit?.unanswered(timeoutMillis: Int((responseTimeoutNanos ?? 0) / 1_000_000)) }
+            if error.isTimeout { circuit?.unanswered(timeoutMillis: Int((responseTimeoutNanos ?? 0) / 1_000_000), startedAt: started) }
             circuit?.finished(admission, answered: false)
             throw error
         }

@@ -85,6 +85,10 @@ package final class Timers: Sendable {
             while !stopped.load(ordering: .acquiring) {
                 Self.sleep(millis: intervalMillis, unless: stopped)
                 if stopped.load(ordering: .acquiring) { break }
+                // Skip a tick while the database is not answering (the serving connections' circuit is open): a sweep
+                // would fail at once, and one refused inside its transaction costs its connection a reconnect, which
+                // then becomes the circuit's probe when the database wakes and holds every request back meanwhile.
+                if services.pool.configuration.circuit?.isOpen == true { continue }
                 // Skip a tick while the previous sweep is still queued or running.
                 guard !sweepQueued.exchange(true, ordering: .acquiringAndReleasing) else { continue }
                 services.pool.submit(

@@ -82,20 +82,14 @@ package enum CallStore {
             """)
     }
 
-    /// Stores the call's state (`state`, `end_reason`, `ended_at`); an ended call has no timer left.
+    /// Stores the call's state (`state`, `end_reason`, `ended_at`). An ended call has no timer left: the change that
+    /// ended it left no user pending, and ``save(appID:call:users:on:)`` clears the due times of every user it moves.
     static func saveState(appID: String, call: Call, on db: PostgresConnection) throws {
         try db.query(
             """
             UPDATE calls SET state = \(call.ended ? "ended" : "started"), end_reason = \(call.endReason?.rawValue), ended_at = \(call.endedAt)
             WHERE app_id = \(appID) AND call_id = \(call.callID)
             """)
-        if call.ended {
-            try db.query(
-                """
-                UPDATE call_users SET timeout_at = NULL, check_at = NULL
-                WHERE app_id = \(appID) AND call_id = \(call.callID) AND (timeout_at IS NOT NULL OR check_at IS NOT NULL)
-                """)
-        }
     }
 
     /// Writes `users` of `call` (new or changed), with the due times of their timers.
