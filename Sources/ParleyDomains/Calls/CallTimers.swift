@@ -12,7 +12,7 @@ import ParleyPostgres
 package enum CallTimers {
     package static let kind = TimerKind(name: "call_timers", everyMillis: 0) { services, now in
         var fired = 0
-        var idleRounds = 0
+        var previous: [String] = []
         while true {
             let due = try services.pool.withConnection { db in try CallStore.due(now: now, limit: batchSize, on: db) }
             if due.isEmpty { return fired }
@@ -35,10 +35,12 @@ package enum CallTimers {
             fired += claimed
             if due.count < batchSize { return fired }
             // A batch another sweep fired while this one waited for its locks is done; the calls due behind it are
-            // not, so go on (a test-clock advance must not answer before them, §17). Two rounds in a row that find
-            // nothing to fire mean only rows no change needs: stop.
-            idleRounds = claimed == 0 ? idleRounds + 1 : 0
-            if idleRounds == 2 { return fired }
+            // not, so go on (a test-clock advance must not answer before them, §17), even when the other sweep keeps
+            // winning batch after batch. The same batch found again with nothing to fire means rows no change needs
+            // (none should exist): stop rather than spin.
+            let ids = due.map { $0.appID + "/" + $0.callID }
+            if claimed == 0 && ids == previous { return fired }
+            previous = ids
         }
     }
 
