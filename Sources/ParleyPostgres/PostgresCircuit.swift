@@ -60,6 +60,13 @@ public final class PostgresCircuit: Sendable {
         if case .probe = admission { probing.store(false, ordering: .releasing) }
     }
 
+    /// Whether the circuit closed (the server answered again) after `nanos` (monotonic nanoseconds).
+    public func closed(since nanos: UInt64) -> Bool { closedAt.load(ordering: .acquiring) > nanos }
+
+    /// Reports an answer the server gave on a connection outside the circuit (the readiness probe's): it closes the
+    /// circuit like an answer to one of its exchanges.
+    public func serverAnswered() { finished(.pass, answered: true) }
+
     /// Reports an exchange started at `startedAt` (monotonic nanoseconds) that got no answer within its timeout: the
     /// circuit opens (if it was closed), unless it closed after that exchange started. Such an exchange was sent
     /// into the stall the circuit already recorded and outlived it (its deadline fell just after the server woke):

@@ -22,8 +22,10 @@ final class WorkerContext {
     private var retryAfterNanos: UInt64 = 0
     private var lastConnectError: PostgresError?
     /// The pool's count of successful connects when this worker's connect failed: once another worker has
-    /// connected since, the server is back and the fail-fast window ends early.
+    /// connected since, or the circuit has closed since (the server answered any exchange), the server is back and
+    /// the fail-fast window ends early.
     private var failedAtConnectCount = 0
+    private var failedAtNanos: UInt64 = 0
     private let connectCount: ConnectCounter
 
     static let connectBackoffNanos: UInt64 = 250_000_000
@@ -72,7 +74,11 @@ final class WorkerContext {
         }
         if let connection { return connection }
         let now = monotonicNanos()
-        if now < retryAfterNanos, let lastConnectError, connectCount.value == failedAtConnectCount { throw lastConnectError }
+        if now < retryAfterNanos, let lastConnectError, connectCount.value == failedAtConnectCount,
+            configuration.circuit?.closed(since: failedAtNanos) != true
+        {
+            throw lastConnectError
+        }
         do {
             let fresh = try PostgresConnection(configuration, logger: logger)
             connection = fresh
@@ -83,6 +89,7 @@ final class WorkerContext {
             lastConnectError = error
             retryAfterNanos = now + Self.connectBackoffNanos
             failedAtConnectCount = connectCount.value
+            failedAtNanos = now
             throw error
         }
     }

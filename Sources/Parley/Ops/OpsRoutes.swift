@@ -31,6 +31,7 @@ struct OpsRoutes {
         }
         let stopping = services.stopping
         let probe = health.probe
+        let circuit = health.circuit
         let (dispatcher, push) = (services.webhooks.dispatcher, self.push)
         // On threads of its own with its own connection: it answers within 1 s even while every pool worker waits on a
         // stalled database.
@@ -53,6 +54,10 @@ struct OpsRoutes {
                 return ProblemRendering.response(
                     .retryLater(.unavailable, "database unreachable or not answering", retryAfterSeconds: 1), requestID: request.requestID)
             }
+            // The server answered: the serving connections stop failing fast now, not when their own next exchange
+            // (perhaps a reconnect, perhaps a slow statement) gets through as the circuit's probe. "Ready" then means
+            // the requests after it are tried.
+            circuit.serverAnswered()
             return .json(Self.ready)
         }
     }
