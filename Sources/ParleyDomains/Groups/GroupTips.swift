@@ -96,7 +96,7 @@ struct GroupTips: Sendable {
             push: nil, suppressed: nil, deleted: false)
         let item = MessageWrite.Item(appID: appID, now: now, message: message, threadID: group.groupID, contentHash: "", checks: .none)
         guard let written = try MessageWrite.write([item], on: db).first, written.outcome == .sent,
-            let event = MessageWrite.events(of: written, threadID: group.groupID).first
+            let event = MessageWrite.events(of: written).first
         else { throw APIError(.internalError, "tips message of group \(group.groupID) not stored") }
         return event
     }

@@ -53,6 +53,17 @@ struct Message: Sendable {
     var deleted: Bool
     /// True only for broadcasts (§11.2).
     var isBroadcast = false
+    /// The last edit (API.md §11.5): when, by whom (null: the app), how many edits.
+    var editedAt: Int64? = nil
+    var editorID: String? = nil
+    var editCount: Int64 = 0
+    /// Pinned (API.md §11.6): when and by whom (null `pinnedBy` with a time: the app).
+    var pinnedAt: Int64? = nil
+    var pinnedBy: String? = nil
+    /// The reaction summary JSON as stored (`[{reaction_type, count, user_ids}]`).
+    var reactions: [UInt8] = Array("[]".utf8)
+    /// A revoked type-1 message's text, shown in its revoke body to the sender and the app only.
+    var originalText: String? = nil
 
     var stored: Bool { seq != nil }
 

@@ -4,17 +4,22 @@ import ParleyPostgres
 
 /// The text members of a message (written escaped, or `null` when absent).
 enum MessageTextField {
-    case messageID, clientMsgID, conversationType, from, to, extendedData, rootMessageID, suppressed
+    case messageID, clientMsgID, conversationType, from, to, extendedData, rootMessageID, suppressed, editorID, pinnedBy
 }
 
-/// The members stored as JSON (`body`, `reply`, `push`): copied as stored, or `null` when absent.
+/// The members stored as JSON (`body`, `reply`, `push`, `reactions`): copied as stored, or `null` when absent.
 enum MessageJSONField {
-    case body, reply, push
+    case body, reply, push, reactions
 }
 
 /// The integer members of a message.
 enum MessageIntegerField {
-    case type, timestamp, replyCount, priority, repeatCount
+    case type, timestamp, replyCount, priority, repeatCount, editCount
+}
+
+/// The integer members that may be null.
+enum MessageOptionalIntegerField {
+    case editedAt, pinnedAt
 }
 
 /// The boolean members of a message.
@@ -30,7 +35,11 @@ protocol MessageFields {
     func writeJSON(_ field: MessageJSONField, to w: inout JSONWriter) throws(Failure)
     func writeMentionIDs(to w: inout JSONWriter) throws(Failure)
     func integer(_ field: MessageIntegerField) throws(Failure) -> Int64
+    func optionalInteger(_ field: MessageOptionalIntegerField) throws(Failure) -> Int64?
     func flag(_ field: MessageFlag) throws(Failure) -> Bool
+    /// Writes `body`; with `originalText`, a revoke body (type 31) with its original text (API.md §2: only for the
+    /// original sender and the app key).
+    func writeBody(to w: inout JSONWriter, originalText: Bool) throws(Failure)
     /// The seq; nil for messages that are not stored.
     func sequence() throws(Failure) -> Int64?
     /// Whether `userID` sent the message.
@@ -41,16 +50,17 @@ extension MessageFields {
     /// Writes the Message object as `viewer` sees it as the next value of `w` (one buffer for a whole list).
     func write(to w: inout JSONWriter, _ viewer: MessageViewer) throws(Failure) {
         w.beginObject()
-        try writeMembers(&w)
-        // `suppressed` for the app; `push` for the app and the sender (API.md §2 †).
+        // `suppressed` for the app; `push` and a revoke's original text for the app and the sender (API.md §2 †).
+        let isApp = viewer == .app
         let seesPush: Bool
         switch viewer {
-        case .app:
+        case .app: seesPush = true
+        case .user(let userID): seesPush = try isSent(by: userID)
+        }
+        try writeMembers(&w, originalText: seesPush)
+        if isApp {
             w.key(static: "suppressed")
             try writeText(.suppressed, to: &w)
-            seesPush = true
-        case .user(let userID):
-            seesPush = try isSent(by: userID)
         }
         if seesPush {
             w.key(static: "push")
@@ -59,13 +69,13 @@ extension MessageFields {
         w.endObject()
     }
 
-    /// Every member every viewer sees, in order.
-    func writeMembers(_ w: inout JSONWriter) throws(Failure) {
+    /// Every member every viewer sees, in order (with `originalText`, a revoke body keeps its original text).
+    func writeMembers(_ w: inout JSONWriter, originalText: Bool = false) throws(Failure) {
         try writeHead(&w)
         if let seq = try sequence() { w.writeInt(seq) } else { w.writeNull() }
         w.key(static: "timestamp")
         w.writeInt(try integer(.timestamp))
-        try writeTail(&w)
+        try writeTail(&w, originalText: originalText)
     }
 
     /// The members before the seq value, ending with `"seq":`.
@@ -86,9 +96,9 @@ extension MessageFields {
     }
 
     /// The members after `timestamp`, from `"body":` on.
-    func writeTail(_ w: inout JSONWriter) throws(Failure) {
+    func writeTail(_ w: inout JSONWriter, originalText: Bool) throws(Failure) {
         w.key(static: "body")
-        try writeJSON(.body, to: &w)
+        try writeBody(to: &w, originalText: originalText)
         w.key(static: "extended_data")
         try writeText(.extendedData, to: &w)
         w.key(static: "mentions")
@@ -121,8 +131,25 @@ extension MessageFields {
         w.writeInt(try integer(.repeatCount))
         w.key(static: "is_broadcast")
         w.writeBool(try flag(.isBroadcast))
-        // Edits, pins and reactions are not built yet: their members are constant.
-        w.staticMembers(#""edited_at":null,"editor_id":null,"edit_count":0,"pinned":null,"reactions":[]"#)
+        w.key(static: "edited_at")
+        if let editedAt = try optionalInteger(.editedAt) { w.writeInt(editedAt) } else { w.writeNull() }
+        w.key(static: "editor_id")
+        try writeText(.editorID, to: &w)
+        w.key(static: "edit_count")
+        w.writeInt(try integer(.editCount))
+        w.key(static: "pinned")
+        if let pinnedAt = try optionalInteger(.pinnedAt) {
+            w.beginObject()
+            w.key(static: "by")
+            try writeText(.pinnedBy, to: &w)
+            w.key(static: "at")
+            w.writeInt(pinnedAt)
+            w.endObject()
+        } else {
+            w.writeNull()
+        }
+        w.key(static: "reactions")
+        try writeJSON(.reactions, to: &w)
         w.key(static: "deleted")
         w.writeBool(try flag(.deleted))
     }
@@ -142,6 +169,8 @@ extension Message: MessageFields {
             case .extendedData: extendedData
             case .rootMessageID: rootMessageID
             case .suppressed: suppressed
+            case .editorID: editorID
+            case .pinnedBy: pinnedBy
             }
         if let text { w.writeString(text) } else { w.writeNull() }
     }
@@ -152,8 +181,18 @@ extension Message: MessageFields {
             case .body: body
             case .reply: reply
             case .push: push
+            case .reactions: reactions
             }
         if let json { w.writeRaw(json) } else { w.writeNull() }
+    }
+
+    func writeBody(to w: inout JSONWriter, originalText withOriginal: Bool) {
+        guard let body else { return w.writeNull() }
+        if withOriginal, type == MessageType.revoke.rawValue, let originalText {
+            Self.writeRevokeBody(body, originalText: originalText, to: &w)
+        } else {
+            w.writeRaw(body)
+        }
     }
 
     func writeMentionIDs(to w: inout JSONWriter) {
@@ -169,6 +208,14 @@ extension Message: MessageFields {
         case .replyCount: replyCount
         case .priority: priority
         case .repeatCount: repeatCount
+        case .editCount: editCount
+        }
+    }
+
+    func optionalInteger(_ field: MessageOptionalIntegerField) -> Int64? {
+        switch field {
+        case .editedAt: editedAt
+        case .pinnedAt: pinnedAt
         }
     }
 
@@ -186,4 +233,14 @@ extension Message: MessageFields {
     func sequence() -> Int64? { seq }
 
     func isSent(by userID: String) -> Bool { from == userID }
+}
+
+extension MessageFields {
+    /// A stored revoke body (an object without `original_text`) with `original_text` added as its last member.
+    static func writeRevokeBody(_ body: some Collection<UInt8>, originalText: String, to w: inout JSONWriter) {
+        w.writeRaw(body.dropLast())
+        w.writeRaw(Array(#","original_text":"#.utf8))
+        w.writeString(originalText)
+        w.writeRaw([UInt8(ascii: "}")])
+    }
 }

@@ -6,7 +6,7 @@ import ParleyPostgres
 enum MessageColumn: Int, CaseIterable {
     case messageID, clientMsgID, type, conversationType, sender, recipient, seq, timestamp, body, extendedData
     case mentionIDs, mentionAll, reply, rootMessageID, replyCount, priority, needReceipt, noUnread, repeatCount, push
-    case suppressed, deleted
+    case suppressed, deleted, editedAt, editorID, editCount, pinnedAt, pinnedBy, reactions, originalText
 
     /// The column's name in the `messages` table.
     package var name: String {
@@ -33,6 +33,13 @@ enum MessageColumn: Int, CaseIterable {
         case .push: "push"
         case .suppressed: "suppressed"
         case .deleted: "deleted"
+        case .editedAt: "edited_at"
+        case .editorID: "editor_id"
+        case .editCount: "edit_count"
+        case .pinnedAt: "pinned_at"
+        case .pinnedBy: "pinned_by"
+        case .reactions: "reactions"
+        case .originalText: "original_text"
         }
     }
 }
@@ -64,6 +71,8 @@ struct MessageRow: MessageFields {
         case .extendedData: cell = self[.extendedData]
         case .rootMessageID: cell = self[.rootMessageID]
         case .suppressed: cell = self[.suppressed]
+        case .editorID: cell = self[.editorID]
+        case .pinnedBy: cell = self[.pinnedBy]
         }
         if cell.isNull { w.writeNull() } else { try cell.withTextBytes { w.writeString(utf8: $0) } }
     }
@@ -74,8 +83,20 @@ struct MessageRow: MessageFields {
         case .body: cell = self[.body]
         case .reply: cell = self[.reply]
         case .push: cell = self[.push]
+        case .reactions: cell = self[.reactions]
         }
         if cell.isNull { w.writeNull() } else { try cell.withTextBytes { w.writeRaw($0) } }
+    }
+
+    func writeBody(to w: inout JSONWriter, originalText withOriginal: Bool) throws(PostgresError) {
+        let body = self[.body]
+        if body.isNull { return w.writeNull() }
+        if withOriginal, try integer(.type) == MessageType.revoke.rawValue, !self[.originalText].isNull {
+            let text = try self[.originalText].string
+            try body.withTextBytes { Self.writeRevokeBody($0, originalText: text, to: &w) }
+        } else {
+            try body.withTextBytes { w.writeRaw($0) }
+        }
     }
 
     func writeMentionIDs(to w: inout JSONWriter) throws(PostgresError) {
@@ -92,7 +113,17 @@ struct MessageRow: MessageFields {
         case .replyCount: try self[.replyCount].int64
         case .priority: try self[.priority].int64
         case .repeatCount: try self[.repeatCount].int64
+        case .editCount: try self[.editCount].int64
         }
+    }
+
+    func optionalInteger(_ field: MessageOptionalIntegerField) throws(PostgresError) -> Int64? {
+        let cell =
+            switch field {
+            case .editedAt: self[.editedAt]
+            case .pinnedAt: self[.pinnedAt]
+            }
+        return cell.isNull ? nil : try cell.int64
     }
 
     func flag(_ field: MessageFlag) throws(PostgresError) -> Bool {
@@ -129,6 +160,8 @@ struct MessageRow: MessageFields {
             reply: try optionalJSON(.reply), rootMessageID: try optionalString(.rootMessageID), replyCount: try integer(.replyCount),
             priority: try integer(.priority), needReceipt: try flag(.needReceipt), noUnread: try flag(.noUnread), onlineOnly: false,
             repeatCount: try integer(.repeatCount), push: try optionalJSON(.push), suppressed: try optionalString(.suppressed),
-            deleted: try flag(.deleted))
+            deleted: try flag(.deleted), editedAt: try optionalInteger(.editedAt), editorID: try optionalString(.editorID),
+            editCount: try integer(.editCount), pinnedAt: try optionalInteger(.pinnedAt), pinnedBy: try optionalString(.pinnedBy),
+            reactions: try self[.reactions].textBytes, originalText: try optionalString(.originalText))
     }
 }

@@ -217,6 +217,7 @@ struct MessageService: DomainService {
     func isVisible(_ message: Message, to viewer: MessageViewer, on db: PostgresConnection) throws -> Bool {
         guard message.isVisible(to: viewer) else { return false }
         guard case .user(let userID) = viewer else { return true }
+        if message.stored, try MessageStore.isHidden(appID: appID, messageID: message.messageID, from: userID, on: db) { return false }
         switch message.conversationType {
         case .peer: return true
         case .group: return try MessageStore.groupAccess(appID: appID, groupID: message.to, userID: userID, on: db)?.member ?? false

@@ -63,6 +63,21 @@ enum MessageStore {
         return try result.first.flatMap { try message($0) }
     }
 
+    /// The stored message `messageID` with its row locked (every change of a stored message holds it: revoke, edit,
+    /// delete, pin, reactions).
+    static func lock(appID: String, messageID: String, on db: PostgresConnection) throws -> Message? {
+        let result = try db.query(
+            "SELECT \(sql: messageColumns) FROM messages m WHERE m.app_id = \(appID) AND m.message_id = \(messageID) FOR UPDATE")
+        return try result.first.flatMap { try message($0) }
+    }
+
+    /// Whether `userID` deleted `messageID` for itself (API.md §11.5 delete `scope=self`).
+    static func isHidden(appID: String, messageID: String, from userID: String, on db: PostgresConnection) throws -> Bool {
+        try db.query(
+            "SELECT 1 FROM message_hidden WHERE app_id = \(appID) AND message_id = \(messageID) AND user_id = \(userID)"
+        ).first != nil
+    }
+
     static func fetchMany(appID: String, messageIDs: [String], on db: PostgresConnection) throws -> [Message] {
         if messageIDs.isEmpty { return [] }
         let result = try db.query(

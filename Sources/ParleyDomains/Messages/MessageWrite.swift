@@ -79,7 +79,7 @@ enum MessageWrite {
     }
 
     /// Writes `items` in the caller's transaction (the caller appends their events, ``appendEvents(_:_:on:)`` or
-    /// ``events(of:threadID:)``, and commits).
+    /// ``events(of:)``, and commits).
     /// Results are in item order. Items must not repeat a (sender, client_msg_id) pair: a repeat belongs to a later
     /// batch, where it finds the first one's key.
     static func write(_ items: [Item], on db: PostgresConnection) throws -> [Written] {
@@ -127,7 +127,7 @@ enum MessageWrite {
                 apps.append(item.appID)
                 eventsByApp[item.appID] = (item.now, [])
             }
-            eventsByApp[item.appID]!.events += events(of: result, threadID: item.threadID)
+            eventsByApp[item.appID]!.events += events(of: result)
         }
         // Apps in key order, so two nodes' batches take their head locks in the same order.
         for appID in apps.sorted() {
@@ -151,35 +151,21 @@ enum MessageWrite {
         return w.bytes
     }
 
-    /// `message.sent`, then the root's `message.reply_count_updated` for a counted reply (API.md §18).
-    static func events(of written: Written, threadID: String) -> [NewEvent] {
+    /// `message.sent`, then the root's `message.reply_count_updated` for a counted reply (API.md §18). A suppressed
+    /// message reaches only its sender (and the app), in a group or room too (a hook's `drop`); group and room events
+    /// go to the members at write time (``MessageAudience``).
+    static func events(of written: Written) -> [NewEvent] {
         let message = written.message
-        // A suppressed message reaches only its sender (and the app), in a group or room too (a hook's `drop`). Group
-        // and room events go to the members at write time (`to_group_members` with `group_id` or `room_id`).
-        let delivered = message.suppressed == nil
-        let isGroup = message.conversationType == .group && delivered
-        let isRoom = message.conversationType == .room && delivered
-        let audience = isGroup || isRoom ? [] : delivered ? [message.from, message.to] : [message.from]
-        let groupID = isGroup ? message.to : nil
-        let roomID = isRoom ? message.to : nil
-        let orderKey = message.conversationType.rawValue + ":" + threadID
         var data = JSONObjectWriter(capacity: 700 + (message.body?.count ?? 0))
         data.raw("message", sentJSON(message))
-        var events = [
-            NewEvent(
-                type: "message.sent", data: data.finish(), audience: audience, groupID: groupID, roomID: roomID,
-                toGroupMembers: isGroup || isRoom, orderKey: orderKey)
-        ]
+        var events = [MessageAudience.event("message.sent", data: data.finish(), about: message)]
         if let count = written.replyCount, let root = message.rootMessageID {
             var o = JSONObjectWriter(capacity: 128)
             o["root_message_id"] = root
             o["conversation_type"] = message.conversationType.rawValue
             o["to"] = message.to
             o["reply_count"] = count
-            events.append(
-                NewEvent(
-                    type: "message.reply_count_updated", data: o.finish(), audience: audience, groupID: groupID, roomID: roomID,
-                    toGroupMembers: isGroup || isRoom, orderKey: orderKey))
+            events.append(MessageAudience.event("message.reply_count_updated", data: o.finish(), about: message))
         }
         return events
     }

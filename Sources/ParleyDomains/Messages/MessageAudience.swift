@@ -1,0 +1,20 @@
+import ParleyAPI
+import ParleyCore
+
+/// The "message audience" of API.md §18 for the events of a change to a stored message (`message.revoked`,
+/// `message.edited`, `message.deleted` for everyone, `message.pin_updated`, `message.reactions_updated`,
+/// `message.reply_count_updated`): computed at the commit of the change — both peers, or the group's or room's members
+/// when the event is written (`toGroupMembers`); a suppressed message's events stay with its sender.
+enum MessageAudience {
+    /// The event `type` with `data` about `message`, to its audience, ordered with its conversation (§15.2).
+    static func event(_ type: String, data: [UInt8], about message: Message) -> NewEvent {
+        let delivered = message.suppressed == nil
+        let isGroup = message.conversationType == .group && delivered
+        let isRoom = message.conversationType == .room && delivered
+        let audience = isGroup || isRoom ? [] : delivered ? [message.from, message.to] : [message.from]
+        let threadID = MessageStore.thread(message.conversationType, message.from, message.to)
+        return NewEvent(
+            type: type, data: data, audience: audience, groupID: isGroup ? message.to : nil, roomID: isRoom ? message.to : nil,
+            toGroupMembers: isGroup || isRoom, orderKey: message.conversationType.rawValue + ":" + threadID)
+    }
+}
