@@ -65,6 +65,7 @@ struct OpenAPIResponseSchemaTests {
         try Self.rooms(c)
         try Self.calls(c)
         try Self.messagesAndConversations(c)
+        try Self.messageLifecycle(c)
         try Self.events(c)
         try Self.webhooks(c)
         try Self.push(c)
@@ -626,6 +627,37 @@ struct OpenAPIResponseSchemaTests {
         c.call(.get, "/v1/users/{user_id}/calls", "ghost", status: 404)
     }
 
+    /// Revoke, edit, delete and the edit history (API.md §11.5), with their codes.
+    static func messageLifecycle(_ c: ContractChecker) throws {
+        func send(_ text: String) -> String {
+            let r = c.call(
+                .post, "/v1/messages", json: #"{"from":"a","conversation_type":"peer","to":"b","type":1,"body":{"text":"\#(text)"}}"#,
+                status: 201)
+            return r.json?["message_id"]?.stringValue ?? ""
+        }
+        let edited = send("v1")
+        c.call(.patch, "/v1/messages/{message_id}", edited, as: .user("a"), json: #"{"body":{"text":"v2"}}"#, status: 200)
+        c.call(.patch, "/v1/messages/{message_id}", edited, as: .user("b"), json: #"{"body":{"text":"v3"}}"#, status: 403)
+        c.call(.patch, "/v1/messages/{message_id}", edited, json: #"{"body":{"text":""}}"#, status: 400)
+        c.call(.patch, "/v1/messages/{message_id}", "nope", json: #"{"body":{"text":"x"}}"#, status: 404)
+        let versions = c.call(.get, "/v1/messages/{message_id}/edits", edited, query: "limit=1", status: 200)
+        if let cursor = versions.json?["next_cursor"]?.stringValue {
+            c.call(.get, "/v1/messages/{message_id}/edits", edited, query: "limit=1&cursor=\(cursor)", status: 200)
+        }
+        c.call(.get, "/v1/messages/{message_id}/edits", "nope", status: 404)
+        let revoked = send("bye")
+        c.call(.post, "/v1/messages/{message_id}/revoke", revoked, as: .user("b"), json: "{}", status: 403)
+        c.call(.post, "/v1/messages/{message_id}/revoke", revoked, as: .user("a"), json: #"{"revoke_extended_data":"x"}"#, status: 200)
+        c.call(.post, "/v1/messages/{message_id}/revoke", revoked, json: "{}", status: 409)
+        c.call(.post, "/v1/messages/{message_id}/revoke", "nope", json: "{}", status: 404)
+        c.call(.patch, "/v1/messages/{message_id}", revoked, json: #"{"body":{"text":"x"}}"#, status: 409)
+        let hidden = send("mine")
+        c.call(.post, "/v1/messages/delete", json: #"{"scope":"self","user_id":"b","message_ids":["\#(hidden)","nope"]}"#, status: 200)
+        c.call(.post, "/v1/messages/delete", json: #"{"scope":"everyone","message_ids":["\#(edited)"]}"#, status: 200)
+        c.call(.post, "/v1/messages/delete", json: #"{"scope":"self","user_id":"ghost","message_ids":["x"]}"#, status: 404)
+        c.call(.post, "/v1/messages/delete", json: #"{"scope":"some","message_ids":["x"]}"#, status: 400)
+    }
+
     /// Event types without a webhook entry in the document whose `data` has a schema of its own.
     static let eventDataSchemas = [
         "device.registered": "DeviceRegisteredData", "device.removed": "DeviceRemovedData",
@@ -635,7 +667,8 @@ struct OpenAPIResponseSchemaTests {
         "room.attributes_updated": "RoomAttributesUpdatedData", "room.attributes_batch_updated": "RoomAttributesBatchUpdatedData",
         "room.member_attributes_updated": "RoomMemberAttributesUpdatedData", "room.destroyed": "RoomDestroyedData",
         "call.created": "CallCreatedData", "call.invited": "CallInvitedData", "call.user_state_changed": "CallUserStateChangedData",
-        "call.ended": "CallEndedData",
+        "call.ended": "CallEndedData", "message.revoked": "MessageRevokedData", "message.edited": "MessageEditedData",
+        "message.deleted": "MessageDeletedData",
     ]
 
     /// Problem responses of the kinds every operation declares: 401, 403, 415.

@@ -32,6 +32,10 @@ enum Routes {
         RoomRoutes.register(on: &api)
         DeviceRoutes.register(on: &api)
         MessageRoutes.register(on: &api, writer: writer)
+        // Messages sit below Push: a revoke's push is handed in here.
+        MessageLifecycleRoutes.register(on: &api) { db, appID, messageID, push, now in
+            try PushPlanner.revokePush(appID: appID, messageID: messageID, push: push, now: now, on: db)
+        }
         ConversationRoutes.register(on: &api)
         PushRoutes.register(on: &api, bridge: push)
         CallRoutes.register(on: &api)

@@ -18,7 +18,9 @@ extension BodyReader {
     /// The user-id items of the array `key` (request-level errors, such as its count, go to the reader): a
     /// non-string or malformed id, or a repeated one after its first occurrence, fails only its own item with
     /// `invalid_params` (§1.7).
-    package mutating func batchIDs(_ key: String = "user_ids", minItems: Int = 1, maxItems: Int = 100, required: Bool = true) -> [BatchItem] {
+    package mutating func batchIDs(
+        _ key: String = "user_ids", minItems: Int = 1, maxItems: Int = 100, required: Bool = true, kind: IdentifierKind = .userID
+    ) -> [BatchItem] {
         guard let raw = array(key, required: required, minItems: minItems, maxItems: maxItems) else { return [] }
         var items: [BatchItem] = []
         var seen: Set<String> = []
@@ -28,10 +30,10 @@ extension BodyReader {
                 items.append(BatchItem(id: "", problem: "\(path): expected string, got \(value.typeName)"))
                 continue
             }
-            if let problem = IdentifierKind.userID.problem(userID) {
+            if let problem = kind.problem(userID) {
                 items.append(BatchItem(id: userID, problem: "\(path): \(problem)"))
             } else if !seen.insert(userID).inserted {
-                items.append(BatchItem(id: userID, problem: "user \(userID) is repeated in this request"))
+                items.append(BatchItem(id: userID, problem: "\(userID) is repeated in this request"))
             } else {
                 items.append(BatchItem(id: userID, userID: userID))
             }

@@ -25,11 +25,13 @@ enum ConversationStore {
         "(CASE WHEN c.follows_group THEN greatest(c.order_key, coalesce(\(groupHead("last_ts")), 0)) ELSE c.order_key END)"
 
     /// The messages of entry `c` that count for its owner (§11.7): stored, from someone else, not `no_unread`,
-    /// not revoke/tips, not deleted and not suppressed.
+    /// not revoke/tips, not deleted (for everyone or for the owner) and not suppressed.
     private static let countable = """
         m.app_id = c.app_id AND m.conv_type = c.conv_type AND m.conv_id = c.thread_id AND m.seq > c.read_seq
           AND m.seq <= \(lastSeq) AND m.sender <> c.user_id AND m.type NOT IN (31, 32) AND NOT m.deleted
           AND m.suppressed IS NULL
+          AND NOT EXISTS (SELECT 1 FROM message_hidden h WHERE h.app_id = c.app_id AND h.user_id = c.user_id
+                          AND h.conv_type = c.conv_type AND h.conv_id = c.thread_id AND h.seq = m.seq)
         """
 
     /// The unread count of entry `c`.

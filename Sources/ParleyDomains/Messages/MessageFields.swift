@@ -238,9 +238,12 @@ extension Message: MessageFields {
 extension MessageFields {
     /// A stored revoke body (an object without `original_text`) with `original_text` added as its last member.
     static func writeRevokeBody(_ body: some Collection<UInt8>, originalText: String, to w: inout JSONWriter) {
-        w.writeRaw(body.dropLast())
-        w.writeRaw(Array(#","original_text":"#.utf8))
-        w.writeString(originalText)
-        w.writeRaw([UInt8(ascii: "}")])
+        var text = JSONWriter(capacity: originalText.utf8.count + 8)
+        text.writeString(originalText)
+        var bytes = Array(body.dropLast())
+        bytes += #","original_text":"#.utf8
+        bytes += text.bytes
+        bytes.append(UInt8(ascii: "}"))
+        w.writeRaw(bytes)
     }
 }

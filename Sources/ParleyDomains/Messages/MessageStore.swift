@@ -123,6 +123,8 @@ enum MessageStore {
                     AND ($9::text IS NULL OR EXISTS (SELECT 1 FROM group_members gm
                                                      WHERE gm.app_id = $1 AND gm.group_id = $3 AND gm.user_id = $9))))
               AND ($9::text IS NULL OR EXISTS (SELECT 1 FROM users u WHERE u.app_id = $1 AND u.user_id = $9 AND u.deleted_at IS NULL))
+              AND ($9::text IS NULL OR NOT EXISTS (SELECT 1 FROM message_hidden h
+                    WHERE h.app_id = $1 AND h.user_id = $9 AND h.conv_type = $2 AND h.conv_id = $3 AND h.seq = m.seq))
             ORDER BY m.seq \(order) LIMIT $12
             """
         }
@@ -171,5 +173,116 @@ enum MessageStore {
             ORDER BY position LIMIT \(limit)
             """)
         return try result.rows.map { (try $0[0].int, try $0[1].textBytes) }
+    }
+
+    // MARK: - Lifecycle (API.md §11.5)
+
+    /// The group roles of those of `userIDs` who are members of `groupID`.
+    static func groupRoles(appID: String, groupID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: Int64] {
+        var out: [String: Int64] = [:]
+        for row in try db.query(
+            """
+            SELECT user_id, role FROM group_members WHERE app_id = \(appID) AND group_id = \(groupID) AND user_id = ANY(\(userIDs)::text[])
+            """
+        ).rows {
+            out[try row[0].string] = try row[1].int64
+        }
+        return out
+    }
+
+    /// Writes an edit: the new body and extended_data, the edit stamp, and the version history (version 1, the
+    /// original, is saved by the first edit).
+    static func saveEdit(
+        appID: String, message: Message, body: [UInt8], extendedData: String, editor: String?, now: Int64, on db: PostgresConnection
+    ) throws {
+        if message.editCount == 0 {
+            try db.query(
+                """
+                INSERT INTO message_edits (app_id, message_id, version, body, extended_data, edited_at, editor_id)
+                VALUES (\(appID), \(message.messageID), 1, \(String(decoding: message.body ?? [], as: UTF8.self)), \(message.extendedData),
+                        \(message.timestamp), \(message.from))
+                """)
+        }
+        let text = String(decoding: body, as: UTF8.self)
+        try db.query(
+            """
+            INSERT INTO message_edits (app_id, message_id, version, body, extended_data, edited_at, editor_id)
+            VALUES (\(appID), \(message.messageID), \(message.editCount + 2), \(text), \(extendedData), \(now), \(editor))
+            """)
+        try db.query(
+            """
+            UPDATE messages SET body = \(text), extended_data = \(extendedData), edited_at = \(now), editor_id = \(editor),
+                edit_count = edit_count + 1
+            WHERE app_id = \(appID) AND message_id = \(message.messageID)
+            """)
+    }
+
+    /// A page of a message's versions from `version` on (`GET …/edits`).
+    static func edits(appID: String, messageID: String, from version: Int, limit: Int, on db: PostgresConnection) throws
+        -> [(version: Int, json: [UInt8])]
+    {
+        try db.query(
+            """
+            SELECT version, json_build_object('version', version, 'body', body::json, 'extended_data', extended_data,
+                                              'edited_at', edited_at, 'editor_id', editor_id)::text
+            FROM message_edits WHERE app_id = \(appID) AND message_id = \(messageID) AND version >= \(version)
+            ORDER BY version LIMIT \(limit)
+            """
+        ).rows.map { (try $0[0].int, try $0[1].textBytes) }
+    }
+
+    /// Hides a message from one user (delete `scope=self`).
+    static func hide(appID: String, message: Message, from userID: String, on db: PostgresConnection) throws {
+        try db.query(
+            """
+            INSERT INTO message_hidden (app_id, user_id, conv_type, conv_id, seq, message_id)
+            VALUES (\(appID), \(userID), \(message.conversationType.rawValue), \(thread(message.conversationType, message.from, message.to)),
+                    \(message.seq ?? 0), \(message.messageID))
+            ON CONFLICT DO NOTHING
+            """)
+    }
+
+    /// Makes a message a tombstone for everyone (delete `scope=everyone`): no body, no mentions.
+    static func tombstone(appID: String, messageID: String, on db: PostgresConnection) throws {
+        try db.query(
+            """
+            UPDATE messages SET deleted = true, body = NULL, original_text = NULL, mention_ids = '{}', mention_all = false
+            WHERE app_id = \(appID) AND message_id = \(messageID)
+            """)
+    }
+
+    /// A revoked or deleted message loses its reactions and its pin (no events of their own, §11.5).
+    static func dropReactionsAndPin(appID: String, messageID: String, on db: PostgresConnection) throws {
+        try db.query("DELETE FROM message_reactions WHERE app_id = \(appID) AND message_id = \(messageID)")
+        try db.query(
+            """
+            UPDATE messages SET reactions = '[]', pinned_at = NULL, pinned_by = NULL
+            WHERE app_id = \(appID) AND message_id = \(messageID) AND (pinned_at IS NOT NULL OR reactions <> '[]')
+            """)
+    }
+
+    /// The replies to `messageID` show it gone: `reply.state` `deleted`, no snapshot (the expression index of
+    /// Migrations/0017 finds them).
+    static func markRepliesGone(appID: String, messageID: String, on db: PostgresConnection) throws {
+        try db.query(
+            """
+            UPDATE messages SET reply = json_build_object(
+                    'message_id', reply::json -> 'message_id', 'seq', reply::json -> 'seq', 'from', reply::json -> 'from',
+                    'timestamp', reply::json -> 'timestamp', 'state', 'deleted', 'snapshot', NULL)::text
+            WHERE app_id = \(appID) AND ((reply::json) ->> 'message_id') = \(messageID) AND reply IS NOT NULL
+            """)
+    }
+
+    /// Recounts a root's `reply_count` (replies neither revoked nor deleted for everyone) and returns it.
+    static func recountReplies(appID: String, rootID: String, on db: PostgresConnection) throws -> Int64 {
+        try db.query(
+            """
+            UPDATE messages SET reply_count = (
+                SELECT count(*) FROM messages r
+                WHERE r.app_id = \(appID) AND r.root_message_id = \(rootID) AND r.type <> 31 AND NOT r.deleted)
+            WHERE app_id = \(appID) AND message_id = \(rootID)
+            RETURNING reply_count
+            """
+        ).decodeFirst(Int64.self) ?? 0
     }
 }

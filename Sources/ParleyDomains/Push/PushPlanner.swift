@@ -9,7 +9,7 @@ import ParleyPostgres
 /// Runs in the caller's transaction, which also moves the cursor, so a crash before the commit plans the same events
 /// again and never twice after it. Recipients are read a page at a time: a group message to 5,000 members or a
 /// broadcast is planned over several transactions (the cursor's `user_after`), never loaded whole.
-enum PushPlanner {
+package enum PushPlanner {
     /// Recipients decided per transaction (one page of a big group or broadcast).
     static let recipientsPerRound = 500
     /// Events read per transaction.
@@ -203,6 +203,12 @@ enum PushPlanner {
         }
         try PushStore.insert(rows, appID: appID, on: db)
         return rows
+    }
+
+    /// ``revoke(appID:messageID:push:now:on:)`` as the message domain's hook (MessageLifecycleRoutes), wired by the
+    /// app layer.
+    package static func revokePush(appID: String, messageID: String, push: JSONValue?, now: Int64, on db: PostgresConnection) throws {
+        try revoke(appID: appID, messageID: messageID, push: push, now: now, on: db)
     }
 
     /// A call push (`call` or `call_cancel`, §16.1) to `userIDs`, in the call's transaction (the calls domain).

@@ -1,0 +1,251 @@
+import ParleyAPI
+import ParleyCore
+import ParleyPostgres
+
+/// Revoke, edit and delete (API.md §11.5) for stored peer, group and room messages.
+///
+/// Every change locks the message row, checks and writes in one transaction, and writes its events last:
+/// `message.revoked` / `message.edited` / `message.deleted` to the message audience at commit, then a reply's root
+/// `message.reply_count_updated`. The knock-on rules run in the same transaction: a revoked or deleted-for-everyone
+/// message loses its mentions, reactions and pin, its replies' `reply.state` becomes `deleted` and their snapshot goes,
+/// and its root's `reply_count` is recounted. Unread counts follow by themselves: they are counted from the rows
+/// (ConversationStore `countable` leaves out type 31, deleted and hidden messages).
+///
+/// A value made per request; it owns nothing mutable.
+struct MessageLifecycle {
+    let service: MessageService
+    var db: PostgresConnection { service.db }
+    var appID: String { service.appID }
+    var now: Int64 { service.now }
+    /// The app's `revoke_window_s` and `edit_window_s` (§3.1), read at the time of the action.
+    var revokeWindowS: Int64 = 120
+    var editWindowS: Int64 = 86_400
+
+    init(_ ctx: APIContext) {
+        service = MessageService(ctx)
+        revokeWindowS = ctx.app.settings.int("revoke_window_s")
+        editWindowS = ctx.app.settings.int("edit_window_s")
+    }
+
+    /// Who acts: a user (a token, or the app naming `operator`) or the app itself; `skipChecks` (app only) acts as
+    /// the app whatever `operator` says, while `operator` is still recorded.
+    struct Actor: Sendable {
+        var userID: String?
+        var skipChecks = false
+
+        /// The app's own authority (§1.3 rule 3, or `skip_checks`).
+        var isApp: Bool { userID == nil || skipChecks }
+    }
+
+    // MARK: - Revoke
+
+    /// `POST /v1/messages/{message_id}/revoke`: the message becomes a type-31 record in place.
+    func revoke(_ messageID: String, by actor: Actor, extendedData: String, push: JSONValue?, revokePush: RevokePush) throws -> Message {
+        try db.transaction { db in
+            var message = try lockForChange(messageID, by: actor, on: db)
+            if message.type == MessageType.tips.rawValue {
+                throw APIError(.unsupportedOperation, "tips messages cannot be revoked")
+            }
+            if message.type == MessageType.revoke.rawValue { throw APIError(.alreadyRevoked, "message \(messageID) is already revoked") }
+            let status = try revokeStatus(message, by: actor, on: db)
+            var body = JSONObjectWriter(capacity: 256 + extendedData.utf8.count)
+            body["revoke_type"] = 0
+            body["revoke_status"] = status
+            body["revoked_at"] = now
+            body["operator_id"] = actor.userID
+            body["revoke_extended_data"] = extendedData
+            body["original_type"] = message.type
+            let originalText =
+                message.type == MessageType.text.rawValue
+                ? message.body.flatMap { try? JSONValue.parse($0) }?["text"]?.stringValue : nil
+            try db.query(
+                """
+                UPDATE messages SET type = 31, body = \(String(decoding: body.finish(), as: UTF8.self)), original_text = \(originalText),
+                    mention_ids = '{}', mention_all = false
+                WHERE app_id = \(appID) AND message_id = \(messageID)
+                """)
+            var events = [MessageAudience.event("message.revoked", data: try wrapped(messageID, on: db), about: message)]
+            events += try goneEffects(&message, on: db)
+            try EventLog.append(events, appID: appID, now: now, on: db)
+            try revokePush(db, appID, messageID, push, now)
+            return try refetch(messageID, on: db)
+        }
+    }
+
+    /// The first rung of the §11.5 ladder that allows `actor` to revoke `message`: the sender within
+    /// `revoke_window_s` (0), the group owner (4), a group admin for a sender of role ≥ 3 (3), the app (2).
+    private func revokeStatus(_ message: Message, by actor: Actor, on db: PostgresConnection) throws -> Int64 {
+        let withinWindow = revokeWindowS > 0 && now < message.timestamp + revokeWindowS * 1000
+        if let userID = actor.userID, userID == message.from, withinWindow { return 0 }
+        if let userID = actor.userID, message.conversationType == .group {
+            let roles = try MessageStore.groupRoles(appID: appID, groupID: message.to, userIDs: [userID, message.from], on: db)
+            if roles[userID] == 1 { return 4 }
+            if roles[userID] == 2 && (roles[message.from] ?? Int64.max) >= 3 { return 3 }
+        }
+        if actor.isApp { return 2 }
+        if actor.userID == message.from {
+            throw APIError(.revokeWindowExpired, "the revoke window of \(revokeWindowS) s has passed")
+        }
+        throw APIError(.messagePermissionDenied, "user \(actor.userID ?? "") may not revoke this message")
+    }
+
+    // MARK: - Edit
+
+    /// `PATCH /v1/messages/{message_id}`: a new body of the same type (1 or 200), re-validated and re-filtered.
+    func edit(_ messageID: String, by actor: Actor, body json: JSONValue, extendedData: String?, settings: AppSettings) throws -> Message {
+        try db.transaction { db in
+            let message = try lockForChange(messageID, by: actor, on: db)
+            if message.type == MessageType.revoke.rawValue { throw APIError(.alreadyRevoked, "message \(messageID) is revoked") }
+            guard message.type == MessageType.text.rawValue || message.type == MessageType.custom.rawValue else {
+                throw APIError(.unsupportedOperation, "only text (1) and custom (200) messages can be edited")
+            }
+            if !actor.isApp {
+                guard actor.userID == message.from else {
+                    throw APIError(.messagePermissionDenied, "only the sender may edit this message")
+                }
+                guard editWindowS > 0 && now < message.timestamp + editWindowS * 1000 else {
+                    throw APIError(.editWindowExpired, "the edit window of \(editWindowS) s has passed")
+                }
+            }
+            var body = try MessageBodyValidator.validate(
+                type: message.type, body: json, textMaxBytes: Int(settings.int("text_max_bytes")))
+            if !actor.skipChecks && SensitiveWordFilter(settings: settings).apply(to: &body) {
+                throw APIError(.sensitiveWord, "the message contains a sensitive word")
+            }
+            try MessageStore.saveEdit(
+                appID: appID, message: message, body: body.json.serialized(), extendedData: extendedData ?? message.extendedData,
+                editor: actor.userID, now: now, on: db)
+            let edited = try refetch(messageID, on: db)
+            try EventLog.append(
+                [MessageAudience.event("message.edited", data: try wrapped(messageID, on: db), about: edited)], appID: appID, now: now,
+                on: db)
+            return edited
+        }
+    }
+
+    // MARK: - Delete
+
+    enum DeleteScope: String, CaseIterable, Sendable {
+        case `self`, everyone
+    }
+
+    /// `POST /v1/messages/delete`: one result per id; one `message.deleted` per distinct conversation of the
+    /// messages deleted, listing them in request order.
+    func delete(_ items: [BatchItem], scope: DeleteScope, userID: String?, by actor: Actor, revokePush: RevokePush) throws -> [BatchResult] {
+        try db.transaction { db in
+            var results: [BatchResult] = []
+            var deleted: [(message: Message, id: String)] = []
+            var effects: [NewEvent] = []
+            for (index, item) in items.enumerated() {
+                guard let messageID = item.userID else {
+                    results.append(BatchResult(index: index, id: item.id, outcome: .failed(.invalidParams, item.problem ?? "invalid")))
+                    continue
+                }
+                do {
+                    switch scope {
+                    case .self:
+                        guard let userID else { throw APIError.internalError }
+                        let message = try lockForChange(messageID, by: Actor(userID: userID), on: db)
+                        try MessageStore.hide(appID: appID, message: message, from: userID, on: db)
+                        deleted.append((message, messageID))
+                    case .everyone:
+                        var message = try lockForChange(messageID, by: actor, on: db)
+                        try requireDeleteForEveryone(message, by: actor, on: db)
+                        try MessageStore.tombstone(appID: appID, messageID: messageID, on: db)
+                        effects += try goneEffects(&message, on: db)
+                        try revokePush(db, appID, messageID, nil, now)
+                        deleted.append((message, messageID))
+                    }
+                    results.append(BatchResult(index: index, id: messageID, outcome: .ok(nil)))
+                } catch let problem as APIError {
+                    results.append(BatchResult(index: index, id: messageID, outcome: .failed(problem.code, problem.detail)))
+                }
+            }
+            var events: [NewEvent] = []
+            var groups: [(key: String, messages: [Message], ids: [String])] = []
+            for (message, id) in deleted {
+                let key = message.conversationType.rawValue + ":" + message.to
+                if let i = groups.firstIndex(where: { $0.key == key }) {
+                    groups[i].ids.append(id)
+                } else {
+                    groups.append((key, [message], [id]))
+                }
+            }
+            for group in groups {
+                let first = group.messages[0]
+                var o = JSONObjectWriter(capacity: 256)
+                o["scope"] = scope.rawValue
+                o["user_id"] = scope == .self ? userID : nil
+                o["conversation_type"] = first.conversationType.rawValue
+                o["to"] = first.to
+                o["message_ids"] = JSONValue.array(group.ids.map(JSONValue.string))
+                o["operator"] = scope == .everyone ? actor.userID : nil
+                events.append(
+                    scope == .self
+                        ? NewEvent(type: "message.deleted", data: o.finish(), audience: [userID ?? ""], orderKey: userID ?? "")
+                        : MessageAudience.event("message.deleted", data: o.finish(), about: first))
+            }
+            try EventLog.append(events + effects, appID: appID, now: now, on: db)
+            return results
+        }
+    }
+
+    /// Delete for everyone is administrative (§11.5): the app, the group owner (any group message), a group admin
+    /// (senders of role ≥ 3); anyone else → 6000285.
+    private func requireDeleteForEveryone(_ message: Message, by actor: Actor, on db: PostgresConnection) throws {
+        if actor.isApp { return }
+        if let userID = actor.userID, message.conversationType == .group {
+            let roles = try MessageStore.groupRoles(appID: appID, groupID: message.to, userIDs: [userID, message.from], on: db)
+            if roles[userID] == 1 { return }
+            if roles[userID] == 2 && (roles[message.from] ?? Int64.max) >= 3 { return }
+        }
+        throw APIError(.messagePermissionDenied, "user \(actor.userID ?? "") may not delete this message for everyone")
+    }
+
+    // MARK: - Shared
+
+    /// The revoke push of a message revoked or deleted for everyone (§16.1), in its transaction; wired by the app
+    /// layer to the push bridge (Push sits above Messages).
+    typealias RevokePush =
+        @Sendable (_ db: PostgresConnection, _ appID: String, _ messageID: String, _ push: JSONValue?, _ now: Int64)
+        throws -> Void
+
+    /// The stored message `messageID`, locked, for a change by `actor`: 404 `7000210` when unknown, a tombstone, or
+    /// not visible to an acting user.
+    private func lockForChange(_ messageID: String, by actor: Actor, on db: PostgresConnection) throws -> Message {
+        guard let message = try MessageStore.lock(appID: appID, messageID: messageID, on: db), !message.deleted else {
+            throw MessageService.notFound(messageID)
+        }
+        if let userID = actor.userID, !actor.skipChecks, try !service.isVisible(message, to: .user(userID), on: db) {
+            throw MessageService.notFound(messageID)
+        }
+        return message
+    }
+
+    /// What a revoke or delete for everyone does beyond the row itself: reactions and pin go, replies lose their
+    /// snapshot (`reply.state` `deleted`), and a reply's root is recounted (its `message.reply_count_updated`).
+    private func goneEffects(_ message: inout Message, on db: PostgresConnection) throws -> [NewEvent] {
+        try MessageStore.dropReactionsAndPin(appID: appID, messageID: message.messageID, on: db)
+        try MessageStore.markRepliesGone(appID: appID, messageID: message.messageID, on: db)
+        guard let root = message.rootMessageID else { return [] }
+        let count = try MessageStore.recountReplies(appID: appID, rootID: root, on: db)
+        var o = JSONObjectWriter(capacity: 128)
+        o["root_message_id"] = root
+        o["conversation_type"] = message.conversationType.rawValue
+        o["to"] = message.to
+        o["reply_count"] = count
+        return [MessageAudience.event("message.reply_count_updated", data: o.finish(), about: message)]
+    }
+
+    private func refetch(_ messageID: String, on db: PostgresConnection) throws -> Message {
+        guard let message = try MessageStore.fetch(appID: appID, messageID: messageID, on: db) else { throw MessageService.notFound(messageID) }
+        return message
+    }
+
+    /// `{message}` as every member of the audience sees it (no `push`, no original text).
+    private func wrapped(_ messageID: String, on db: PostgresConnection) throws -> [UInt8] {
+        var o = JSONObjectWriter(capacity: 1024)
+        o.raw("message", try refetch(messageID, on: db).eventJSON())
+        return o.finish()
+    }
+}

@@ -1,0 +1,103 @@
+import ParleyAPI
+import ParleyCore
+import ParleyHTTP
+import ParleyPostgres
+
+/// Revoke, edit, delete and the edit history (API.md §11.5): HTTP ↔ ``MessageLifecycle``.
+package enum MessageLifecycleRoutes {
+    /// `revokePush`: the push bridge's revoke push (§16.1), which the app layer wires (Push sits above Messages).
+    package static func register(
+        on api: inout API,
+        revokePush:
+            @escaping @Sendable (_ db: PostgresConnection, _ appID: String, _ messageID: String, _ push: JSONValue?, _ now: Int64)
+            throws -> Void
+    ) {
+        api.add(.post, "/v1/messages/{message_id}/revoke", .appOrUser, "revokeMessage") { ctx in
+            let messageID = try ctx.pathID("message_id", .opaque)
+            var body = try ctx.body()
+            let actor = try actor(&body, ctx)
+            let extendedData = body.string("revoke_extended_data", maxBytes: 1024) ?? ""
+            let push = PushConfig.read(from: &body)
+            try body.check()
+            let message = try MessageLifecycle(ctx).revoke(messageID, by: actor, extendedData: extendedData, push: push, revokePush: revokePush)
+            return Reply.json(message.json(MessageViewer(ctx)))
+        }
+
+        api.add(.patch, "/v1/messages/{message_id}", .appOrUser, "editMessage") { ctx in
+            let messageID = try ctx.pathID("message_id", .opaque)
+            var body = try ctx.body()
+            let actor = try actor(&body, ctx)
+            let newBody = body.value("body", required: true)
+            let extendedData = body.string("extended_data", maxBytes: 4096)
+            try body.check()
+            guard let newBody else { throw APIError.internalError }
+            let message = try MessageLifecycle(ctx).edit(
+                messageID, by: actor, body: newBody, extendedData: extendedData, settings: ctx.app.settings)
+            return Reply.json(message.json(MessageViewer(ctx)))
+        }
+
+        api.add(.post, "/v1/messages/delete", .appOrUser, "deleteMessages") { ctx in
+            var body = try ctx.body()
+            let scope = body.enumeration("scope", MessageLifecycle.DeleteScope.self, required: true)
+            let items = body.batchIDs("message_ids", minItems: 1, maxItems: 100, kind: .opaque)
+            var userID: String?
+            var actor = MessageLifecycle.Actor()
+            if scope == .`self` {
+                userID = try ctx.actingUser(body.id("user_id", .userID), field: body.fieldPath("user_id"))
+            } else {
+                actor = try Self.actor(&body, ctx)
+            }
+            try body.check()
+            guard let scope else { throw APIError.internalError }
+            if let userID, try UserStore.fetch(appID: ctx.appID, userID: userID, on: ctx.db).map({ !$0.isDeleted }) != true {
+                throw UserService.notFound(userID)
+            }
+            let results = try MessageLifecycle(ctx).delete(items, scope: scope, userID: userID, by: actor, revokePush: revokePush)
+            return Reply.batch(results)
+        }
+
+        api.add(.get, "/v1/messages/{message_id}/edits", .appOrUser, "listMessageEdits") { ctx in
+            let messageID = try ctx.pathID("message_id", .opaque)
+            var query = ctx.query()
+            let limit = query.limit()
+            let cursor = query.cursor()
+            try query.check()
+            let message = try MessageService(ctx).get(messageID, viewer: MessageViewer(ctx), on: ctx.db)
+            if message.deleted { throw MessageService.notFound(messageID) }
+            let list = "edits|\(ctx.appID)|\(messageID)"
+            var from = 1
+            if let cursor {
+                guard let version = try ctx.decodeCursor(cursor, list: list).first?.intValue else {
+                    throw APIError(.invalidCursor, "malformed cursor")
+                }
+                from = Int(version) + 1
+            }
+            var rows = try MessageStore.edits(appID: ctx.appID, messageID: messageID, from: from, limit: limit + 1, on: ctx.db)
+            if message.editCount == 0 && from == 1 {
+                // Never edited: the message as it is is version 1.
+                var o = JSONObjectWriter(capacity: 256 + (message.body?.count ?? 0))
+                o["version"] = 1
+                o.raw("body", message.body ?? Array("null".utf8))
+                o["extended_data"] = message.extendedData
+                o["edited_at"] = message.timestamp
+                o["editor_id"] = message.from
+                rows = [(1, o.finish())]
+            }
+            let page = rows.prefix(limit)
+            let next = rows.count > limit ? page.last.map { ctx.cursors.encode(list: list, values: [.int(Int64($0.version))]) } : nil
+            return Reply.list(page.map(\.json), nextCursor: next)
+        }
+    }
+
+    /// The acting user of a revoke, edit or delete for everyone: `operator` (the token's user for a user token;
+    /// optional for the app key, which then acts itself) and `skip_checks` (app key only).
+    private static func actor(_ body: inout BodyReader, _ ctx: APIContext) throws -> MessageLifecycle.Actor {
+        let named = body.id("operator", .userID)
+        let operatorID = ctx.tokenUserID == nil ? named : try ctx.actingUser(named, field: body.fieldPath("operator"))
+        let skipChecks = try ctx.appOnlyFlag(body.bool("skip_checks"))
+        if let operatorID, try UserStore.fetch(appID: ctx.appID, userID: operatorID, on: ctx.db).map({ !$0.isDeleted }) != true {
+            throw UserService.notFound(operatorID)
+        }
+        return MessageLifecycle.Actor(userID: operatorID, skipChecks: skipChecks)
+    }
+}
