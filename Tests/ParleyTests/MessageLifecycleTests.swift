@@ -236,10 +236,18 @@ struct MessageLifecycleTests: GroupTestSupport {
         for id in ["a", "b"] { try app.createUser(id) }
         #expect(try app.request(.post, "/v1/rooms", json: #"{"room_id":"r","creator":"a"}"#).status == 201)
         let r = try app.request(
-            .post, "/v1/messages", json: #"{"from":"a","conversation_type":"room","to":"r","type":1,"body":{"text":"x"},"storage":true}"#)
+            .post, "/v1/messages",
+            json: #"{"from":"a","conversation_type":"room","to":"r","type":1,"body":{"text":"x"},"storage":true,"cache":true}"#)
         let id = r.json?["message_id"]?.stringValue ?? ""
         Self.expectProblem(try Self.revoke(app, id, #"{"operator":"b"}"#), 404, 7_000_210)
         #expect(try Self.revoke(app, id, #"{"operator":"a"}"#).json?["type"] == .int(31))
+        // The recent cache shows the revoke record too, its text to the sender only.
+        #expect(try app.request(.post, "/v1/rooms/r/enter", json: #"{"user_id":"b"}"#).status == 200)
+        let cachedForB = try Self.asUser(app, try app.token(for: "b"), .get, "/v1/rooms/r/messages/recent").json?["items"]?[0]
+        #expect(cachedForB?["type"] == .int(31))
+        #expect(cachedForB?["body"]?["original_text"] == nil)
+        let cachedForA = try Self.asUser(app, try app.token(for: "a"), .get, "/v1/rooms/r/messages/recent").json?["items"]?[0]
+        #expect(cachedForA?["body"]?["original_text"] == .string("x"))
         #expect(try app.events(query: "types=message.revoked&room_id=r").count == 1)
         let group = try Self.createGroup(app, "a", members: ["b"])
         let tips = try app.request(.get, "/v1/groups/\(group)/messages").json?["items"]?[0]?["message_id"]?.stringValue ?? ""

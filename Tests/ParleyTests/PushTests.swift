@@ -396,12 +396,9 @@ struct PushTests: ProblemAssertions {
         // A device registered after the push gets no revoke push.
         try Self.device(app, "bob", platform: "web", key: "key-web")
         let messageID = message["message_id"]?.stringValue ?? ""
-        let rows = try server.app.services.pool.withConnection { db in
-            try db.transaction { db in
-                try PushPlanner.revoke(appID: app.appID, messageID: messageID, push: nil, now: server.app.services.clock.now(), on: db)
-            }
-        }
-        #expect(rows.count == 1)
+        // Revoked through the API (API.md §11.5): the revoke push is decided in the revoke's transaction.
+        let revoked = try app.request(.post, "/v1/messages/\(messageID)/revoke", json: #"{"operator":"alice"}"#)
+        #expect(revoked.status == 200, "\(revoked.text)")
         server.app.push.poke()
         Self.drain(server)
         #expect(gateway.requests.count == 2)

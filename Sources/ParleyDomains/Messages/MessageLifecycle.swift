@@ -68,7 +68,9 @@ struct MessageLifecycle {
             events += try goneEffects(&message, on: db)
             try EventLog.append(events, appID: appID, now: now, on: db)
             try revokePush(db, appID, messageID, push, now)
-            return try refetch(messageID, on: db)
+            let revoked = try refetch(messageID, on: db)
+            try RoomRecent.refresh(appID: appID, message: revoked, on: db)
+            return revoked
         }
     }
 
@@ -116,6 +118,7 @@ struct MessageLifecycle {
                 appID: appID, message: message, body: body.json.serialized(), extendedData: extendedData ?? message.extendedData,
                 editor: actor.userID, now: now, on: db)
             let edited = try refetch(messageID, on: db)
+            try RoomRecent.refresh(appID: appID, message: edited, on: db)
             try EventLog.append(
                 [MessageAudience.event("message.edited", data: try wrapped(messageID, on: db), about: edited)], appID: appID, now: now,
                 on: db)
@@ -152,6 +155,7 @@ struct MessageLifecycle {
                         var message = try lockForChange(messageID, by: actor, on: db)
                         try requireDeleteForEveryone(message, by: actor, on: db)
                         try MessageStore.tombstone(appID: appID, messageID: messageID, on: db)
+                        try RoomRecent.refresh(appID: appID, message: try refetch(messageID, on: db), on: db)
                         effects += try goneEffects(&message, on: db)
                         try revokePush(db, appID, messageID, nil, now)
                         deleted.append((message, messageID))

@@ -58,7 +58,25 @@ enum RoomRecent {
         guard case .user(let userID) = viewer else { return json }
         guard case .object(var message) = try JSONValue.parse(json) else { throw APIError(.internalError, "malformed cached message") }
         message["suppressed"] = nil
-        if message["from"]?.stringValue != userID { message["push"] = nil }
+        if message["from"]?.stringValue != userID {
+            message["push"] = nil
+            // A revoke record's text is its sender's (and the app's) only.
+            if case .object(var body) = message["body"], body["original_text"] != nil {
+                body["original_text"] = nil
+                message["body"] = .object(body)
+            }
+        }
         return JSONValue.object(message).serialized()
+    }
+
+    /// Replaces the cached copy of a stored room message that changed (revoked, edited, deleted for everyone), if the
+    /// cache holds it.
+    static func refresh(appID: String, message: Message, on db: PostgresConnection) throws {
+        guard message.conversationType == .room else { return }
+        try db.query(
+            """
+            UPDATE room_recent_messages SET message = \(String(decoding: message.json(.app), as: UTF8.self))
+            WHERE app_id = \(appID) AND room_id = \(message.to) AND (message::json ->> 'message_id') = \(message.messageID)
+            """)
     }
 }
