@@ -42,7 +42,7 @@ struct MessageLifecycle {
     /// `POST /v1/messages/{message_id}/revoke`: the message becomes a type-31 record in place.
     func revoke(_ messageID: String, by actor: Actor, extendedData: String, push: JSONValue?, revokePush: RevokePush) throws -> Message {
         try db.transaction { db in
-            var message = try lockForChange(messageID, by: actor, on: db)
+            let message = try lockForChange(messageID, by: actor, on: db)
             if message.type == MessageType.tips.rawValue {
                 throw APIError(.unsupportedOperation, "tips messages cannot be revoked")
             }
@@ -58,17 +58,14 @@ struct MessageLifecycle {
             let originalText =
                 message.type == MessageType.text.rawValue
                 ? message.body.flatMap { try? JSONValue.parse($0) }?["text"]?.stringValue : nil
-            try db.query(
-                """
-                UPDATE messages SET type = 31, body = \(String(decoding: body.finish(), as: UTF8.self)), original_text = \(originalText),
-                    mention_ids = '{}', mention_all = false
-                WHERE app_id = \(appID) AND message_id = \(messageID)
-                """)
-            var events = [MessageAudience.event("message.revoked", data: try wrapped(messageID, on: db), about: message)]
-            events += try goneEffects(&message, on: db)
+            guard
+                let revoked = try MessageStore.revokeInPlace(
+                    appID: appID, messageID: messageID, body: body.finish(), originalText: originalText, on: db)
+            else { throw MessageService.notFound(messageID) }
+            var events = [MessageAudience.event("message.revoked", data: Self.wrapped(revoked), about: message)]
+            events += try goneEffects(message, on: db)
             try EventLog.append(events, appID: appID, now: now, on: db)
             try revokePush(db, appID, messageID, push, now)
-            let revoked = try refetch(messageID, on: db)
             try RoomRecent.refresh(appID: appID, message: revoked, on: db)
             return revoked
         }
@@ -120,8 +117,7 @@ struct MessageLifecycle {
             let edited = try refetch(messageID, on: db)
             try RoomRecent.refresh(appID: appID, message: edited, on: db)
             try EventLog.append(
-                [MessageAudience.event("message.edited", data: try wrapped(messageID, on: db), about: edited)], appID: appID, now: now,
-                on: db)
+                [MessageAudience.event("message.edited", data: Self.wrapped(edited), about: edited)], appID: appID, now: now, on: db)
             return edited
         }
     }
@@ -152,11 +148,13 @@ struct MessageLifecycle {
                         try MessageStore.hide(appID: appID, message: message, from: userID, on: db)
                         deleted.append((message, messageID))
                     case .everyone:
-                        var message = try lockForChange(messageID, by: actor, on: db)
+                        let message = try lockForChange(messageID, by: actor, on: db)
                         try requireDeleteForEveryone(message, by: actor, on: db)
-                        try MessageStore.tombstone(appID: appID, messageID: messageID, on: db)
-                        try RoomRecent.refresh(appID: appID, message: try refetch(messageID, on: db), on: db)
-                        effects += try goneEffects(&message, on: db)
+                        guard let tombstone = try MessageStore.tombstone(appID: appID, messageID: messageID, on: db) else {
+                            throw MessageService.notFound(messageID)
+                        }
+                        try RoomRecent.refresh(appID: appID, message: tombstone, on: db)
+                        effects += try goneEffects(message, on: db)
                         try revokePush(db, appID, messageID, nil, now)
                         deleted.append((message, messageID))
                     }
@@ -226,10 +224,10 @@ struct MessageLifecycle {
         return message
     }
 
-    /// What a revoke or delete for everyone does beyond the row itself: reactions and pin go, replies lose their
-    /// snapshot (`reply.state` `deleted`), and a reply's root is recounted (its `message.reply_count_updated`).
-    private func goneEffects(_ message: inout Message, on db: PostgresConnection) throws -> [NewEvent] {
-        try MessageStore.dropReactionsAndPin(appID: appID, messageID: message.messageID, on: db)
+    /// What a revoke or delete for everyone does beyond the row itself (`message` as it was): its reactions go, replies
+    /// lose their snapshot (`reply.state` `deleted`), and a reply's root is recounted (its `message.reply_count_updated`).
+    private func goneEffects(_ message: Message, on db: PostgresConnection) throws -> [NewEvent] {
+        if message.reactions != Array("[]".utf8) { try MessageStore.deleteReactions(appID: appID, messageID: message.messageID, on: db) }
         try MessageStore.markRepliesGone(appID: appID, messageID: message.messageID, on: db)
         guard let root = message.rootMessageID else { return [] }
         let count = try MessageStore.recountReplies(appID: appID, rootID: root, on: db)
@@ -247,9 +245,9 @@ struct MessageLifecycle {
     }
 
     /// `{message}` as every member of the audience sees it (no `push`, no original text).
-    private func wrapped(_ messageID: String, on db: PostgresConnection) throws -> [UInt8] {
+    private static func wrapped(_ message: Message) -> [UInt8] {
         var o = JSONObjectWriter(capacity: 1024)
-        o.raw("message", try refetch(messageID, on: db).eventJSON())
+        o.raw("message", message.eventJSON())
         return o.finish()
     }
 }

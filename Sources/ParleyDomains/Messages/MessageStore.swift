@@ -242,23 +242,37 @@ enum MessageStore {
             """)
     }
 
-    /// Makes a message a tombstone for everyone (delete `scope=everyone`): no body, no mentions.
-    static func tombstone(appID: String, messageID: String, on db: PostgresConnection) throws {
+    /// Makes a message a tombstone for everyone (delete `scope=everyone`): no body, no mentions, no reactions, no pin.
+    /// Returns the row as it is now.
+    static func tombstone(appID: String, messageID: String, on db: PostgresConnection) throws -> Message? {
         try db.query(
             """
-            UPDATE messages SET deleted = true, body = NULL, original_text = NULL, mention_ids = '{}', mention_all = false
-            WHERE app_id = \(appID) AND message_id = \(messageID)
-            """)
+            UPDATE messages m SET deleted = true, body = NULL, original_text = NULL, mention_ids = '{}', mention_all = false,
+                reactions = '[]', pinned_at = NULL, pinned_by = NULL
+            WHERE m.app_id = \(appID) AND m.message_id = \(messageID)
+            RETURNING \(sql: messageColumns)
+            """
+        ).first.flatMap { try message($0) }
     }
 
-    /// A revoked or deleted message loses its reactions and its pin (no events of their own, §11.5).
-    static func dropReactionsAndPin(appID: String, messageID: String, on db: PostgresConnection) throws {
-        try db.query("DELETE FROM message_reactions WHERE app_id = \(appID) AND message_id = \(messageID)")
+    /// Turns a message into its revoke record in place (type 31, `body`, the original text kept apart) without
+    /// mentions, reactions or pin. Returns the row as it is now.
+    static func revokeInPlace(appID: String, messageID: String, body: [UInt8], originalText: String?, on db: PostgresConnection) throws
+        -> Message?
+    {
         try db.query(
             """
-            UPDATE messages SET reactions = '[]', pinned_at = NULL, pinned_by = NULL
-            WHERE app_id = \(appID) AND message_id = \(messageID) AND (pinned_at IS NOT NULL OR reactions <> '[]')
-            """)
+            UPDATE messages m SET type = 31, body = \(String(decoding: body, as: UTF8.self)), original_text = \(originalText),
+                mention_ids = '{}', mention_all = false, reactions = '[]', pinned_at = NULL, pinned_by = NULL
+            WHERE m.app_id = \(appID) AND m.message_id = \(messageID)
+            RETURNING \(sql: messageColumns)
+            """
+        ).first.flatMap { try message($0) }
+    }
+
+    /// The reactions of a revoked or deleted message go (no event of their own, §11.5).
+    static func deleteReactions(appID: String, messageID: String, on db: PostgresConnection) throws {
+        try db.query("DELETE FROM message_reactions WHERE app_id = \(appID) AND message_id = \(messageID)")
     }
 
     /// The replies to `messageID` show it gone: `reply.state` `deleted`, no snapshot (the expression index of

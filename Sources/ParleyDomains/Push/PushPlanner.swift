@@ -179,12 +179,13 @@ package enum PushPlanner {
             UPDATE push_attempts SET status = 'failed', reason = 'revoked', next_attempt_at = NULL, leased_until = NULL, updated_at = \(now)
             WHERE app_id = \(appID) AND message_id = \(messageID) AND kind = 'message' AND status = 'pending'
             """)
+        // Most messages got no push: nothing more to read for them.
+        let sent = try PushStore.sentDevices(appID: appID, messageID: messageID, on: db)
+        guard !sent.isEmpty else { return [] }
         guard var item = try PushSources.messageItem(appID: appID, messageID: messageID, on: db) else { return [] }
         item.kind = .revoke
         item.push = push?.objectValue ?? PushItem.defaultPush
         guard item.enabled else { return [] }
-        let sent = try PushStore.sentDevices(appID: appID, messageID: messageID, on: db)
-        guard !sent.isEmpty else { return [] }
         let settings = try PushStore.settings(appID: appID, on: db)
         let devices = try PushStore.devices(appID: appID, userIDs: Array(sent.keys), on: db)
         var recipients: [PushRecipient] = []
