@@ -139,6 +139,9 @@ struct MessageReactionsTests: GroupTestSupport {
 
         // Removing.
         Self.expectProblem(try app.request(.delete, "/v1/messages/\(m)/reactions/like"), 400, 6_000_001, "user_id is required")
+        Self.expectInvalid(try app.request(.delete, "/v1/messages/\(m)/reactions/like?user_id=a%20b"), field: "user_id")
+        Self.expectInvalid(
+            try app.request(.delete, "/v1/messages/\(m)/reactions/\(String(repeating: "x", count: 33))?user_id=u1"), field: "reaction_type")
         Self.expectProblem(try Self.asUser(app, u2, .delete, "/v1/messages/\(m)/reactions/like?user_id=u1"), 403, 7_000_002)
         Self.expectProblem(try Self.unreact(app, m, "u3", "like"), 404, 7_000_210)
         #expect(try Self.unreact(app, m, "u1", "like").status == 204)
@@ -235,6 +238,10 @@ struct MessageReactionsTests: GroupTestSupport {
         #expect(try Self.react(app, revoked, "r", "like").status == 201)
         try server.sql("UPDATE messages SET type = 31 WHERE app_id = $1 AND message_id = $2", [app.appID, revoked])
         Self.expectProblem(try Self.react(app, revoked, "s", "like"), 422, 6_000_013, "revoked")
+        Self.expectProblem(try Self.unreact(app, revoked, "r", "like"), 404, 7_000_206, "revoke dropped the reactions")
+        let revokedUsers = try app.request(.get, "/v1/messages/\(revoked)/reactions/like/users")
+        #expect(revokedUsers.status == 200)
+        #expect(revokedUsers.json?["total_count"]?.intValue == 0)
         let tips = try Self.peerMessage(app, "s", "r")
         try server.sql("UPDATE messages SET type = 32 WHERE app_id = $1 AND message_id = $2", [app.appID, tips])
         Self.expectProblem(try Self.react(app, tips, "s", "like"), 422, 6_000_013, "tips")

@@ -24,7 +24,9 @@ package enum MessageReactionRoutes {
             let messageID = try ctx.pathID("message_id", .opaque)
             let reactionType = try pathReactionType(ctx)
             var query = ctx.query()
-            let userID = try ctx.actingUser(query.id("user_id", .userID), field: "user_id")
+            // 403 for another user's token first (§1.4), then the id's format.
+            let userID = try ctx.actingUser(query.raw("user_id"), field: "user_id")
+            _ = query.id("user_id", .userID)
             try query.check()
             try MessageReactions(ctx).remove(messageID, userID: userID, reactionType: reactionType)
             return Reply.noContent()

@@ -66,7 +66,7 @@ struct MessageReactions: DomainService {
     /// `DELETE /v1/messages/{message_id}/reactions/{reaction_type}?user_id=`: `userID` removes its `reactionType`.
     func remove(_ messageID: String, userID: String, reactionType: String) throws {
         try db.transaction { db in
-            let message = try reactable(messageID, userID: userID, on: db)
+            let message = try reactable(messageID, userID: userID, on: db, removing: true)
             let removed =
                 try db.query(
                     """
@@ -84,7 +84,9 @@ struct MessageReactions: DomainService {
 
     /// The locked message `messageID` that `userID` may react to, in the §1.4 order: 404 `message_not_found`
     /// (unknown, a tombstone, not visible to the user), then 422 `unsupported_operation` (unstored, revoked, tips).
-    private func reactable(_ messageID: String, userID: String, on db: PostgresConnection) throws -> Message {
+    /// `removing`: a revoked or tips message holds no reactions to remove (revoke drops them, §11.5), so that is 404
+    /// `reaction_not_found`, as the DELETE route's contract lists.
+    private func reactable(_ messageID: String, userID: String, on db: PostgresConnection, removing: Bool = false) throws -> Message {
         guard let message = try MessageStore.lock(appID: appID, messageID: messageID, on: db) else {
             throw try missing(messageID, on: db)
         }
@@ -92,6 +94,7 @@ struct MessageReactions: DomainService {
             try MessageService(db: db, appID: appID, now: now).isVisible(message, to: .user(userID), on: db)
         else { throw MessageService.notFound(messageID) }
         if message.type == 31 || message.type == 32 {
+            if removing { throw APIError(.reactionNotFound, "message \(messageID) holds no reactions") }
             throw APIError(
                 .unsupportedOperation, "message \(messageID) is \(message.type == 31 ? "revoked" : "a tips message"): it takes no reactions")
         }
@@ -139,6 +142,8 @@ struct MessageReactions: DomainService {
         }
         let service = MessageService(db: db, appID: appID, now: now)
         guard try service.isVisible(message, to: viewer, on: db) else { throw MessageService.notFound(messageID) }
+        // Revoke and delete for everyone drop a message's reactions (§11.5); its type or tombstone answers for them.
+        if message.deleted || message.type == 31 { return ([], 0) }
         var query: PostgresQuery = """
             SELECT r.user_id, coalesce(u.name, ''), r.reacted_at
             FROM message_reactions r LEFT JOIN users u ON u.app_id = r.app_id AND u.user_id = r.user_id
