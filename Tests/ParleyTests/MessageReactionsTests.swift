@@ -242,6 +242,16 @@ struct MessageReactionsTests: GroupTestSupport {
         let revokedUsers = try app.request(.get, "/v1/messages/\(revoked)/reactions/like/users")
         #expect(revokedUsers.status == 200)
         #expect(revokedUsers.json?["total_count"]?.intValue == 0)
+        // A real revoke drops the reactions and writes no message.reactions_updated.
+        let real = try Self.peerMessage(app, "s", "r")
+        #expect(try Self.react(app, real, "r", "like").status == 201)
+        let before = try Self.reactionEvents(app).count
+        let revoke = try app.request(.post, "/v1/messages/\(real)/revoke", json: "{}")
+        #expect(revoke.status == 200, "\(revoke.text)")
+        #expect(try Self.summary(app, real).isEmpty)
+        #expect(try Self.reactionEvents(app).count == before)
+        Self.expectProblem(try Self.react(app, real, "r", "like"), 422, 6_000_013, "revoked")
+        Self.expectProblem(try Self.unreact(app, real, "r", "like"), 404, 7_000_206, "revoked")
         let tips = try Self.peerMessage(app, "s", "r")
         try server.sql("UPDATE messages SET type = 32 WHERE app_id = $1 AND message_id = $2", [app.appID, tips])
         Self.expectProblem(try Self.react(app, tips, "s", "like"), 422, 6_000_013, "tips")
