@@ -23,7 +23,8 @@ package enum MessageRoutes {
         api.add(.get, "/v1/messages/{message_id}", .appOrUser, "getMessage") { ctx in
             let messageID = try ctx.pathID("message_id", .opaque)
             let viewer = MessageViewer(ctx)
-            return Reply.json(try MessageService(ctx).get(messageID, viewer: viewer, on: ctx.db).json(viewer))
+            let message = try MessageService(ctx).get(messageID, viewer: viewer, on: ctx.db)
+            return Reply.json(try MessageReactions(ctx).forViewer(message, viewer).json(viewer))
         }
 
         api.add(.get, "/v1/messages/{message_id}/combined", .appOrUser, "listCombinedMessages") { ctx in
