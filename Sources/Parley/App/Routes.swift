@@ -32,6 +32,7 @@ enum Routes {
         RoomRoutes.register(on: &api)
         DeviceRoutes.register(on: &api)
         MessageRoutes.register(on: &api, writer: writer)
+        MessagePinRoutes.register(on: &api)
         ConversationRoutes.register(on: &api)
         PushRoutes.register(on: &api, bridge: push)
         CallRoutes.register(on: &api)
