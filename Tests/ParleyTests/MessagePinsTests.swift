@@ -1,6 +1,8 @@
+import Dispatch
 import ParleyHTTP
 import ParleyPostgres
 import ParleyTesting
+import Synchronization
 import Testing
 
 @testable import Parley
@@ -210,6 +212,31 @@ struct MessagePinsTests: GroupTestSupport {
         Self.expectProblem(try Self.pin(app, ids[0], "a"), 422, 7_000_205)
         let pins = try app.request(.get, "/v1/users/a/conversations/peer/b/pins")
         #expect(pins.json?["items"]?.arrayValue?.count == 20, "\(pins.text)")
+    }
+
+    @Test func concurrentPinsKeepTheLimit() throws {
+        let server = try TestServer.start()
+        defer { server.stop() }
+        let app = try server.createApp()
+        for id in ["a", "b"] { try app.createUser(id) }
+        var ids: [String] = []
+        for i in 0..<26 { ids.append(try Self.text(app, "a", "b", "t\(i)")) }
+        for id in ids.prefix(18) { #expect(try Self.pin(app, id, nil).status == 200) }
+        // Eight pins at once for the last two slots: two succeed, six are over the limit, and each success has its tips.
+        let pinned = Atomic<Int>(0)
+        let refused = Atomic<Int>(0)
+        let racing = Array(ids.suffix(8))
+        DispatchQueue.concurrentPerform(iterations: racing.count) { i in
+            let r = try? Self.pin(app, racing[i], i % 2 == 0 ? "a" : "b")
+            if r?.status == 200 { pinned.add(1, ordering: .relaxed) }
+            if r?.code == 7_000_205 { refused.add(1, ordering: .relaxed) }
+        }
+        #expect(pinned.load(ordering: .relaxed) == 2)
+        #expect(refused.load(ordering: .relaxed) == 6)
+        #expect(
+            try server.count("SELECT count(*) FROM messages WHERE app_id = $1 AND pinned_at IS NOT NULL", [app.appID]) == 20)
+        #expect(try Self.peerTips(app, "a", "b").count == 20)
+        #expect(try Self.pinTrail(app).count == 40)
     }
 
     @Test func unpinnableMessages() throws {
