@@ -215,12 +215,13 @@ run_pgbench() {  # key sql [connections] [extra PGOPTIONS]: pgbench -M prepared 
     log "  pgbench: ${RATE[pgbench,$key]} tps"
 }
 
-run_wrk() {  # key lua [connections]: wrk --latency with bench/lua/<lua> against $BASE, 2 s warm-up
+run_wrk() {  # key lua [connections]: wrk --latency with bench/lua/<lua> against $BASE, 2 s warm-up (unless NO_WARMUP=1)
     local key=$1 lua=$2 connections=${3:-$CONNECTIONS} threads=$THREADS out errors secs
     secs=$(seconds_of "$DURATION")
     ((connections >= threads)) || threads=$connections
     log "$key: wrk -t$threads -c$connections -d$DURATION ($lua)"
-    timeout 60 wrk -t"$threads" -c"$connections" -d2s -s "$ROOT/bench/lua/$lua" "$BASE" >/dev/null 2>&1 || true
+    # NO_WARMUP=1: scripts whose requests may each be made once (bench/lua/revoke.lua) skip the warm-up.
+    [[ ${NO_WARMUP:-0} == 1 ]] || timeout 60 wrk -t"$threads" -c"$connections" -d2s -s "$ROOT/bench/lua/$lua" "$BASE" >/dev/null 2>&1 || true
     # DURING_WRK[<key>]: a command (function name) started in the background with the measured run, waited for after it.
     local during=${DURING_WRK[$key]:-} during_pid=
     if [[ -n $during ]]; then

@@ -35,7 +35,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
     export IDS="$TMP/ids-$r.txt"
     psql_q "SELECT message_id FROM messages WHERE conv_type = 'peer' AND type = 1 AND NOT deleted" | shuf >"$IDS"
     log "  $(wc -l <"$IDS") stored texts to revoke from"
-    run_wrk "revoke #$r" revoke.lua
+    NO_WARMUP=1 run_wrk "revoke #$r" revoke.lua
     left=$(psql_q "SELECT count(*) FROM messages WHERE conv_type = 'peer' AND type = 31")
     log "  revoke records so far: $left"
     react="n/a"

@@ -426,6 +426,17 @@ struct OpenAPIResponseSchemaTests {
             status: 201)
         c.call(.get, "/v1/messages/{message_id}/combined", combined.json?["message_id"]?.stringValue ?? "", status: 200)
         c.call(.get, "/v1/messages/{message_id}/combined", messageID, status: 422)
+        // Pins and the reply tree (§11.6).
+        c.call(.post, "/v1/messages/{message_id}/pin", messageID, as: .user("b"), json: "{}", status: 200)
+        c.call(.post, "/v1/messages/{message_id}/pin", groupMessageID, json: "{}", status: 200)
+        c.call(.post, "/v1/messages/{message_id}/pin", "nope", json: "{}", status: 404)
+        c.call(.get, "/v1/users/{user_id}/conversations/{type}/{id}/pins", "a", "peer", "b", status: 200)
+        c.call(.get, "/v1/users/{user_id}/conversations/{type}/{id}/pins", "c", "group", "g1", as: .user("c"), status: 200)
+        c.call(.get, "/v1/users/{user_id}/conversations/{type}/{id}/pins", "a", "group", "g2", status: 409)
+        c.call(.post, "/v1/messages/{message_id}/unpin", messageID, json: #"{"operator":"a"}"#, status: 200)
+        c.call(.post, "/v1/messages/{message_id}/unpin", groupMessageID, json: #"{"operator":"c"}"#, status: 403)
+        c.call(.get, "/v1/messages/{message_id}/replies", messageID, query: "limit=1", status: 200)
+        c.call(.get, "/v1/messages/{message_id}/replies", "nope", status: 404)
         c.call(.post, "/v1/messages/batch", json: #"{"from":"a","to_user_ids":["b","c","ghost"],"type":1,"body":{"text":"all"}}"#, status: 200)
         c.call(.post, "/v1/messages/broadcast", json: #"{"from":"a","type":1,"body":{"text":"news"}}"#, status: 202)
 
@@ -668,7 +679,7 @@ struct OpenAPIResponseSchemaTests {
         "room.member_attributes_updated": "RoomMemberAttributesUpdatedData", "room.destroyed": "RoomDestroyedData",
         "call.created": "CallCreatedData", "call.invited": "CallInvitedData", "call.user_state_changed": "CallUserStateChangedData",
         "call.ended": "CallEndedData", "message.revoked": "MessageRevokedData", "message.edited": "MessageEditedData",
-        "message.deleted": "MessageDeletedData",
+        "message.deleted": "MessageDeletedData", "message.pin_updated": "MessagePinUpdatedData",
     ]
 
     /// Problem responses of the kinds every operation declares: 401, 403, 415.

@@ -37,6 +37,7 @@ enum Routes {
             try PushPlanner.revokePush(appID: appID, messageID: messageID, push: push, now: now, on: db)
         }
         MessageReactionRoutes.register(on: &api)
+        MessagePinRoutes.register(on: &api)
         ConversationRoutes.register(on: &api)
         PushRoutes.register(on: &api, bridge: push)
         CallRoutes.register(on: &api)
