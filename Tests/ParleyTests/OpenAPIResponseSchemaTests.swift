@@ -43,6 +43,7 @@ struct OpenAPIResponseSchemaTests {
         "DeliveryDetail", "DeliveryList", "PushAttempt", "PushAttemptList", "PushTestResult", "PushTestDecision",
         "PushGatewayRequest", "PushGatewayResponse", "PushMatrixNotifyRequest", "PushMatrixNotification", "PushMatrixContent",
         "PushMatrixDevice", "PushGenericRequest", "PushGenericNotification", "Call", "CallUser", "CallPage", "CallBatchResult",
+        "MessageReaction", "MessageReactionsResult", "MessageReactionUserPage",
     ]
 
     /// The members of a User as the app key sees it (API.md §2: `deleted_at` is null unless soft-deleted).
@@ -420,6 +421,13 @@ struct OpenAPIResponseSchemaTests {
         let asSender = c.call(.get, "/v1/messages/{message_id}", groupMessageID, as: .user("a"), status: 200)
         #expect(asSender.json?.objectValue?.contains("suppressed") == false && asSender.json?.objectValue?.contains("push") == true)
         c.call(.get, "/v1/messages/{message_id}", "nope", status: 404)
+        // Reactions (API.md §11.6).
+        c.call(.post, "/v1/messages/{message_id}/reactions", messageID, json: #"{"user_id":"a","reaction_type":"like"}"#, status: 201)
+        c.call(.post, "/v1/messages/{message_id}/reactions", messageID, as: .user("b"), json: #"{"reaction_type":"like"}"#, status: 201)
+        c.call(.post, "/v1/messages/{message_id}/reactions", messageID, json: #"{"user_id":"a","reaction_type":"like"}"#, status: 409)
+        c.call(.get, "/v1/messages/{message_id}/reactions/{reaction_type}/users", messageID, "like", status: 200)
+        c.call(.delete, "/v1/messages/{message_id}/reactions/{reaction_type}", messageID, "like", query: "user_id=a", status: 204)
+        c.call(.delete, "/v1/messages/{message_id}/reactions/{reaction_type}", messageID, "like", query: "user_id=a", status: 404)
         let combined = c.call(
             .post, "/v1/messages",
             json: #"{"from":"a","conversation_type":"peer","to":"b","type":100,"body":{"title":"t","message_ids":["\#(messageID)"]}}"#,
@@ -680,6 +688,7 @@ struct OpenAPIResponseSchemaTests {
         "call.created": "CallCreatedData", "call.invited": "CallInvitedData", "call.user_state_changed": "CallUserStateChangedData",
         "call.ended": "CallEndedData", "message.revoked": "MessageRevokedData", "message.edited": "MessageEditedData",
         "message.deleted": "MessageDeletedData", "message.pin_updated": "MessagePinUpdatedData",
+        "message.reactions_updated": "MessageReactionsUpdatedData",
     ]
 
     /// Problem responses of the kinds every operation declares: 401, 403, 415.
