@@ -83,12 +83,13 @@ struct MessageReactions: DomainService {
     }
 
     /// The locked message `messageID` that `userID` may react to, in the §1.4 order: 404 `message_not_found`
-    /// (unknown, a tombstone, not visible to the user), then 422 `unsupported_operation` (unstored, revoked, tips).
+    /// (unknown or unstored, a tombstone, not visible to the user), then 422 `unsupported_operation` (revoked, tips).
     /// `removing`: a revoked or tips message holds no reactions to remove (revoke drops them, §11.5), so that is 404
     /// `reaction_not_found`, as the DELETE route's contract lists.
     private func reactable(_ messageID: String, userID: String, on db: PostgresConnection, removing: Bool = false) throws -> Message {
+        // An unstored message has no row, and the server keeps no index of unstored ids: like any unknown id, 404.
         guard let message = try MessageStore.lock(appID: appID, messageID: messageID, on: db) else {
-            throw try missing(messageID, on: db)
+            throw MessageService.notFound(messageID)
         }
         guard !message.deleted, try isUser(userID, on: db),
             try MessageService(db: db, appID: appID, now: now).isVisible(message, to: .user(userID), on: db)
@@ -138,7 +139,7 @@ struct MessageReactions: DomainService {
         _ messageID: String, reactionType: String, viewer: MessageViewer, after: (Int64, String)?, limit: Int
     ) throws -> (reactors: [Reactor], total: Int64) {
         guard let message = try MessageStore.fetch(appID: appID, messageID: messageID, on: db) else {
-            throw try missing(messageID, on: db)
+            throw MessageService.notFound(messageID)
         }
         let service = MessageService(db: db, appID: appID, now: now)
         guard try service.isVisible(message, to: viewer, on: db) else { throw MessageService.notFound(messageID) }
@@ -164,37 +165,6 @@ struct MessageReactions: DomainService {
                 """
             ).decodeFirst(Int64.self) ?? 0
         return (reactors, total)
-    }
-
-    /// The problem for a message id with no row: 422 `unsupported_operation` while the event log still holds the
-    /// `message.sent` of an unstored message with that id (§11.1: its id is known that long), else 404.
-    private func missing(_ messageID: String, on db: PostgresConnection) throws -> APIError {
-        if let sentAt = Self.sortableTime(messageID),
-            try db.query(
-                """
-                SELECT 1 FROM events
-                WHERE app_id = \(appID) AND type = 'message.sent' AND created_at BETWEEN \(sentAt - 60_000) AND \(sentAt + 60_000)
-                  AND position(\("\"message_id\":\"" + messageID + "\"") IN data) > 0
-                LIMIT 1
-                """
-            ).first != nil
-        {
-            return APIError(.unsupportedOperation, "message \(messageID) is not stored: it takes no reactions")
-        }
-        return MessageService.notFound(messageID)
-    }
-
-    /// The ms time a server-made message id carries (`m` + 8 base-62 digits + random, `generateSortableID`); nil for
-    /// any other string, which no message of this server has.
-    static func sortableTime(_ messageID: String) -> Int64? {
-        let bytes = Array(messageID.utf8)
-        guard bytes.count > 9, bytes[0] == UInt8(ascii: "m") else { return nil }
-        var t: Int64 = 0
-        for b in bytes[1...8] {
-            guard let digit = IdentifierKind.base62.firstIndex(of: b) else { return nil }
-            t = t * 62 + Int64(digit)
-        }
-        return t
     }
 
     // MARK: - SQL
