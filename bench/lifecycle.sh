@@ -44,7 +44,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
         export MESSAGE USERS=1999
         MESSAGE=$(api -X POST "$BASE/v1/messages" -d '{"from":"u1","conversation_type":"group","to":"hot","type":1,"body":{"text":"react to me"}}' \
             | python3 -c 'import json,sys; print(json.load(sys.stdin)["message_id"])')
-        run_wrk "react #$r" react.lua
+        NO_WARMUP=1 run_wrk "react #$r" react.lua
         total=$(psql_q "SELECT count(*) FROM message_reactions WHERE message_id = '$MESSAGE'")
         summary=$(api "$BASE/v1/messages/$MESSAGE" | python3 -c 'import json,sys; print(sum(x["count"] for x in json.load(sys.stdin)["reactions"]))')
         log "  hot message: $total reactions stored, summary counts $summary"

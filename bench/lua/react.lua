@@ -1,6 +1,6 @@
 -- POST /v1/messages/$MESSAGE/reactions on one hot group message: every request adds a new (user, type) pair, so none
 -- is refused: thread i of T takes pairs k = i, i+T, i+2T …, user u(2 + k mod $USERS), type "r" .. (k div $USERS) (at most
--- 50 types per message).
+-- 50 types per message). Run it without wrk's warm-up (bench/lib.sh NO_WARMUP=1): a second run would add the same pairs (409).
 local key = os.getenv("PARLEY_KEY")
 local message = os.getenv("MESSAGE")
 local users = tonumber(os.getenv("USERS") or "1999")
