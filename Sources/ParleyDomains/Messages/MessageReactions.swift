@@ -45,18 +45,20 @@ struct MessageReactions: DomainService {
     func add(_ messageID: String, userID: String, reactionType: String, viewer: MessageViewer) throws -> [UInt8] {
         try db.transaction { db in
             let message = try reactable(messageID, userID: userID, on: db)
-            if try Self.holds(appID: appID, messageID: messageID, reactionType: reactionType, userID: userID, on: db) {
-                throw APIError(.reactionExists, "user \(userID) already reacted \(reactionType) to message \(messageID)")
-            }
-            let types = try Self.types(appID: appID, messageID: messageID, on: db)
+            // The locked row's summary lists every type the message holds (each change rebuilds it under this lock).
+            let types = Self.types(inSummary: message.reactions)
             if !types.contains(reactionType) && types.count >= Self.maxTypes {
                 throw APIError(.reactionTypeLimit, "message \(messageID) already has \(Self.maxTypes) reaction types")
             }
-            try db.query(
-                """
-                INSERT INTO message_reactions (app_id, message_id, reaction_type, user_id, reacted_at)
-                VALUES (\(appID), \(messageID), \(reactionType), \(userID), \(now))
-                """)
+            let added =
+                try db.query(
+                    """
+                    INSERT INTO message_reactions (app_id, message_id, reaction_type, user_id, reacted_at)
+                    VALUES (\(appID), \(messageID), \(reactionType), \(userID), \(now))
+                    ON CONFLICT DO NOTHING RETURNING 1
+                    """
+                ).first != nil
+            if !added { throw APIError(.reactionExists, "user \(userID) already reacted \(reactionType) to message \(messageID)") }
             let summary = try changed(message, on: db)
             guard case .user(let viewerID) = viewer else { return summary }
             return try Self.summary(appID: appID, messageID: messageID, selfIncludedFor: viewerID, on: db)
@@ -87,12 +89,12 @@ struct MessageReactions: DomainService {
     /// `removing`: a revoked or tips message holds no reactions to remove (revoke drops them, §11.5), so that is 404
     /// `reaction_not_found`, as the DELETE route's contract lists.
     private func reactable(_ messageID: String, userID: String, on db: PostgresConnection, removing: Bool = false) throws -> Message {
+        // The user and visibility checks read before the row lock, so the queue of a hot message's reactions holds the
+        // lock only for the change itself; the lock then re-reads the row (a revoke or delete may have come between).
         // An unstored message has no row, and the server keeps no index of unstored ids: like any unknown id, 404.
-        guard let message = try MessageStore.lock(appID: appID, messageID: messageID, on: db) else {
-            throw MessageService.notFound(messageID)
-        }
-        guard !message.deleted, try isUser(userID, on: db),
-            try MessageService(db: db, appID: appID, now: now).isVisible(message, to: .user(userID), on: db)
+        guard let seen = try MessageStore.fetch(appID: appID, messageID: messageID, on: db), !seen.deleted, try isUser(userID, on: db),
+            try MessageService(db: db, appID: appID, now: now).isVisible(seen, to: .user(userID), on: db),
+            let message = try MessageStore.lock(appID: appID, messageID: messageID, on: db), !message.deleted
         else { throw MessageService.notFound(messageID) }
         if message.type == 31 || message.type == 32 {
             if removing { throw APIError(.reactionNotFound, "message \(messageID) holds no reactions") }
@@ -216,23 +218,9 @@ struct MessageReactions: DomainService {
         return try row[0].textBytes
     }
 
-    /// Whether `userID` holds `reactionType` on the message.
-    private static func holds(appID: String, messageID: String, reactionType: String, userID: String, on db: PostgresConnection) throws
-        -> Bool
-    {
-        try db.query(
-            """
-            SELECT 1 FROM message_reactions
-            WHERE app_id = \(appID) AND message_id = \(messageID) AND reaction_type = \(reactionType) AND user_id = \(userID)
-            """
-        ).first != nil
-    }
-
-    /// The distinct reaction types on the message.
-    private static func types(appID: String, messageID: String, on db: PostgresConnection) throws -> Set<String> {
-        Set(
-            try db.query(
-                "SELECT DISTINCT reaction_type FROM message_reactions WHERE app_id = \(appID) AND message_id = \(messageID)"
-            ).decode(String.self))
+    /// The reaction types a stored summary (`[{reaction_type, count, user_ids}]`) lists.
+    private static func types(inSummary summary: [UInt8]) -> Set<String> {
+        guard case .array(let items) = (try? JSONValue.parse(summary)) ?? .null else { return [] }
+        return Set(items.compactMap { $0["reaction_type"]?.stringValue })
     }
 }
