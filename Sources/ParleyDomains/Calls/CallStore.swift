@@ -172,11 +172,18 @@ package enum CallStore {
     static func list(
         appID: String, userID: String, ended: Bool?, after: (Int64, String)?, limit: Int, on db: PostgresConnection
     ) throws -> [Call] {
+        // The state is read per listed row (a correlated probe of the call's primary key), so the walk follows the
+        // user's index in order and stops at the page: a join let the generic plan hash every started call of the app
+        // (4.4 ms at 4,000 started calls, growing with them).
         var query: PostgresQuery = """
-            SELECT cu.call_id FROM call_users cu JOIN calls c ON c.app_id = cu.app_id AND c.call_id = cu.call_id
+            SELECT cu.call_id FROM call_users cu
             WHERE cu.app_id = \(appID) AND cu.user_id = \(userID)
             """
-        if let ended { query += " AND c.state = \(ended ? "ended" : "started")" }
+        if let ended {
+            query += """
+                 AND (SELECT c.state FROM calls c WHERE c.app_id = cu.app_id AND c.call_id = cu.call_id) = \(ended ? "ended" : "started")
+                """
+        }
         if let (t, id) = after {
             query += " AND (cu.call_created_at, cu.call_id COLLATE \"C\") < (\(t), \(id) COLLATE \"C\")"
         }
