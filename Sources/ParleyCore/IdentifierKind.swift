@@ -115,6 +115,20 @@ public enum IdentifierKind: Sendable, Hashable, CaseIterable {
     /// A generated app id: `app_` + 12 chars `[a-z0-9]` (lowercase, so it is itself a valid app_id).
     public static func generateAppID() -> String { generateID(prefix: "app_", length: 12, alphabet: lowerAlnum) }
 
+    /// The creation time of an id made by ``generateSortableID(prefix:timestampMs:randomLength:)`` with `prefix`, or nil
+    /// when `id` is not of that shape.
+    public static func sortableTimestamp(of id: String, prefix: String) -> Int64? {
+        let bytes = Array(id.utf8)
+        let start = prefix.utf8.count
+        guard id.hasPrefix(prefix), bytes.count >= start + 8 else { return nil }
+        var t: Int64 = 0
+        for b in bytes[start..<start + 8] {
+            guard let digit = base62.firstIndex(of: b) else { return nil }
+            t = t * 62 + Int64(digit)
+        }
+        return t
+    }
+
     /// An opaque server id (≤ 32 bytes) that sorts roughly by creation time.
     ///
     /// Layout: `prefix` + 8 base-62 chars of `timestampMs` (fixed width, ASCII-ordered, good until year 8888) +

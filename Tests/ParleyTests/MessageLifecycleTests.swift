@@ -202,6 +202,64 @@ struct MessageLifecycleTests: GroupTestSupport {
         Self.expectInvalid(try app.request(.post, "/v1/messages/delete", json: #"{"scope":"all","message_ids":["x"]}"#), field: "body.scope")
     }
 
+    /// §11.1 "Stored or not": revoke, edit, pin and reaction calls naming an unstored message answer 422 `6000013` for
+    /// `event_retention_hours` after its send, and 404 `7000210` afterwards; `GET /v1/messages/{id}` never finds it.
+    @Test func unstoredMessagesAreToldFromUnknownOnesUntilTheEventRetentionPasses() throws {
+        let (server, app) = try MessagesTests.start(settings: #"{"event_retention_hours":1}"#)
+        defer { server.stop() }
+        for id in ["a", "b"] { try app.createUser(id) }
+        let sent = try Self.send(app, "a", "b", "now or never", extra: #""online_only":true"#)
+        #expect(sent["stored"] == .bool(false))
+        let id = try #require(sent["message_id"]?.stringValue)
+        func changes() throws -> [TestResponse] {
+            [
+                try Self.revoke(app, id),
+                try app.request(.patch, "/v1/messages/\(id)", json: #"{"body":{"text":"edited"}}"#),
+                try app.request(.post, "/v1/messages/\(id)/pin", json: "{}"),
+                try app.request(.post, "/v1/messages/\(id)/unpin", json: "{}"),
+                try app.request(.post, "/v1/messages/\(id)/reactions", json: #"{"user_id":"b","reaction_type":"like"}"#),
+                try app.request(.delete, "/v1/messages/\(id)/reactions/like?user_id=b"),
+                try app.request(.get, "/v1/messages/\(id)/reactions/like/users"),
+            ]
+        }
+        for r in try changes() { Self.expectProblem(r, 422, 6_000_013) }
+        // Reading it finds no message.
+        Self.expectProblem(try app.request(.get, "/v1/messages/\(id)"), 404, 7_000_210)
+        // An id of the same shape that was never sent long ago, and a stored-message id that is unknown: 404.
+        Self.expectProblem(try Self.revoke(app, "u00000001" + String(id.dropFirst(9))), 404, 7_000_210)
+        Self.expectProblem(try Self.revoke(app, "m" + String(id.dropFirst())), 404, 7_000_210)
+        try server.advanceClock(ms: 3_600_000)
+        for r in try changes() { Self.expectProblem(r, 404, 7_000_210) }
+    }
+
+    /// §2 `last_message` is the highest-seq message visible to the user: a delete for self moves that user's, nobody
+    /// else's; `include_hidden` (app key) brings the hidden messages back into that user's history (§11.3).
+    @Test func deleteForSelfMovesOnlyThatUsersLastMessage() throws {
+        let (server, app) = try MessagesTests.start()
+        defer { server.stop() }
+        for id in ["a", "b"] { try app.createUser(id) }
+        let ids = try ["one", "two", "three"].map { try Self.send(app, "a", "b", $0)["message_id"]?.stringValue ?? "" }
+        func last(_ user: String, _ peer: String) throws -> JSONValue? {
+            let r = try app.request(.get, "/v1/users/\(user)/conversations/peer/\(peer)")
+            #expect(r.status == 200, "\(r.text)")
+            return r.json
+        }
+        let hide = try app.request(.post, "/v1/messages/delete", json: "{\"scope\":\"self\",\"user_id\":\"b\",\"message_ids\":[\"\(ids[2])\"]}")
+        #expect(Self.codes(hide) == [nil])
+        #expect(try last("b", "a")?["last_message"]?["message_id"] == .string(ids[1]))
+        #expect(try last("b", "a")?["last_seq"] == .int(3))
+        #expect(try last("a", "b")?["last_message"]?["message_id"] == .string(ids[2]))
+        #expect(MessagesTests.seqs(try MessagesTests.history(app, "b", "a")) == [2, 1])
+        #expect(MessagesTests.seqs(try MessagesTests.history(app, "b", "a", query: "?include_hidden=true")) == [3, 2, 1])
+        // Everything hidden: no last message for b; a's stays.
+        let rest = try app.request(
+            .post, "/v1/messages/delete", json: "{\"scope\":\"self\",\"user_id\":\"b\",\"message_ids\":[\"\(ids[0])\",\"\(ids[1])\"]}")
+        #expect(Self.codes(rest) == [nil, nil])
+        #expect(try last("b", "a")?["last_message"] == .null)
+        #expect(try last("a", "b")?["last_message"]?["message_id"] == .string(ids[2]))
+        #expect(try Self.unread(app, "b", "a") == 0)
+    }
+
     @Test func replyTreesThroughRevokeAndDelete() throws {
         let (server, app) = try MessagesTests.start()
         defer { server.stop() }

@@ -194,9 +194,13 @@ struct MessageReactionsTests: GroupTestSupport {
         #expect(try Self.react(app, m, "s", "é").status == 201)
         #expect(try Self.react(app, m, "s", "b").status == 201)
         #expect(try Self.react(app, m, "s", "Z").status == 201)
-        // (The clock moves between requests: equal times are made by hand, then any change recomputes the summary.)
+        // (The clock moves between requests: equal times are made by hand, in the reactions and their per-type counts,
+        // then any change rebuilds the summary.)
         try server.sql(
             "UPDATE message_reactions SET reacted_at = 1e15 WHERE app_id = $1 AND message_id = $2 AND reaction_type IN ('é', 'b', 'Z')",
+            [app.appID, m])
+        try server.sql(
+            "UPDATE message_reaction_types SET first_at = 1e15 WHERE app_id = $1 AND message_id = $2 AND reaction_type IN ('é', 'b', 'Z')",
             [app.appID, m])
         #expect(try Self.react(app, m, "r", "a").status == 201)
         let order = Self.shape(try Self.summary(app, m)).map { String($0.prefix(while: { $0 != ":" })) }
@@ -232,9 +236,9 @@ struct MessageReactionsTests: GroupTestSupport {
         defer { server.stop() }
         for user in ["s", "r"] { try app.createUser(user) }
         let unstored = try Self.peerMessage(app, "s", "r", extra: #""online_only":true"#)
-        // Unstored messages keep no row the server could tell from an unknown id (no index of unstored ids): 404.
-        Self.expectProblem(try Self.react(app, unstored, "s", "like"), 404, 7_000_210, "unstored")
-        Self.expectProblem(try Self.unreact(app, unstored, "s", "like"), 404, 7_000_210, "unstored")
+        // Unstored messages: 422 for reaction calls (§11.1 "Stored or not").
+        Self.expectProblem(try Self.react(app, unstored, "s", "like"), 422, 6_000_013, "unstored")
+        Self.expectProblem(try Self.unreact(app, unstored, "s", "like"), 422, 6_000_013, "unstored")
         let revoked = try Self.peerMessage(app, "s", "r")
         #expect(try Self.react(app, revoked, "r", "like").status == 201)
         try server.sql("UPDATE messages SET type = 31 WHERE app_id = $1 AND message_id = $2", [app.appID, revoked])
@@ -306,7 +310,7 @@ struct MessageReactionsTests: GroupTestSupport {
         #expect(try Self.reactionEvents(app, user: "x").isEmpty)
         let unstoredRoom = try RoomMessagesTests.send(app, "o", "r1")
         let urm = try #require(unstoredRoom.json?["message_id"]?.stringValue)
-        Self.expectProblem(try Self.react(app, urm, "m", "like"), 404, 7_000_210, "unstored room message")
+        Self.expectProblem(try Self.react(app, urm, "m", "like"), 422, 6_000_013, "unstored room message")
     }
 
     @Test func concurrentReactionsCountExactlyAndWriteOneEventEach() throws {
@@ -331,10 +335,14 @@ struct MessageReactionsTests: GroupTestSupport {
         #expect(summary.allSatisfy { $0["user_ids"]?.arrayValue?.count == 10 })
         let events = try Self.reactionEvents(app)
         #expect(events.count == 32)
-        // Each change made its own summary: the totals the events carry are 1 … 32, each once.
+        // Each change made its own summary: the totals the events carry are 1 … 32, in the log's order (the changes are
+        // serialised by the message's row lock, and their events are written in that order).
         let totals = events.map { e in (e["data"]?["reactions"]?.arrayValue ?? []).reduce(Int64(0)) { $0 + ($1["count"]?.intValue ?? 0) } }
-        #expect(totals.sorted() == (1...32).map(Int64.init))
+        #expect(totals == (1...32).map(Int64.init))
         #expect(try server.count("SELECT count(*) FROM message_reactions WHERE app_id = $1 AND message_id = $2", [app.appID, m]) == 32)
+        // The per-type counts the summary is built from agree with the rows.
+        let counted = "SELECT coalesce(sum(count), 0) FROM message_reaction_types WHERE app_id = $1 AND message_id = $2"
+        #expect(try server.count(counted, [app.appID, m]) == 32)
 
         // And all at once away again.
         let removed = Atomic<Int>(0)
@@ -345,6 +353,7 @@ struct MessageReactionsTests: GroupTestSupport {
         #expect(removed.load(ordering: .relaxed) == 32)
         #expect(try Self.summary(app, m).isEmpty)
         #expect(try Self.reactionEvents(app).count == 64)
+        #expect(try server.count(counted, [app.appID, m]) == 0)
     }
 
     // MARK: - The contract

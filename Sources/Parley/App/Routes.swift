@@ -36,7 +36,7 @@ enum Routes {
         MessageLifecycleRoutes.register(on: &api) { db, appID, messageID, push, now in
             try PushPlanner.revokePush(appID: appID, messageID: messageID, push: push, now: now, on: db)
         }
-        MessageReactionRoutes.register(on: &api)
+        MessageReactionRoutes.register(on: &api, pool: services.pool)
         MessagePinRoutes.register(on: &api)
         ConversationRoutes.register(on: &api)
         PushRoutes.register(on: &api, bridge: push)

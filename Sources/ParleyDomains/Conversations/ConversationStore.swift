@@ -56,8 +56,19 @@ enum ConversationStore {
         LEFT JOIN groups g ON g.app_id = c.app_id AND g.group_id = c.conv_id AND c.conv_type = 'group'
         LEFT JOIN group_members gm ON gm.app_id = c.app_id AND gm.group_id = c.conv_id AND gm.user_id = c.user_id
                                   AND c.conv_type = 'group'
-        LEFT JOIN messages lm ON lm.app_id = c.app_id AND lm.conv_type = c.conv_type AND lm.conv_id = c.thread_id
-                             AND lm.seq = \(lastSeq)
+        LEFT JOIN LATERAL (\(lastVisible)) lm ON true
+        """
+
+    /// The last message of entry `c` (§2 `last_message`): its highest-seq message the owner sees in its history — not
+    /// deleted for the owner, not another user's suppressed message, after its `cleared_seq`. A backward walk of the
+    /// conversation's primary key from `last_seq`: the first row qualifies unless the owner hid it.
+    private static let lastVisible = """
+        SELECT * FROM messages m
+        WHERE m.app_id = c.app_id AND m.conv_type = c.conv_type AND m.conv_id = c.thread_id AND m.seq <= \(lastSeq)
+          AND m.seq > c.cleared_seq AND (m.suppressed IS NULL OR m.sender = c.user_id)
+          AND NOT EXISTS (SELECT 1 FROM message_hidden h WHERE h.app_id = c.app_id AND h.user_id = c.user_id
+                          AND h.conv_type = c.conv_type AND h.conv_id = c.thread_id AND h.seq = m.seq)
+        ORDER BY m.seq DESC LIMIT 1
         """
 
     static func conversation(_ row: PostgresRow) throws -> Conversation {

@@ -59,8 +59,8 @@ struct MessageLifecycle {
                 message.type == MessageType.text.rawValue
                 ? message.body.flatMap { try? JSONValue.parse($0) }?["text"]?.stringValue : nil
             guard
-                let revoked = try MessageStore.revokeInPlace(
-                    appID: appID, messageID: messageID, body: body.finish(), originalText: originalText, on: db)
+                let revoked = try MessageStore.markGone(
+                    appID: appID, messageID: messageID, .revoked(body: body.finish(), originalText: originalText), on: db)
             else { throw MessageService.notFound(messageID) }
             var events = [MessageAudience.event("message.revoked", data: Self.wrapped(revoked), about: message)]
             events += try goneEffects(message, on: db)
@@ -150,7 +150,7 @@ struct MessageLifecycle {
                     case .everyone:
                         let message = try lockForChange(messageID, by: actor, on: db)
                         try requireDeleteForEveryone(message, by: actor, on: db)
-                        guard let tombstone = try MessageStore.tombstone(appID: appID, messageID: messageID, on: db) else {
+                        guard let tombstone = try MessageStore.markGone(appID: appID, messageID: messageID, .deleted, on: db) else {
                             throw MessageService.notFound(messageID)
                         }
                         try RoomRecent.refresh(appID: appID, message: tombstone, on: db)
@@ -224,11 +224,11 @@ struct MessageLifecycle {
         return message
     }
 
-    /// What a revoke or delete for everyone does beyond the row itself (`message` as it was): its reactions go, replies
-    /// lose their snapshot (`reply.state` `deleted`), and a reply's root is recounted (its `message.reply_count_updated`).
+    /// What a revoke or delete for everyone does beyond ``MessageStore/markGone(appID:messageID:_:on:)`` (the row and
+    /// its replies' `reply.state`), for `message` as it was: its reactions go, and a reply's root is recounted (its
+    /// `message.reply_count_updated`).
     private func goneEffects(_ message: Message, on db: PostgresConnection) throws -> [NewEvent] {
         if message.reactions != Array("[]".utf8) { try MessageStore.deleteReactions(appID: appID, messageID: message.messageID, on: db) }
-        try MessageStore.markRepliesGone(appID: appID, messageID: message.messageID, on: db)
         guard let root = message.rootMessageID else { return [] }
         let count = try MessageStore.recountReplies(appID: appID, rootID: root, on: db)
         var o = JSONObjectWriter(capacity: 128)

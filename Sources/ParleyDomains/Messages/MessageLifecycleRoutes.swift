@@ -19,7 +19,9 @@ package enum MessageLifecycleRoutes {
             let extendedData = body.string("revoke_extended_data", maxBytes: 1024) ?? ""
             let push = PushConfig.read(from: &body)
             try body.check()
-            let message = try MessageLifecycle(ctx).revoke(messageID, by: actor, extendedData: extendedData, push: push, revokePush: revokePush)
+            let message = try MessageService.tellingUnstored(messageID, ctx) {
+                try MessageLifecycle(ctx).revoke(messageID, by: actor, extendedData: extendedData, push: push, revokePush: revokePush)
+            }
             return Reply.json(message.json(MessageViewer(ctx)))
         }
 
@@ -31,8 +33,9 @@ package enum MessageLifecycleRoutes {
             let extendedData = body.string("extended_data", maxBytes: 4096)
             try body.check()
             guard let newBody else { throw APIError.internalError }
-            let message = try MessageLifecycle(ctx).edit(
-                messageID, by: actor, body: newBody, extendedData: extendedData, settings: ctx.app.settings)
+            let message = try MessageService.tellingUnstored(messageID, ctx) {
+                try MessageLifecycle(ctx).edit(messageID, by: actor, body: newBody, extendedData: extendedData, settings: ctx.app.settings)
+            }
             return Reply.json(message.json(MessageViewer(ctx)))
         }
 

@@ -44,7 +44,9 @@ package enum MessagePinRoutes {
         let named = body.id("operator", .userID)
         try body.check()
         let operatorID = ctx.tokenUserID != nil ? try ctx.actingUser(named, field: "operator") : named
-        let message = try MessagePins(ctx).set(messageID, pinned: pinned, operatorID: operatorID)
+        let message = try MessageService.tellingUnstored(messageID, ctx) {
+            try MessagePins(ctx).set(messageID, pinned: pinned, operatorID: operatorID)
+        }
         return Reply.json(message.json(MessageViewer(ctx)))
     }
 

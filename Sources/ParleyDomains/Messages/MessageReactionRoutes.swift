@@ -1,10 +1,12 @@
 import ParleyAPI
 import ParleyCore
 import ParleyHTTP
+import ParleyPostgres
 
 /// Message reactions (API.md §11.6): HTTP ↔ ``MessageReactions``.
 package enum MessageReactionRoutes {
-    package static func register(on api: inout API) {
+    package static func register(on api: inout API, pool: PostgresPool) {
+        let changes = MessageReactions.Changes(pool: pool)
         api.add(.post, "/v1/messages/{message_id}/reactions", .appOrUser, "addMessageReaction") { ctx in
             let messageID = try ctx.pathID("message_id", .opaque)
             var body = try ctx.body()
@@ -12,12 +14,15 @@ package enum MessageReactionRoutes {
             let reactionType = body.string(
                 "reaction_type", required: true, minBytes: MessageReactions.typeBytes.lowerBound, maxBytes: MessageReactions.typeBytes.upperBound)
             try body.check()
-            let reactions = try MessageReactions(ctx).add(
-                messageID, userID: userID, reactionType: reactionType ?? "", viewer: MessageViewer(ctx))
-            var o = JSONObjectWriter(capacity: 64 + reactions.count)
-            o["message_id"] = messageID
-            o.raw("reactions", reactions)
-            return Reply.created(o.finish())
+            let change = try MessageService.tellingUnstored(messageID, ctx) {
+                try MessageReactions(ctx).adding(messageID, userID: userID, reactionType: reactionType ?? "", viewer: MessageViewer(ctx))
+            }
+            return written(change, ctx, changes) { reactions in
+                var o = JSONObjectWriter(capacity: 64 + reactions.count)
+                o["message_id"] = messageID
+                o.raw("reactions", reactions)
+                return Reply.created(o.finish())
+            }
         }
 
         api.add(.delete, "/v1/messages/{message_id}/reactions/{reaction_type}", .appOrUser, "removeMessageReaction") { ctx in
@@ -28,8 +33,10 @@ package enum MessageReactionRoutes {
             let userID = try ctx.actingUser(query.raw("user_id"), field: "user_id")
             _ = query.id("user_id", .userID)
             try query.check()
-            try MessageReactions(ctx).remove(messageID, userID: userID, reactionType: reactionType)
-            return Reply.noContent()
+            let change = try MessageService.tellingUnstored(messageID, ctx) {
+                try MessageReactions(ctx).removing(messageID, userID: userID, reactionType: reactionType)
+            }
+            return written(change, ctx, changes) { _ in Reply.noContent() }
         }
 
         api.add(.get, "/v1/messages/{message_id}/reactions/{reaction_type}/users", .appOrUser, "listMessageReactionUsers") { ctx in
@@ -41,8 +48,9 @@ package enum MessageReactionRoutes {
             try query.check()
             let list = "reaction_users|\(ctx.appID)|\(messageID)|\(reactionType)"
             let after = try ctx.timeAndIDCursor(cursor, list: list)
-            let (reactors, total) = try MessageReactions(ctx).reactors(
-                messageID, reactionType: reactionType, viewer: MessageViewer(ctx), after: after, limit: limit + 1)
+            let (reactors, total) = try MessageService.tellingUnstored(messageID, ctx) {
+                try MessageReactions(ctx).reactors(messageID, reactionType: reactionType, viewer: MessageViewer(ctx), after: after, limit: limit + 1)
+            }
             let page = reactors.prefix(limit)
             let next =
                 reactors.count > limit
@@ -56,6 +64,19 @@ package enum MessageReactionRoutes {
             o["next_cursor"] = next
             o["total_count"] = total
             return Reply.json(o.finish())
+        }
+    }
+
+    /// The answer to `change` once its batch is written: `reply` to its summary, or its problem.
+    private static func written(
+        _ change: MessageReactions.Change, _ ctx: APIContext, _ changes: MessageReactions.Changes,
+        reply: @escaping @Sendable ([UInt8]) -> Response
+    ) -> Response {
+        let (request, logger, appID) = (ctx.request, ctx.services.logger, ctx.appID)
+        return .later { respond in
+            changes.submit(change, appID: appID) { result in
+                do { respond(reply(try result.get())) } catch { respond(ProblemRendering.handlerError(error, request: request, logger: logger)) }
+            }
         }
     }
 

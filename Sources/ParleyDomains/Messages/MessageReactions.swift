@@ -1,14 +1,19 @@
 import ParleyAPI
 import ParleyCore
 import ParleyPostgres
+import ParleySync
 
 /// The reaction rules of API.md §11.6: adding and removing a user's reaction to a stored message, and the reactors
 /// of one reaction type.
 ///
-/// Every change locks the message row (``MessageStore/lock(appID:messageID:on:)``), changes `message_reactions`,
-/// recomputes the summary column `messages.reactions` from that table in one statement and appends
-/// `message.reactions_updated`, all in one transaction: concurrent reactions to one message queue on the row lock, so
-/// the summary and the 50-type limit are exact and every change writes exactly one event with the summary it made.
+/// A change is checked on the request's connection (the user, the message's visibility), then queued per message on
+/// the node's ``Changes``: one runner per message sends the queued changes together to `parley_reaction_changes`
+/// (Migrations/functions), one statement that is its own transaction. It locks the message row once, changes
+/// `message_reactions` and the per-type counts (Migrations/0018) item by item, appends each change's
+/// `message.reactions_updated` with the summary after it and stores the last summary in `messages.reactions`.
+/// Changes of one message are serialised by the row lock (across nodes too), so the summary and the 50-type limit are
+/// exact and every change writes exactly one event with the counts it made; the lock is held for that one call and its
+/// commit, for a whole batch.
 ///
 /// A value made per request; it owns nothing mutable. Transaction bodies are re-runnable.
 struct MessageReactions: DomainService {
@@ -40,67 +45,138 @@ struct MessageReactions: DomainService {
 
     // MARK: - Changes
 
-    /// `POST /v1/messages/{message_id}/reactions`: `userID` adds `reactionType`. Returns the new summary, with
-    /// `self_included` for `viewer` when it is a user (§2: only in responses to a user token).
-    func add(_ messageID: String, userID: String, reactionType: String, viewer: MessageViewer) throws -> [UInt8] {
-        try db.transaction { db in
-            let message = try reactable(messageID, userID: userID, on: db)
-            // The locked row's summary lists every type the message holds (each change rebuilds it under this lock).
-            let types = Self.types(inSummary: message.reactions)
-            if !types.contains(reactionType) && types.count >= Self.maxTypes {
-                throw APIError(.reactionTypeLimit, "message \(messageID) already has \(Self.maxTypes) reaction types")
-            }
-            let added =
-                try db.query(
-                    """
-                    INSERT INTO message_reactions (app_id, message_id, reaction_type, user_id, reacted_at)
-                    VALUES (\(appID), \(messageID), \(reactionType), \(userID), \(now))
-                    ON CONFLICT DO NOTHING RETURNING 1
-                    """
-                ).first != nil
-            if !added { throw APIError(.reactionExists, "user \(userID) already reacted \(reactionType) to message \(messageID)") }
-            let summary = try changed(message, on: db)
-            guard case .user(let viewerID) = viewer else { return summary }
-            return try Self.summary(appID: appID, messageID: messageID, selfIncludedFor: viewerID, on: db)
+    /// One checked change, waiting for its message's batch.
+    struct Change: Sendable {
+        /// The message as the checks read it: only its id and conversation, which never change, are used.
+        var message: Message
+        var userID: String
+        var reactionType: String
+        var adding: Bool
+        /// The user token's user, whose answer carries `self_included` (§2); nil for the app.
+        var viewerID: String?
+        /// Server-clock ms of the request: `reacted_at` and the event's time.
+        var now: Int64
+    }
+
+    /// `POST /v1/messages/{message_id}/reactions`: `userID` is to add `reactionType`; the change's answer is the new
+    /// summary, with `self_included` for `viewer` when it is a user.
+    func adding(_ messageID: String, userID: String, reactionType: String, viewer: MessageViewer) throws -> Change {
+        var viewerID: String?
+        if case .user(let id) = viewer { viewerID = id }
+        return Change(
+            message: try reactable(messageID, userID: userID), userID: userID, reactionType: reactionType, adding: true, viewerID: viewerID,
+            now: now)
+    }
+
+    /// `DELETE /v1/messages/{message_id}/reactions/{reaction_type}?user_id=`: `userID` is to remove its `reactionType`.
+    func removing(_ messageID: String, userID: String, reactionType: String) throws -> Change {
+        Change(message: try reactable(messageID, userID: userID), userID: userID, reactionType: reactionType, adding: false, viewerID: nil, now: now)
+    }
+
+    /// A change and what to do with its outcome (the summary its answer shows, or its problem).
+    struct Job: Sendable {
+        var change: Change
+        var done: @Sendable (Result<[UInt8], any Error>) -> Void
+    }
+
+    /// The node's reaction changes, queued per message and written a batch per statement by one pool worker at a
+    /// time per message (``KeyedBatchQueue``). Owner: the route table that made it.
+    final class Changes: Sendable {
+        /// Changes per statement: a bound on the lock time of one batch, not a wait.
+        static let maxBatch = 64
+        private let queue = KeyedBatchQueue<Job>()
+        private let pool: PostgresPool
+
+        init(pool: PostgresPool) { self.pool = pool }
+
+        /// Queues `change` (of the app `appID`); `done` runs on a pool worker once its batch is written.
+        func submit(_ change: Change, appID: String, done: @escaping @Sendable (Result<[UInt8], any Error>) -> Void) {
+            let key = appID + "\u{0}" + change.message.messageID
+            guard queue.enqueue(Job(change: change, done: done), key: key) else { return }
+            pool.submit(
+                { [self] in
+                    while let batch = queue.next(key: key, max: Self.maxBatch) {
+                        let results: [Result<[UInt8], any Error>]
+                        do {
+                            results = try pool.withConnection { db in try MessageReactions.write(batch.map(\.change), appID: appID, on: db) }
+                        } catch {
+                            results = batch.map { _ in .failure(error) }
+                        }
+                        for (job, result) in zip(batch, results) { job.done(result) }
+                    }
+                },
+                rejected: { [self] in
+                    let busy = APIError.retryLater(.unavailable, "no database connection became free", retryAfterSeconds: 1)
+                    while let batch = queue.next(key: key, max: Int.max) { for job in batch { job.done(.failure(busy)) } }
+                })
         }
     }
 
-    /// `DELETE /v1/messages/{message_id}/reactions/{reaction_type}?user_id=`: `userID` removes its `reactionType`.
-    func remove(_ messageID: String, userID: String, reactionType: String) throws {
-        try db.transaction { db in
-            let message = try reactable(messageID, userID: userID, on: db, removing: true)
-            let removed =
-                try db.query(
-                    """
-                    DELETE FROM message_reactions
-                    WHERE app_id = \(appID) AND message_id = \(messageID) AND reaction_type = \(reactionType) AND user_id = \(userID)
-                    RETURNING 1
-                    """
-                ).first != nil
-            guard removed else {
-                throw APIError(.reactionNotFound, "user \(userID) has no reaction \(reactionType) on message \(messageID)")
+    /// What `parley_reaction_changes` answers for an item besides a change (its `outcome`).
+    private enum Outcome: Int64 {
+        case changed = 0
+        case messageNotFound, noReactions, typeLimit, exists, notFound
+    }
+
+    /// Writes `changes` (all of one message, in order) in one statement, its own transaction (the locked part, see
+    /// `parley_reaction_changes`); returns each change's summary (with `self_included` for its viewer) or problem.
+    static func write(_ changes: [Change], appID: String, on db: PostgresConnection) throws -> [Result<[UInt8], any Error>] {
+        guard let message = changes.first?.message else { return [] }
+        // The events' data up to the summary, which the function appends with the closing brace.
+        var data = JSONObjectWriter(capacity: 128)
+        data["message_id"] = message.messageID
+        data["conversation_type"] = message.conversationType.rawValue
+        data["to"] = message.to
+        var prefix = data.finish()
+        prefix.removeLast()
+        prefix += Array(#","reactions":"#.utf8)
+        let event = MessageAudience.event("message.reactions_updated", data: [], about: message)
+        let rows = try db.query(
+            sql: """
+                SELECT outcome, summary, viewer_summary
+                FROM parley_reaction_changes($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+                """,
+            [
+                appID, message.messageID, changes.map(\.userID), changes.map(\.reactionType), changes.map(\.now), changes.map(\.adding),
+                changes.map { $0.viewerID ?? "" }, maxTypes, String(decoding: prefix, as: UTF8.self), event.audience, event.groupID,
+                event.roomID, event.toGroupMembers, event.orderKey,
+            ], prepared: true
+        ).rows
+        guard rows.count == changes.count else { throw APIError(.internalError, "parley_reaction_changes answered \(rows.count) rows") }
+        return try zip(changes, rows).map { change, row in
+            switch Outcome(rawValue: try row[0].int64) {
+            case .changed: return .success(change.viewerID == nil ? try row[1].textBytes : try row[2].textBytes)
+            case let outcome: return .failure(problem(outcome, change))
             }
-            _ = try changed(message, on: db)
         }
     }
 
-    /// The locked message `messageID` that `userID` may react to, in the §1.4 order: 404 `message_not_found`
-    /// (unknown or unstored, a tombstone, not visible to the user), then 422 `unsupported_operation` (revoked, tips).
-    /// `removing`: a revoked or tips message holds no reactions to remove (revoke drops them, §11.5), so that is 404
-    /// `reaction_not_found`, as the DELETE route's contract lists.
-    private func reactable(_ messageID: String, userID: String, on db: PostgresConnection, removing: Bool = false) throws -> Message {
-        // The user and visibility checks read before the row lock, so the queue of a hot message's reactions holds the
-        // lock only for the change itself; the lock then re-reads the row (a revoke or delete may have come between).
-        // An unstored message has no row, and the server keeps no index of unstored ids: like any unknown id, 404.
-        guard let seen = try MessageStore.fetch(appID: appID, messageID: messageID, on: db), !seen.deleted, try isUser(userID, on: db),
-            try MessageService(db: db, appID: appID, now: now).isVisible(seen, to: .user(userID), on: db),
-            let message = try MessageStore.lock(appID: appID, messageID: messageID, on: db), !message.deleted
+    /// The problem of a change the function refused.
+    private static func problem(_ outcome: Outcome?, _ change: Change) -> APIError {
+        let (messageID, userID, reactionType) = (change.message.messageID, change.userID, change.reactionType)
+        switch outcome {
+        // Revoked or deleted between the checks and the lock: as if the checks had seen it.
+        case .messageNotFound, .changed: return MessageService.notFound(messageID)
+        case .noReactions:
+            // A revoked or tips message holds no reactions to remove (revoke drops them, §11.5): the DELETE route's
+            // contract lists 404 `reaction_not_found` for that.
+            if !change.adding { return APIError(.reactionNotFound, "message \(messageID) holds no reactions") }
+            return APIError(.unsupportedOperation, "message \(messageID) is revoked or a tips message: it takes no reactions")
+        case .typeLimit: return APIError(.reactionTypeLimit, "message \(messageID) already has \(maxTypes) reaction types")
+        case .exists: return APIError(.reactionExists, "user \(userID) already reacted \(reactionType) to message \(messageID)")
+        case .notFound, nil: return APIError(.reactionNotFound, "user \(userID) has no reaction \(reactionType) on message \(messageID)")
+        }
+    }
+
+    /// The message `messageID` that `userID` may react to: 404 `message_not_found` when unknown or unstored, a
+    /// tombstone, or not visible to the user (the routes turn it into 422 for a recent unstored id:
+    /// ``MessageService/tellingUnstored(_:_:_:)``). Revoked and tips messages are refused by `parley_reaction_changes`
+    /// (see ``problem(_:_:)``), which re-reads the row under its lock, as a revoke or delete may come between: these
+    /// checks read before the lock, so a hot message's queue holds the lock only for the changes.
+    private func reactable(_ messageID: String, userID: String) throws -> Message {
+        guard let message = try MessageStore.fetch(appID: appID, messageID: messageID, on: db), !message.deleted, try isUser(userID, on: db),
+            try MessageService(db: db, appID: appID, now: now).isVisible(message, to: .user(userID), on: db)
         else { throw MessageService.notFound(messageID) }
-        if message.type == 31 || message.type == 32 {
-            if removing { throw APIError(.reactionNotFound, "message \(messageID) holds no reactions") }
-            throw APIError(
-                .unsupportedOperation, "message \(messageID) is \(message.type == 31 ? "revoked" : "a tips message"): it takes no reactions")
-        }
         return message
     }
 
@@ -108,19 +184,6 @@ struct MessageReactions: DomainService {
     private func isUser(_ userID: String, on db: PostgresConnection) throws -> Bool {
         guard let user = try UserStore.fetch(appID: appID, userID: userID, on: db) else { return false }
         return !user.isDeleted
-    }
-
-    /// Recomputes `message`'s summary column and appends its `message.reactions_updated`; returns the summary.
-    private func changed(_ message: Message, on db: PostgresConnection) throws -> [UInt8] {
-        let summary = try Self.storeSummary(appID: appID, messageID: message.messageID, on: db)
-        var data = JSONObjectWriter(capacity: 128 + summary.count)
-        data["message_id"] = message.messageID
-        data["conversation_type"] = message.conversationType.rawValue
-        data["to"] = message.to
-        data.raw("reactions", summary)
-        try EventLog.append(
-            [MessageAudience.event("message.reactions_updated", data: data.finish(), about: message)], appID: appID, now: now, on: db)
-        return summary
     }
 
     // MARK: - Reads
@@ -162,7 +225,7 @@ struct MessageReactions: DomainService {
         let total =
             try db.query(
                 """
-                SELECT count(*) FROM message_reactions
+                SELECT count FROM message_reaction_types
                 WHERE app_id = \(appID) AND message_id = \(messageID) AND reaction_type = \(reactionType)
                 """
             ).decodeFirst(Int64.self) ?? 0
@@ -171,56 +234,19 @@ struct MessageReactions: DomainService {
 
     // MARK: - SQL
 
-    /// The summary of `messages.reactions` (§2 `reactions`) computed from `message_reactions` of message `$1`/`$2`:
-    /// `[{reaction_type, count, user_ids}]` ordered by each type's earliest current `reacted_at`, then `reaction_type`
-    /// (bytes); `user_ids` the first 10 reactors by time, then id (read from the users-list index). `selfIncluded`
-    /// adds `self_included` for the user bound as `$3`.
-    private static func summarySQL(selfIncluded: Bool) -> String {
-        let selfMember =
-            selfIncluded
-            ? """
-            || ',"self_included":' || (EXISTS (SELECT 1 FROM message_reactions s WHERE s.app_id = $1 AND s.message_id = $2
-                                              AND s.reaction_type = t.reaction_type AND s.user_id = $3))::text
-            """ : ""
-        return """
-            SELECT coalesce('[' || string_agg(
-                       '{"reaction_type":' || to_json(t.reaction_type)::text || ',"count":' || t.n
-                       || ',"user_ids":' || array_to_json(f.user_ids)::text \(selfMember) || '}',
-                       ',' ORDER BY t.first_at, t.reaction_type COLLATE "C") || ']', '[]')
-            FROM (SELECT reaction_type, count(*) AS n, min(reacted_at) AS first_at FROM message_reactions
-                  WHERE app_id = $1 AND message_id = $2 GROUP BY reaction_type) t
-            CROSS JOIN LATERAL (
-                SELECT array_agg(r.user_id ORDER BY r.reacted_at, r.user_id COLLATE "C") AS user_ids
-                FROM (SELECT user_id, reacted_at FROM message_reactions
-                      WHERE app_id = $1 AND message_id = $2 AND reaction_type = t.reaction_type
-                      ORDER BY reacted_at, user_id COLLATE "C" LIMIT 10) r) f
-            """
-    }
-
-    private static let storedSummarySQL = summarySQL(selfIncluded: false)
-    private static let viewerSummarySQL = summarySQL(selfIncluded: true)
-
-    /// Recomputes and stores the message's summary column (its row is locked); returns it.
-    private static func storeSummary(appID: String, messageID: String, on db: PostgresConnection) throws -> [UInt8] {
-        let row = try db.query(
-            sql: "UPDATE messages SET reactions = (\(storedSummarySQL)) WHERE app_id = $1 AND message_id = $2 RETURNING reactions",
-            [appID, messageID], prepared: true
-        ).first
-        guard let row else { throw APIError(.internalError, "message \(messageID) vanished under its lock") }
-        return try row[0].textBytes
-    }
-
     /// The summary as `userID`'s token sees it: with `self_included`.
     private static func summary(appID: String, messageID: String, selfIncludedFor userID: String, on db: PostgresConnection) throws
         -> [UInt8]
     {
-        guard let row = try db.query(sql: viewerSummarySQL, [appID, messageID, userID], prepared: true).first else { return Array("[]".utf8) }
+        guard
+            let row = try db.query(
+                sql: """
+                    SELECT parley_reaction_summary($1, $2, $3, coalesce(array_agg(reaction_type), '{}'), coalesce(array_agg(count), '{}'),
+                                                   coalesce(array_agg(first_at), '{}'))
+                    FROM message_reaction_types WHERE app_id = $1 AND message_id = $2
+                    """, [appID, messageID, userID], prepared: true
+            ).first
+        else { return Array("[]".utf8) }
         return try row[0].textBytes
-    }
-
-    /// The reaction types a stored summary (`[{reaction_type, count, user_ids}]`) lists.
-    private static func types(inSummary summary: [UInt8]) -> Set<String> {
-        guard case .array(let items) = (try? JSONValue.parse(summary)) ?? .null else { return [] }
-        return Set(items.compactMap { $0["reaction_type"]?.stringValue })
     }
 }

@@ -23,7 +23,7 @@ struct MessageService: DomainService {
         var body = request.body
         let threadID = MessageStore.thread(request.conversationType, request.from, request.to)
         var message = Message(
-            messageID: IdentifierKind.generateSortableID(prefix: "m", timestampMs: now), clientMsgID: request.clientMsgID,
+            messageID: Self.newMessageID(stored: request.stored, now: now), clientMsgID: request.clientMsgID,
             type: body.type.rawValue, conversationType: request.conversationType, from: request.from, to: request.to,
             seq: request.stored ? 0 : nil, timestamp: now, body: nil, extendedData: request.extendedData,
             mentionIDs: request.mentionIDs, mentionAll: request.mentionAll, reply: nil, rootMessageID: nil, replyCount: 0,
@@ -240,6 +240,26 @@ struct MessageService: DomainService {
     }
 
     static func notFound(_ messageID: String) -> APIError { APIError(.messageNotFound, "message \(messageID) not found") }
+
+    /// A new message id (§1.2: opaque, sortable by send time): `m…` for a stored message, `u…` for an unstored one, so
+    /// an unstored message's id is told from an unknown one by its shape and send time, without a record of unstored
+    /// ids on the send path (§11.1 "Stored or not").
+    static func newMessageID(stored: Bool, now: Int64) -> String {
+        IdentifierKind.generateSortableID(prefix: stored ? "m" : "u", timestampMs: now)
+    }
+
+    /// Runs `body` for the change of message `messageID` (revoke, edit, pin, reaction): its "no such message" (404
+    /// `7000210`) becomes 422 `6000013` for an unstored message's id within the app's `event_retention_hours` of its
+    /// send (§11.1: "the server keeps unstored ids that long"), and stays 404 afterwards. An unstored id never has a
+    /// row, so every 404 for one means just that.
+    static func tellingUnstored<T>(_ messageID: String, _ ctx: APIContext, _ body: () throws -> T) throws -> T {
+        do { return try body() } catch let error as APIError where error.code == .messageNotFound {
+            guard let sentAt = IdentifierKind.sortableTimestamp(of: messageID, prefix: "u"),
+                ctx.now < sentAt + ctx.app.settings.eventRetentionHours * 3_600_000
+            else { throw error }
+            throw APIError(.unsupportedOperation, "message \(messageID) was not stored: it cannot be changed")
+        }
+    }
 }
 
 // MARK: - Reads

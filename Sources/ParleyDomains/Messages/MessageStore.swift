@@ -96,7 +96,7 @@ enum MessageStore {
         /// The viewing user of a user view (its `cleared_seq` applies and others' suppressed messages are hidden);
         /// rows come only while that user exists and is not soft-deleted (`UserService.requireLive`, folded in).
         var viewer: String?
-        /// App key only: also other users' suppressed messages.
+        /// App key only: also the messages the viewer deleted for itself and other users' suppressed messages.
         var includeHidden = false
         /// Group history: return rows only while the group is live and the viewer (if any) is a member, so the
         /// access check costs no extra round trip; an empty answer leaves the reason to the caller.
@@ -123,7 +123,7 @@ enum MessageStore {
                     AND ($9::text IS NULL OR EXISTS (SELECT 1 FROM group_members gm
                                                      WHERE gm.app_id = $1 AND gm.group_id = $3 AND gm.user_id = $9))))
               AND ($9::text IS NULL OR EXISTS (SELECT 1 FROM users u WHERE u.app_id = $1 AND u.user_id = $9 AND u.deleted_at IS NULL))
-              AND ($9::text IS NULL OR NOT EXISTS (SELECT 1 FROM message_hidden h
+              AND ($9::text IS NULL OR $10 OR NOT EXISTS (SELECT 1 FROM message_hidden h
                     WHERE h.app_id = $1 AND h.user_id = $9 AND h.conv_type = $2 AND h.conv_id = $3 AND h.seq = m.seq))
             ORDER BY m.seq \(order) LIMIT $12
             """
@@ -242,48 +242,42 @@ enum MessageStore {
             """)
     }
 
-    /// Makes a message a tombstone for everyone (delete `scope=everyone`): no body, no mentions, no reactions, no pin.
-    /// Returns the row as it is now.
-    static func tombstone(appID: String, messageID: String, on db: PostgresConnection) throws -> Message? {
-        try db.query(
-            """
-            UPDATE messages m SET deleted = true, body = NULL, original_text = NULL, mention_ids = '{}', mention_all = false,
-                reactions = '[]', pinned_at = NULL, pinned_by = NULL
-            WHERE m.app_id = \(appID) AND m.message_id = \(messageID)
-            RETURNING \(sql: messageColumns)
-            """
-        ).first.flatMap { try message($0) }
+    /// How a message goes for everyone (§11.5).
+    enum Gone {
+        /// Revoked: the type-31 record with `body`, the original text kept apart.
+        case revoked(body: [UInt8], originalText: String?)
+        /// Deleted for everyone: a tombstone, no body.
+        case deleted
     }
 
-    /// Turns a message into its revoke record in place (type 31, `body`, the original text kept apart) without
-    /// mentions, reactions or pin. Returns the row as it is now.
-    static func revokeInPlace(appID: String, messageID: String, body: [UInt8], originalText: String?, on db: PostgresConnection) throws
-        -> Message?
-    {
-        try db.query(
+    /// Makes a message gone for everyone in one statement: the row becomes its revoke record (same id, seq, sender,
+    /// timestamp) or a tombstone, without mentions, reactions or pin, and the replies to it show it gone (`reply.state`
+    /// `deleted`, no snapshot; the expression index of Migrations/0017 finds them). Returns the row as it is now.
+    static func markGone(appID: String, messageID: String, _ gone: Gone, on db: PostgresConnection) throws -> Message? {
+        var query: PostgresQuery = """
+            WITH replies AS (
+                UPDATE messages SET reply = json_build_object(
+                        'message_id', reply::json -> 'message_id', 'seq', reply::json -> 'seq', 'from', reply::json -> 'from',
+                        'timestamp', reply::json -> 'timestamp', 'state', 'deleted', 'snapshot', NULL)::text
+                WHERE app_id = \(appID) AND ((reply::json) ->> 'message_id') = \(messageID) AND reply IS NOT NULL)
+            UPDATE messages m SET mention_ids = '{}', mention_all = false, reactions = '[]', pinned_at = NULL, pinned_by = NULL,
             """
-            UPDATE messages m SET type = 31, body = \(String(decoding: body, as: UTF8.self)), original_text = \(originalText),
-                mention_ids = '{}', mention_all = false, reactions = '[]', pinned_at = NULL, pinned_by = NULL
-            WHERE m.app_id = \(appID) AND m.message_id = \(messageID)
-            RETURNING \(sql: messageColumns)
-            """
-        ).first.flatMap { try message($0) }
+        switch gone {
+        case .revoked(let body, let originalText):
+            query += " type = 31, body = \(String(decoding: body, as: UTF8.self)), original_text = \(originalText)"
+        case .deleted:
+            query += " deleted = true, body = NULL, original_text = NULL"
+        }
+        query += " WHERE m.app_id = \(appID) AND m.message_id = \(messageID) RETURNING \(sql: messageColumns)"
+        return try db.query(query).first.flatMap { try message($0) }
     }
 
     /// The reactions of a revoked or deleted message go (no event of their own, §11.5).
     static func deleteReactions(appID: String, messageID: String, on db: PostgresConnection) throws {
-        try db.query("DELETE FROM message_reactions WHERE app_id = \(appID) AND message_id = \(messageID)")
-    }
-
-    /// The replies to `messageID` show it gone: `reply.state` `deleted`, no snapshot (the expression index of
-    /// Migrations/0017 finds them).
-    static func markRepliesGone(appID: String, messageID: String, on db: PostgresConnection) throws {
         try db.query(
             """
-            UPDATE messages SET reply = json_build_object(
-                    'message_id', reply::json -> 'message_id', 'seq', reply::json -> 'seq', 'from', reply::json -> 'from',
-                    'timestamp', reply::json -> 'timestamp', 'state', 'deleted', 'snapshot', NULL)::text
-            WHERE app_id = \(appID) AND ((reply::json) ->> 'message_id') = \(messageID) AND reply IS NOT NULL
+            WITH counts AS (DELETE FROM message_reaction_types WHERE app_id = \(appID) AND message_id = \(messageID))
+            DELETE FROM message_reactions WHERE app_id = \(appID) AND message_id = \(messageID)
             """)
     }
 

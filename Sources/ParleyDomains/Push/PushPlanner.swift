@@ -174,13 +174,8 @@ package enum PushPlanner {
     /// `push`: the revoke request's PushConfig. Returns the attempts written.
     @discardableResult
     static func revoke(appID: String, messageID: String, push: JSONValue?, now: Int64, on db: PostgresConnection) throws -> [PushAttemptRow] {
-        try db.query(
-            """
-            UPDATE push_attempts SET status = 'failed', reason = 'revoked', next_attempt_at = NULL, leased_until = NULL, updated_at = \(now)
-            WHERE app_id = \(appID) AND message_id = \(messageID) AND kind = 'message' AND status = 'pending'
-            """)
+        let sent = try PushStore.revokeAttempts(appID: appID, messageID: messageID, now: now, on: db)
         // Most messages got no push: nothing more to read for them.
-        let sent = try PushStore.sentDevices(appID: appID, messageID: messageID, on: db)
         guard !sent.isEmpty else { return [] }
         guard var item = try PushSources.messageItem(appID: appID, messageID: messageID, on: db) else { return [] }
         item.kind = .revoke

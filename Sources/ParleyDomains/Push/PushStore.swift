@@ -218,11 +218,16 @@ enum PushStore {
         ).rows.map(attempt)
     }
 
-    /// The devices each recipient's `sent` (or partly rejected) push for `messageID` went to.
-    static func sentDevices(appID: String, messageID: String, on db: PostgresConnection) throws -> [String: Set<String>] {
+    /// A revoked message's pushes (§16.1): its pending attempts fail (`revoked`), in the same statement that reads the
+    /// devices each recipient's `sent` (or partly rejected) push went to, which the revoke push then follows.
+    static func revokeAttempts(appID: String, messageID: String, now: Int64, on db: PostgresConnection) throws -> [String: Set<String>] {
         var out: [String: Set<String>] = [:]
         for row in try db.query(
             """
+            WITH failed AS (
+                UPDATE push_attempts SET status = 'failed', reason = 'revoked', next_attempt_at = NULL, leased_until = NULL,
+                    updated_at = \(now)
+                WHERE app_id = \(appID) AND message_id = \(messageID) AND kind = 'message' AND status = 'pending')
             SELECT user_id, device_ids, push_keys, rejected_push_keys FROM push_attempts
             WHERE app_id = \(appID) AND message_id = \(messageID) AND kind = 'message' AND status = 'sent'
             """
