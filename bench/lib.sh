@@ -362,6 +362,26 @@ cpu_window() {  # DURING_WRK: CPU over the measured wrk run, into $CPU_FILE
     sleep "$SECS"
     cpu_delta "$before" "$(cpu_snapshot)" >"$CPU_FILE"
 }
+wait_quiet() {  # before a measured phase: until the machine's CPU is ≤ 25% busy over a second (at most 120 s), so
+    # background work a previous phase left (the push bridge planning its sends' events) is not charged to this one
+    local waited=0 busy
+    while ((waited < 120)); do
+        busy=$(python3 -c 'import time
+def snap():
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return sum(f) - f[3] - f[4], sum(f)
+b0, t0 = snap(); time.sleep(1); b1, t1 = snap()
+print(int(100 * (b1 - b0) / max(1, t1 - t0)))')
+        ((busy > 25)) || break
+        waited=$((waited + 1))
+    done
+    ((waited == 0)) || log "  waited ${waited} s for the machine to go quiet (last: ${busy}% busy)"
+}
+cpu_ms_per_request() {  # key: (Parley + its PostgreSQL) CPU ms per request of a measure'd run, or n/a
+    local v=${CPU[$1]:-} rate=${RATE[parley,$1]:-0}
+    [[ -n $v ]] || { echo "n/a"; return; }
+    awk -v v="$v" -v r="$rate" -v s="$SECS" 'BEGIN { split(v, c, " "); n = r * s; printf "%.2f", (n > 0 ? 1000 * (c[1] + c[2]) / n : 0) }'
+}
 cpu_cell() {  # key: "parley / pg / peer / machine busy of total" or n/a
     local v=${CPU[$1]:-}
     [[ -n $v ]] || { echo "n/a"; return; }
