@@ -232,6 +232,37 @@ struct MessageLifecycleTests: GroupTestSupport {
         for r in try changes() { Self.expectProblem(r, 404, 7_000_210) }
     }
 
+    /// A combine message gone for everyone (deleted or revoked) takes its snapshots with it: they are the content of
+    /// its body, which a tombstone and a revoke record no longer carry.
+    @Test func combineSnapshotsGoWithTheirMessage() throws {
+        let (server, app) = try MessagesTests.start()
+        defer { server.stop() }
+        for id in ["a", "b"] { try app.createUser(id) }
+        let inner = try Self.send(app, "a", "b", "inside")["message_id"]?.stringValue ?? ""
+        func combine() throws -> String {
+            let r = try app.request(
+                .post, "/v1/messages",
+                json: #"{"from":"a","conversation_type":"peer","to":"b","type":100,"body":{"title":"t","message_ids":["\#(inner)"]}}"#)
+            #expect(r.status == 201, "\(r.text)")
+            return r.json?["message_id"]?.stringValue ?? ""
+        }
+        let snapshots = "SELECT count(*) FROM message_combines WHERE app_id = $1"
+        let deleted = try combine()
+        let revoked = try combine()
+        #expect(try server.count(snapshots, [app.appID]) == 2)
+        let gone = try app.request(.post, "/v1/messages/delete", json: "{\"scope\":\"everyone\",\"message_ids\":[\"\(deleted)\"]}")
+        #expect(Self.codes(gone) == [nil])
+        #expect(try server.count(snapshots, [app.appID]) == 1)
+        // The tombstone keeps its type and lists no snapshots.
+        let listed = try app.request(.get, "/v1/messages/\(deleted)/combined")
+        #expect(listed.status == 200, "\(listed.text)")
+        #expect(listed.json?["items"] == .array([]))
+        #expect(try Self.revoke(app, revoked).status == 200)
+        #expect(try server.count(snapshots, [app.appID]) == 0)
+        // The combined message itself is untouched.
+        #expect(try Self.get(app, inner)?["type"] == .int(1))
+    }
+
     /// §2 `last_message` is the highest-seq message visible to the user: a delete for self moves that user's, nobody
     /// else's; `include_hidden` (app key) brings the hidden messages back into that user's history (§11.3).
     @Test func deleteForSelfMovesOnlyThatUsersLastMessage() throws {

@@ -251,15 +251,20 @@ enum MessageStore {
     }
 
     /// Makes a message gone for everyone in one statement: the row becomes its revoke record (same id, seq, sender,
-    /// timestamp) or a tombstone, without mentions, reactions or pin, and the replies to it show it gone (`reply.state`
-    /// `deleted`, no snapshot; the expression index of Migrations/0017 finds them). Returns the row as it is now.
+    /// timestamp) or a tombstone, without mentions, reactions or pin; the replies to it show it gone (`reply.state`
+    /// `deleted`, no snapshot; the expression index of Migrations/0017 finds them); a combine message's snapshots go
+    /// with its body (the CTE reads the row as it was before the statement). Returns the row as it is now.
     static func markGone(appID: String, messageID: String, _ gone: Gone, on db: PostgresConnection) throws -> Message? {
         var query: PostgresQuery = """
             WITH replies AS (
                 UPDATE messages SET reply = json_build_object(
                         'message_id', reply::json -> 'message_id', 'seq', reply::json -> 'seq', 'from', reply::json -> 'from',
                         'timestamp', reply::json -> 'timestamp', 'state', 'deleted', 'snapshot', NULL)::text
-                WHERE app_id = \(appID) AND ((reply::json) ->> 'message_id') = \(messageID) AND reply IS NOT NULL)
+                WHERE app_id = \(appID) AND ((reply::json) ->> 'message_id') = \(messageID) AND reply IS NOT NULL
+            ), snapshots AS (
+                DELETE FROM message_combines c USING messages was
+                WHERE was.app_id = \(appID) AND was.message_id = \(messageID) AND was.type = 100
+                  AND c.app_id = was.app_id AND c.combine_id = was.body::json ->> 'combine_id')
             UPDATE messages m SET mention_ids = '{}', mention_all = false, reactions = '[]', pinned_at = NULL, pinned_by = NULL,
             """
         switch gone {
