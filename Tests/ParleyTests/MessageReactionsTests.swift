@@ -114,6 +114,11 @@ struct MessageReactionsTests: GroupTestSupport {
         let viewed = try Self.asUser(app, u2, .get, "/v1/messages/\(m)")
         #expect(viewed.json?["reactions"]?.arrayValue?.map { $0["self_included"] } == [.bool(true), .bool(true), .bool(false)])
         #expect(try Self.summary(app, m).allSatisfy { $0["self_included"] == nil })
+        // History pages too: a user token's page carries self_included, the app's view of that user's history does not.
+        let page = try Self.asUser(app, u2, .get, "/v1/users/u2/conversations/peer/u1/messages")
+        #expect(page.json?["items"]?[0]?["reactions"]?.arrayValue?.map { $0["self_included"] } == [.bool(true), .bool(true), .bool(false)])
+        let appPage = try app.request(.get, "/v1/users/u2/conversations/peer/u1/messages")
+        #expect(appPage.json?["items"]?[0]?["reactions"] == .array(try Self.summary(app, m)))
 
         // The users of one type, paged by reaction time then user id, with the total.
         let page1 = try app.request(.get, "/v1/messages/\(m)/reactions/like/users?limit=1")

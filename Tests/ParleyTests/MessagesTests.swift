@@ -578,7 +578,7 @@ struct MessagesTests: ProblemAssertions {
             defer { _ = try? db.simpleQuery("DEALLOCATE history_plan") }
             let explained = try db.simpleQuery(
                 "EXPLAIN EXECUTE history_plan('\(app.appID)', 'peer', 'a b', 0, 9223372036854775807, -9223372036854775808, "
-                    + "9223372036854775807, NULL, NULL, false, 'b', 21, false)")
+                    + "9223372036854775807, NULL, NULL, false, 'b', 21, false, NULL)")
             return try explained.rows.map { try $0[0].string }.joined(separator: "\n")
         }
         #expect(plan.contains("Index Scan Backward using messages_pkey"), "\(plan)")

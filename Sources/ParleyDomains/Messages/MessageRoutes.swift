@@ -314,6 +314,7 @@ package enum MessageRoutes {
         if includeHidden == true && !ctx.isApp { throw APIError.forbidden("include_hidden needs an app key") }
         h.includeHidden = includeHidden ?? false
         h.requireGroupAccess = type == .group
+        h.tokenUser = ctx.tokenUserID
         // `[1, 2]` is how `typeValues.description` printed the list when cursors were first minted; built by hand
         // because the description goes through the reflection-based printer on every request.
         let typeList = "[" + typeValues.map { String($0) }.joined(separator: ", ") + "]"

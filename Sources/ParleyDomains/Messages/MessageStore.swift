@@ -102,7 +102,22 @@ enum MessageStore {
         /// access check costs no extra round trip; an empty answer leaves the reason to the caller.
         var requireGroupAccess = false
         var limit = 20
+        /// The user token's user (§2: `self_included` in reaction summaries is for answers to a user token only).
+        var tokenUser: String?
     }
+
+    /// The message columns of a history page: the reaction summary of a reacted message carries `self_included`
+    /// for the user token's user ($14; its stored form otherwise), rendered by the same function that stores it
+    /// (Migrations/functions/parley_reaction_summary.sql) from the message's per-type counts.
+    private static let historyColumns = MessageColumn.allCases.map { column in
+        guard column == .reactions else { return "m.\(column.name)" }
+        return """
+            CASE WHEN $14::text IS NULL OR m.reactions = '[]' THEN m.reactions ELSE (
+                SELECT parley_reaction_summary(m.app_id, m.message_id, $14, array_agg(t.reaction_type), array_agg(t.count),
+                                               array_agg(t.first_at))
+                FROM message_reaction_types t WHERE t.app_id = m.app_id AND t.message_id = m.message_id) END
+            """
+    }.joined(separator: ", ")
 
     /// The history SELECT in both orders, built once: GET history is the hottest read, and assembling ~1.5 KB of SQL
     /// per request showed in its profile (bench/RESULTS.md).
@@ -113,7 +128,7 @@ enum MessageStore {
     static let historySQL: (ascending: String, descending: String) = {
         func sql(_ order: String) -> String {
             """
-            SELECT \(messageColumns) FROM messages m
+            SELECT \(historyColumns) FROM messages m
             WHERE m.app_id = $1 AND m.conv_type = $2 AND m.conv_id = $3 AND m.seq > $4 AND m.seq < $5
               AND m.timestamp + 0 >= $6 AND m.timestamp + 0 < $7 AND ($8::int[] IS NULL OR m.type = ANY($8::int[]))
               AND ($9::text IS NULL OR $10 OR m.suppressed IS NULL OR m.sender = $9)
@@ -144,7 +159,7 @@ enum MessageStore {
                 sql: query.forward ? historySQL.ascending : historySQL.descending,
                 binds: [
                     appID, conversationType.rawValue, threadID, query.afterSeq, query.beforeSeq, query.startAt, query.endAt, query.types,
-                    query.viewer, query.includeHidden, peer, query.limit, query.requireGroupAccess,
+                    query.viewer, query.includeHidden, peer, query.limit, query.requireGroupAccess, query.tokenUser,
                 ]))
     }
 
