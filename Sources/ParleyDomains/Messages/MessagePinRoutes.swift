@@ -23,10 +23,7 @@ package enum MessagePinRoutes {
             let viewer = MessageViewer(ctx)
             var w = JSONWriter(capacity: 256 + rows.count * 1024)
             w.beginObject()
-            w.key(static: "items")
-            w.beginArray()
-            for index in 0..<rows.count { try MessageRow(rows[index]).write(to: &w, viewer) }
-            w.endArray()
+            try MessageRow.writeItems(rows, count: rows.count, nextCursor: .none, to: &w, viewer)
             w.endObject()
             return Reply.json(w.bytes)
         }
@@ -87,12 +84,7 @@ package enum MessagePinRoutes {
             w.key("message")
             if let message = root.message { w.writeRaw(message.json(viewer)) } else { w.writeNull() }
         }
-        w.key(static: "items")
-        w.beginArray()
-        for index in 0..<pageCount { try MessageRow(rows[index]).write(to: &w, viewer) }
-        w.endArray()
-        w.key(static: "next_cursor")
-        if let next { w.writeString(next) } else { w.writeNull() }
+        try MessageRow.writeItems(rows, count: pageCount, nextCursor: .some(next), to: &w, viewer)
         w.endObject()
         return Reply.json(w.bytes)
     }

@@ -340,12 +340,7 @@ package enum MessageRoutes {
         // The hot read: the rows go straight from libpq's buffer into one response buffer (the `Reply.list` shape).
         var w = JSONWriter(capacity: 1024 + pageCount * 1024)
         w.beginObject()
-        w.key(static: "items")
-        w.beginArray()
-        for index in 0..<pageCount { try MessageRow(rows[index]).write(to: &w, viewer) }
-        w.endArray()
-        w.key(static: "next_cursor")
-        if let next { w.writeString(next) } else { w.writeNull() }
+        try MessageRow.writeItems(rows, count: pageCount, nextCursor: .some(next), to: &w, viewer)
         w.endObject()
         return Reply.json(w.bytes)
     }

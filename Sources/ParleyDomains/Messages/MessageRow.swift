@@ -165,3 +165,20 @@ struct MessageRow: MessageFields {
             reactions: try self[.reactions].textBytes, originalText: try optionalString(.originalText))
     }
 }
+
+extension MessageRow {
+    /// Writes the first `count` of `rows` as `"items": [Message …]` into the open object `w`: the list shape of history,
+    /// replies and pins, written straight from libpq's buffer. `nextCursor`: `.none` for a complete list (no
+    /// `next_cursor` member), else the page's cursor (`.some(nil)`: null, the list is exhausted).
+    static func writeItems(
+        _ rows: PostgresResult, count: Int, nextCursor: String??, to w: inout JSONWriter, _ viewer: MessageViewer
+    ) throws {
+        w.key(static: "items")
+        w.beginArray()
+        for index in 0..<count { try MessageRow(rows[index]).write(to: &w, viewer) }
+        w.endArray()
+        guard let nextCursor else { return }
+        w.key(static: "next_cursor")
+        if let next = nextCursor { w.writeString(next) } else { w.writeNull() }
+    }
+}
