@@ -16,10 +16,13 @@
 -- group message's seq is fixed at commit and kept. A member's group entry records `joined_seq`, the group's head
 -- when the membership began (the value its `read_seq` starts at, GroupConversations.follow: its own join tips
 -- included), so a current member was a member when seq S was sent iff `joined_seq < S`; a left member's frozen entry
--- keeps its `last_seq` = the head at leave, so its last membership covered S iff `joined_seq < S <= last_seq`. Leave,
--- kick, dismissal and the head lock of a send are serialised on the group's `conversation_seqs` row, so these
--- positions agree with the seq order of sends. Entries made before this migration start at 0 (member since the
--- group's beginning). A user who left and re-joined is judged by its latest membership.
+-- keeps its `last_seq` = the head at leave, so its last membership covered S iff `joined_seq < S <= last_seq`. A leave
+-- freezes the entry under the head row's lock and a join's tips message takes that lock too, so these positions agree
+-- with the seq order of sends (a join that writes no tips message, in a big group, reads the head unlocked; big
+-- groups refuse `need_receipt`). The recipient count comes from the send statement's snapshot of `member_count`: a
+-- membership change committing while the send waits for the head lock can leave it one off, which only the counts
+-- show. Entries made before this migration start at 0 (member since the group's beginning). A user who left and
+-- re-joined is judged by its latest membership.
 ALTER TABLE messages
     ADD COLUMN receipt_recipients int,
     ADD COLUMN receipt_reads      int NOT NULL DEFAULT 0,
@@ -44,7 +47,10 @@ CREATE TABLE message_receipt_reads (
     FOREIGN KEY (app_id, message_id) REFERENCES messages (app_id, message_id) ON DELETE CASCADE
 );
 
--- The receipts the expiry timer may still settle (30 days after `timestamp`): open, not revoked, not a tombstone. A
--- revoke or delete takes a message out of the index, and messages without a receipt never enter it.
+-- Open receipts (not settled, not revoked, not a tombstone), for the expiry timer (by `timestamp`, 30 days after it)
+-- and for marking a conversation read (every open receipt up to the read position, §11.7). A revoke, a delete or the
+-- settling of a receipt takes its message out of both indexes, and messages without a receipt never enter them.
 CREATE INDEX messages_receipt_due ON messages (timestamp)
+    WHERE need_receipt AND receipt_state IS NULL AND type <> 31 AND NOT deleted;
+CREATE INDEX messages_receipt_open ON messages (app_id, conv_type, conv_id, seq)
     WHERE need_receipt AND receipt_state IS NULL AND type <> 31 AND NOT deleted;

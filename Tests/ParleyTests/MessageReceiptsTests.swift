@@ -272,6 +272,30 @@ struct MessageReceiptsTests: GroupTestSupport {
         #expect(try MessagesTests.conversation(app, "b", "a")?["unread_count"] == .int(0))
     }
 
+    @Test func markingAGroupReadMarksOnlyTheReceiptsOfItsRecipients() throws {
+        let (server, app) = try MessagesTests.start()
+        defer { server.stop() }
+        for id in ["o", "m", "late"] { try app.createUser(id) }
+        let g = try Self.createGroup(app, "o", members: ["m"])
+        let before = try Self.sendGroup(app, "o", g)
+        let own = try Self.sendGroup(app, "m", g)
+        let invite = try app.request(.post, "/v1/groups/\(g)/members/invite", json: #"{"operator":"o","user_ids":["late"]}"#)
+        #expect(invite.status == 200, "\(invite.text)")
+        let after = try Self.sendGroup(app, "o", g)
+
+        #expect(try app.request(.post, "/v1/users/late/conversations/group/\(g)/read", json: "{}").status == 200)
+        #expect(try Self.receiptEvents(app).map { $0["data"]?["message_id"]?.stringValue ?? "" } == [after])
+        #expect(try Self.receipt(app, before)?["read_count"] == .int(0), "not a recipient of what came before its join")
+
+        #expect(try app.request(.post, "/v1/users/m/conversations/group/\(g)/read", json: "{}").status == 200)
+        let events = try Self.receiptEvents(app)
+        #expect(events.map { $0["data"]?["message_id"]?.stringValue ?? "" } == [after, before, after])
+        #expect(events.last?["data"]?["receipt_status"] == .string("done"))
+        #expect(try Self.receipt(app, before)?["receipt_status"] == .string("done"))
+        #expect(try Self.receipt(app, own)?["unread_count"] == .int(1), "its own message is not marked; o has not read it")
+        #expect(try Self.events(app, "conversation.read").count == 2)
+    }
+
     @Test func receiptsReadDoesNotMoveTheReadPosition() throws {
         let (server, app) = try MessagesTests.start()
         defer { server.stop() }

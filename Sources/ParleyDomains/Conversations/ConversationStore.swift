@@ -288,8 +288,6 @@ enum ConversationStore {
         var id: String
         var threadID: String
         var readSeq: Int64
-        /// The read position it moved from (the receipts it newly covers lie after it, §11.8).
-        var previousReadSeq: Int64
     }
 
     /// Moves read_seq of live entries to `min(seq, last_seq)` (nil seq: last_seq) where that is higher; `keys` nil
@@ -300,17 +298,13 @@ enum ConversationStore {
         let result = try db.query(
             """
             UPDATE conversations c SET read_seq = least(coalesce(\(seq), \(sql: lastSeq)), \(sql: lastSeq)), updated_at = \(now)
-            FROM conversations before
-            WHERE before.app_id = c.app_id AND before.user_id = c.user_id AND before.conv_type = c.conv_type AND before.conv_id = c.conv_id
-              AND c.app_id = \(appID) AND c.user_id = \(userID) AND NOT c.deleted
+            WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND NOT c.deleted
               AND (\(keys?.map(\.type))::text[] IS NULL OR (c.conv_type, c.conv_id) IN (SELECT * FROM unnest(\(keys?.map(\.type))::text[], \(keys?.map(\.id))::text[])))
               AND least(coalesce(\(seq), \(sql: lastSeq)), \(sql: lastSeq)) > c.read_seq
-            RETURNING c.conv_type, c.conv_id, c.thread_id, c.read_seq, before.read_seq
+            RETURNING c.conv_type, c.conv_id, c.thread_id, c.read_seq
             """)
         return try result.rows.map {
-            ReadMove(
-                type: try $0[0].string, id: try $0[1].string, threadID: try $0[2].string, readSeq: try $0[3].int64,
-                previousReadSeq: try $0[4].int64)
+            ReadMove(type: try $0[0].string, id: try $0[1].string, threadID: try $0[2].string, readSeq: try $0[3].int64)
         }
     }
 

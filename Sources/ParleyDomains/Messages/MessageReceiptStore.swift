@@ -98,19 +98,21 @@ enum MessageReceiptStore {
         ).decode((String, String, Int64?).self).map { Member(userID: $0.0, name: $0.1, readAt: $0.2) }
     }
 
-    /// The open receipts of others in a conversation between two seqs (a read position's move, §11.7), sent after
-    /// `sentAfter` (older ones have expired), by seq.
+    /// The open receipts of others in a conversation up to seq `throughSeq` that `userID` has not read, sent after
+    /// `sentAfter` (older ones have expired), by seq. Only open receipts are scanned (`messages_receipt_open`).
     static func openReceipts(
-        appID: String, conversationType: String, threadID: String, afterSeq: Int64, throughSeq: Int64, notFrom userID: String,
-        sentAfter: Int64, on db: PostgresConnection
+        appID: String, conversationType: String, threadID: String, throughSeq: Int64, unreadBy userID: String, sentAfter: Int64,
+        on db: PostgresConnection
     ) throws -> [String] {
         try db.query(
             """
-            SELECT message_id FROM messages
-            WHERE app_id = \(appID) AND conv_type = \(conversationType) AND conv_id = \(threadID)
-              AND seq > \(afterSeq) AND seq <= \(throughSeq) AND need_receipt AND receipt_state IS NULL AND sender <> \(userID)
-              AND type <> 31 AND NOT deleted AND suppressed IS NULL AND timestamp > \(sentAfter)
-            ORDER BY seq
+            SELECT m.message_id FROM messages m
+            WHERE m.app_id = \(appID) AND m.conv_type = \(conversationType) AND m.conv_id = \(threadID) AND m.seq <= \(throughSeq)
+              AND m.need_receipt AND m.receipt_state IS NULL AND m.type <> 31 AND NOT m.deleted
+              AND m.sender <> \(userID) AND m.suppressed IS NULL AND m.timestamp > \(sentAfter)
+              AND NOT EXISTS (SELECT 1 FROM message_receipt_reads r
+                              WHERE r.app_id = m.app_id AND r.message_id = m.message_id AND r.user_id = \(userID))
+            ORDER BY m.seq
             """
         ).decode((String).self)
     }

@@ -70,24 +70,23 @@ struct MessageReceipts {
         }
     }
 
-    /// A stretch of a conversation a user's read position moved over (§11.7): seqs after `afterSeq` up to `throughSeq`.
+    /// A conversation read by a user up to `throughSeq` (its read position, §11.7).
     struct ReadRange {
         var conversationType: String
         var threadID: String
-        var afterSeq: Int64
         var throughSeq: Int64
     }
 
-    /// The `need_receipt` messages of others in the stretches `userID`'s read positions just moved over, marked read by
-    /// `userID`: their `message.receipt_updated` events, for the caller's transaction (Conversations, which sits above
-    /// Messages, hands its moves in). Messages it may not read (not a recipient, hidden, revoked, expired) are passed
-    /// over.
+    /// The open `need_receipt` messages of others up to each read position that `userID` has not read yet, marked read
+    /// by `userID`: their `message.receipt_updated` events, for the caller's transaction (Conversations, which sits
+    /// above Messages, hands its read positions in). Messages it may not read (not a recipient, hidden, revoked,
+    /// expired) are passed over.
     func markRead(_ ranges: [ReadRange], by userID: String) throws -> [NewEvent] {
         var events: [NewEvent] = []
         for range in ranges {
             let candidates = try MessageReceiptStore.openReceipts(
-                appID: appID, conversationType: range.conversationType, threadID: range.threadID, afterSeq: range.afterSeq,
-                throughSeq: range.throughSeq, notFrom: userID, sentAfter: now - Self.lifetimeMillis, on: db)
+                appID: appID, conversationType: range.conversationType, threadID: range.threadID, throughSeq: range.throughSeq,
+                unreadBy: userID, sentAfter: now - Self.lifetimeMillis, on: db)
             for messageID in candidates {
                 do {
                     if let event = try markRead(messageID, by: userID, on: db).event { events.append(event) }
