@@ -98,21 +98,25 @@ enum MessageReceiptStore {
         ).decode((String, String, Int64?).self).map { Member(userID: $0.0, name: $0.1, readAt: $0.2) }
     }
 
-    /// The open receipts of others in a conversation up to seq `throughSeq` that `userID` has not read, sent after
-    /// `sentAfter` (older ones have expired), by seq. Only open receipts are scanned (`messages_receipt_open`).
+    /// The open receipts of others in the conversations `ranges` read up to their `throughSeq` that `userID` has not
+    /// read, sent after `sentAfter` (older ones have expired): in one statement for all the conversations of a read
+    /// (`read_all` reads them all), by conversation in `ranges` order, then seq. Only open receipts are scanned
+    /// (`messages_receipt_open`).
     static func openReceipts(
-        appID: String, conversationType: String, threadID: String, throughSeq: Int64, unreadBy userID: String, sentAfter: Int64,
-        on db: PostgresConnection
+        appID: String, ranges: [MessageReceipts.ReadRange], unreadBy userID: String, sentAfter: Int64, on db: PostgresConnection
     ) throws -> [String] {
-        try db.query(
+        if ranges.isEmpty { return [] }
+        return try db.query(
             """
-            SELECT m.message_id FROM messages m
-            WHERE m.app_id = \(appID) AND m.conv_type = \(conversationType) AND m.conv_id = \(threadID) AND m.seq <= \(throughSeq)
+            SELECT m.message_id
+            FROM unnest(\(ranges.map(\.conversationType))::text[], \(ranges.map(\.threadID))::text[], \(ranges.map(\.throughSeq))::bigint[])
+                WITH ORDINALITY AS c(conv_type, thread_id, through_seq, position)
+            JOIN messages m ON m.app_id = \(appID) AND m.conv_type = c.conv_type AND m.conv_id = c.thread_id AND m.seq <= c.through_seq
               AND m.need_receipt AND m.receipt_state IS NULL AND m.type <> 31 AND NOT m.deleted
-              AND m.sender <> \(userID) AND m.suppressed IS NULL AND m.timestamp > \(sentAfter)
+            WHERE m.sender <> \(userID) AND m.suppressed IS NULL AND m.timestamp > \(sentAfter)
               AND NOT EXISTS (SELECT 1 FROM message_receipt_reads r
                               WHERE r.app_id = m.app_id AND r.message_id = m.message_id AND r.user_id = \(userID))
-            ORDER BY m.seq
+            ORDER BY c.position, m.seq
             """
         ).decode((String).self)
     }

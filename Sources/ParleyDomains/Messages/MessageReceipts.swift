@@ -82,17 +82,14 @@ struct MessageReceipts {
     /// above Messages, hands its read positions in). Messages it may not read (not a recipient, hidden, revoked,
     /// expired) are passed over.
     func markRead(_ ranges: [ReadRange], by userID: String) throws -> [NewEvent] {
+        let candidates = try MessageReceiptStore.openReceipts(
+            appID: appID, ranges: ranges, unreadBy: userID, sentAfter: now - Self.lifetimeMillis, on: db)
         var events: [NewEvent] = []
-        for range in ranges {
-            let candidates = try MessageReceiptStore.openReceipts(
-                appID: appID, conversationType: range.conversationType, threadID: range.threadID, throughSeq: range.throughSeq,
-                unreadBy: userID, sentAfter: now - Self.lifetimeMillis, on: db)
-            for messageID in candidates {
-                do {
-                    if let event = try markRead(messageID, by: userID, on: db).event { events.append(event) }
-                } catch is APIError {
-                    continue
-                }
+        for messageID in candidates {
+            do {
+                if let event = try markRead(messageID, by: userID, on: db).event { events.append(event) }
+            } catch is APIError {
+                continue
             }
         }
         return events
