@@ -37,14 +37,16 @@ UPDATE messages m SET receipt_recipients = CASE WHEN m.conv_type = 'peer' THEN 1
         (SELECT count(*) FROM group_members gm WHERE gm.app_id = m.app_id AND gm.group_id = m.conv_id AND gm.user_id <> m.sender) END
 WHERE m.need_receipt AND m.conv_type IN ('peer', 'group');
 
--- The readers of a receipt (peer: at most the other user; group: at most 500 members, §11.1 step 4).
+-- The readers of a receipt (peer: at most the other user; group: at most 500 members, §11.1 step 4). A hard-deleted
+-- user's reads go with it (API.md §4: its receipts are removed); the counts, fixed like the recipients, stay.
 CREATE TABLE message_receipt_reads (
     app_id     text NOT NULL,
     message_id text NOT NULL,
     user_id    text NOT NULL,
     read_at    bigint NOT NULL,
     PRIMARY KEY (app_id, message_id, user_id),
-    FOREIGN KEY (app_id, message_id) REFERENCES messages (app_id, message_id) ON DELETE CASCADE
+    FOREIGN KEY (app_id, message_id) REFERENCES messages (app_id, message_id) ON DELETE CASCADE,
+    FOREIGN KEY (app_id, user_id) REFERENCES users ON DELETE CASCADE
 );
 
 -- Open receipts (not settled, not revoked, not a tombstone), for the expiry timer (by `timestamp`, 30 days after it)

@@ -296,6 +296,21 @@ struct MessageReceiptsTests: GroupTestSupport {
         #expect(try Self.events(app, "conversation.read").count == 2)
     }
 
+    @Test func aHardDeletedReaderLeavesTheReadListButNotTheCounts() throws {
+        let (server, app) = try MessagesTests.start()
+        defer { server.stop() }
+        for id in ["o", "m1", "m2"] { try app.createUser(id) }
+        let g = try Self.createGroup(app, "o", members: ["m1", "m2"])
+        let id = try Self.sendGroup(app, "o", g)
+        _ = try Self.read(app, "m1", [id])
+        #expect(try app.request(.delete, "/v1/users/m1?mode=hard").status == 204)
+        #expect(try Self.members(app, id, "read") == [])
+        #expect(try Self.members(app, id, "unread") == ["m2"])
+        let receipt = try Self.receipt(app, id)
+        #expect(receipt?["read_count"] == .int(1))
+        #expect(receipt?["unread_count"] == .int(1))
+    }
+
     @Test func receiptsReadDoesNotMoveTheReadPosition() throws {
         let (server, app) = try MessagesTests.start()
         defer { server.stop() }
