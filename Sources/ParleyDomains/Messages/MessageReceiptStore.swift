@@ -32,7 +32,8 @@ enum MessageReceiptStore {
     }
 
     /// Records `userID` as a reader of the locked message `messageID` and counts it; nil when it had read already.
-    /// The last recipient's read makes the receipt `done`.
+    /// The last recipient's read makes the receipt `done`; `done_at` keeps the first such read (a recipient count one
+    /// off, Migrations/0020, lets a read come after it).
     static func addReader(appID: String, messageID: String, userID: String, now: Int64, on db: PostgresConnection) throws
         -> MessageReceipts.Receipt?
     {
@@ -44,7 +45,7 @@ enum MessageReceiptStore {
             )
             UPDATE messages SET receipt_reads = receipt_reads + 1,
                 receipt_state = CASE WHEN receipt_reads + 1 >= receipt_recipients THEN 'done' END,
-                receipt_done_at = CASE WHEN receipt_reads + 1 >= receipt_recipients THEN \(now)::bigint END
+                receipt_done_at = coalesce(receipt_done_at, CASE WHEN receipt_reads + 1 >= receipt_recipients THEN \(now)::bigint END)
             WHERE app_id = \(appID) AND message_id = \(messageID) AND EXISTS (SELECT 1 FROM added)
             RETURNING receipt_state, receipt_reads, coalesce(receipt_recipients, 0), receipt_done_at
             """
