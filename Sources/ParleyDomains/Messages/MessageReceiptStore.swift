@@ -115,6 +115,10 @@ enum MessageReceiptStore {
             JOIN messages m ON m.app_id = \(appID) AND m.conv_type = c.conv_type AND m.conv_id = c.thread_id AND m.seq <= c.through_seq
               AND m.need_receipt AND m.receipt_state IS NULL AND m.type <> 31 AND NOT m.deleted
             WHERE m.sender <> \(userID) AND m.suppressed IS NULL AND m.timestamp > \(sentAfter)
+              -- Not the group messages sent before the user's membership began (it is no recipient of them).
+              AND (c.conv_type <> 'group' OR m.seq > coalesce(
+                  (SELECT e.joined_seq FROM conversations e
+                   WHERE e.app_id = \(appID) AND e.user_id = \(userID) AND e.conv_type = 'group' AND e.conv_id = c.thread_id), 0))
               AND NOT EXISTS (SELECT 1 FROM message_receipt_reads r
                               WHERE r.app_id = m.app_id AND r.message_id = m.message_id AND r.user_id = \(userID))
             ORDER BY c.position, m.seq

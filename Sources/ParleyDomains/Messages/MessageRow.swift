@@ -145,8 +145,9 @@ struct MessageRow: MessageFields {
     }
 
     func settledReceiptStatus() throws(PostgresError) -> ReceiptStatus? {
+        // Compared in place: a history page builds no String per row (the column holds only 'done' or 'expired').
         let cell = self[.receiptState]
-        return cell.isNull ? nil : ReceiptStatus(rawValue: try cell.string)
+        return cell.isNull ? nil : try cell.withTextBytes { $0.elementsEqual("done".utf8) ? .done : .expired }
     }
 
     /// The row decoded into a ``Message`` (for the code paths that work with the values).
