@@ -43,7 +43,8 @@ struct OpenAPIResponseSchemaTests {
         "DeliveryDetail", "DeliveryList", "PushAttempt", "PushAttemptList", "PushTestResult", "PushTestDecision",
         "PushGatewayRequest", "PushGatewayResponse", "PushMatrixNotifyRequest", "PushMatrixNotification", "PushMatrixContent",
         "PushMatrixDevice", "PushGenericRequest", "PushGenericNotification", "Call", "CallUser", "CallPage", "CallBatchResult",
-        "MessageReaction", "MessageReactionsResult", "MessageReactionUserPage",
+        "MessageReaction", "MessageReactionsResult", "MessageReactionUserPage", "MessageReceipt", "MessageReceiptMemberPage",
+        "MessageReceiptMember",
     ]
 
     /// The members of a User as the app key sees it (API.md §2: `deleted_at` is null unless soft-deleted).
@@ -428,6 +429,22 @@ struct OpenAPIResponseSchemaTests {
         c.call(.get, "/v1/messages/{message_id}/reactions/{reaction_type}/users", messageID, "like", status: 200)
         c.call(.delete, "/v1/messages/{message_id}/reactions/{reaction_type}", messageID, "like", query: "user_id=a", status: 204)
         c.call(.delete, "/v1/messages/{message_id}/reactions/{reaction_type}", messageID, "like", query: "user_id=a", status: 404)
+        // Receipts (§11.8).
+        let receipted =
+            c.call(
+                .post, "/v1/messages",
+                json: #"{"from":"a","conversation_type":"group","to":"g1","type":1,"body":{"text":"r"},"need_receipt":true}"#,
+                status: 201
+            ).json?["message_id"]?.stringValue ?? ""
+        c.call(.post, "/v1/users/{user_id}/receipts/read", "c", json: #"{"message_ids":["\#(receipted)","nope"]}"#, status: 200)
+        c.call(.post, "/v1/users/{user_id}/receipts/read", "ghost", json: #"{"message_ids":["x"]}"#, status: 404)
+        c.call(.get, "/v1/messages/{message_id}/receipt", receipted, as: .user("a"), status: 200)
+        c.call(.get, "/v1/messages/{message_id}/receipt", receipted, as: .user("c"), status: 403)
+        c.call(.get, "/v1/messages/{message_id}/receipt", messageID, status: 422)
+        c.call(.get, "/v1/messages/{message_id}/receipt", "nope", status: 404)
+        c.call(.get, "/v1/messages/{message_id}/receipt/members", receipted, query: "state=read&limit=1", status: 200)
+        c.call(.get, "/v1/messages/{message_id}/receipt/members", receipted, query: "state=unread", status: 200)
+        c.call(.get, "/v1/messages/{message_id}/receipt/members", messageID, status: 422)
         let combined = c.call(
             .post, "/v1/messages",
             json: #"{"from":"a","conversation_type":"peer","to":"b","type":100,"body":{"title":"t","message_ids":["\#(messageID)"]}}"#,
@@ -688,7 +705,7 @@ struct OpenAPIResponseSchemaTests {
         "call.created": "CallCreatedData", "call.invited": "CallInvitedData", "call.user_state_changed": "CallUserStateChangedData",
         "call.ended": "CallEndedData", "message.revoked": "MessageRevokedData", "message.edited": "MessageEditedData",
         "message.deleted": "MessageDeletedData", "message.pin_updated": "MessagePinUpdatedData",
-        "message.reactions_updated": "MessageReactionsUpdatedData",
+        "message.reactions_updated": "MessageReactionsUpdatedData", "message.receipt_updated": "MessageReceiptUpdatedData",
     ]
 
     /// Problem responses of the kinds every operation declares: 401, 403, 415.

@@ -117,7 +117,10 @@ struct ConversationService: DomainService {
             }
             let moved = try ConversationStore.markRead(appID: appID, userID: userID, keys: [(type, id)], seq: seq, now: now, on: db)
             let conversation = try get(userID: userID, type: type, id: id, on: db)
-            try EventLog.append(moved.map { readEvent(userID: userID, $0) }, appID: appID, now: now, on: db)
+            // Receipts up to the read position even when it did not move: the user's own sends move it past others'
+            // messages without marking them read (§11.7).
+            let read = MessageReceipts.ReadRange(conversationType: type, threadID: conversation.threadID, throughSeq: conversation.readSeq)
+            try EventLog.append(try readEvents(userID: userID, moved, receipts: [read]), appID: appID, now: now, on: db)
             return conversation
         }
     }
@@ -126,9 +129,19 @@ struct ConversationService: DomainService {
     func markAllRead(userID: String) throws -> Int {
         try db.transaction { db in
             let moved = try ConversationStore.markRead(appID: appID, userID: userID, keys: nil, seq: nil, now: now, on: db)
-            try EventLog.append(moved.map { readEvent(userID: userID, $0) }, appID: appID, now: now, on: db)
+            let receipts = moved.map { MessageReceipts.ReadRange(conversationType: $0.type, threadID: $0.threadID, throughSeq: $0.readSeq) }
+            try EventLog.append(try readEvents(userID: userID, moved, receipts: receipts), appID: appID, now: now, on: db)
             return moved.count
         }
+    }
+
+    /// The events of a mark read: `conversation.read` per entry whose position moved, then `message.receipt_updated`
+    /// per `need_receipt` message of `receipts` newly marked read by the user (§11.7, §11.8).
+    private func readEvents(userID: String, _ moved: [ConversationStore.ReadMove], receipts: [MessageReceipts.ReadRange]) throws
+        -> [NewEvent]
+    {
+        let receiptEvents = try MessageReceipts(db: db, appID: appID, now: now).markRead(receipts, by: userID)
+        return moved.map { readEvent(userID: userID, $0) } + receiptEvents
     }
 
     /// `conversation.read` to the reader and, for peers, the other participant (the C2C read receipt).

@@ -14,19 +14,21 @@ enum GroupConversations {
         if userIDs.isEmpty { return }
         // last_seq / last_ts / order of a following entry come from the head at read time; the stored ones only
         // matter once it is frozen again.
+        // `joined_seq` (the same head) tells the messages sent before this membership from those after it: a receipt's
+        // recipients are the members at send time (Migrations/0020).
         try db.query(
             """
-            INSERT INTO conversations AS c (app_id, user_id, conv_type, conv_id, thread_id, read_seq, last_seq, last_ts, order_key,
-                                            created_at, updated_at, follows_group)
-            SELECT \(appID), u.user_id, 'group', \(groupID), \(groupID),
-                   coalesce((SELECT h.last_seq FROM conversation_seqs h
-                             WHERE h.app_id = \(appID) AND h.conv_type = 'group' AND h.conv_id = \(groupID)), 0),
-                   0, 0, \(now), \(now), \(now), true
+            INSERT INTO conversations AS c (app_id, user_id, conv_type, conv_id, thread_id, read_seq, joined_seq, last_seq, last_ts,
+                                            order_key, created_at, updated_at, follows_group)
+            SELECT \(appID), u.user_id, 'group', \(groupID), \(groupID), h.seq, h.seq, 0, 0, \(now), \(now), \(now), true
             FROM unnest(\(userIDs)::text[]) AS u(user_id)
+            CROSS JOIN (SELECT coalesce((SELECT h.last_seq FROM conversation_seqs h
+                                         WHERE h.app_id = \(appID) AND h.conv_type = 'group' AND h.conv_id = \(groupID)), 0) AS seq) h
             ON CONFLICT (app_id, user_id, conv_type, conv_id) DO UPDATE SET
                 follows_group = true,
                 deleted = false,
                 read_seq = excluded.read_seq,
+                joined_seq = excluded.joined_seq,
                 order_key = greatest(c.order_key, excluded.order_key),
                 updated_at = excluded.updated_at
             """)

@@ -64,6 +64,8 @@ struct Message: Sendable {
     var reactions: [UInt8] = Array("[]".utf8)
     /// A revoked type-1 message's text, shown in its revoke body to the sender and the app only.
     var originalText: String? = nil
+    /// The receipt's final status once it is `done` or `expired` (API.md §11.8); nil while it follows `needReceipt`.
+    var settledReceipt: ReceiptStatus? = nil
 
     var stored: Bool { seq != nil }
 

@@ -12,9 +12,19 @@ enum MessageAudience {
         let isGroup = message.conversationType == .group && delivered
         let isRoom = message.conversationType == .room && delivered
         let audience = isGroup || isRoom ? [] : delivered ? [message.from, message.to] : [message.from]
-        let threadID = MessageStore.thread(message.conversationType, message.from, message.to)
         return NewEvent(
             type: type, data: data, audience: audience, groupID: isGroup ? message.to : nil, roomID: isRoom ? message.to : nil,
-            toGroupMembers: isGroup || isRoom, orderKey: message.conversationType.rawValue + ":" + threadID)
+            toGroupMembers: isGroup || isRoom, orderKey: orderKey(of: message))
+    }
+
+    /// The event `type` with `data` about `message` to its sender only (`message.receipt_updated`, §18), ordered with
+    /// its conversation.
+    static func senderEvent(_ type: String, data: [UInt8], about message: Message) -> NewEvent {
+        NewEvent(type: type, data: data, audience: [message.from], orderKey: orderKey(of: message))
+    }
+
+    /// The webhook ordering key of `message`'s events (§15.2): its conversation.
+    private static func orderKey(of message: Message) -> String {
+        message.conversationType.rawValue + ":" + MessageStore.thread(message.conversationType, message.from, message.to)
     }
 }

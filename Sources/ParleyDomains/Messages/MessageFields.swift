@@ -44,6 +44,8 @@ protocol MessageFields {
     func sequence() throws(Failure) -> Int64?
     /// Whether `userID` sent the message.
     func isSent(by userID: String) throws(Failure) -> Bool
+    /// The receipt's final status once it is `done` or `expired`; nil while it follows `need_receipt`.
+    func settledReceiptStatus() throws(Failure) -> ReceiptStatus?
 }
 
 extension MessageFields {
@@ -120,7 +122,7 @@ extension MessageFields {
         w.key(static: "need_receipt")
         w.writeBool(needReceipt)
         w.key(static: "receipt_status")
-        w.writeString(needReceipt ? "processing" : "none")
+        w.writeString(ReceiptStatus(needReceipt: needReceipt, settled: try settledReceiptStatus()).rawValue)
         w.key(static: "no_unread")
         w.writeBool(try flag(.noUnread))
         w.key(static: "online_only")
@@ -233,6 +235,8 @@ extension Message: MessageFields {
     func sequence() -> Int64? { seq }
 
     func isSent(by userID: String) -> Bool { from == userID }
+
+    func settledReceiptStatus() -> ReceiptStatus? { settledReceipt }
 }
 
 extension MessageFields {

@@ -6,7 +6,7 @@ import ParleyPostgres
 enum MessageColumn: Int, CaseIterable {
     case messageID, clientMsgID, type, conversationType, sender, recipient, seq, timestamp, body, extendedData
     case mentionIDs, mentionAll, reply, rootMessageID, replyCount, priority, needReceipt, noUnread, repeatCount, push
-    case suppressed, deleted, editedAt, editorID, editCount, pinnedAt, pinnedBy, reactions, originalText
+    case suppressed, deleted, editedAt, editorID, editCount, pinnedAt, pinnedBy, reactions, originalText, receiptState
 
     /// The column's name in the `messages` table.
     package var name: String {
@@ -40,6 +40,7 @@ enum MessageColumn: Int, CaseIterable {
         case .pinnedBy: "pinned_by"
         case .reactions: "reactions"
         case .originalText: "original_text"
+        case .receiptState: "receipt_state"
         }
     }
 }
@@ -143,6 +144,12 @@ struct MessageRow: MessageFields {
         try self[.sender].withTextBytes { $0.elementsEqual(userID.utf8) }
     }
 
+    func settledReceiptStatus() throws(PostgresError) -> ReceiptStatus? {
+        // Compared in place: a history page builds no String per row (the column holds only 'done' or 'expired').
+        let cell = self[.receiptState]
+        return cell.isNull ? nil : try cell.withTextBytes { $0.elementsEqual("done".utf8) ? .done : .expired }
+    }
+
     /// The row decoded into a ``Message`` (for the code paths that work with the values).
     func decode() throws(PostgresError) -> Message {
         func string(_ column: MessageColumn) throws(PostgresError) -> String { try self[column].string }
@@ -162,7 +169,8 @@ struct MessageRow: MessageFields {
             repeatCount: try integer(.repeatCount), push: try optionalJSON(.push), suppressed: try optionalString(.suppressed),
             deleted: try flag(.deleted), editedAt: try optionalInteger(.editedAt), editorID: try optionalString(.editorID),
             editCount: try integer(.editCount), pinnedAt: try optionalInteger(.pinnedAt), pinnedBy: try optionalString(.pinnedBy),
-            reactions: try self[.reactions].textBytes, originalText: try optionalString(.originalText))
+            reactions: try self[.reactions].textBytes, originalText: try optionalString(.originalText),
+            settledReceipt: try settledReceiptStatus())
     }
 }
 

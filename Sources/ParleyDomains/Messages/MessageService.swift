@@ -254,11 +254,16 @@ struct MessageService: DomainService {
     /// row, so every 404 for one means just that.
     static func tellingUnstored<T>(_ messageID: String, _ ctx: APIContext, _ body: () throws -> T) throws -> T {
         do { return try body() } catch let error as APIError where error.code == .messageNotFound {
-            guard let sentAt = IdentifierKind.sortableTimestamp(of: messageID, prefix: "u"),
-                ctx.now < sentAt + ctx.app.settings.eventRetentionHours * 3_600_000
-            else { throw error }
+            guard isRecentUnstored(messageID, ctx) else { throw error }
             throw APIError(.unsupportedOperation, "message \(messageID) was not stored: it cannot be changed")
         }
+    }
+
+    /// Whether `messageID` is an unstored message's id the server still knows (§11.1: within the app's
+    /// `event_retention_hours` of its send).
+    static func isRecentUnstored(_ messageID: String, _ ctx: APIContext) -> Bool {
+        guard let sentAt = IdentifierKind.sortableTimestamp(of: messageID, prefix: "u") else { return false }
+        return ctx.now < sentAt + ctx.app.settings.eventRetentionHours * 3_600_000
     }
 }
 

@@ -385,6 +385,10 @@ enum MessageWrite {
                     ELSE 0
                 END AS outcome,
                 CASE WHEN bl.blocked AND NOT i.blacklist_error THEN 'blacklist' WHEN i.hook_drop THEN 'hook_drop' END AS suppressed,
+                -- A receipt's recipients, fixed at send (Migrations/0020): the other user, or the members but the sender.
+                CASE WHEN i.need_receipt AND i.stored THEN
+                    CASE WHEN i.conv_type = 'group' THEN g.member_count - (gm.user_id IS NOT NULL)::int ELSE 1 END
+                END AS receipt_recipients,
                 k.message_id AS original_id, k.seq AS original_seq
             FROM i
             -- Point look-ups by primary key, one per item: LATERAL with LIMIT keeps them parameterised index probes
@@ -467,10 +471,10 @@ enum MessageWrite {
             ), stored AS (
                 INSERT INTO messages (app_id, conv_type, conv_id, seq, message_id, client_msg_id, sender, recipient, type, body,
                                       extended_data, mention_ids, mention_all, mention_notify, reply, root_message_id, priority,
-                                      need_receipt, no_unread, repeat_count, push, suppressed, timestamp)
+                                      need_receipt, receipt_recipients, no_unread, repeat_count, push, suppressed, timestamp)
                 SELECT app_id, conv_type, conv_id, seq, message_id, client_msg_id, sender, recipient, type, body, extended_data,
                        coalesce(mention_ids, '{}'), mention_all, mention_notify, reply, root_message_id, priority, need_receipt,
-                       no_unread, repeat_count, push, suppressed, ts
+                       receipt_recipients, no_unread, repeat_count, push, suppressed, ts
                 FROM placed WHERE stored ORDER BY ord
             ), peer_entries AS (
                 -- Both sides of each pair, aggregated per row: the sender has read up to its own messages; the recipient's
