@@ -24,7 +24,6 @@ package enum MessageSearchRoutes {
         }
         let keywords = (query.string("q") ?? "").split(separator: " ", omittingEmptySubsequences: true).map(String.init)
         if keywords.count > 5 { query.addError("q", "at most 5 keywords") }
-        s.keywords = keywords
         s.conversationType = query.choice("conversation_type", ["peer", "group", "room"]).flatMap(ConversationType.init(rawValue:))
         let conversationID = query.raw("conversation_id")
         s.types = integers(&query, "types", range: 0...Int64(Int32.max), maxItems: 20)
@@ -79,6 +78,7 @@ package enum MessageSearchRoutes {
             }
         }
 
+        s.keywords = try MessageSearch.lowercased(keywords, on: ctx.db)
         let limit = s.limit
         s.limit = limit + 1
         let rows = try s.run(appID: ctx.appID, on: ctx.db)
