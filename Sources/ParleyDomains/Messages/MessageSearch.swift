@@ -6,8 +6,9 @@ import ParleyPostgres
 /// its trigram index (Migrations/0019_message_search.sql).
 ///
 /// The statement's text is built from the filters present, so each combination is its own prepared statement with its
-/// own generic plan: one text with `($n IS NULL OR …)` for every optional filter let one generic plan serve searches
-/// that need different access paths (the trigram index for a keyword, the conversation's primary key without one).
+/// own generic plan: one text with `($n IS NULL OR …)` for every optional filter would make one generic plan serve
+/// searches that need different access paths (the trigram index app-wide, the conversation's primary key in one
+/// conversation).
 struct MessageSearch {
     /// A position in the search order: the sort keys of a message (`timestamp`, `seq`, `message_id`).
     struct Position {
