@@ -463,6 +463,13 @@ struct OpenAPIResponseSchemaTests {
         c.call(.get, "/v1/messages/{message_id}/replies", messageID, query: "limit=1", status: 200)
         c.call(.get, "/v1/messages/{message_id}/replies", "nope", status: 404)
         c.call(.post, "/v1/messages/batch", json: #"{"from":"a","to_user_ids":["b","c","ghost"],"type":1,"body":{"text":"all"}}"#, status: 200)
+        // Search (§11.9).
+        c.call(.get, "/v1/messages/search", query: "q=all&limit=1", status: 200)
+        c.call(.get, "/v1/messages/search", query: "conversation_type=group&conversation_id=g1", as: .user("c"), status: 200)
+        c.call(.get, "/v1/messages/search", query: "start_at=2&end_at=1", status: 400)
+        c.call(.get, "/v1/messages/search", query: "user_id=a&conversation_type=group&conversation_id=g2", status: 409)
+        c.call(.get, "/v1/messages/search", query: "user_id=ghost", status: 404)
+        c.call(.get, "/v1/messages/search", query: "user_id=a", as: .user("b"), status: 403)
         c.call(.post, "/v1/messages/broadcast", json: #"{"from":"a","type":1,"body":{"text":"news"}}"#, status: 202)
 
         c.call(.get, "/v1/users/{user_id}/conversations/{type}/{id}/messages", "a", "peer", "b", query: "limit=2", status: 200)

@@ -39,6 +39,7 @@ enum Routes {
         MessageReactionRoutes.register(on: &api, pool: services.pool)
         MessagePinRoutes.register(on: &api)
         MessageReceiptRoutes.register(on: &api)
+        MessageSearchRoutes.register(on: &api)
         ConversationRoutes.register(on: &api)
         PushRoutes.register(on: &api, bridge: push)
         CallRoutes.register(on: &api)

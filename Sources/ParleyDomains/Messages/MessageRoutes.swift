@@ -337,10 +337,15 @@ package enum MessageRoutes {
         if rows.count > limit, let seq = try MessageRow(rows[pageCount - 1]).sequence() {
             next = ctx.cursors.encode(list: list, values: [.int(seq)])
         }
-        // The hot read: the rows go straight from libpq's buffer into one response buffer (the `Reply.list` shape).
-        var w = JSONWriter(capacity: 1024 + pageCount * 1024)
+        return try page(rows, count: pageCount, nextCursor: next, viewer: viewer)
+    }
+
+    /// A list page (§1.5) of the first `count` message rows as `viewer` sees them. The hot read: the rows go straight
+    /// from libpq's buffer into one response buffer (the `Reply.list` shape).
+    static func page(_ rows: PostgresResult, count: Int, nextCursor next: String?, viewer: MessageViewer) throws -> Response {
+        var w = JSONWriter(capacity: 1024 + count * 1024)
         w.beginObject()
-        try MessageRow.writeItems(rows, count: pageCount, nextCursor: .some(next), to: &w, viewer)
+        try MessageRow.writeItems(rows, count: count, nextCursor: .some(next), to: &w, viewer)
         w.endObject()
         return Reply.json(w.bytes)
     }
