@@ -123,24 +123,39 @@ public struct PostgresTimestamp: PostgresEncodable, Hashable {
 }
 
 /// Builds array literals: every element double-quoted, `"` and `\` backslash-escaped, NULL unquoted.
+///
+/// Works on UTF-8 bytes (both escaped characters are ASCII, so they never occur inside a multi-byte character) and
+/// copies each run between them at once: event data (a whole message JSON per event) goes through here on every
+/// write, and appending it scalar by scalar cost 3–4 % of a revoke's CPU (bench/RESULTS.md 2026-12-03).
 enum PostgresArrayLiteral {
     static func encode(_ elements: [String?]) -> String {
-        var out = "{"
+        var capacity = 2
+        for element in elements { capacity += (element?.utf8.count ?? 4) + 3 }
+        var out: [UInt8] = []
+        out.reserveCapacity(capacity + capacity / 16)
+        out.append(UInt8(ascii: "{"))
         for (index, element) in elements.enumerated() {
-            if index > 0 { out.append(",") }
-            guard let element else {
-                out.append("NULL")
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            guard var element else {
+                out.append(contentsOf: "NULL".utf8)
                 continue
             }
-            out.append("\"")
-            for ch in element.unicodeScalars {
-                if ch == "\"" || ch == "\\" { out.append("\\") }
-                out.unicodeScalars.append(ch)
-            }
-            out.append("\"")
+            out.append(UInt8(ascii: "\""))
+            element.withUTF8 { appendEscaped($0, to: &out) }
+            out.append(UInt8(ascii: "\""))
         }
-        out.append("}")
-        return out
+        out.append(UInt8(ascii: "}"))
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    private static func appendEscaped(_ bytes: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
+        var runStart = 0
+        for (i, byte) in bytes.enumerated() where byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<i]))
+            out.append(UInt8(ascii: "\\"))
+            runStart = i
+        }
+        out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...]))
     }
 }
 

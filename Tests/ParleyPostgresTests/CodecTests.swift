@@ -4,10 +4,13 @@ import Testing
 
 /// Pure encoding/decoding logic, no server.
 @Suite struct CodecTests {
-    @Test func arrayLiteralQuotesEverything() {
+    @Test func arrayLiteralQuotesEverything() throws {
         #expect(PostgresArrayLiteral.encode(["a", "b,c", "q\"t", "b\\s", nil, "NULL", ""]) == #"{"a","b,c","q\"t","b\\s",NULL,"NULL",""}"#)
         #expect([String]().postgresText == "{}")
         #expect([1, -2, 3].postgresText == #"{"1","-2","3"}"#)
+        // Escapes next to each other, at both ends, and beside multi-byte characters survive the parser's reading.
+        let awkward: [String?] = [#""中文\"😀\\"#, #""""#, #"\"#, "é", #"{"a":"b\"c"}"#]
+        #expect(try PostgresArrayParser.parse(PostgresArrayLiteral.encode(awkward)) == awkward)
     }
 
     @Test func arrayParserHandlesQuotesNullsAndEscapes() throws {
