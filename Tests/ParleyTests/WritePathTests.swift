@@ -595,6 +595,26 @@ struct WritePathTests: GroupTestSupport {
         #expect(again.allSatisfy { $0?.headers["Parley-Duplicate"] == "true" })
         #expect(again.map { $0?.json?["message_id"] } == retried.map { $0?.json?["message_id"] })
     }
+
+    /// pending_events has no foreign key to apps (Migrations/0021): deleting an app clears its pending events, and the
+    /// sequencer's sweep drops those a writer committed while its app was being deleted.
+    @Test func pendingEventsOfADeletedAppAreDropped() throws {
+        let (server, app) = try Self.start()
+        defer { server.stop() }
+        try app.createUser("u1")
+        try server.app.services.pool.withConnection { db in
+            _ = try db.query(
+                sql: """
+                    INSERT INTO pending_events (app_id, type, created_at, data, order_key)
+                    VALUES ('app_deleted_meanwhile', 'user.created', 0, '{}', 'u1')
+                    """)
+        }
+        #expect(try server.request(.delete, "/v1/apps/\(app.appID)", bearer: server.adminKey).status == 204)
+        let ids: [String] = ["app_deleted_meanwhile", app.appID]
+        let pending = "SELECT app_id FROM pending_events WHERE app_id = ANY($1)"
+        for _ in 0..<50 where try !Self.column(server, pending, [ids]).isEmpty { usleep(100_000) }
+        #expect(try Self.column(server, pending, [ids]).isEmpty)
+    }
 }
 
 /// Hands a non-Sendable value to one other thread that alone uses it from then on.

@@ -102,6 +102,7 @@ package enum AppStore {
     package static func delete(appID: String, on db: PostgresConnection) throws -> Bool {
         // Tables without a foreign key to apps (the high-volume ones) are cleared explicitly.
         try db.query("DELETE FROM events WHERE app_id = \(appID)", prepared: false)
+        try db.query("DELETE FROM pending_events WHERE app_id = \(appID)", prepared: false)
         try db.query("DELETE FROM idempotency_keys WHERE app_id = \(appID)", prepared: false)
         return try db.query("DELETE FROM apps WHERE app_id = \(appID)", prepared: false).affectedRows == 1
     }

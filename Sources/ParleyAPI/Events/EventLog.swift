@@ -219,8 +219,17 @@ public enum EventLog {
     }
 
     /// The apps that have pending events (after a restart, or writes whose node died before asking for them).
+    /// Also drops the pending events of apps that have no event head any more: written by a transaction that
+    /// committed while its app was being deleted (pending_events has no foreign key to apps, Migrations/0021). Run by
+    /// the sequencer's periodic sweep, not on every round.
     static func appsWithPending(on db: PostgresConnection) throws -> [String] {
-        try db.query("SELECT DISTINCT app_id FROM pending_events").rows.map { try $0[0].string }
+        try db.query(
+            """
+            WITH orphans AS (
+                DELETE FROM pending_events p WHERE NOT EXISTS (SELECT 1 FROM event_heads h WHERE h.app_id = p.app_id))
+            SELECT DISTINCT app_id FROM pending_events p WHERE EXISTS (SELECT 1 FROM event_heads h WHERE h.app_id = p.app_id)
+            """
+        ).rows.map { try $0[0].string }
     }
 
     /// The head `H` and trim point `T` of an app's log.

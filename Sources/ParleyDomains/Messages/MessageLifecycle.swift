@@ -42,7 +42,7 @@ struct MessageLifecycle {
     /// `POST /v1/messages/{message_id}/revoke`: the message becomes a type-31 record in place.
     func revoke(_ messageID: String, by actor: Actor, extendedData: String, push: JSONValue?, revokePush: RevokePush) throws -> Message {
         try db.transaction { db in
-            let message = try lockForChange(messageID, by: actor, on: db)
+            let (message, isRepliedTo) = try lockForGone(messageID, by: actor, on: db)
             if message.type == MessageType.tips.rawValue {
                 throw APIError(.unsupportedOperation, "tips messages cannot be revoked")
             }
@@ -60,7 +60,8 @@ struct MessageLifecycle {
                 ? message.body.flatMap { try? JSONValue.parse($0) }?["text"]?.stringValue : nil
             guard
                 let revoked = try MessageStore.markGone(
-                    appID: appID, messageID: messageID, .revoked(body: body.finish(), originalText: originalText), on: db)
+                    appID: appID, message: message, isRepliedTo: isRepliedTo, .revoked(body: body.finish(), originalText: originalText),
+                    on: db)
             else { throw MessageService.notFound(messageID) }
             var events = [MessageAudience.event("message.revoked", data: Self.wrapped(revoked), about: message)]
             events += try goneEffects(message, on: db)
@@ -148,9 +149,12 @@ struct MessageLifecycle {
                         try MessageStore.hide(appID: appID, message: message, from: userID, on: db)
                         deleted.append((message, messageID))
                     case .everyone:
-                        let message = try lockForChange(messageID, by: actor, on: db)
+                        let (message, isRepliedTo) = try lockForGone(messageID, by: actor, on: db)
                         try requireDeleteForEveryone(message, by: actor, on: db)
-                        guard let tombstone = try MessageStore.markGone(appID: appID, messageID: messageID, .deleted, on: db) else {
+                        guard
+                            let tombstone = try MessageStore.markGone(
+                                appID: appID, message: message, isRepliedTo: isRepliedTo, .deleted, on: db)
+                        else {
                             throw MessageService.notFound(messageID)
                         }
                         try RoomRecent.refresh(appID: appID, message: tombstone, on: db)
@@ -215,16 +219,30 @@ struct MessageLifecycle {
     /// The stored message `messageID`, locked, for a change by `actor`: 404 `7000210` when unknown, a tombstone, or
     /// not visible to an acting user.
     private func lockForChange(_ messageID: String, by actor: Actor, on db: PostgresConnection) throws -> Message {
-        guard let message = try MessageStore.lock(appID: appID, messageID: messageID, on: db), !message.deleted else {
-            throw MessageService.notFound(messageID)
-        }
-        if let userID = actor.userID, !actor.skipChecks, try !service.isVisible(message, to: .user(userID), on: db) {
-            throw MessageService.notFound(messageID)
-        }
-        return message
+        try lockForChange(messageID, by: actor, probingReplies: false, on: db).message
     }
 
-    /// What a revoke or delete for everyone does beyond ``MessageStore/markGone(appID:messageID:_:on:)`` (the row and
+    /// ``lockForChange(_:by:on:)`` for a change that makes the message gone, with whether any message replies to it
+    /// (for ``MessageStore/markGone(appID:message:isRepliedTo:_:on:)``).
+    private func lockForGone(_ messageID: String, by actor: Actor, on db: PostgresConnection) throws -> (message: Message, isRepliedTo: Bool) {
+        try lockForChange(messageID, by: actor, probingReplies: true, on: db)
+    }
+
+    private func lockForChange(
+        _ messageID: String, by actor: Actor, probingReplies: Bool, on db: PostgresConnection
+    ) throws -> (message: Message, isRepliedTo: Bool) {
+        let locked =
+            probingReplies
+            ? try MessageStore.lockProbingReplies(appID: appID, messageID: messageID, on: db)
+            : try MessageStore.lock(appID: appID, messageID: messageID, on: db).map { ($0, false) }
+        guard let locked, !locked.message.deleted else { throw MessageService.notFound(messageID) }
+        if let userID = actor.userID, !actor.skipChecks, try !service.isVisible(locked.message, to: .user(userID), on: db) {
+            throw MessageService.notFound(messageID)
+        }
+        return locked
+    }
+
+    /// What a revoke or delete for everyone does beyond ``MessageStore/markGone(appID:message:isRepliedTo:_:on:)`` (the row and
     /// its replies' `reply.state`), for `message` as it was: its reactions go, and a reply's root is recounted (its
     /// `message.reply_count_updated`).
     private func goneEffects(_ message: Message, on db: PostgresConnection) throws -> [NewEvent] {

@@ -71,6 +71,20 @@ enum MessageStore {
         return try result.first.flatMap { try message($0) }
     }
 
+    /// ``lock(appID:messageID:on:)``, and whether any message replies to it (an index probe: ``markGone`` changes the
+    /// replies only when there are some).
+    static func lockProbingReplies(appID: String, messageID: String, on db: PostgresConnection) throws -> (message: Message, isRepliedTo: Bool)? {
+        let result = try db.query(
+            """
+            SELECT EXISTS (SELECT 1 FROM messages r
+                           WHERE r.app_id = \(appID) AND ((r.reply::json) ->> 'message_id') = \(messageID) AND r.reply IS NOT NULL),
+                   \(sql: messageColumns)
+            FROM messages m WHERE m.app_id = \(appID) AND m.message_id = \(messageID) FOR UPDATE OF m
+            """)
+        guard let row = result.first, let message = try message(row, at: 1) else { return nil }
+        return (message, try row[0].bool)
+    }
+
     /// Whether `userID` deleted `messageID` for itself (API.md §11.5 delete `scope=self`).
     static func isHidden(appID: String, messageID: String, from userID: String, on db: PostgresConnection) throws -> Bool {
         try db.query(
@@ -265,23 +279,39 @@ enum MessageStore {
         case deleted
     }
 
-    /// Makes a message gone for everyone in one statement: the row becomes its revoke record (same id, seq, sender,
-    /// timestamp) or a tombstone, without mentions, reactions or pin; the replies to it show it gone (`reply.state`
-    /// `deleted`, no snapshot; the expression index of Migrations/0017 finds them); a combine message's snapshots go
-    /// with its body (the CTE reads the row as it was before the statement). Returns the row as it is now.
-    static func markGone(appID: String, messageID: String, _ gone: Gone, on db: PostgresConnection) throws -> Message? {
-        var query: PostgresQuery = """
-            WITH replies AS (
-                UPDATE messages SET reply = json_build_object(
-                        'message_id', reply::json -> 'message_id', 'seq', reply::json -> 'seq', 'from', reply::json -> 'from',
-                        'timestamp', reply::json -> 'timestamp', 'state', 'deleted', 'snapshot', NULL)::text
-                WHERE app_id = \(appID) AND ((reply::json) ->> 'message_id') = \(messageID) AND reply IS NOT NULL
-            ), snapshots AS (
-                DELETE FROM message_combines c USING messages was
-                WHERE was.app_id = \(appID) AND was.message_id = \(messageID) AND was.type = 100
-                  AND c.app_id = was.app_id AND c.combine_id = was.body::json ->> 'combine_id')
-            UPDATE messages m SET mention_ids = '{}', mention_all = false, reactions = '[]', pinned_at = NULL, pinned_by = NULL,
-            """
+    /// Makes `message` (locked) gone for everyone in one statement: the row becomes its revoke record (same id, seq,
+    /// sender, timestamp) or a tombstone, without mentions, reactions or pin; when `isRepliedTo`, the replies to it
+    /// show it gone (`reply.state` `deleted`, no snapshot; the expression index of Migrations/0017 finds them); a
+    /// combine message's snapshots go with its body. Returns the row as it is now.
+    ///
+    /// The replies' and snapshots' parts are left out when they have nothing to change: each is a data-modifying CTE
+    /// whose executor start costs the same with or without rows (for an UPDATE of `messages`, PostgreSQL 15 also
+    /// rebuilds the `search_text` generation expression from its stored text each time), which was a twentieth of a
+    /// revoke's database CPU (bench/RESULTS.md 2026-12-03).
+    static func markGone(appID: String, message: Message, isRepliedTo: Bool, _ gone: Gone, on db: PostgresConnection) throws -> Message? {
+        let messageID = message.messageID
+        var parts: [PostgresQuery] = []
+        if isRepliedTo {
+            parts.append(
+                """
+                replies AS (
+                    UPDATE messages SET reply = json_build_object(
+                            'message_id', reply::json -> 'message_id', 'seq', reply::json -> 'seq', 'from', reply::json -> 'from',
+                            'timestamp', reply::json -> 'timestamp', 'state', 'deleted', 'snapshot', NULL)::text
+                    WHERE app_id = \(appID) AND ((reply::json) ->> 'message_id') = \(messageID) AND reply IS NOT NULL)
+                """)
+        }
+        if message.type == MessageType.combine.rawValue,
+            let combineID = message.body.flatMap({ try? JSONValue.parse($0) })?["combine_id"]?.stringValue
+        {
+            parts.append("snapshots AS (DELETE FROM message_combines WHERE app_id = \(appID) AND combine_id = \(combineID))")
+        }
+        var query: PostgresQuery = parts.isEmpty ? "" : "WITH "
+        for (index, part) in parts.enumerated() {
+            if index > 0 { query += ", " }
+            query += part
+        }
+        query += " UPDATE messages m SET mention_ids = '{}', mention_all = false, reactions = '[]', pinned_at = NULL, pinned_by = NULL,"
         switch gone {
         case .revoked(let body, let originalText):
             query += " type = 31, body = \(String(decoding: body, as: UTF8.self)), original_text = \(originalText)"
@@ -289,7 +319,7 @@ enum MessageStore {
             query += " deleted = true, body = NULL, original_text = NULL"
         }
         query += " WHERE m.app_id = \(appID) AND m.message_id = \(messageID) RETURNING \(sql: messageColumns)"
-        return try db.query(query).first.flatMap { try message($0) }
+        return try db.query(query).first.flatMap { try self.message($0) }
     }
 
     /// The reactions of a revoked or deleted message go (no event of their own, §11.5).
