@@ -26,7 +26,7 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation {
     }
 
     /// A statement written with numbered parameters and its values in order (long shared statements kept as static
-    /// text). It cannot be appended to another query.
+    /// text). It can be combined with other queries only when it uses each parameter once, in order ($1, $2, …).
     public init(sql: String, binds: [(any PostgresEncodable)?]) {
         // No segments (an empty array allocates nothing): hot reads take this path on every request.
         segments = []
@@ -46,10 +46,43 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation {
 
     /// Appends `other`'s text and values (its parameters are numbered after this query's).
     public mutating func append(_ other: PostgresQuery) {
-        precondition(numberedSQL == nil && other.numberedSQL == nil, "queries written with numbered parameters cannot be combined")
-        segments[segments.count - 1] += other.segments[0]
-        segments += other.segments.dropFirst()
+        if numberedSQL != nil {
+            segments = combinableSegments
+            numberedSQL = nil
+        }
+        let tail = other.combinableSegments
+        segments[segments.count - 1] += tail[0]
+        segments += tail.dropFirst()
         binds += other.binds
+    }
+
+    /// The text around the values; for a statement written with numbered parameters, its text cut at each `$n`, which
+    /// must run 1, 2, … once each (a statement that reuses or reorders them cannot be renumbered by cutting).
+    private var combinableSegments: [String] {
+        guard let numberedSQL else { return segments }
+        var cuts: [String] = []
+        let bytes = Array(numberedSQL.utf8)
+        var start = 0
+        var i = 0
+        while i < bytes.count {
+            guard bytes[i] == UInt8(ascii: "$"), i + 1 < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[i + 1]) else {
+                i += 1
+                continue
+            }
+            var end = i + 1
+            var number = 0
+            while end < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[end]) {
+                number = number * 10 + Int(bytes[end] - UInt8(ascii: "0"))
+                end += 1
+            }
+            precondition(number == cuts.count + 1, "a statement combined with others must use $1, $2, … once each, in order")
+            cuts.append(String(decoding: bytes[start..<i], as: UTF8.self))
+            start = end
+            i = end
+        }
+        precondition(cuts.count == binds.count, "a statement combined with others must use each of its parameters")
+        cuts.append(String(decoding: bytes[start...], as: UTF8.self))
+        return cuts
     }
 
     public static func + (lhs: PostgresQuery, rhs: PostgresQuery) -> PostgresQuery {

@@ -33,6 +33,21 @@ import Testing
         #expect(literal.sql == "SELECT $1::text")
     }
 
+    @Test func aNumberedStatementCombinesWhenItUsesEachParameterOnceInOrder() throws {
+        // Numbered on either side: its $n follow the values before it, and the values after it follow its own.
+        let numbered = PostgresQuery(sql: "SELECT x FROM generate_series($1::int, $2::int) AS x", binds: [1, 12])
+        let nested: PostgresQuery = "WITH s AS (\(numbered)) SELECT count(*) FROM s WHERE s.x > \(4)::int AND s.x % \(2)::int = 0"
+        #expect(
+            nested.sql
+                == "WITH s AS (SELECT x FROM generate_series($1::int, $2::int) AS x) SELECT count(*) FROM s WHERE s.x > $3::int AND s.x % $4::int = 0"
+        )
+        #expect(try freshConnection().query(nested).decodeFirst(Int.self) == 4)
+        var lead = PostgresQuery(sql: "SELECT $1::int + $2::int", binds: [2, 3])
+        lead += " + \(10)::int"
+        #expect(lead.sql == "SELECT $1::int + $2::int + $3::int")
+        #expect(try freshConnection().query(lead).decodeFirst(Int.self) == 15)
+    }
+
     @Test func decodesRowsIntoTypedTuples() throws {
         let db = try freshConnection()
         let values = try db.query("SELECT x, 'n' || x, ARRAY['a', x::text] FROM generate_series(1, \(3)) AS x ORDER BY x")

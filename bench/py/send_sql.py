@@ -5,7 +5,7 @@ bench/group.sh). Python 3 standard library only.
 usage: send_sql.py TEMPLATE OUTPUT [ROOT]
 
 The send's SQL lives in Swift string literals (the writer's `MessageWrite.statement`, the event append of
-`EventLog.append`), so the bench keeps no copy of it that could drift: each run pastes the current text into its
+`EventLog.append`, written in `EventLog.pendingInsert`), so the bench keeps no copy of it that could drift: each run pastes the current text into its
 pgbench script. A template is a pgbench script in which a block
 
     @MessageWrite.statement(
@@ -37,7 +37,7 @@ SOURCES = {
     # The write statement is `checked + """…"""`: the shared check CTEs, then the writing part (see `literal`).
     "MessageWrite.checked": ("Sources/ParleyDomains/Messages/MessageWrite.swift", r'static let checked = """[ \t]*\n'),
     "MessageWrite.statement": ("Sources/ParleyDomains/Messages/MessageWrite.swift", r'static let statement =\s*checked \+ """[ \t]*\n'),
-    "EventLog.append": ("Sources/ParleyAPI/Events/EventLog.swift", r'static func append\(.*?"""[ \t]*\n'),
+    "EventLog.append": ("Sources/ParleyAPI/Events/EventLog.swift", r'static func pendingInsert\(.*?"""[ \t]*\n'),
     "EventLog.appendNumbered": ("Sources/ParleyAPI/Events/EventLog.swift", r'static func appendNumbered\(.*?"""[ \t]*\n'),
 }
 PGBENCH_BUILTINS = {"client_id", "scale", "random_seed", "default_seed"}

@@ -58,14 +58,14 @@ struct MessageLifecycle {
             let originalText =
                 message.type == MessageType.text.rawValue
                 ? message.body.flatMap { try? JSONValue.parse($0) }?["text"]?.stringValue : nil
+            let gone = MessageStore.Gone.revoked(body: body.finish(), originalText: originalText)
+            // The event goes with the row's change (one round trip), rendered from the record the change makes.
+            let event = MessageAudience.event("message.revoked", data: Self.wrapped(MessageStore.gone(message, gone)), about: message)
             guard
                 let revoked = try MessageStore.markGone(
-                    appID: appID, message: message, isRepliedTo: isRepliedTo, .revoked(body: body.finish(), originalText: originalText),
-                    on: db)
+                    appID: appID, message: message, isRepliedTo: isRepliedTo, gone, events: [event], now: now, on: db)
             else { throw MessageService.notFound(messageID) }
-            var events = [MessageAudience.event("message.revoked", data: Self.wrapped(revoked), about: message)]
-            events += try goneEffects(message, on: db)
-            try EventLog.append(events, appID: appID, now: now, on: db)
+            try EventLog.append(try goneEffects(message, on: db), appID: appID, now: now, on: db)
             try revokePush(db, appID, messageID, push, now)
             try RoomRecent.refresh(appID: appID, message: revoked, on: db)
             return revoked
@@ -153,7 +153,7 @@ struct MessageLifecycle {
                         try requireDeleteForEveryone(message, by: actor, on: db)
                         guard
                             let tombstone = try MessageStore.markGone(
-                                appID: appID, message: message, isRepliedTo: isRepliedTo, .deleted, on: db)
+                                appID: appID, message: message, isRepliedTo: isRepliedTo, .deleted, now: now, on: db)
                         else {
                             throw MessageService.notFound(messageID)
                         }

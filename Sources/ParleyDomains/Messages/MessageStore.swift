@@ -288,7 +288,11 @@ enum MessageStore {
     /// whose executor start costs the same with or without rows (for an UPDATE of `messages`, PostgreSQL 15 also
     /// rebuilds the `search_text` generation expression from its stored text each time), which was a twentieth of a
     /// revoke's database CPU (bench/RESULTS.md 2026-12-03).
-    static func markGone(appID: String, message: Message, isRepliedTo: Bool, _ gone: Gone, on db: PostgresConnection) throws -> Message? {
+    ///
+    /// `events` (about the message as ``gone(_:_:)`` renders it) are appended by the same statement.
+    static func markGone(
+        appID: String, message: Message, isRepliedTo: Bool, _ gone: Gone, events: [NewEvent] = [], now: Int64, on db: PostgresConnection
+    ) throws -> Message? {
         let messageID = message.messageID
         var parts: [PostgresQuery] = []
         if isRepliedTo {
@@ -306,6 +310,7 @@ enum MessageStore {
         {
             parts.append("snapshots AS (DELETE FROM message_combines WHERE app_id = \(appID) AND combine_id = \(combineID))")
         }
+        if !events.isEmpty { parts.append("appended AS (\(EventLog.pendingInsert(events, appID: appID, now: now)))") }
         var query: PostgresQuery = parts.isEmpty ? "" : "WITH "
         for (index, part) in parts.enumerated() {
             if index > 0 { query += ", " }
@@ -320,6 +325,28 @@ enum MessageStore {
         }
         query += " WHERE m.app_id = \(appID) AND m.message_id = \(messageID) RETURNING \(sql: messageColumns)"
         return try db.query(query).first.flatMap { try self.message($0) }
+    }
+
+    /// `message` as ``markGone`` leaves its row: the same changes as its UPDATE, so the events it writes can be
+    /// rendered before it runs.
+    static func gone(_ message: Message, _ gone: Gone) -> Message {
+        var after = message
+        after.mentionIDs = []
+        after.mentionAll = false
+        after.reactions = Array("[]".utf8)
+        after.pinnedAt = nil
+        after.pinnedBy = nil
+        switch gone {
+        case .revoked(let body, let originalText):
+            after.type = MessageType.revoke.rawValue
+            after.body = body
+            after.originalText = originalText
+        case .deleted:
+            after.deleted = true
+            after.body = nil
+            after.originalText = nil
+        }
+        return after
     }
 
     /// The reactions of a revoked or deleted message go (no event of their own, §11.5).
