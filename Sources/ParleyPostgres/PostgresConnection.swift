@@ -33,6 +33,10 @@ public final class PostgresConnection {
     /// Set when an exchange timed out or its socket failed half-way: the session's state is unknown, so it is
     /// never used again (`isBroken`).
     private var abandoned = false
+    /// The BEGIN of a transaction that has run no statement yet: it goes out with the first one (in one pipeline, or
+    /// in front of a simple query's text), one round trip fewer per transaction; a transaction that runs no statement
+    /// sends neither BEGIN nor COMMIT. (BEGIN takes no snapshot and no lock, so sending it later changes nothing else.)
+    private var deferredBegin: String?
 
     /// Beyond this many cached statements new SQL runs unnamed, so ad-hoc SQL cannot grow the cache forever.
     static let maxPreparedStatements = 512
@@ -96,6 +100,7 @@ public final class PostgresConnection {
 
     /// True inside BEGIN … COMMIT (also when the transaction has failed and awaits ROLLBACK).
     public var inTransaction: Bool {
+        if deferredBegin != nil { return true }
         let status = PQtransactionStatus(handle)
         return status == PQTRANS_INTRANS || status == PQTRANS_INERROR || status == PQTRANS_ACTIVE
     }
@@ -162,7 +167,7 @@ public final class PostgresConnection {
         }
         let handle = self.handle
         let values = try CParameters(parameters)
-        return try exchange { values.withPointers { PQsendQueryParams(handle, sql, $1, nil, $0, nil, nil, 0) } }
+        return try exchange(carriesBegin: true) { values.withPointers { PQsendQueryParams(handle, sql, $1, nil, $0, nil, nil, 0) } }
     }
 
     /// The name `sql` was prepared under on this connection, if any.
@@ -191,7 +196,36 @@ public final class PostgresConnection {
     @discardableResult
     public func simpleQuery(_ sql: String) throws(PostgresError) -> PostgresResult {
         let handle = self.handle
+        if let begin = deferredBegin {
+            // The simple protocol runs several statements from one text; the result is the last one's.
+            deferredBegin = nil
+            return try exchange { PQsendQuery(handle, begin + "; " + sql) }
+        }
         return try exchange { PQsendQuery(handle, sql) }
+    }
+
+    /// Opens a transaction whose BEGIN goes out with its first statement (see `deferredBegin`).
+    func begin(_ isolation: PostgresIsolation) throws(PostgresError) {
+        guard !inTransaction else { throw PostgresError(kind: .query, message: "a transaction is already open on this connection") }
+        deferredBegin = isolation.beginSQL
+    }
+
+    /// COMMIT, or nothing when the transaction ran no statement (its BEGIN was never sent).
+    func commit() throws(PostgresError) {
+        if deferredBegin != nil {
+            deferredBegin = nil
+            return
+        }
+        try simpleQuery("COMMIT")
+    }
+
+    /// ROLLBACK, or nothing when the transaction ran no statement; errors are dropped (the caller is already failing).
+    func rollback() {
+        if deferredBegin != nil {
+            deferredBegin = nil
+            return
+        }
+        _ = try? simpleQuery("ROLLBACK")
     }
 
     /// Prepares `sql` under `name` (parameter types inferred by the server).
@@ -205,7 +239,7 @@ public final class PostgresConnection {
     public func queryPrepared(name: String, _ parameters: [(any PostgresEncodable)?] = []) throws(PostgresError) -> PostgresResult {
         let handle = self.handle
         let values = try CParameters(parameters)
-        return try exchange { values.withPointers { PQsendQueryPrepared(handle, name, $1, $0, nil, nil, 0) } }
+        return try exchange(carriesBegin: true) { values.withPointers { PQsendQueryPrepared(handle, name, $1, $0, nil, nil, 0) } }
     }
 
     /// BEGIN, `body`, COMMIT on this connection: ROLLBACK (and rethrow) when `body` throws.
@@ -219,13 +253,13 @@ public final class PostgresConnection {
         if let worker = WorkerContext.currentAny(), worker.connection === self {
             return try worker.transaction(isolation: isolation, body)
         }
-        try simpleQuery(isolation.beginSQL)
+        try begin(isolation)
         do {
             let value = try body(self)
-            try simpleQuery("COMMIT")
+            try commit()
             return value
         } catch {
-            if !isBroken, inTransaction { _ = try? simpleQuery("ROLLBACK") }
+            if !isBroken, inTransaction { rollback() }
             throw error
         }
     }
@@ -291,8 +325,9 @@ public final class PostgresConnection {
     }
 
     /// Sends one command with `send` (a `PQsend…` call), then reads its results until the server is ready again, waiting
-    /// with `poll()` no longer than the response timeout; returns the last result, as `PQexec` does.
-    private func exchange(_ send: () -> Int32) throws(PostgresError) -> PostgresResult {
+    /// with `poll()` no longer than the response timeout; returns the last result, as `PQexec` does. A statement that
+    /// `carriesBegin` takes a deferred BEGIN along, in one pipeline with it.
+    private func exchange(carriesBegin: Bool = false, _ send: () -> Int32) throws(PostgresError) -> PostgresResult {
         guard !abandoned else {
             throw PostgresError(kind: .connection, message: "the connection was abandoned after an exchange failed")
         }
@@ -307,7 +342,14 @@ public final class PostgresConnection {
         let raw: OpaquePointer?
         let started = monotonicNanos()
         do {
-            raw = try sendAndCollect(send, deadline: responseTimeoutNanos.map { started &+ $0 })
+            let begin = carriesBegin ? deferredBegin : nil
+            if begin != nil { deferredBegin = nil }
+            let deadline = responseTimeoutNanos.map { started &+ $0 }
+            if let begin {
+                raw = try sendAndCollect(after: begin, send, deadline: deadline)
+            } else {
+                raw = try sendAndCollect(send, deadline: deadline)
+            }
         } catch {
             if error.isTimeout { circuit?.unanswered(timeoutMillis: Int((responseTimeoutNanos ?? 0) / 1_000_000), startedAt: started) }
             circuit?.finished(admission, answered: false)
@@ -353,6 +395,67 @@ public final class PostgresConnection {
             }
         }
         return last
+    }
+
+    /// `begin` and the statement `send` sends, in one pipeline (one round trip): the statement's last result, or
+    /// BEGIN's error (the statement is then skipped by the server).
+    private func sendAndCollect(after begin: String, _ send: () -> Int32, deadline: UInt64?) throws(PostgresError) -> OpaquePointer? {
+        guard PQenterPipelineMode(handle) == 1 else { return nil }
+        // Leaving fails only with results unread, after a failure that already ends the session: never reuse it then.
+        defer { if PQexitPipelineMode(handle) != 1 { abandoned = true } }
+        guard PQsendQueryParams(handle, begin, 0, nil, nil, nil, nil, 0) == 1, send() == 1, PQpipelineSync(handle) == 1 else {
+            return nil
+        }
+        while true {
+            let flushed = PQflush(handle)
+            if flushed == 0 { break }
+            if flushed < 0 { return abandonAfterSocketFailure() }
+            try waitForSocket(events: Int16(POLLIN | POLLOUT), deadline: deadline)
+            if PQconsumeInput(handle) == 0 { return abandonAfterSocketFailure() }
+        }
+        // Results come query by query, each followed by a NULL, then the sync's own result.
+        var beginError: OpaquePointer? = nil
+        var last: OpaquePointer? = nil
+        var query = 0
+        collecting: while true {
+            while PQisBusy(handle) != 0 {
+                do {
+                    try waitForSocket(events: Int16(POLLIN), deadline: deadline)
+                } catch {
+                    PQclear(beginError)
+                    PQclear(last)
+                    throw error
+                }
+                if PQconsumeInput(handle) == 0 {
+                    // The server closed the session (its FATAL message, if any, is in the result kept).
+                    abandoned = true
+                    break collecting
+                }
+            }
+            guard let result = PQgetResult(handle) else {
+                query += 1
+                if PQstatus(handle) == CONNECTION_BAD { break }
+                continue
+            }
+            let status = PQresultStatus(result)
+            if status == PGRES_PIPELINE_SYNC {
+                PQclear(result)
+                break
+            }
+            if query == 0 {
+                if status == PGRES_FATAL_ERROR && beginError == nil { beginError = result } else { PQclear(result) }
+            } else if beginError != nil || status == PGRES_PIPELINE_ABORTED {
+                PQclear(result)
+            } else {
+                PQclear(last)
+                last = result
+            }
+        }
+        if let beginError {
+            PQclear(last)
+            return beginError
+        }
+        return last ?? (abandoned ? abandonAfterSocketFailure() : nil)
     }
 
     /// Waits until the socket is ready for `events`; at the deadline the connection is abandoned and `.timeout` thrown.

@@ -111,7 +111,8 @@ final class WorkerContext {
             connection = nil
         } else if used.inTransaction {
             logger.log(.warning, "postgres: a transaction was left open by a pooled connection's user; rolling back")
-            if (try? used.simpleQuery("ROLLBACK")) == nil { connection = nil }
+            used.rollback()
+            if used.isBroken || used.inTransaction { connection = nil }
         }
     }
 
@@ -128,17 +129,17 @@ final class WorkerContext {
             var commitSent = false
             do {
                 defer { depth -= 1 }
-                try connection.simpleQuery(isolation.beginSQL)
+                try connection.begin(isolation)
                 let value = try body(connection)
                 if connection.inFailedTransaction {
                     // COMMIT would silently roll back: the body swallowed an error.
                     throw PostgresError(kind: .query, sqlState: "25P02", message: "transaction aborted by an earlier error; not committed")
                 }
                 commitSent = true
-                try connection.simpleQuery("COMMIT")
+                try connection.commit()
                 return value
             } catch {
-                if !connection.isBroken, connection.inTransaction { _ = try? connection.simpleQuery("ROLLBACK") }
+                if !connection.isBroken, connection.inTransaction { connection.rollback() }
                 if connection.isBroken, self.connection === connection { self.connection = nil }
                 guard let pgError = error as? PostgresError else { throw error }
                 if pgError.isSerializationFailure || pgError.isDeadlock, conflictRetries < 5 {

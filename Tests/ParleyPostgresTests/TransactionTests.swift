@@ -28,6 +28,54 @@ import Testing
         }
     }
 
+    /// BEGIN goes out with the transaction's first statement (one pipeline, or in front of a simple query): the
+    /// isolation level holds, the first statement runs inside the transaction whatever protocol it takes, an error in
+    /// it leaves the transaction failed and rolled back, and a transaction that runs nothing sends nothing.
+    @Test func beginTravelsWithTheFirstStatement() throws {
+        let pool = PostgresPool(configuration: try freshDatabase(migrated: false), size: 1)
+        defer { pool.shutdown() }
+        try pool.withConnection { try $0.simpleQuery("CREATE TABLE t (x int)") }
+        for prepared in [true, false] {
+            let level = try pool.transaction(isolation: .serializable) { db in
+                try db.query(sql: "SELECT current_setting('transaction_isolation')", prepared: prepared)[0][0].string
+            }
+            #expect(level == "serializable")
+            let inBlock = try pool.transaction { db in
+                try db.query(sql: "SELECT now() = statement_timestamp() OR true, txid_current_if_assigned() IS NULL", prepared: prepared)
+                    .decodeFirst((Bool, Bool).self)
+            }
+            #expect(inBlock?.1 == true)
+        }
+        // A simple query first: BEGIN rides in front of its text.
+        #expect(
+            try pool.transaction(isolation: .repeatableRead) { db in try db.simpleQuery("SHOW transaction_isolation")[0][0].string }
+                == "repeatable read")
+        // The first statement fails: nothing of the transaction stays, and the connection is usable again.
+        #expect(throws: PostgresError.self) {
+            try pool.transaction { db in
+                try db.execute(sql: "INSERT INTO t VALUES (1/0)")
+            }
+        }
+        #expect(throws: Boom.self) {
+            try pool.transaction { db in
+                try db.execute(sql: "INSERT INTO t VALUES (1)")
+                try db.execute(sql: "INSERT INTO t VALUES (2)")
+                throw Boom()
+            }
+        }
+        #expect(try pool.withConnection { try $0.query("SELECT count(*) FROM t")[0][0].int } == 0)
+        // Two statements in one transaction see each other and commit together; a transaction with no statement is
+        // nothing to the server (the connection is not left in a transaction).
+        let seen = try pool.transaction { db -> Int in
+            try db.execute(sql: "INSERT INTO t VALUES (3)")
+            return try db.query(sql: "SELECT count(*) FROM t")[0][0].int
+        }
+        #expect(seen == 1)
+        try pool.transaction { _ in }
+        let after = try pool.withConnection { db -> (Bool, Int) in (db.inTransaction, try db.query("SELECT count(*) FROM t")[0][0].int) }
+        #expect(after == (false, 1))
+    }
+
     @Test func retriesOnSerializationFailure() throws {
         let pool = PostgresPool(configuration: try freshDatabase(migrated: false), size: 1)
         defer { pool.shutdown() }
