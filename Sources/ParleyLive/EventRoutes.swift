@@ -4,7 +4,7 @@ import ParleyDomains
 import ParleyHTTP
 import ParleyPostgres
 
-/// Reading the event log (API.md §14.2 `GET /v1/events/log`).
+/// Reading the event log (API.md §14.2 `GET /v1/events/log`, in the app view, §14.1).
 package enum EventRoutes {
     package static func register(on api: inout API) {
         api.add(.get, "/v1/events/log", .app, "getEventLog") { ctx in
@@ -17,20 +17,29 @@ package enum EventRoutes {
             filter.roomID = query.id("room_id", .roomID)
             let afterText = query.raw("after")
             try query.check()
-            let (head, trimPoint) = try EventLog.bounds(appID: ctx.appID, on: ctx.db)
-            let position = try ResumePosition.parse(afterText, head: head, trimPoint: trimPoint)
-            let items = try EventLog.read(appID: ctx.appID, after: position.after, limit: limit, filter: filter, on: ctx.db)
-            var w = JSONWriter()
-            w.object { w in
-                w.key("items")
-                w.array { w in for item in items { w.writeRaw(item.json) } }
-                w.key("next_cursor")
-                if let last = items.last { w.writeString(String(last.id)) } else { w.writeNull() }
-                w.key("previous_event_id")
-                w.writeString(String(position.previous))
-            }
-            return Reply.json(w.bytes)
+            return try page(ctx, after: afterText, limit: limit, filter: filter) { $0.json }
         }
+    }
+
+    /// One page of the log after `afterText` (§14.2 polling): `{items, next_cursor, previous_event_id}`, each item
+    /// written by `render`.
+    private static func page(
+        _ ctx: APIContext, after afterText: String?, limit: Int, filter: EventLog.Filter, render: (LoggedEvent) throws -> [UInt8]
+    ) throws -> Response {
+        let (head, trimPoint) = try EventLog.bounds(appID: ctx.appID, on: ctx.db)
+        let position = try ResumePosition.parse(afterText, head: head, trimPoint: trimPoint)
+        let items = try EventLog.read(appID: ctx.appID, after: position.after, limit: limit, filter: filter, on: ctx.db)
+        let rendered = try items.map(render)
+        var w = JSONWriter()
+        w.object { w in
+            w.key("items")
+            w.array { w in for item in rendered { w.writeRaw(item) } }
+            w.key("next_cursor")
+            if let last = items.last { w.writeString(String(last.id)) } else { w.writeNull() }
+            w.key("previous_event_id")
+            w.writeString(String(position.previous))
+        }
+        return Reply.json(w.bytes)
     }
 }
 

@@ -74,7 +74,8 @@ struct MessageLifecycleTests: GroupTestSupport {
         let events = try app.events(query: "types=message.revoked")
         #expect(events.count == 1)
         #expect(events.first?["data"]?["message"]?["type"] == .int(31))
-        #expect(events.first?["data"]?["message"]?["body"]?["original_text"] == nil)
+        // The app log carries the app view (API.md §14.1): the original text too (UserEventLogTests: each user's view).
+        #expect(events.first?["data"]?["message"]?["body"]?["original_text"] == .string("secret text"))
         #expect(try app.events(query: "types=message.revoked&user_id=b").count == 1)
         Self.expectProblem(try Self.revoke(app, id), 409, 6_000_279)
         Self.expectProblem(try Self.revoke(app, "nope"), 404, 7_000_210)
