@@ -4,7 +4,8 @@ import ParleyDomains
 import ParleyHTTP
 import ParleyPostgres
 
-/// Reading the event log (API.md §14.2 `GET /v1/events/log`, in the app view, §14.1).
+/// Reading the event log (API.md §14.2): the app's (`GET /v1/events/log`, app view) and one user's audience
+/// (`GET /v1/users/{user_id}/events/log`, that user's view, §14.1).
 package enum EventRoutes {
     package static func register(on api: inout API) {
         api.add(.get, "/v1/events/log", .app, "getEventLog") { ctx in
@@ -18,6 +19,20 @@ package enum EventRoutes {
             let afterText = query.raw("after")
             try query.check()
             return try page(ctx, after: afterText, limit: limit, filter: filter) { $0.json }
+        }
+        // Another user's token → 403 7000002, as on every `/v1/users/{user_id}/…` route (`.appOrSelf`).
+        api.add(.get, "/v1/users/{user_id}/events/log", .appOrSelf, "getUserEventLog") { ctx in
+            let userID = try ctx.pathID("user_id", .userID)
+            var query = ctx.query()
+            let limit = query.limit()
+            var filter = EventLog.Filter()
+            filter.types = query.list("types") ?? []
+            filter.userID = userID
+            let afterText = query.raw("after")
+            try query.check()
+            try UserService(ctx).requireExists(userID)
+            // The user view whichever credential reads it: the app key reads what the user's own token reads.
+            return try page(ctx, after: afterText, limit: limit, filter: filter) { try $0.json(viewedBy: userID) }
         }
     }
 
