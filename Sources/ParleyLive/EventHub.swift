@@ -340,15 +340,18 @@ package final class EventHub: Sendable {
                 let page = try EventLog.readLive(
                     appID: appID, after: subscriber.cursor, upTo: feed.head, limit: Self.pageSize, on: db)
                 let members = try observe(page, appID: appID, audience: &audience, db: db)
-                deliver(page, members, to: id, subscriber, in: &feed)
+                var userFrames = UserFrames(page)
+                deliver(page, members, &userFrames, to: id, subscriber, in: &feed)
                 if page.count < Self.pageSize, feed.subscribers[id] != nil { subscriber.cursor = feed.head }
             }
         }
         while true {
             let page = try EventLog.readLive(appID: appID, after: feed.head, upTo: nil, limit: Self.pageSize, on: db)
             let members = try observe(page, appID: appID, audience: &audience, db: db)
+            // One set of user-view frames for the page, shared by every subscriber.
+            var userFrames = UserFrames(page)
             // A copy of the table: delivering may close (remove) subscribers.
-            for (id, subscriber) in feed.subscribers { deliver(page, members, to: id, subscriber, in: &feed) }
+            for (id, subscriber) in feed.subscribers { deliver(page, members, &userFrames, to: id, subscriber, in: &feed) }
             if let last = page.last { feed.head = last.id }
             if page.count < Self.pageSize { return behind }
         }
@@ -364,17 +367,19 @@ package final class EventHub: Sendable {
     }
 
     /// Hands one subscriber, as one write, the events of `page` past its cursor that it may see (`members`: each
-    /// event's members, from ``observe(_:appID:audience:db:)``); applies the closing rules (the frames before a
-    /// closing event, and that event's own, are written before the stream closes).
+    /// event's members, from ``observe(_:appID:audience:db:)``): an app stream the app view frames, a user stream its
+    /// user's view (API.md §14.1) from `userFrames`; applies the closing rules (the frames before a closing event, and
+    /// that event's own, are written before the stream closes).
     private func deliver(
-        _ page: [LiveEvent], _ members: [MemberAudience.Members?], to id: UInt64, _ subscriber: Subscriber, in feed: inout Feed
+        _ page: [LiveEvent], _ members: [MemberAudience.Members?], _ userFrames: inout UserFrames, to id: UInt64, _ subscriber: Subscriber,
+        in feed: inout Feed
     ) {
         let subscription = subscriber.subscription
         var frames: [UInt8] = []
         for (index, event) in page.enumerated() where event.id > subscriber.cursor {
             let visible = subscription.filter.matches(event) { userID, _ in members[index]?.contains(userID) ?? false }
             subscriber.cursor = event.id
-            if visible { frames.append(contentsOf: event.frame) }
+            if visible { frames.append(contentsOf: subscription.userID.map { userFrames.frame(index, for: $0) } ?? event.frame) }
             guard let userID = subscription.userID else { continue }
             let kicked =
                 event.type == "user.kicked" && event.audience.contains(userID)

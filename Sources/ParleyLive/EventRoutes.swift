@@ -4,7 +4,8 @@ import ParleyDomains
 import ParleyHTTP
 import ParleyPostgres
 
-/// Reading the event log (API.md §14.2 `GET /v1/events/log`).
+/// Reading the event log (API.md §14.2): the app's (`GET /v1/events/log`, app view) and one user's audience
+/// (`GET /v1/users/{user_id}/events/log`, that user's view, §14.1).
 package enum EventRoutes {
     package static func register(on api: inout API) {
         api.add(.get, "/v1/events/log", .app, "getEventLog") { ctx in
@@ -17,20 +18,43 @@ package enum EventRoutes {
             filter.roomID = query.id("room_id", .roomID)
             let afterText = query.raw("after")
             try query.check()
-            let (head, trimPoint) = try EventLog.bounds(appID: ctx.appID, on: ctx.db)
-            let position = try ResumePosition.parse(afterText, head: head, trimPoint: trimPoint)
-            let items = try EventLog.read(appID: ctx.appID, after: position.after, limit: limit, filter: filter, on: ctx.db)
-            var w = JSONWriter()
-            w.object { w in
-                w.key("items")
-                w.array { w in for item in items { w.writeRaw(item.json) } }
-                w.key("next_cursor")
-                if let last = items.last { w.writeString(String(last.id)) } else { w.writeNull() }
-                w.key("previous_event_id")
-                w.writeString(String(position.previous))
-            }
-            return Reply.json(w.bytes)
+            return try page(ctx, after: afterText, limit: limit, filter: filter) { $0.json }
         }
+        // Another user's token → 403 7000002, as on every `/v1/users/{user_id}/…` route (`.appOrSelf`).
+        api.add(.get, "/v1/users/{user_id}/events/log", .appOrSelf, "getUserEventLog") { ctx in
+            let userID = try ctx.pathID("user_id", .userID)
+            var query = ctx.query()
+            let limit = query.limit()
+            var filter = EventLog.Filter()
+            filter.types = query.list("types") ?? []
+            filter.userID = userID
+            let afterText = query.raw("after")
+            try query.check()
+            try UserService(ctx).requireExists(userID)
+            // The user view whichever credential reads it: the app key reads what the user's own token reads.
+            return try page(ctx, after: afterText, limit: limit, filter: filter) { try $0.json(viewedBy: userID) }
+        }
+    }
+
+    /// One page of the log after `afterText` (§14.2 polling): `{items, next_cursor, previous_event_id}`, each item
+    /// written by `render`.
+    private static func page(
+        _ ctx: APIContext, after afterText: String?, limit: Int, filter: EventLog.Filter, render: (LoggedEvent) throws -> [UInt8]
+    ) throws -> Response {
+        let (head, trimPoint) = try EventLog.bounds(appID: ctx.appID, on: ctx.db)
+        let position = try ResumePosition.parse(afterText, head: head, trimPoint: trimPoint)
+        let items = try EventLog.read(appID: ctx.appID, after: position.after, limit: limit, filter: filter, on: ctx.db)
+        let rendered = try items.map(render)
+        var w = JSONWriter()
+        w.object { w in
+            w.key("items")
+            w.array { w in for item in rendered { w.writeRaw(item) } }
+            w.key("next_cursor")
+            if let last = items.last { w.writeString(String(last.id)) } else { w.writeNull() }
+            w.key("previous_event_id")
+            w.writeString(String(position.previous))
+        }
+        return Reply.json(w.bytes)
     }
 }
 

@@ -536,6 +536,17 @@ struct OpenAPIResponseSchemaTests {
         c.call(.get, "/v1/events/log", query: "after=earliest&types=message.*&group_id=g1", status: 200)
         c.call(.get, "/v1/events/log", status: 200)
         c.call(.get, "/v1/events/log", query: "after=x", status: 400)
+        // A user's log (API.md §14.2) in its user view, with the app key and the user's own token; its items are
+        // checked against the same payload schemas.
+        for credential in [ContractChecker.Credential.app, .user("a")] {
+            let page = c.call(.get, "/v1/users/{user_id}/events/log", "a", query: "after=earliest&limit=100", as: credential, status: 200)
+            #expect(page.json?["items"]?.arrayValue?.isEmpty == false)
+            for event in page.json?["items"]?.arrayValue ?? [] { _ = c.checkEventPayload(event, dataSchemas: Self.eventDataSchemas) }
+        }
+        c.call(.get, "/v1/users/{user_id}/events/log", "a", status: 200)
+        c.call(.get, "/v1/users/{user_id}/events/log", "b", as: .user("a"), status: 403)
+        c.call(.get, "/v1/users/{user_id}/events/log", "ghost", status: 404)
+        c.call(.get, "/v1/users/{user_id}/events/log", "a", query: "after=x", status: 400)
     }
 
     /// Webhook endpoints and their delivery log (API.md §15.1), against a destination nobody listens on (port 1): pings

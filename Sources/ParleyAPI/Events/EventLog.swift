@@ -257,14 +257,14 @@ public enum EventLog {
         public init() {}
     }
 
-    /// Reads up to `limit` events with id > `after`, in id order, as Event JSON objects.
+    /// Reads up to `limit` events with id > `after`, in id order, in the app view (its data as stored).
     public static func read(appID: String, after: Int64, limit: Int, filter: Filter, on db: PostgresConnection) throws
-        -> [(id: Int64, json: [UInt8])]
+        -> [LoggedEvent]
     {
         let types = EventTypeFilter(filter.types)
         let result = try db.query(
             """
-            SELECT id, \(sql: eventJSON)
+            SELECT id, type, \(sql: eventHead), data
             FROM events
             WHERE app_id = \(appID) AND id > \(after)
               AND (\(types.all) OR type = ANY(\(types.exact)::text[]) OR EXISTS (SELECT 1 FROM unnest(\(types.prefixes)::text[]) p WHERE starts_with(type, p)))
@@ -277,17 +277,21 @@ public enum EventLog {
             ORDER BY id
             LIMIT \(limit)
             """)
-        return try result.rows.map { (try $0[0].int64, try $0[1].textBytes) }
+        return try result.rows.map {
+            LoggedEvent(id: try $0[0].int64, type: try $0[1].string, head: try $0[2].textBytes, data: try $0[3].textBytes)
+        }
     }
 
-    /// The Event JSON object of a row of `events` (API.md §2 "Event"), built by PostgreSQL from the stored parts.
-    private static let eventJSON = """
+    /// The Event JSON object of a row of `events` (API.md §2 "Event") up to its `data` value, built by PostgreSQL from
+    /// the stored parts: `{"id":"…","type":…,"app_id":…,"created_at":…,"data":`. The data (app view or a user view,
+    /// ``EventUserView``) and `}` complete it, so both views share this one layout.
+    private static let eventHead = """
         '{"id":"' || id || '","type":' || to_json(type) || ',"app_id":' || to_json(app_id)
-               || ',"created_at":' || created_at || ',"data":' || data || '}'
+               || ',"created_at":' || created_at || ',"data":'
         """
 
     /// Reads up to `limit` events with `after` < id ≤ `upTo` (no upper bound when nil), in id order, for the live
-    /// streams: every event, with what their filters need and the SSE frame.
+    /// streams: every event, with what their filters need and the parts of its SSE frames.
     package static func readLive(appID: String, after: Int64, upTo: Int64?, limit: Int, on db: PostgresConnection) throws
         -> [LiveEvent]
     {
@@ -296,7 +300,7 @@ public enum EventLog {
             SELECT id, type, audience, group_id, room_id, to_group_members,
                    CASE WHEN type = 'user.deleted' THEN data::json->>'user_id' END,
                    CASE WHEN type = 'user.kicked' THEN ARRAY(SELECT json_array_elements_text(data::json->'platforms')) END,
-                   'id: ' || id || E'\\nevent: ' || type || E'\\ndata: ' || \(sql: eventJSON) || E'\\n\\n'
+                   'id: ' || id || E'\\nevent: ' || type || E'\\ndata: ' || \(sql: eventHead), data
             FROM events
             WHERE app_id = \(appID) AND id > \(after) AND (\(upTo)::bigint IS NULL OR id <= \(upTo))
             ORDER BY id
@@ -307,7 +311,7 @@ public enum EventLog {
                 id: try row[0].int64, type: try row[1].string, audience: try row[2].stringArray,
                 groupID: row[3].isNull ? nil : try row[3].string, roomID: row[4].isNull ? nil : try row[4].string,
                 toGroupMembers: try row[5].bool, deletedUserID: row[6].isNull ? nil : try row[6].string,
-                kickedPlatforms: row[7].isNull ? nil : try row[7].stringArray, frame: try row[8].textBytes)
+                kickedPlatforms: row[7].isNull ? nil : try row[7].stringArray, frameHead: try row[8].textBytes, data: try row[9].textBytes)
         }
     }
 }

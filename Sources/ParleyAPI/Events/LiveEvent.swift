@@ -15,8 +15,36 @@ package struct LiveEvent: Sendable {
     package let deletedUserID: String?
     /// For `user.kicked`: the platforms whose streams close (nil: every platform).
     package let kickedPlatforms: [String]?
-    /// `id: …`, `event: …`, `data: <Event JSON>` and the blank line (API.md §14.3 "Event frame").
+    /// `id: …`, `event: …`, `data: <Event JSON>` and the blank line (API.md §14.3 "Event frame"), in the app view:
+    /// rendered once for every app stream, and for every user stream when no user view differs from it.
     package let frame: [UInt8]
+    /// The `data` JSON in the app view, as stored (what a user view is made from, ``EventUserView``).
+    package let data: [UInt8]
+    /// The frame up to the Event's `data` value.
+    private let frameHead: [UInt8]
+
+    package init(
+        id: Int64, type: String, audience: [String], groupID: String?, roomID: String?, toGroupMembers: Bool, deletedUserID: String?,
+        kickedPlatforms: [String]?, frameHead: [UInt8], data: [UInt8]
+    ) {
+        self.id = id
+        self.type = type
+        self.audience = audience
+        self.groupID = groupID
+        self.roomID = roomID
+        self.toGroupMembers = toGroupMembers
+        self.deletedUserID = deletedUserID
+        self.kickedPlatforms = kickedPlatforms
+        self.frameHead = frameHead
+        self.data = data
+        frame = frameHead + data + Self.frameTail
+    }
+
+    /// The frame with `data` in place of the app view (a user view).
+    package func frame(data view: [UInt8]) -> [UInt8] { frameHead + view + Self.frameTail }
+
+    /// What follows the data: the Event object's `}` and the blank line.
+    private static let frameTail = Array("}\n\n".utf8)
 }
 
 /// The `types` filter of the event routes (API.md §14.2): exact types, `prefix.*` and `*`.

@@ -83,7 +83,8 @@ struct ConversationService: DomainService {
             if !changed.isEmpty {
                 var data = JSONObjectWriter()
                 data["user_id"] = userID
-                data.raw("conversation", conversation.json(.user(userID), now: now))
+                // The app view (its user's stream and log show the user view, API.md §14.1).
+                data.raw("conversation", conversation.json(.app, now: now))
                 data["changed"] = changed
                 try EventLog.append(
                     [NewEvent(type: "conversation.updated", data: data.finish(), audience: [userID], orderKey: userID)], appID: appID,
@@ -166,7 +167,7 @@ struct ConversationService: DomainService {
             let events = updated.map { c -> NewEvent in
                 var data = JSONObjectWriter()
                 data["user_id"] = userID
-                data.raw("conversation", c.json(.user(userID), now: now))
+                data.raw("conversation", c.json(.app, now: now))
                 data["changed"] = ["marks"]
                 return NewEvent(type: "conversation.updated", data: data.finish(), audience: [userID], orderKey: userID)
             }

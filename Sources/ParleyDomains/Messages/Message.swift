@@ -87,16 +87,6 @@ struct Message: Sendable {
         return w.bytes
     }
 
-    /// The Message JSON every recipient of a `message.sent` event sees: no `suppressed`, no `push`
-    /// (``MessageWrite/sentJSON(_:)`` adds `suppressed` for the sender's and the app's copy).
-    func eventJSON() -> [UInt8] {
-        var w = JSONWriter(capacity: 640 + (body?.count ?? 0) + (reply?.count ?? 0))
-        w.beginObject()
-        writeMembers(&w)
-        w.endObject()
-        return w.bytes
-    }
-
     /// The tombstone a dedupe key answers with once its stored message is gone (API.md §1.6).
     static func tombstone(
         messageID: String, clientMsgID: String, conversationType: ConversationType, from: String, to: String, seq: Int64?,

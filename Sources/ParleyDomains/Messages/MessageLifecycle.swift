@@ -262,10 +262,11 @@ struct MessageLifecycle {
         return message
     }
 
-    /// `{message}` as every member of the audience sees it (no `push`, no original text).
+    /// `{message}` in the app view (`suppressed`, `push`, a revoke's original text): user streams and logs leave out
+    /// what their user may not see (``EventUserView``, API.md §14.1).
     private static func wrapped(_ message: Message) -> [UInt8] {
         var o = JSONObjectWriter(capacity: 1024)
-        o.raw("message", message.eventJSON())
+        o.raw("message", message.json(.app))
         return o.finish()
     }
 }

@@ -137,8 +137,8 @@ enum MessageWrite {
         return apps
     }
 
-    /// The JSON a `message.sent` event carries: what every recipient sees, plus `suppressed` when set (only the
-    /// sender and the app receive those). Dedupe keys of unstored messages keep the same bytes.
+    /// The JSON the dedupe key of an unstored message keeps (a repeated send answers with it): what every recipient
+    /// sees, plus `suppressed` when set.
     static func sentJSON(_ message: Message) -> [UInt8] {
         var w = JSONWriter(capacity: 640 + (message.body?.count ?? 0) + (message.reply?.count ?? 0))
         w.beginObject()
@@ -153,11 +153,13 @@ enum MessageWrite {
 
     /// `message.sent`, then the root's `message.reply_count_updated` for a counted reply (API.md §18). A suppressed
     /// message reaches only its sender (and the app), in a group or room too (a hook's `drop`); group and room events
-    /// go to the members at write time (``MessageAudience``).
+    /// go to the members at write time (``MessageAudience``). The message is written in the app view (`suppressed`,
+    /// `push`); user streams and logs leave out what their user may not see (``EventUserView``, §14.1).
     static func events(of written: Written) -> [NewEvent] {
         let message = written.message
-        var data = JSONObjectWriter(capacity: 700 + (message.body?.count ?? 0))
-        data.raw("message", sentJSON(message))
+        let json = message.json(.app)
+        var data = JSONObjectWriter(capacity: json.count + 16)
+        data.raw("message", json)
         var events = [MessageAudience.event("message.sent", data: data.finish(), about: message)]
         if let count = written.replyCount, let root = message.rootMessageID {
             var o = JSONObjectWriter(capacity: 128)

@@ -53,20 +53,10 @@ enum RoomRecent {
         return try rows.rows.map { row in try view(try row[0].textBytes, viewer) }
     }
 
-    /// The app's JSON of a cached message as `viewer` sees it.
+    /// The app's JSON of a cached message as `viewer` sees it (the same rule as the user view of events).
     static func view(_ json: [UInt8], _ viewer: MessageViewer) throws -> [UInt8] {
         guard case .user(let userID) = viewer else { return json }
-        guard case .object(var message) = try JSONValue.parse(json) else { throw APIError(.internalError, "malformed cached message") }
-        message["suppressed"] = nil
-        if message["from"]?.stringValue != userID {
-            message["push"] = nil
-            // A revoke record's text is its sender's (and the app's) only.
-            if case .object(var body) = message["body"], body["original_text"] != nil {
-                body["original_text"] = nil
-                message["body"] = .object(body)
-            }
-        }
-        return JSONValue.object(message).serialized()
+        return try EventUserView.message(json, for: userID)
     }
 
     /// Replaces the cached copy of a stored room message that changed (revoked, edited, deleted for everyone), if the
