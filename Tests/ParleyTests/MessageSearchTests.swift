@@ -1,5 +1,6 @@
 import Foundation
 import ParleyHTTP
+import ParleyPostgres
 import ParleyTesting
 import Testing
 
@@ -273,5 +274,34 @@ struct MessageSearchTests: GroupTestSupport {
         #expect(try Self.ids(app, [("q", "note"), ("user_id", "b")]).isEmpty)
         #expect(try Self.ids(app, [("q", "note"), ("user_id", "a")]) == [silent, hidden, kept])
         #expect(try Self.ids(app, [("q", "note"), ("user_id", "b"), ("conversation_type", "peer"), ("conversation_id", "a")]).isEmpty)
+    }
+
+    /// The searchable text is written by each writer (Migrations/0023): a send, an edit (the new text only), and it goes
+    /// with a revoke, a delete for everyone and the hard delete of the sender.
+    @Test func everyWriterKeepsTheSearchableTextTrue() throws {
+        let (server, app) = try MessagesTests.start()
+        defer { server.stop() }
+        for id in ["a", "b", "c"] { try app.createUser(id) }
+        let edited = try Self.text(app, "a", "b", "draft wording")
+        let revoked = try Self.text(app, "a", "b", "revoked wording")
+        let deleted = try Self.text(app, "a", "b", "deleted wording")
+        let byGone = try Self.text(app, "c", "b", "wording of c")
+        #expect(try app.request(.patch, "/v1/messages/\(edited)", json: #"{"body":{"text":"final phrasing"}}"#).status == 200)
+        #expect(try app.request(.post, "/v1/messages/\(revoked)/revoke", json: "{}").status == 200)
+        let delete = try app.request(.post, "/v1/messages/delete", json: "{\"scope\":\"everyone\",\"message_ids\":[\"\(deleted)\"]}")
+        #expect(delete.status == 200, "\(delete.text)")
+        #expect(try app.request(.delete, "/v1/users/c?mode=hard").status == 204)
+        #expect(try Self.ids(app, [("q", "phrasing")]) == [edited])
+        #expect(try Self.ids(app, [("q", "draft")]).isEmpty)
+        let stored = try server.app.services.pool.withConnection { db in
+            try db.query(
+                sql: "SELECT message_id, search_text FROM messages WHERE app_id = $1 AND message_id = ANY($2)",
+                [app.appID, [edited, revoked, deleted, byGone]]
+            ).rows.map { (try $0[0].string, $0[1].isNull ? nil : try $0[1].string) }
+        }
+        let text = Dictionary(uniqueKeysWithValues: stored)
+        #expect(text[edited] == .some("final phrasing"))
+        #expect(text.count == 4)
+        for id in [revoked, deleted, byGone] { #expect(text[id] == .some(nil), "\(id)") }
     }
 }

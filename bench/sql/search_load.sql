@@ -14,15 +14,17 @@ FROM generate_series(1, 60) g, generate_series(0, 199) k;
 INSERT INTO group_members (app_id, group_id, user_id, role, enter_type, joined_at)
 SELECT :'app', 'g' || g, 'u1', 3, 'invited', 0 FROM generate_series(1, 5) g ON CONFLICT DO NOTHING;
 
-INSERT INTO messages (app_id, conv_type, conv_id, seq, message_id, sender, recipient, type, body, timestamp)
+-- search_text as the send statement writes it (Migrations/0023).
+INSERT INTO messages (app_id, conv_type, conv_id, seq, message_id, sender, recipient, type, body, timestamp, search_text)
+SELECT l.*, parley_search_text(l.type, l.body) FROM (
 SELECT :'app', c.conv_type, c.conv_id, s.seq, 'mb' || lpad(to_hex(c.n::bigint * 100000 + s.seq), 12, '0'),
        CASE WHEN c.conv_type = 'group' OR s.seq % 2 = 0 THEN c.a ELSE c.b END,
-       CASE WHEN c.conv_type = 'group' THEN c.conv_id WHEN s.seq % 2 = 0 THEN c.b ELSE c.a END, 1,
+       CASE WHEN c.conv_type = 'group' THEN c.conv_id WHEN s.seq % 2 = 0 THEN c.b ELSE c.a END, 1 AS type,
        json_build_object('text', CASE WHEN (c.n + s.seq) % 2 = 0 THEN
            (SELECT string_agg(wd.w, ' ') FROM generate_series(1, 6 + (s.seq % 8)) k
               JOIN words wd ON wd.n = 1 + ((hashint8(c.n::bigint * 7919 + s.seq * 31 + k) & 2147483647) % 180))
          ELSE (SELECT string_agg(chr(19968 + ((hashint8(c.n::bigint * 104729 + s.seq * 17 + k) & 2147483647) % 2500)::int), '')
-               FROM generate_series(1, 6 + (s.seq % 14)) k) END)::text,
+               FROM generate_series(1, 6 + (s.seq % 14)) k) END)::text AS body,
        1700000000000 + c.n::bigint * 37 + s.seq::bigint * 60000
 FROM (SELECT n, 'peer' AS conv_type,
              CASE WHEN 'u' || n < 'u' || (n + 1) THEN 'u' || n || ' u' || (n + 1) ELSE 'u' || (n + 1) || ' u' || n END AS conv_id,
@@ -30,7 +32,7 @@ FROM (SELECT n, 'peer' AS conv_type,
       FROM generate_series(1, 1999) n
       UNION ALL
       SELECT 100000 + g, 'group', 'g' || g, 'u' || (g * 97 % 2000 + 1), NULL, 10000 FROM generate_series(1, 60) g) c,
-     LATERAL generate_series(1, c.len) s(seq);
+     LATERAL generate_series(1, c.len) s(seq)) l;
 INSERT INTO conversation_seqs (app_id, conv_type, conv_id, last_seq, last_ts)
 SELECT app_id, conv_type, conv_id, max(seq), max(timestamp) FROM messages WHERE app_id = :'app' GROUP BY 1, 2, 3
 ON CONFLICT DO NOTHING;

@@ -241,7 +241,7 @@ enum MessageStore {
         try db.query(
             """
             UPDATE messages SET body = \(text), extended_data = \(extendedData), edited_at = \(now), editor_id = \(editor),
-                edit_count = edit_count + 1
+                edit_count = edit_count + 1, search_text = parley_search_text(type, \(text))
             WHERE app_id = \(appID) AND message_id = \(message.messageID)
             """)
     }
@@ -285,9 +285,9 @@ enum MessageStore {
     /// combine message's snapshots go with its body. Returns the row as it is now.
     ///
     /// The replies' and snapshots' parts are left out when they have nothing to change: each is a data-modifying CTE
-    /// whose executor start costs the same with or without rows (for an UPDATE of `messages`, PostgreSQL 15 also
-    /// rebuilds the `search_text` generation expression from its stored text each time), which was a twentieth of a
-    /// revoke's database CPU (bench/RESULTS.md 2026-12-03).
+    /// whose executor start costs the same with or without rows (with `search_text` still a generated column, an
+    /// UPDATE of `messages` also rebuilt its expression each time): together a twentieth of a revoke's database CPU
+    /// (bench/RESULTS.md 2026-12-03). `search_text` is written by its writers (Migrations/0023): gone, it is NULL.
     ///
     /// `events` (about the message as ``gone(_:_:)`` renders it) are appended by the same statement.
     static func markGone(
@@ -316,7 +316,10 @@ enum MessageStore {
             if index > 0 { query += ", " }
             query += part
         }
-        query += " UPDATE messages m SET mention_ids = '{}', mention_all = false, reactions = '[]', pinned_at = NULL, pinned_by = NULL,"
+        query += """
+             UPDATE messages m SET mention_ids = '{}', mention_all = false, reactions = '[]', pinned_at = NULL, pinned_by = NULL,
+                search_text = NULL,
+            """
         switch gone {
         case .revoked(let body, let originalText):
             query += " type = 31, body = \(String(decoding: body, as: UTF8.self)), original_text = \(originalText)"

@@ -473,10 +473,11 @@ enum MessageWrite {
             ), stored AS (
                 INSERT INTO messages (app_id, conv_type, conv_id, seq, message_id, client_msg_id, sender, recipient, type, body,
                                       extended_data, mention_ids, mention_all, mention_notify, reply, root_message_id, priority,
-                                      need_receipt, receipt_recipients, no_unread, repeat_count, push, suppressed, timestamp)
+                                      need_receipt, receipt_recipients, no_unread, repeat_count, push, suppressed, timestamp,
+                                      search_text)
                 SELECT app_id, conv_type, conv_id, seq, message_id, client_msg_id, sender, recipient, type, body, extended_data,
                        coalesce(mention_ids, '{}'), mention_all, mention_notify, reply, root_message_id, priority, need_receipt,
-                       receipt_recipients, no_unread, repeat_count, push, suppressed, ts
+                       receipt_recipients, no_unread, repeat_count, push, suppressed, ts, parley_search_text(type, body)
                 FROM placed WHERE stored ORDER BY ord
             ), peer_entries AS (
                 -- Both sides of each pair, aggregated per row: the sender has read up to its own messages; the recipient's
