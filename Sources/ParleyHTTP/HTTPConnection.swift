@@ -261,6 +261,8 @@ final class HTTPConnection: EventLoop.Watcher {
 
     /// Writes as much queued output as the socket takes; arms EPOLLOUT only while bytes remain.
     private func flush() {
+        // A stream's writer paces itself on what is still unsent (`ResponseStream.backlog`).
+        defer { if case .streaming(let stream) = phase { stream.buffered.store(output.count - outputOffset, ordering: .relaxed) } }
         while outputOffset < output.count {
             let n = output.withUnsafeBytes { raw in
                 send(fd, raw.baseAddress! + outputOffset, raw.count - outputOffset, Int32(MSG_NOSIGNAL))
@@ -347,6 +349,7 @@ final class HTTPConnection: EventLoop.Watcher {
 
     func streamWrite(_ bytes: [UInt8]) {
         guard case .streaming(let stream) = phase else { return }
+        stream.queued.subtract(bytes.count, ordering: .relaxed)
         // The chunk goes straight into the output buffer (size line, bytes, CRLF): one copy of the bytes, not two.
         append(Array(String(bytes.count, radix: 16).utf8) + [0x0D, 0x0A])
         output.append(contentsOf: bytes)

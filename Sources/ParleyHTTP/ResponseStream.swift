@@ -1,3 +1,4 @@
+import Glibc
 import ParleySync
 import Synchronization
 
@@ -14,6 +15,10 @@ public final class ResponseStream: Sendable {
     let loop: EventLoop
     let connection: ConnectionID
     private let state = LockedValue(State())
+    /// Bytes handed to the loop by `write` and not yet in the connection's output buffer.
+    let queued = Atomic<Int>(0)
+    /// Bytes in the connection's output buffer not yet taken by the socket (set by the connection after each flush).
+    let buffered = Atomic<Int>(0)
     /// When the bytes queued for the socket exceed this, the client is too slow: the connection is closed
     /// (it resumes later, e.g. with `Last-Event-ID`) rather than letting memory grow without bound.
     public let maxBufferedBytes: Int
@@ -28,7 +33,17 @@ public final class ResponseStream: Sendable {
     public func write(_ bytes: [UInt8]) {
         if isClosed || bytes.isEmpty { return }
         let id = connection
+        queued.add(bytes.count, ordering: .relaxed)
         loop.execute { loop in loop.connection(id)?.streamWrite(bytes) }
+    }
+
+    /// Bytes written and not yet sent to the socket: a writer that produces faster than the client reads (a bulk
+    /// export) waits on this instead of reaching `maxBufferedBytes`, which closes the stream.
+    public var backlog: Int { queued.load(ordering: .relaxed) + buffered.load(ordering: .relaxed) }
+
+    /// Blocks the calling thread (never an event loop) until `backlog` is below `limit` or the stream closed.
+    public func waitForBacklog(below limit: Int) {
+        while backlog >= limit && !isClosed { usleep(1_000) }
     }
 
     /// Ends the response (terminating chunk) and closes the connection once everything is flushed.

@@ -43,7 +43,7 @@ struct OpenAPIResponseSchemaTests {
         "DeliveryDetail", "DeliveryList", "PushAttempt", "PushAttemptList", "PushTestResult", "PushTestDecision",
         "PushGatewayRequest", "PushGatewayResponse", "PushMatrixNotifyRequest", "PushMatrixNotification", "PushMatrixContent",
         "PushMatrixDevice", "PushGenericRequest", "PushGenericNotification", "Call", "CallUser", "CallPage", "CallBatchResult",
-        "MessageReaction", "MessageReactionsResult", "MessageReactionUserPage", "MessageReceipt", "MessageReceiptMemberPage",
+        "MessageReaction", "MessageReactionsResult", "MessageImportResult", "MessageReactionUserPage", "MessageReceipt", "MessageReceiptMemberPage",
         "MessageReceiptMember",
     ]
 
@@ -506,6 +506,14 @@ struct OpenAPIResponseSchemaTests {
             json: #"{"mark":3,"enable":true,"conversations":[{"type":"peer","id":"a"},{"type":"peer","id":"ghost"}]}"#, status: 200)
         c.call(.get, "/v1/users/{user_id}/unread_count", "c", status: 200)
         c.call(.delete, "/v1/users/{user_id}/conversations/{type}/{id}", "b", "peer", "a", status: 204)
+        // Import and export (API.md §11.10): an NDJSON body in, an NDJSON stream out.
+        c.call(
+            .post, "/v1/messages/import",
+            json: #"{"conversation_type":"room","from":"a","to":"r1","type":1,"body":{"text":"old"},"timestamp":1,"message_id":"x1"}"#
+                + "\n\n{\n",
+            contentType: "application/x-ndjson", status: 200)
+        c.call(.get, "/v1/messages/export", query: "conversation_type=room&conversation_id=r1", status: 200)
+        c.call(.get, "/v1/messages/export", query: "conversation_type=group&conversation_id=ghost", status: 404)
     }
 
     static func events(_ c: ContractChecker) throws {
@@ -851,7 +859,16 @@ final class ContractChecker {
                 "\(label) \(r.status): content type \(mediaType) is not declared (\(content.keys))", sourceLocation: location)
             return
         }
-        if mediaType.hasSuffix("json"), let schema = media["schema"] {
+        if mediaType == "application/x-ndjson" {
+            // NDJSON (the message export, API.md §11.10): every line is a Message.
+            for line in r.body.split(separator: 0x0A) {
+                guard let body = try? JSONValue.parse(Array(line), maxDepth: 256) else {
+                    Issue.record("\(label) \(r.status): a line is not JSON", sourceLocation: location)
+                    return
+                }
+                report(body, ["$ref": "#/components/schemas/Message"], "\(label) \(r.status) line", strict: true, location)
+            }
+        } else if mediaType.hasSuffix("json"), let schema = media["schema"] {
             guard let body = try? JSONValue.parse(r.body, maxDepth: 256) else {
                 Issue.record("\(label) \(r.status): body is not JSON: \(r.text)", sourceLocation: location)
                 return

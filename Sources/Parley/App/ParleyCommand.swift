@@ -6,7 +6,7 @@ import ParleyHTTP
 import ParleyLive
 import ParleyPostgres
 
-/// The `parley` command line: `serve`, `migrate`, `version`, `help`.
+/// The `parley` command line: `serve`, `migrate`, `apps create`, `export`, `import`, `version`, `help`.
 public enum ParleyCommand {
     public static let version = "0.1.0"
 
@@ -18,6 +18,8 @@ public enum ParleyCommand {
           migrate   apply the database migrations and exit
           apps create <app_id> [--name NAME]
                     create an app and print its key (works while the server runs)
+          export    write one conversation's messages as NDJSON, from a running server
+          import    send an NDJSON file of messages to a running server
           version   print the version
           help      this text
 
@@ -53,6 +55,12 @@ public enum ParleyCommand {
                 return 2
             }
             return createApp(arguments: Array(arguments.dropFirst()), environment: environment)
+        case "export", "import":
+            if arguments.contains("--help") || arguments.contains("-h") {
+                print(TransferCommand.usage, terminator: "")
+                return 0
+            }
+            return TransferCommand.run(command, arguments: arguments, environment: environment)
         default:
             printError("parley: unknown command \(command)\n\n\(usage)")
             return 2

@@ -40,6 +40,8 @@ enum Routes {
         MessagePinRoutes.register(on: &api)
         MessageReceiptRoutes.register(on: &api)
         MessageSearchRoutes.register(on: &api)
+        MessageImportRoutes.register(on: &api)
+        MessageExport.register(on: &api)
         ConversationRoutes.register(on: &api)
         PushRoutes.register(on: &api, bridge: push)
         CallRoutes.register(on: &api)

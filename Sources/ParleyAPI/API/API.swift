@@ -69,12 +69,15 @@ package struct API {
     /// Adds an app route. `queryToken` routes (the SSE streams, which browsers' EventSource opens without headers)
     /// also accept the credential as the `access_token` query parameter when there is no `Authorization`.
     /// `numbersItsEvents` routes write their events with ids before they answer (the message writer), so their
-    /// answer need not wait for the sequencer.
+    /// answer need not wait for the sequencer. `bodyMediaType`: the media type of request bodies (JSON unless the route
+    /// says otherwise, §1.1).
     package mutating func add(
         _ method: HTTPMethod, _ template: String, _ access: Access, _ operationID: String, maxBodyBytes: Int? = nil,
-        queryToken: Bool = false, numbersItsEvents: Bool = false, _ handler: @escaping Handler
+        queryToken: Bool = false, numbersItsEvents: Bool = false, bodyMediaType: String = "application/json",
+        _ handler: @escaping Handler
     ) {
-        let route = RequestPipeline.Route(access: access, queryToken: queryToken, sequenced: !numbersItsEvents)
+        let route = RequestPipeline.Route(
+            access: access, queryToken: queryToken, sequenced: !numbersItsEvents, bodyMediaType: bodyMediaType)
         register(method, template, operationID, maxBodyBytes: maxBodyBytes, route) { exchange in
             guard let app = exchange.app else { throw APIError(.internalError, "app route without an app") }
             return try handler(

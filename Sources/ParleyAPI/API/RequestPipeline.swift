@@ -14,6 +14,8 @@ enum RequestPipeline {
         var queryToken: Bool
         /// A write's answer waits until its events are sequenced (false for routes that number their own events).
         var sequenced: Bool
+        /// The media type request bodies must have (§1.1: JSON, except the NDJSON import).
+        var bodyMediaType = "application/json"
     }
 
     /// One request on its way through the pipeline. Owned by the worker thread running it.
@@ -130,10 +132,12 @@ enum RequestPipeline {
         }
     }
 
-    /// Request bodies are JSON (§1.1); a body over the limit counts as one (it was sent, only not read).
+    /// Request bodies are JSON (§1.1), or the route's own media type; a body over the limit counts as one (it was sent,
+    /// only not read).
     static func requireJSON(_ x: inout Exchange) throws -> Response? {
-        if !x.request.body.isEmpty || x.request.bodyOverLimit, !isJSON(x.request.headers["Content-Type"]) {
-            throw APIError(.unsupportedMediaType, "request bodies must be application/json")
+        let expected = x.route.bodyMediaType
+        if !x.request.body.isEmpty || x.request.bodyOverLimit, !isMediaType(x.request.headers["Content-Type"], expected) {
+            throw APIError(.unsupportedMediaType, "request bodies must be \(expected)")
         }
         return nil
     }
@@ -243,9 +247,9 @@ enum RequestPipeline {
         }
     }
 
-    static func isJSON(_ contentType: String?) -> Bool {
+    /// Whether `contentType` names `mediaType` (parameters such as `charset` aside).
+    static func isMediaType(_ contentType: String?, _ mediaType: String) -> Bool {
         guard let contentType else { return false }
-        let mediaType = contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingSpaces().lowercased() } ?? ""
-        return mediaType == "application/json"
+        return (contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingSpaces().lowercased() } ?? "") == mediaType
     }
 }
