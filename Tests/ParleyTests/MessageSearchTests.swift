@@ -276,7 +276,7 @@ struct MessageSearchTests: GroupTestSupport {
         #expect(try Self.ids(app, [("q", "note"), ("user_id", "b"), ("conversation_type", "peer"), ("conversation_id", "a")]).isEmpty)
     }
 
-    /// The searchable text is written by each writer (Migrations/0023): a send, an edit (the new text only), and it goes
+    /// The searchable text is written by each writer (Migrations/0022): a send, an edit (the new text only), and it goes
     /// with a revoke, a delete for everyone and the hard delete of the sender.
     @Test func everyWriterKeepsTheSearchableTextTrue() throws {
         let (server, app) = try MessagesTests.start()

@@ -14,7 +14,7 @@ FROM generate_series(1, 60) g, generate_series(0, 199) k;
 INSERT INTO group_members (app_id, group_id, user_id, role, enter_type, joined_at)
 SELECT :'app', 'g' || g, 'u1', 3, 'invited', 0 FROM generate_series(1, 5) g ON CONFLICT DO NOTHING;
 
--- search_text as the send statement writes it (Migrations/0023).
+-- search_text as the send statement writes it (Migrations/0022).
 INSERT INTO messages (app_id, conv_type, conv_id, seq, message_id, sender, recipient, type, body, timestamp, search_text)
 SELECT l.*, parley_search_text(l.type, l.body) FROM (
 SELECT :'app', c.conv_type, c.conv_id, s.seq, 'mb' || lpad(to_hex(c.n::bigint * 100000 + s.seq), 12, '0'),

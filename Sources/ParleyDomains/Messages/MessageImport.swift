@@ -302,10 +302,10 @@ struct MessageImport {
         ), stored AS (
             INSERT INTO messages (app_id, conv_type, conv_id, seq, message_id, client_msg_id, sender, recipient, type, body,
                                   extended_data, mention_ids, mention_all, mention_notify, priority, need_receipt, receipt_recipients,
-                                  no_unread, repeat_count, deleted, original_text, timestamp)
+                                  no_unread, repeat_count, deleted, original_text, timestamp, search_text)
             SELECT $1, conv_type, conv_id, seq, message_id, client_msg_id, sender, recipient, type, body, extended_data,
                    coalesce(mention_ids, '{}'), mention_all, false, priority, need_receipt, receipt_recipients, false, 1, deleted,
-                   original_text, ts
+                   original_text, ts, parley_search_text(type, body)
             FROM placed ORDER BY ord
         ), peer_entries AS (
             -- Both sides of each pair, aggregated per row. New entries start read; an entry that was read up to its

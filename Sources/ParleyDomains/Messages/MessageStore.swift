@@ -287,7 +287,7 @@ enum MessageStore {
     /// The replies' and snapshots' parts are left out when they have nothing to change: each is a data-modifying CTE
     /// whose executor start costs the same with or without rows (with `search_text` still a generated column, an
     /// UPDATE of `messages` also rebuilt its expression each time): together a twentieth of a revoke's database CPU
-    /// (bench/RESULTS.md 2026-12-03). `search_text` is written by its writers (Migrations/0023): gone, it is NULL.
+    /// (bench/RESULTS.md 2026-12-03). `search_text` is written by its writers (Migrations/0022): gone, it is NULL.
     ///
     /// `events` (about the message as ``gone(_:_:)`` renders it) are appended by the same statement.
     static func markGone(

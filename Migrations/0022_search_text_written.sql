@@ -9,7 +9,7 @@
 -- DROP EXPRESSION keeps the stored values and rewrites nothing.
 --
 -- Writers: the send statement (MessageWrite), an edit (MessageStore.saveEdit), a revoke or delete for everyone
--- (MessageStore.markGone), an import, and the hard delete of a user (below).
+-- (MessageStore.markGone), an import (MessageImport.statement), and the hard delete of a user (below).
 CREATE FUNCTION parley_search_text(p_type int, p_body text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT lower(CASE
