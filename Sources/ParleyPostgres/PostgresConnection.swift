@@ -362,15 +362,7 @@ public final class PostgresConnection {
     private func sendAndCollect(_ send: () -> Int32, deadline: UInt64?) throws(PostgresError) -> OpaquePointer? {
         // 0: not sent (connection gone); `check(nil)` reports libpq's message.
         guard send() == 1 else { return nil }
-        // In non-blocking mode the command may still sit in libpq's buffer (a big one, or a server that stopped
-        // reading): flush it, reading meanwhile so the server cannot block on its own output.
-        while true {
-            let flushed = PQflush(handle)
-            if flushed == 0 { break }
-            if flushed < 0 { return abandonAfterSocketFailure() }
-            try waitForSocket(events: Int16(POLLIN | POLLOUT), deadline: deadline)
-            if PQconsumeInput(handle) == 0 { return abandonAfterSocketFailure() }
-        }
+        guard try flush(deadline: deadline) else { return abandonAfterSocketFailure() }
         var last: OpaquePointer? = nil
         while true {
             while PQisBusy(handle) != 0 {
@@ -397,6 +389,18 @@ public final class PostgresConnection {
         return last
     }
 
+    /// In non-blocking mode a command may still sit in libpq's buffer (a big one, or a server that stopped reading):
+    /// flushes it, reading meanwhile so the server cannot block on its own output. False when the socket failed.
+    private func flush(deadline: UInt64?) throws(PostgresError) -> Bool {
+        while true {
+            let flushed = PQflush(handle)
+            if flushed == 0 { return true }
+            if flushed < 0 { return false }
+            try waitForSocket(events: Int16(POLLIN | POLLOUT), deadline: deadline)
+            if PQconsumeInput(handle) == 0 { return false }
+        }
+    }
+
     /// `begin` and the statement `send` sends, in one pipeline (one round trip): the statement's last result, or
     /// BEGIN's error (the statement is then skipped by the server).
     private func sendAndCollect(after begin: String, _ send: () -> Int32, deadline: UInt64?) throws(PostgresError) -> OpaquePointer? {
@@ -406,13 +410,7 @@ public final class PostgresConnection {
         guard PQsendQueryParams(handle, begin, 0, nil, nil, nil, nil, 0) == 1, send() == 1, PQpipelineSync(handle) == 1 else {
             return nil
         }
-        while true {
-            let flushed = PQflush(handle)
-            if flushed == 0 { break }
-            if flushed < 0 { return abandonAfterSocketFailure() }
-            try waitForSocket(events: Int16(POLLIN | POLLOUT), deadline: deadline)
-            if PQconsumeInput(handle) == 0 { return abandonAfterSocketFailure() }
-        }
+        guard try flush(deadline: deadline) else { return abandonAfterSocketFailure() }
         // Results come query by query, each followed by a NULL, then the sync's own result.
         var beginError: OpaquePointer? = nil
         var last: OpaquePointer? = nil
