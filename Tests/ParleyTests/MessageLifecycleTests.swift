@@ -1,5 +1,6 @@
 import Foundation
 import ParleyHTTP
+import ParleySync
 import ParleyTesting
 import Testing
 
@@ -81,6 +82,41 @@ struct MessageLifecycleTests: GroupTestSupport {
         #expect(try app.events(query: "types=message.revoked&user_id=b").count == 1)
         Self.expectProblem(try Self.revoke(app, id), 409, 6_000_279)
         Self.expectProblem(try Self.revoke(app, "nope"), 404, 7_000_210)
+    }
+
+    /// Concurrent revokes are written a batch per transaction (MessageRevokes): each still gets its own answer (a
+    /// refused one leaves the others of its batch), and each revoked message exactly one `message.revoked`.
+    @Test func concurrentRevokesEachGetTheirOwnAnswer() throws {
+        let (server, app) = try MessagesTests.start()
+        defer { server.stop() }
+        for id in ["a", "b"] { try app.createUser(id) }
+        let ids = try (0..<40).map { i in try Self.send(app, "a", "b", "text \(i)")["message_id"]?.stringValue ?? "" }
+        let tokenB = try app.token(for: "b")
+        // 0..<30 by the app; 30..<35 by b, who did not send them (403); 35..<40 twice by the app (one 200, one 409);
+        // and five unknown ids (404).
+        var calls: [(path: String, token: String?)] = ids.prefix(30).map { ("/v1/messages/\($0)/revoke", nil) }
+        calls += ids[30..<35].map { ("/v1/messages/\($0)/revoke", tokenB) }
+        calls += ids[35...].flatMap { id in [("/v1/messages/\(id)/revoke", nil), ("/v1/messages/\(id)/revoke", nil)] }
+        calls += (0..<5).map { ("/v1/messages/m\($0)nosuch/revoke", nil) }
+        let answers = LockedValue<[Int: (Int, Int64?)]>([:])
+        let work = calls
+        WritePathTests.onThreads(work.count) { i in
+            let call = work[i]
+            let r =
+                call.token.map { try? Self.asUser(app, $0, .post, call.path, json: "{}") } ?? (try? app.request(.post, call.path, json: "{}"))
+            answers.withLock { $0[i] = (r?.status ?? 0, r?.json?["code"]?.intValue) }
+        }
+        let got = answers.withLock { $0 }
+        for i in 0..<30 { #expect(got[i]?.0 == 200, "revoke \(i)") }
+        for i in 30..<35 { #expect(got[i]?.0 == 403 && got[i]?.1 == 6_000_285, "revoke \(i) by b: \(String(describing: got[i]))") }
+        for pair in 0..<5 {
+            let statuses = [got[35 + 2 * pair]?.0, got[36 + 2 * pair]?.0].compactMap { $0 }.sorted()
+            #expect(statuses == [200, 409], "twice \(pair): \(statuses)")
+        }
+        for i in 45..<50 { #expect(got[i]?.0 == 404 && got[i]?.1 == 7_000_210, "unknown \(i)") }
+        let revoked = try app.events(query: "types=message.revoked").compactMap { $0["data"]?["message"]?["message_id"]?.stringValue }
+        #expect(revoked.sorted() == (Array(ids.prefix(30)) + Array(ids[35...])).sorted())
+        for id in ids[30..<35] { #expect(try Self.get(app, id)?["type"] == .int(1)) }
     }
 
     @Test func theRevokePermissionLadder() throws {

@@ -33,7 +33,7 @@ enum Routes {
         DeviceRoutes.register(on: &api)
         MessageRoutes.register(on: &api, writer: writer)
         // Messages sit below Push: a revoke's push is handed in here.
-        MessageLifecycleRoutes.register(on: &api) { db, appID, messageID, push, now in
+        MessageLifecycleRoutes.register(on: &api, pool: services.pool) { db, appID, messageID, push, now in
             try PushPlanner.revokePush(appID: appID, messageID: messageID, push: push, now: now, on: db)
         }
         MessageReactionRoutes.register(on: &api, pool: services.pool)

@@ -27,6 +27,12 @@ struct MessageLifecycle {
         editWindowS = ctx.app.settings.int("edit_window_s")
     }
 
+    /// For a revoke written in a batch (``MessageRevokes``), with what its request read.
+    init(service: MessageService, revokeWindowS: Int64) {
+        self.service = service
+        self.revokeWindowS = revokeWindowS
+    }
+
     /// Who acts: a user (a token, or the app naming `operator`) or the app itself; `skipChecks` (app only) acts as
     /// the app whatever `operator` says, while `operator` is still recorded.
     struct Actor: Sendable {
@@ -39,37 +45,55 @@ struct MessageLifecycle {
 
     // MARK: - Revoke
 
-    /// `POST /v1/messages/{message_id}/revoke`: the message becomes a type-31 record in place.
+    /// `POST /v1/messages/{message_id}/revoke`: the message becomes a type-31 record in place, in a transaction of
+    /// its own (``MessageRevokes`` writes a node's concurrent revokes a batch per transaction, with ``revokeLocked``).
     func revoke(_ messageID: String, by actor: Actor, extendedData: String, push: JSONValue?, revokePush: RevokePush) throws -> Message {
         try db.transaction { db in
-            let (message, isRepliedTo) = try lockForGone(messageID, by: actor, on: db)
-            if message.type == MessageType.tips.rawValue {
-                throw APIError(.unsupportedOperation, "tips messages cannot be revoked")
-            }
-            if message.type == MessageType.revoke.rawValue { throw APIError(.alreadyRevoked, "message \(messageID) is already revoked") }
-            let status = try revokeStatus(message, by: actor, on: db)
-            var body = JSONObjectWriter(capacity: 256 + extendedData.utf8.count)
-            body["revoke_type"] = 0
-            body["revoke_status"] = status
-            body["revoked_at"] = now
-            body["operator_id"] = actor.userID
-            body["revoke_extended_data"] = extendedData
-            body["original_type"] = message.type
-            let originalText =
-                message.type == MessageType.text.rawValue
-                ? message.body.flatMap { try? JSONValue.parse($0) }?["text"]?.stringValue : nil
-            let gone = MessageStore.Gone.revoked(body: body.finish(), originalText: originalText)
-            // The event goes with the row's change (one round trip), rendered from the record the change makes.
-            let event = MessageAudience.event("message.revoked", data: Self.wrapped(MessageStore.gone(message, gone)), about: message)
-            guard
-                let revoked = try MessageStore.markGone(
-                    appID: appID, message: message, isRepliedTo: isRepliedTo, gone, events: [event], now: now, on: db)
-            else { throw MessageService.notFound(messageID) }
-            try EventLog.append(try goneEffects(message, on: db), appID: appID, now: now, on: db)
-            try revokePush(db, appID, messageID, push, now)
-            try RoomRecent.refresh(appID: appID, message: revoked, on: db)
-            return revoked
+            var events: [NewEvent]? = nil
+            return try revokeLocked(messageID, by: actor, extendedData: extendedData, push: push, revokePush: revokePush, events: &events, on: db)
         }
+    }
+
+    /// The revoke inside the caller's transaction. Its events are written with the row's change (one round trip),
+    /// or, when `events` is non-nil, added to it for the caller to append (a batch appends all of its events at
+    /// once). Every problem it throws comes before its first write (the row lock is a read), so a batch can go on
+    /// with its other revokes after one is refused.
+    func revokeLocked(
+        _ messageID: String, by actor: Actor, extendedData: String, push: JSONValue?, revokePush: RevokePush, events: inout [NewEvent]?,
+        on db: PostgresConnection
+    ) throws -> Message {
+        let (message, isRepliedTo) = try lockForGone(messageID, by: actor, on: db)
+        if message.type == MessageType.tips.rawValue {
+            throw APIError(.unsupportedOperation, "tips messages cannot be revoked")
+        }
+        if message.type == MessageType.revoke.rawValue { throw APIError(.alreadyRevoked, "message \(messageID) is already revoked") }
+        let status = try revokeStatus(message, by: actor, on: db)
+        var body = JSONObjectWriter(capacity: 256 + extendedData.utf8.count)
+        body["revoke_type"] = 0
+        body["revoke_status"] = status
+        body["revoked_at"] = now
+        body["operator_id"] = actor.userID
+        body["revoke_extended_data"] = extendedData
+        body["original_type"] = message.type
+        let originalText =
+            message.type == MessageType.text.rawValue
+            ? message.body.flatMap { try? JSONValue.parse($0) }?["text"]?.stringValue : nil
+        let gone = MessageStore.Gone.revoked(body: body.finish(), originalText: originalText)
+        // Rendered from the record the change makes, so it can go with the change.
+        let event = MessageAudience.event("message.revoked", data: Self.wrapped(MessageStore.gone(message, gone)), about: message)
+        guard
+            let revoked = try MessageStore.markGone(
+                appID: appID, message: message, isRepliedTo: isRepliedTo, gone, events: events == nil ? [event] : [], now: now, on: db)
+        else { throw MessageService.notFound(messageID) }
+        let effects = try goneEffects(message, on: db)
+        if events == nil {
+            try EventLog.append(effects, appID: appID, now: now, on: db)
+        } else {
+            events? += [event] + effects
+        }
+        try revokePush(db, appID, messageID, push, now)
+        try RoomRecent.refresh(appID: appID, message: revoked, on: db)
+        return revoked
     }
 
     /// The first rung of the §11.5 ladder that allows `actor` to revoke `message`: the sender within

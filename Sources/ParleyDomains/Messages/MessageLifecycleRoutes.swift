@@ -7,11 +7,12 @@ import ParleyPostgres
 package enum MessageLifecycleRoutes {
     /// `revokePush`: the push bridge's revoke push (§16.1), which the app layer wires (Push sits above Messages).
     package static func register(
-        on api: inout API,
+        on api: inout API, pool: PostgresPool,
         revokePush:
             @escaping @Sendable (_ db: PostgresConnection, _ appID: String, _ messageID: String, _ push: JSONValue?, _ now: Int64)
             throws -> Void
     ) {
+        let revokes = MessageRevokes(pool: pool, revokePush: revokePush)
         api.add(.post, "/v1/messages/{message_id}/revoke", .appOrUser, "revokeMessage") { ctx in
             let messageID = try ctx.pathID("message_id", .opaque)
             var body = try ctx.body()
@@ -19,10 +20,21 @@ package enum MessageLifecycleRoutes {
             let extendedData = body.string("revoke_extended_data", maxBytes: 1024) ?? ""
             let push = PushConfig.read(from: &body)
             try body.check()
-            let message = try MessageService.tellingUnstored(messageID, ctx) {
-                try MessageLifecycle(ctx).revoke(messageID, by: actor, extendedData: extendedData, push: push, revokePush: revokePush)
+            let (viewer, request, logger) = (MessageViewer(ctx), ctx.request, ctx.services.logger)
+            let (appID, now, revokeWindowS) = (ctx.appID, ctx.now, ctx.app.settings.int("revoke_window_s"))
+            let recentUnstored = MessageService.isRecentUnstored(messageID, ctx)
+            return .later { respond in
+                let job = MessageRevokes.Job(
+                    messageID: messageID, actor: actor, extendedData: extendedData, push: push, now: now, revokeWindowS: revokeWindowS
+                ) { result in
+                    do {
+                        respond(Reply.json(try MessageService.tellingUnstored(messageID, recentUnstored) { try result.get() }.json(viewer)))
+                    } catch {
+                        respond(ProblemRendering.handlerError(error, request: request, logger: logger))
+                    }
+                }
+                revokes.submit(job, appID: appID)
             }
-            return Reply.json(message.json(MessageViewer(ctx)))
         }
 
         api.add(.patch, "/v1/messages/{message_id}", .appOrUser, "editMessage") { ctx in

@@ -253,8 +253,13 @@ struct MessageService: DomainService {
     /// send (§11.1: "the server keeps unstored ids that long"), and stays 404 afterwards. An unstored id never has a
     /// row, so every 404 for one means just that.
     static func tellingUnstored<T>(_ messageID: String, _ ctx: APIContext, _ body: () throws -> T) throws -> T {
+        try tellingUnstored(messageID, isRecentUnstored(messageID, ctx), body)
+    }
+
+    /// ``tellingUnstored(_:_:_:)`` with ``isRecentUnstored(_:_:)`` read beforehand (for an answer given later).
+    static func tellingUnstored<T>(_ messageID: String, _ recentUnstored: Bool, _ body: () throws -> T) throws -> T {
         do { return try body() } catch let error as APIError where error.code == .messageNotFound {
-            guard isRecentUnstored(messageID, ctx) else { throw error }
+            guard recentUnstored else { throw error }
             throw APIError(.unsupportedOperation, "message \(messageID) was not stored: it cannot be changed")
         }
     }

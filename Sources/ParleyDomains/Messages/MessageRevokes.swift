@@ -1,0 +1,97 @@
+import ParleyAPI
+import ParleyCore
+import ParleyPostgres
+import ParleySync
+
+/// The node's revokes, queued per app and written a batch per transaction by one pool worker at a time per app
+/// (``KeyedBatchQueue``), the way the message writer commits concurrent sends together.
+///
+/// A revoke alone is a transaction of three statements (the row lock with the checks, the change with its event, the
+/// push revoke) plus its commit's WAL flush and the sequencer's move of its event: about twice a send's CPU, where a
+/// send is one statement in the writer's group commit (bench/RESULTS.md 2026-12-03). In a batch, the revokes share
+/// one commit and one event append. A refused revoke (its problem comes before its first write) leaves the others
+/// in the batch; a database error ends the batch, and its revokes are then tried again one by one, each in its own
+/// transaction, so one bad item fails alone. Owner: the route table that made it.
+final class MessageRevokes: Sendable {
+    /// Revokes per transaction: a bound on how long a batch holds its rows locked, not a wait (a batch forms only
+    /// from the revokes that queued while the previous one was written).
+    static let maxBatch = 64
+
+    /// One revoke request, with what its request read (its clock, the app's window at that time).
+    struct Job: Sendable {
+        let messageID: String
+        let actor: MessageLifecycle.Actor
+        let extendedData: String
+        let push: JSONValue?
+        let now: Int64
+        let revokeWindowS: Int64
+        let done: @Sendable (Result<Message, any Error>) -> Void
+    }
+
+    private let queue = KeyedBatchQueue<Job>()
+    private let pool: PostgresPool
+    private let revokePush: MessageLifecycle.RevokePush
+
+    init(pool: PostgresPool, revokePush: @escaping MessageLifecycle.RevokePush) {
+        self.pool = pool
+        self.revokePush = revokePush
+    }
+
+    /// Queues `job` (of the app `appID`); its `done` runs on a pool worker once its batch has committed.
+    func submit(_ job: Job, appID: String) {
+        guard queue.enqueue(job, key: appID) else { return }
+        pool.submit(
+            { [self] in
+                while let batch = queue.next(key: appID, max: Self.maxBatch) {
+                    let results: [Result<Message, any Error>]
+                    do {
+                        results = try pool.withConnection { db in try write(batch, appID: appID, on: db) }
+                    } catch {
+                        results = batch.map { _ in .failure(error) }
+                    }
+                    for (job, result) in zip(batch, results) { job.done(result) }
+                }
+            },
+            rejected: { [self] in
+                let busy = APIError.retryLater(.unavailable, "no database connection became free", retryAfterSeconds: 1)
+                while let batch = queue.next(key: appID, max: Int.max) { for job in batch { job.done(.failure(busy)) } }
+            })
+    }
+
+    /// `jobs` in one transaction (their events appended together, last), or, after a database error, one by one.
+    private func write(_ jobs: [Job], appID: String, on db: PostgresConnection) throws -> [Result<Message, any Error>] {
+        if jobs.count > 1 {
+            do {
+                return try db.transaction { db in
+                    var events: [NewEvent]? = []
+                    var results: [Result<Message, any Error>] = []
+                    for job in jobs {
+                        do {
+                            results.append(.success(try revoke(job, appID: appID, events: &events, on: db)))
+                        } catch let problem as APIError {
+                            results.append(.failure(problem))
+                        }
+                    }
+                    try EventLog.append(events ?? [], appID: appID, now: jobs.map(\.now).max() ?? 0, on: db)
+                    return results
+                }
+            } catch let error as PostgresError where !error.isConnectionFailure {
+                _ = error  // one item's statement failed: the batch is gone; each revoke again on its own below
+            }
+        }
+        return jobs.map { job in
+            Result {
+                try db.transaction { db in
+                    var events: [NewEvent]? = nil
+                    return try revoke(job, appID: appID, events: &events, on: db)
+                }
+            }
+        }
+    }
+
+    private func revoke(_ job: Job, appID: String, events: inout [NewEvent]?, on db: PostgresConnection) throws -> Message {
+        let lifecycle = MessageLifecycle(service: MessageService(db: db, appID: appID, now: job.now), revokeWindowS: job.revokeWindowS)
+        return try lifecycle.revokeLocked(
+            job.messageID, by: job.actor, extendedData: job.extendedData, push: job.push, revokePush: revokePush, events: &events, on: db)
+    }
+}
