@@ -75,8 +75,12 @@ for ((r = 1; r <= ROUNDS; r++)); do
     wait_quiet
     run_pgbench "floor #$r" floor_insert.sql "$CONNECTIONS" "-c synchronous_commit=on"
     run_pgbench "hot counter #$r" hot_counter.sql "$CONNECTIONS" "-c synchronous_commit=on"
-    ratios_revoke+=("$(ab_ratio "${RATE[parley,revoke #$r]}" "${RATE[parley,send #$r]}")")
-    ROWS+=("| $r | ${RATE[parley,send #$r]} (p99 ${P99[send #$r]}, cpu $(cpu_ms_per_request "send #$r") ms) | ${RATE[parley,revoke #$r]} (p99 ${P99[revoke #$r]}, non-2xx ${ERR[revoke #$r]}, cpu $(cpu_ms_per_request "revoke #$r") ms) | ${ratios_revoke[-1]} | $react | $react_ratio | $(cut -d' ' -f1 /proc/loadavg) |")
+    revoke_ratio=$(ab_ratio "${RATE[parley,revoke #$r]}" "${RATE[parley,send #$r]}")
+    # A round whose revokes ran out of stored messages (the ids wrap around: a second revoke answers 409) measured
+    # something else; it stays in the table but not in the median (the first round of a fresh server, whose sends run
+    # on plans made for empty tables, stores too few).
+    if [[ ${ERR[revoke #$r]:-0} == 0 ]]; then ratios_revoke+=("$revoke_ratio"); else revoke_ratio="($revoke_ratio, not counted)"; fi
+    ROWS+=("| $r | ${RATE[parley,send #$r]} (p99 ${P99[send #$r]}, cpu $(cpu_ms_per_request "send #$r") ms) | ${RATE[parley,revoke #$r]} (p99 ${P99[revoke #$r]}, non-2xx ${ERR[revoke #$r]}, cpu $(cpu_ms_per_request "revoke #$r") ms) | $revoke_ratio | $react | $react_ratio | $(cut -d' ' -f1 /proc/loadavg) |")
     REFS+=("| $r | ${RATE[pgbench,floor #$r]} | $(ab_ratio "${RATE[parley,send #$r]}" "${RATE[pgbench,floor #$r]}") | $(ab_ratio "${RATE[parley,revoke #$r]}" "${RATE[pgbench,floor #$r]}") | ${RATE[pgbench,hot counter #$r]} | $( [[ $react == n/a ]] && echo n/a || ab_ratio "${RATE[parley,react #$r]}" "${RATE[pgbench,hot counter #$r]}") |")
 done
 reference_tables drop
@@ -101,7 +105,7 @@ text=$(
     echo "|---:|---:|---:|---:|---:|---:|"
     printf '%s\n' "${REFS[@]}"
     echo
-    echo "- median ratio: revokes $(median "${ratios_revoke[@]}") of sends (target ≥ 0.5×: $(met "$(median "${ratios_revoke[@]}" | tr -d '×')" 0.5))"
+    echo "- median ratio: revokes $(median "${ratios_revoke[@]}") of sends over the ${#ratios_revoke[@]} rounds whose revokes all answered 2xx (target ≥ 0.5×: $(met "$(median "${ratios_revoke[@]}" | tr -d '×')" 0.5))"
     if ((${#ratios_react[@]} > 0)); then
         echo "- median ratio: reactions $(median "${ratios_react[@]}") of sends (target ≥ 0.5×: $(met "$(median "${ratios_react[@]}" | tr -d '×')" 0.5))"
     fi
