@@ -172,6 +172,15 @@ public struct Configuration: Sendable {
             let left = "  \(setting.flag) <value>"
             text += left.padding(to: 26) + setting.variable.padding(to: 22) + setting.help + "\n"
         }
+        // Kept in step with EmbeddedPostgres.relocatedClustersDirectory (ParleyCore does not see that module).
+        text += """
+
+            Without DATABASE_URL, Parley runs its own PostgreSQL in the data directory (pg/). Run as root, that
+            cluster runs as user postgres; when postgres cannot reach the data directory (a directory under
+            root's home, mode 0700), the cluster lives in /var/lib/parley/clusters/<hash of the data directory's
+            path>/pg instead, with the data directory's pg a link to it (the start-up log says so).
+
+            """
         return text
     }
 }

@@ -17,8 +17,10 @@ import Synchronization
 /// delays (up to 10 s) while starts fail; each restart is logged and counted (`restarts`). `state` tells whether it
 /// runs. A start after a crashed Parley waits (up to 30 s, logged) for the previous server, orphaned and shutting down,
 /// to exit, and retries while its last processes still hold the shared memory; it never starts a second postmaster on
-/// a directory whose postmaster still runs. Running as root, the cluster runs as user `postgres`. Durability settings
-/// stay at their defaults.
+/// a directory whose postmaster still runs. Running as root, the cluster runs as user `postgres`; when that user
+/// cannot reach the data directory (under root's home, mode 0700 on Debian), the cluster's own files (`pg/`, the
+/// socket directory) go to `relocatedClustersDirectory` instead, and `pg` in the data directory is a symbolic link to
+/// them (see ``clusterHome``). Durability settings stay at their defaults.
 ///
 /// State: the supervised process under a `LockedValue`, `state` and `restarts` in atomics; the supervisor thread
 /// alone reaps the server process. Call `start`/`stop` from one thread at a time.
@@ -77,8 +79,15 @@ public final class EmbeddedPostgres: Sendable {
         self.restartDelay = restartDelay
     }
 
-    /// `<dataDirectory>/pg`: the cluster's own directory.
-    public var clusterDirectory: String { dataDirectory + "/pg" }
+    /// Where root puts the cluster of a data directory its cluster user cannot reach: one directory per data
+    /// directory (named by a hash of its path), root's, traversable (0711), holding the cluster user's `pg/` and `run/`.
+    public static let relocatedClustersDirectory = "/var/lib/parley/clusters"
+
+    /// The directory holding `pg/` and `run/` as the cluster user sees it (``clusterHome``); nil before `start`.
+    private let home = LockedValue<String?>(nil)
+
+    /// The cluster's own directory: `<dataDirectory>/pg`, or its relocated place (``relocatedClustersDirectory``).
+    public var clusterDirectory: String { (home.withLock { $0 } ?? dataDirectory) + "/pg" }
     /// `<dataDirectory>/pg.log`: the server's log.
     public var logFile: String { dataDirectory + "/pg.log" }
     /// `<dataDirectory>/pg.lock`: held by the process that runs the cluster.
@@ -113,8 +122,15 @@ public final class EmbeddedPostgres: Sendable {
         if let configuration { return configuration }
         let binaries = try Self.findBinaries()
         let owner = try clusterOwner()
-        try prepareDataDirectory(owner: owner)
+        try prepareDataDirectory()
         let lockFD = try lockDataDirectory()
+        do throws(PostgresError) {
+            let place = try clusterHome(owner: owner)
+            home.withLock { $0 = place }
+        } catch {
+            close(lockFD)
+            throw error
+        }
         do throws(PostgresError) {
             if !FileManager.default.fileExists(atPath: clusterDirectory + "/PG_VERSION") {
                 try initialise(binaries: binaries, owner: owner)
@@ -299,7 +315,7 @@ public final class EmbeddedPostgres: Sendable {
         return Owner(uid: Int32(bitPattern: entry.pointee.pw_uid), gid: Int32(bitPattern: entry.pointee.pw_gid), name: "postgres")
     }
 
-    private func prepareDataDirectory(owner: Owner?) throws(PostgresError) {
+    private func prepareDataDirectory() throws(PostgresError) {
         var isDirectory: ObjCBool = false
         if !FileManager.default.fileExists(atPath: dataDirectory, isDirectory: &isDirectory) {
             do {
@@ -312,27 +328,74 @@ public final class EmbeddedPostgres: Sendable {
         } else if !isDirectory.boolValue {
             throw Self.failure("\(dataDirectory) is not a directory")
         }
-        guard let owner else { return }
-        // Every ancestor must be traversable by the cluster user, or postgres cannot reach its files.
-        var path = ""
-        for component in dataDirectory.split(separator: "/") {
-            path += "/" + component
+    }
+
+    /// The directory that holds the cluster's `pg/` and `run/`, as the cluster user reaches it.
+    ///
+    /// The data directory itself, unless root runs Parley and user `postgres` cannot pass through one of the data
+    /// directory's ancestors (a clone under root's home, mode 0700): then `relocatedClustersDirectory/<hash of the data
+    /// directory's path>`, made on the first start, with `<dataDirectory>/pg` a symbolic link to its `pg` — which later
+    /// starts follow, also after the data directory moved. No permission of the user's directories changes.
+    private func clusterHome(owner: Owner?) throws(PostgresError) -> String {
+        guard let owner else { return dataDirectory }
+        let link = dataDirectory + "/pg"
+        if let target = try? FileManager.default.destinationOfSymbolicLink(atPath: link) {
+            guard target.hasPrefix("/"), target.hasSuffix("/pg") else {
+                throw Self.failure("\(link) links to \(target), not to a relocated cluster (an absolute path ending in /pg)")
+            }
+            let relocated = String(target.dropLast(3))
+            if let (path, mode) = Self.unreachableAncestor(of: relocated, by: owner) {
+                throw Self.failure("the cluster runs as user \(owner.name), which cannot enter \(path) (mode \(String(mode, radix: 8)))")
+            }
+            return relocated
+        }
+        guard let (path, mode) = Self.unreachableAncestor(of: dataDirectory, by: owner) else { return dataDirectory }
+        if FileManager.default.fileExists(atPath: link) {
+            // A cluster made where it can no longer be reached (permissions changed since): moving it is the operator's
+            // call, not a start's.
+            throw Self.failure(
+                "the cluster runs as user \(owner.name), which cannot enter \(path) (mode \(String(mode, radix: 8))), and \(link) is there already: `chmod o+x \(path)`, or move \(link) into a directory it can reach and link it back"
+            )
+        }
+        let relocated = Self.relocatedClustersDirectory + "/" + String(SHA256.hex(Array(dataDirectory.utf8)).prefix(16))
+        do {
+            try FileManager.default.createDirectory(
+                atPath: relocated, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o711])
+        } catch {
+            throw Self.failure("cannot create \(relocated) for the cluster (user \(owner.name) cannot enter \(path)): \(error)")
+        }
+        for directory in [Self.relocatedClustersDirectory, relocated] { chmod(directory, 0o711) }
+        if let (blocked, _) = Self.unreachableAncestor(of: relocated, by: owner) {
+            throw Self.failure("the cluster runs as user \(owner.name), which cannot enter \(blocked) either")
+        }
+        guard symlink(relocated + "/pg", link) == 0 else {
+            throw Self.failure("cannot link \(link) to \(relocated)/pg: \(String(cString: strerror(errno)))")
+        }
+        logger.log(
+            .info,
+            "embedded postgres: user \(owner.name) cannot enter \(path) (mode \(String(mode, radix: 8))); the cluster lives in \(relocated)/pg, linked from \(link)"
+        )
+        return relocated
+    }
+
+    /// The first ancestor of `path` (itself included) that `owner` cannot pass through, with its mode.
+    private static func unreachableAncestor(of path: String, by owner: Owner) -> (path: String, mode: mode_t)? {
+        var current = ""
+        for component in path.split(separator: "/") {
+            current += "/" + component
             var info = stat()
-            guard stat(path, &info) == 0 else { throw Self.failure("cannot stat \(path)") }
+            guard stat(current, &info) == 0 else { return (current, 0) }
             let mode = info.st_mode
             let traversable =
                 (info.st_uid == UInt32(owner.uid) && mode & S_IXUSR != 0)
                 || (info.st_gid == UInt32(owner.gid) && mode & S_IXGRP != 0) || mode & S_IXOTH != 0
-            if !traversable {
-                throw Self.failure(
-                    "the cluster runs as user \(owner.name), which cannot enter \(path) (mode \(String(mode & 0o777, radix: 8))): `chmod o+x \(path)` or choose a data directory it can reach"
-                )
-            }
+            if !traversable { return (current, mode & 0o777) }
         }
+        return nil
     }
 
     private func initialise(binaries: String, owner: Owner?) throws(PostgresError) {
-        let staging = dataDirectory + "/pg.initdb"
+        let staging = (home.withLock { $0 } ?? dataDirectory) + "/pg.initdb"
         if FileManager.default.fileExists(atPath: clusterDirectory) {
             throw Self.failure("\(clusterDirectory) exists but is not a PostgreSQL data directory (no PG_VERSION); move it away")
         }
@@ -434,7 +497,7 @@ public final class EmbeddedPostgres: Sendable {
 
     /// Unix socket paths are limited to 108 bytes: a long data directory gets a short /tmp socket directory.
     private func makeSocketDirectory(owner: Owner?) throws(PostgresError) -> (String, temporary: Bool) {
-        var directory = dataDirectory + "/run"
+        var directory = (home.withLock { $0 } ?? dataDirectory) + "/run"
         var temporary = false
         if (directory + "/.s.PGSQL.\(Self.port)").utf8.count > 90 {
             var template = Array("/tmp/parley-pg-XXXXXX".utf8CString)

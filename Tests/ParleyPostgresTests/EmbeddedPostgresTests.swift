@@ -100,14 +100,35 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: socketDirectory))
     }
 
+    /// Root with a data directory user `postgres` cannot reach (a clone under root's home, mode 0700): the cluster goes
+    /// to a relocated directory it can reach, linked from the data directory; nothing of the user's directories
+    /// changes, and the next start finds the cluster through the link.
     @Test(.enabled(if: getuid() == 0, "only root hands the cluster to another user"))
-    func untraversableParentIsAClearError() throws {
+    func untraversableParentRelocatesTheCluster() throws {
         let base = try TestDatabase.makeCluster().dataDirectory
         let closed = base + "/closed"
         try FileManager.default.createDirectory(atPath: closed + "/data", withIntermediateDirectories: true)
         chmod(closed, 0o700)
         let cluster = EmbeddedPostgres(dataDirectory: closed + "/data")
-        #expect { _ = try cluster.start() } throws: { String(reflecting: $0).contains("cannot enter \(closed)") }
+        var relocated: String?
+        defer {
+            cluster.stop(.immediate)
+            if let relocated { try? FileManager.default.removeItem(atPath: relocated) }
+        }
+        let configuration = try cluster.start()
+        let target = try FileManager.default.destinationOfSymbolicLink(atPath: closed + "/data/pg")
+        relocated = String(target.dropLast(3))
+        #expect(target.hasPrefix(EmbeddedPostgres.relocatedClustersDirectory + "/"))
+        #expect(cluster.clusterDirectory == target)
+        #expect(configuration.host?.hasPrefix(relocated ?? "?") == true, "the socket directory is reachable too")
+        #expect(try PostgresConnection(configuration).query("SELECT 1")[0][0].int == 1)
+        var info = stat()
+        #expect(stat(closed, &info) == 0 && info.st_mode & 0o777 == 0o700, "the user's directory keeps its mode")
+        cluster.stop(.fast)
+        let again = EmbeddedPostgres(dataDirectory: closed + "/data")
+        defer { again.stop(.immediate) }
+        #expect(try PostgresConnection(try again.start()).query("SELECT 1")[0][0].int == 1)
+        #expect(again.clusterDirectory == target)
     }
 
     @Test func findsBinaries() throws {
