@@ -58,12 +58,18 @@ with `Parley-App-Id`), **U** a user token.
 
 
 def clean(text):
-    """A description without the contract's section references."""
+    """A description without the contract's section references; code spans keep their spacing."""
     if not text:
         return ""
     text = text.replace("(contract: API.md)", "")
     text = re.sub(r"\s*\((?:see )?(?:API\.md)?[^()]*§[^()]*\)", "", text)
     text = re.sub(r"\s*\(API\.md[^()]*\)", "", text)
+    parts = re.split(r"(`[^`]*`)", text)
+    text = "".join(part if part.startswith("`") else clean_prose(part) for part in parts)
+    return re.sub(r"^\s*[;,]\s*", "", text).strip()
+
+
+def clean_prose(text):
     text = re.sub(r"(?:API\.md\s*)?§\s*[\d.]+(?:\s*[–-]\s*§?[\d.]+)?(?:\s*item\s*\d+)?(?:\s*\"[^\"]*\")?", "", text)
     text = re.sub(r"\bAPI\.md\b", "", text)
     text = re.sub(r"[ \t]+", " ", text)
@@ -71,10 +77,9 @@ def clean(text):
     text = re.sub(r"\b(of|of the)\s+(step)", r"\2", text)
     text = re.sub(r"\b(steps? [\d–-]+) of (?=fail)", r"\1 ", text)
     text = re.sub(r"\b(the|an|a|exact)\s+(?=the\b)", "", text)
-    text = re.sub(r"^\s*[;,]\s*", "", text)
-    text = re.sub(r"\s+([,;:.)])", r"\1", text)
+    text = re.sub(r"(?<=\S)\s+([,;:.)])", r"\1", text)
     text = re.sub(r"\(\s*\)", "", text)
-    return text.strip()
+    return text
 
 
 def one_line(text):
