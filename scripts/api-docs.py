@@ -8,7 +8,8 @@ usage: scripts/api-docs.py build   rewrites docs/api.md
                                      - an operationId of openapi.json is mentioned neither in a guide of docs/ nor
                                        in docs/api.md;
                                      - a relative link of README.md or docs/*.md points to no file of the
-                                       repository, or leaves it (`..` above the root, ../shared), or a link is an
+                                       repository (or its #fragment to no heading of the page), or leaves it
+                                       (`..` above the root, ../shared), or a link is an
                                        absolute http(s) URL other than a 127.0.0.1/localhost example, or a page
                                        names the team's contract (API.md) instead of a page of docs/.
 
@@ -343,6 +344,29 @@ def check_links(problems):
                 problems.append("%s: link %s leaves the repository" % (rel_page, target))
             elif not os.path.exists(resolved):
                 problems.append("%s: link %s points to no file" % (rel_page, target))
+            elif "#" in target and resolved.endswith(".md"):
+                fragment = target.split("#", 1)[1]
+                if fragment not in anchors(resolved):
+                    problems.append("%s: link %s names no heading of %s" % (rel_page, target,
+                                                                          os.path.relpath(resolved, ROOT)))
+        for fragment in re.findall(r"\]\(#([^)\s]+)\)", prose):
+            if fragment not in anchors(page):
+                problems.append("%s: link #%s names no heading of the page" % (rel_page, fragment))
+
+
+def anchors(path):
+    """The GitHub anchors of a Markdown file's headings."""
+    with open(path, encoding="utf-8") as f:
+        text = re.sub(r"(?ms)^(```|~~~).*?^\1", "", f.read())
+    out = set()
+    for heading in re.findall(r"(?m)^#{1,6}\s+(.*?)\s*#*\s*$", text):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        base, n = slug, 1
+        while slug in out:
+            slug = "%s-%d" % (base, n)
+            n += 1
+        out.add(slug)
+    return out
 
 
 def check_coverage(problems, entries):
