@@ -246,13 +246,16 @@ public final class PostgresConnection {
     ///
     /// On a pool worker's own connection (a request's) this is `PostgresPool.transaction` on that worker: conflicts
     /// re-run `body` and a connection that broke before COMMIT is replaced (so `body` must be re-runnable and use the
-    /// connection it is given); inside an open transaction it becomes a savepoint. On any other connection (the
-    /// dedicated connections of background threads) it runs once.
+    /// connection it is given). On any other connection (the dedicated connections of background threads) it runs
+    /// once. Inside an open transaction, on either, it becomes a savepoint.
     @discardableResult
     public func transaction<T>(isolation: PostgresIsolation = .readCommitted, _ body: (PostgresConnection) throws -> T) throws -> T {
         if let worker = WorkerContext.currentAny(), worker.connection === self {
             return try worker.transaction(isolation: isolation, body)
         }
+        // Nested, as on a pool worker: a savepoint (a second BEGIN would not open anything, and its COMMIT would end
+        // the outer transaction).
+        if inTransaction { return try savepoint(body) }
         try begin(isolation)
         do {
             let value = try body(self)
