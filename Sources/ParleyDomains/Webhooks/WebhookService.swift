@@ -100,8 +100,12 @@ struct WebhookService: DomainService {
         }
     }
 
+    /// In a transaction for its retry: the cascade to the endpoint's deliveries can deadlock with a delivery worker
+    /// that holds a delivery row and then updates the endpoint's failure count (PostgreSQL aborts one side, 40P01; seen
+    /// as a 500 under load), and a pooled transaction runs again after a deadlock.
     func delete(_ webhookID: String) throws {
-        guard try WebhookStore.delete(appID: appID, webhookID: webhookID, on: db) else { throw Self.notFound(webhookID) }
+        let deleted = try db.transaction { db in try WebhookStore.delete(appID: appID, webhookID: webhookID, on: db) }
+        guard deleted else { throw Self.notFound(webhookID) }
     }
 
     /// A new secret (given or generated); the old one signs as the second signature for 24 h.
