@@ -88,13 +88,14 @@ function showProblem(error) {
   box.replaceChildren();
   if (error instanceof Problem) {
     const p = error.problem;
-    box.append(
+    box.append(...[
       h("h2", {}, `${p.title || "error"} (HTTP ${error.status}${p.code ? `, code ${p.code}` : ""})`),
       p.detail ? h("p", {}, p.detail) : null,
       Array.isArray(p.errors) && p.errors.length
         ? h("ul", {}, p.errors.map((e) => h("li", {}, h("code", {}, e.field), ": ", e.message)))
         : null,
-      p.request_id ? h("p", { class: "muted" }, "Request id ", h("code", {}, p.request_id)) : null);
+      p.request_id ? h("p", { class: "muted" }, "Request id ", h("code", {}, p.request_id)) : null,
+    ].filter(Boolean));
   } else {
     box.append(h("h2", {}, "The request failed"), h("p", {}, error && error.message ? error.message : String(error)));
   }
