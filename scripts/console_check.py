@@ -72,6 +72,7 @@ class Check:
         print("sign in with the app key")
         page.goto(self.base + "/console")
         page.wait_for_selector("#credential")
+        assert not page.is_visible("#nav") and not page.is_visible("#sign-out"), "signed-in chrome shown before sign-in"
         self.shot(page, "1-sign-in")
         page.fill("#credential", self.app_key)
         page.keyboard.press("Enter")
@@ -203,8 +204,8 @@ def main():
         sys.exit("no chromium executable (apt-get install chromium, or set CHROMIUM)")
     check = Check(base, app_key, admin_key, shots)
     with sync_playwright() as playwright:
-        # --no-sandbox: CI runs as root, where Chromium refuses its sandbox.
-        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=["--no-sandbox"],
+        # --no-sandbox: CI runs as root, where Chromium refuses its sandbox; containers often have a tiny /dev/shm.
+        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=["--no-sandbox", "--disable-dev-shm-usage"],
                                              timeout=30_000)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
