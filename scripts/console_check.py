@@ -74,7 +74,11 @@ class Check:
         page.wait_for_selector("#credential")
         assert not page.is_visible("#nav") and not page.is_visible("#sign-out"), "signed-in chrome shown before sign-in"
         self.shot(page, "1-sign-in")
-        page.fill("#credential", self.app_key)
+        # Keyboard only: the screen's heading has focus, Tab reaches the key field, Enter submits.
+        assert page.evaluate("document.activeElement.id") == "screen-title"
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.id") == "credential"
+        page.keyboard.type(self.app_key)
         page.keyboard.press("Enter")
         page.wait_for_selector("#screen-title:text-is('Users')")
         wait_connected(page)
@@ -90,6 +94,16 @@ class Check:
         page.wait_for_selector("form[aria-label='Issue a token']")
         page.click("form[aria-label='Issue a token'] button[type=submit]")
         page.wait_for_selector(".secret:has-text('Token for alice')")
+        page.fill("#mute-duration", "600")
+        page.click("form[aria-label='Mute user'] button[type=submit]")
+        page.wait_for_selector("#notice:has-text('Mute of alice updated.')")
+        page.wait_for_selector("main tr:has(code:text-is('alice')) td:nth-child(3):not(:text-is('no'))")
+        # Unmuted again: alice sends from the conversation screen below.
+        page.fill("#mute-duration", "0")
+        page.click("form[aria-label='Mute user'] button[type=submit]")
+        page.wait_for_selector("main tr:has(code:text-is('alice')) td:nth-child(3):text-is('no')")
+        page.click("button:text('Kick (close streams, revoke tokens)')")
+        page.wait_for_selector("#notice:has-text('alice kicked')")
         self.shot(page, "2-users")
 
         print("a problem is shown readably (duplicate user → 409 7000101)")
