@@ -120,6 +120,9 @@ struct OpenAPIResponseSchemaTests {
         c.call(.get, "/readyz", as: .anonymous, status: 200)
         c.call(.get, "/metrics", as: .anonymous, status: 200)
         c.call(.get, "/openapi.json", as: .anonymous, status: 200)
+        c.call(.get, "/console", as: .anonymous, status: 200)
+        c.call(.get, "/console/{asset}", "console.js", as: .anonymous, status: 200)
+        c.call(.get, "/console/{asset}", "missing.js", as: .anonymous, status: 404)
 
         let created = c.call(.post, "/v1/apps", as: .admin, json: #"{"app_id":"contract-x","name":"x"}"#, status: 201)
         #expect(created.json?["key"]?["secret"]?.stringValue != nil)

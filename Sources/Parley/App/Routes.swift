@@ -12,6 +12,7 @@ enum Routes {
     static func build(services: Services, hub: EventHub, writer: MessageWriter, push: PushBridge, health: DatabaseHealth) -> Router {
         var builder = RouterBuilder()
         OpsRoutes(services: services, push: push, health: health).register(on: &builder)
+        ConsoleRoutes.register(on: &builder)
         var api = API(services: services, builder: builder)
         AppRoutes.register(on: &api)
         // Users is below Groups, Rooms, Calls and Live: what its routes need from them is handed in here.

@@ -1,0 +1,65 @@
+import ParleyCore
+import ParleyHTTP
+import ParleyTesting
+import Testing
+
+@testable import Parley
+
+/// The built-in admin console (`GET /console`): the page and its assets come from the repository's `console/`
+/// directory, with headers that keep the page to its own origin.
+@Suite("Admin console")
+struct ConsoleTests {
+    /// `<repo>/console/<name>`, found from this file's location (`<repo>/Tests/ParleyTests/…`).
+    static func repositoryFile(_ name: String, filePath: String = #filePath) -> String {
+        let parts = filePath.split(separator: "/", omittingEmptySubsequences: false)
+        return parts.dropLast(3).joined(separator: "/") + "/console/" + name
+    }
+
+    static func expectSecurityHeaders(_ response: TestResponse) {
+        #expect(response.headers["Cache-Control"] == "no-store")
+        #expect(response.headers["X-Content-Type-Options"] == "nosniff")
+        let policy = response.headers["Content-Security-Policy"] ?? ""
+        #expect(policy.hasPrefix("default-src 'self'"), "\(policy)")
+        // Same origin only: no host, scheme or inline source anywhere in the policy.
+        #expect(!policy.contains("http"), "\(policy)")
+        #expect(!policy.contains("unsafe-inline"), "\(policy)")
+    }
+
+    @Test func thePageIsServedWithItsSecurityHeaders() throws {
+        let server = try TestServer.start()
+        defer { server.stop() }
+        let response = try server.request(.get, "/console")
+        #expect(response.status == 200)
+        #expect(response.headers["Content-Type"] == "text/html; charset=utf-8")
+        Self.expectSecurityHeaders(response)
+        #expect(response.text == DataDirectory.readFile(Self.repositoryFile("index.html")))
+        // Every asset the page references is on this server.
+        #expect(response.text.contains("src=\"/console/console.js\""))
+        #expect(response.text.contains("href=\"/console/console.css\""))
+        #expect(!response.text.contains("//"), "the page loads nothing from another origin")
+    }
+
+    @Test(arguments: [
+        ("console.js", "text/javascript; charset=utf-8"), ("console.css", "text/css; charset=utf-8"),
+        ("index.html", "text/html; charset=utf-8"),
+    ])
+    func assetsAreServed(name: String, contentType: String) throws {
+        let server = try TestServer.start()
+        defer { server.stop() }
+        let response = try server.request(.get, "/console/" + name)
+        #expect(response.status == 200)
+        #expect(response.headers["Content-Type"] == contentType)
+        Self.expectSecurityHeaders(response)
+        #expect(response.text == DataDirectory.readFile(Self.repositoryFile(name)))
+    }
+
+    @Test func otherNamesAreNotFound() throws {
+        let server = try TestServer.start()
+        defer { server.stop() }
+        for name in ["missing.js", "..%2FPackage.swift", "Package.swift"] {
+            let response = try server.request(.get, "/console/" + name)
+            #expect(response.status == 404, "\(name)")
+            #expect(response.headers["Content-Type"]?.hasPrefix("application/problem+json") == true, "\(name)")
+        }
+    }
+}
