@@ -18,22 +18,10 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import playwright' 2>
   timeout 120 "$venv/bin/pip" install -q playwright==1.65.2
 fi
 
-data=$(mktemp -d /tmp/parley-console-XXXXXX)
-chmod 755 "$data"  # running as root, the embedded cluster runs as postgres and must enter it
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
-log="$data.log"
 # The console files of this checkout, whatever the binary would find on its own.
-PARLEY_CONSOLE_DIR="$PWD/console" "$bin" serve --data-dir "$data" --listen "127.0.0.1:$port" >"$log" 2>&1 &
-pid=$!
-cleanup() { kill -INT "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$data" "$log"; }
-trap cleanup EXIT
-
-for _ in $(seq 1 120); do
-  curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
-  kill -0 "$pid" 2>/dev/null || { cat "$log"; echo "server exited"; exit 1; }
-  sleep 0.5
-done
-curl -sf "http://127.0.0.1:$port/readyz" >/dev/null || { cat "$log"; echo "server not ready"; exit 1; }
+# shellcheck source=scripts/serve-fresh.sh
+source scripts/serve-fresh.sh
+serve_fresh "$bin" console PARLEY_CONSOLE_DIR="$PWD/console"
 
 app_key=$(grep '^PARLEY_KEY=' "$log" | head -1 | cut -d= -f2-)
 [ -n "$app_key" ] || { cat "$log"; echo "no PARLEY_KEY in the start-up log"; exit 1; }

@@ -7,21 +7,9 @@ cd "$(dirname "$0")/.."
 
 swift build -c release --product parley 2>&1 | tail -n 1
 bin=.build/release/parley
-data=$(mktemp -d /tmp/parley-smoke-XXXXXX)
-chmod 755 "$data"  # running as root, the embedded cluster runs as postgres and must enter it
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
-log="$data.log"
-"$bin" serve --data-dir "$data" --listen "127.0.0.1:$port" >"$log" 2>&1 &
-pid=$!
-cleanup() { kill -INT "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$data" "$log"; }
-trap cleanup EXIT
-
-for _ in $(seq 1 120); do
-  curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
-  kill -0 "$pid" 2>/dev/null || { cat "$log"; echo "server exited"; exit 1; }
-  sleep 0.5
-done
-curl -sf "http://127.0.0.1:$port/readyz" >/dev/null || { cat "$log"; echo "server not ready"; exit 1; }
+# shellcheck source=scripts/serve-fresh.sh
+source scripts/serve-fresh.sh
+serve_fresh "$bin" smoke
 
 # Values the README examples refer to.
 export PARLEY="http://127.0.0.1:$port"
