@@ -77,7 +77,7 @@ package enum PushRoutes {
             // A room message, an unpushable type, a suppressed or deleted message, `push.enable: false`: the bridge
             // pushes nothing for it, so there is nothing to predict.
             guard let stored = try PushSources.messageItem(appID: ctx.appID, messageID: messageID, onlyPushable: true, on: ctx.db) else {
-                throw APIError(.unsupportedOperation, "message \(messageID) is not pushed (§16.1 pushable items)")
+                throw APIError(.unsupportedOperation, "message \(messageID) is not pushed (see docs/push.md: what is pushed)")
             }
             try requireRecipient(userID, of: stored, ctx: ctx)
             item = stored
@@ -174,7 +174,7 @@ package enum PushRoutes {
         guard request.conversationType != .room, request.stored, PushItem.pushableMessageTypes.contains(Int(request.body.type.rawValue)),
             request.push?["enable"]?.boolValue != false
         else {
-            throw APIError(.unsupportedOperation, "this message would not be pushed (§16.1 pushable items)")
+            throw APIError(.unsupportedOperation, "this message would not be pushed (see docs/push.md: what is pushed)")
         }
         let names = try PushStore.userNames(appID: ctx.appID, userIDs: [request.from], on: ctx.db)
         let groupName =
