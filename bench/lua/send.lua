@@ -1,10 +1,11 @@
 -- POST /v1/messages with the app key from the environment, each request with its own client_msg_id (thread id,
--- start second, counter). Peer texts between random users u1..u50 (HOT=1: always u1 -> u2), or with GROUP set,
+-- start second, counter). Peer texts between random users u1..u$USERS (50; HOT=1: always u1 -> u2), or with GROUP set,
 -- group texts to $GROUP from a random member u1..u$MEMBERS.
 local key = os.getenv("PARLEY_KEY")
 local hot = os.getenv("HOT") == "1"
 local group = os.getenv("GROUP")
 local members = tonumber(os.getenv("MEMBERS") or "0")
+local users = tonumber(os.getenv("USERS") or "50")
 local headers = { ["Authorization"] = "Bearer " .. key, ["Content-Type"] = "application/json" }
 local counter = 1
 function setup(thread)
@@ -24,8 +25,8 @@ function request()
   else
     local a, b = 1, 2
     if not hot then
-      a = math.random(1, 50)
-      b = (a + math.random(1, 49) - 1) % 50 + 1
+      a = math.random(1, users)
+      b = (a + math.random(1, users - 1) - 1) % users + 1
     end
     target = string.format('"from":"u%d","conversation_type":"peer","to":"u%d"', a, b)
   end

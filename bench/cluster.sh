@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# One node and three behind nginx (issue 24; figures in docs/scaling.md): sends/s and SSE delivery latency through
+# nginx, with 200 user streams open. Each round starts a fresh cluster (scripts/cluster.sh: its own PostgreSQL, the
+# nodes, nginx), runs `scripts/cluster_check.py DIR measure` (wrk with bench/lua/send.lua over 200 users and 16
+# connections, a probe of 20 sends/s timed to the recipient's stream, CPU of every part) and stops it; rounds
+# alternate 1, 3, 1, 3 … so a drift of the machine hits both. Appends the figures to bench/RESULTS.md.
+#
+# Environment: BENCH_SKIP_BUILD=1, BENCH_SCRATCH_PATH=dir, BENCH_ROUNDS=3 (bench/lib.sh), BENCH_SECONDS=20, BENCH_RESULTS=path,
+#              BENCH_NO_RECORD=1, BENCH_NOTE="…"
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+SECONDS_EACH=${BENCH_SECONDS:-20}
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+require_tools nginx
+command -v python3 >/dev/null || install_package python3
+ulimit -n 20000 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+on_exit() {
+    local status=$?
+    [[ -n ${CLUSTER_DIR:-} ]] && bash "$ROOT/scripts/cluster.sh" down >/dev/null 2>&1
+    (exit "$status")
+    cleanup
+}
+trap on_exit EXIT
+
+build_parley
+export CLUSTER_BINARY=$SCRATCH/release/parley NGINX CLUSTER_DIR
+declare -A RESULT
+for round in $(seq "$ROUNDS"); do
+    for nodes in 1 3; do
+        CLUSTER_DIR=$TMP/cluster-$nodes-$round
+        CLUSTER_LOG_LEVEL=error bash scripts/cluster.sh up "$nodes" 2>/dev/null
+        wait_quiet
+        RESULT[$nodes,$round]=$(timeout $((SECONDS_EACH + 120)) python3 scripts/cluster_check.py "$CLUSTER_DIR" measure "$SECONDS_EACH") \
+            || die "the measurement of $nodes node(s), round $round, failed"
+        log "$nodes node(s), round $round: ${RESULT[$nodes,$round]}"
+        bash scripts/cluster.sh down 2>/dev/null
+    done
+done
+
+row() {  # nodes round: a table row from the JSON figures
+    python3 - "${RESULT[$1,$2]}" "$2" <<'EOF'
+import json, sys
+r, c = json.loads(sys.argv[1]), json.loads(sys.argv[1])["cpu_s"]
+busy = c["machine_busy"] / c["machine_total"] * 100 if c["machine_total"] else 0
+print(f'| {r["nodes"]} | {sys.argv[2]} | {r["sends_per_s"]:,.0f} | {r["send_p50"]} | {r["send_p99"]} | {r["send_errors"]} '
+      f'| {r["delivery_ms_p50"]} ms | {r["delivery_ms_p99"]} ms | {r["probes_delivered"]}/{r["probes"]} | {r["frames_per_s"]:,} '
+      f'| {c["nodes"]} / {c["postgres"]} / {c["nginx"]} / {c["wrk"]} / {c["client"]} | {busy:.0f} % |')
+EOF
+}
+
+SECTION=$(
+    echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — one node and three behind nginx: sends and SSE delivery (bench/cluster.sh)"
+    echo
+    machine_lines
+    echo "- each round a fresh cluster (scripts/cluster.sh): one PostgreSQL 15 (Unix socket), 1 or 3 \`parley serve\` release nodes (log level error, default pool), Debian's nginx (1 worker, round robin, keep-alive upstreams, no buffering) in front; everything on the same 2 cores"
+    echo "- load through nginx for ${SECONDS_EACH} s: wrk \`-t2 -c16\` peer texts between random pairs of 200 users (bench/lua/send.lua, USERS=200); 200 user streams (one per user) open through nginx by one asyncio client; a probe sends 20 peer texts/s on its own connection, each timed from writing its POST to its arrival on the recipient's stream"
+    [[ -n ${BENCH_NOTE:-} ]] && echo "- note: $BENCH_NOTE"
+    echo
+    echo "| nodes | round | sends/s | send p50 | send p99 | errors | delivery p50 | delivery p99 | probes delivered | frames/s to streams | CPU s: nodes / PostgreSQL / nginx / wrk / client | machine busy |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
+    for round in $(seq "$ROUNDS"); do for nodes in 1 3; do row "$nodes" "$round"; done; done
+)
+record_section "$SECTION"
