@@ -5,13 +5,15 @@
 # connections, a probe of 20 sends/s timed to the recipient's stream, CPU of every part) and stops it; rounds
 # alternate 1, 3, 1, 3 … so a drift of the machine hits both. Appends the figures to bench/RESULTS.md.
 #
-# Environment: BENCH_SKIP_BUILD=1, BENCH_SCRATCH_PATH=dir, BENCH_ROUNDS=3 (bench/lib.sh), BENCH_SECONDS=20, BENCH_RESULTS=path,
+# Environment: BENCH_SKIP_BUILD=1, BENCH_SCRATCH_PATH=dir, BENCH_ROUNDS=3 (bench/lib.sh), BENCH_SECONDS=20, BENCH_WARMUP=15 (seconds of sends, then
+#              ANALYZE, before the measured window; 0 measures a fresh database's first seconds), BENCH_RESULTS=path,
 #              BENCH_NO_RECORD=1, BENCH_NOTE="…"
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 SECONDS_EACH=${BENCH_SECONDS:-20}
+WARMUP=${BENCH_WARMUP:-15}
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
 require_tools nginx
@@ -33,7 +35,7 @@ for round in $(seq "$ROUNDS"); do
         CLUSTER_DIR=$TMP/cluster-$nodes-$round
         CLUSTER_LOG_LEVEL=error bash scripts/cluster.sh up "$nodes" 2>/dev/null
         wait_quiet
-        RESULT[$nodes,$round]=$(timeout $((SECONDS_EACH + 120)) python3 scripts/cluster_check.py "$CLUSTER_DIR" measure "$SECONDS_EACH") \
+        RESULT[$nodes,$round]=$(timeout $((SECONDS_EACH + 120)) python3 scripts/cluster_check.py "$CLUSTER_DIR" measure "$SECONDS_EACH" "$WARMUP") \
             || die "the measurement of $nodes node(s), round $round, failed"
         log "$nodes node(s), round $round: ${RESULT[$nodes,$round]}"
         bash scripts/cluster.sh down 2>/dev/null
@@ -56,6 +58,7 @@ SECTION=$(
     echo
     machine_lines
     echo "- each round a fresh cluster (scripts/cluster.sh): one PostgreSQL 15 (Unix socket), 1 or 3 \`parley serve\` release nodes (log level error, default pool), Debian's nginx (1 worker, round robin, keep-alive upstreams, no buffering) in front; everything on the same 2 cores"
+    echo "- warm-up: ${WARMUP} s of the same sends, then \`ANALYZE\` (a fresh database's generic plans are made on empty tables and last until the first ANALYZE; 0 = none)"
     echo "- load through nginx for ${SECONDS_EACH} s: wrk \`-t2 -c16\` peer texts between random pairs of 200 users (bench/lua/send.lua, USERS=200); 200 user streams (one per user) open through nginx by one asyncio client; a probe sends 20 peer texts/s on its own connection, each timed from writing its POST to its arrival on the recipient's stream"
     [[ -n ${BENCH_NOTE:-} ]] && echo "- note: $BENCH_NOTE"
     echo

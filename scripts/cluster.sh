@@ -14,7 +14,8 @@
 #
 # Environment: CLUSTER_DIR (default /tmp/parley-cluster), CLUSTER_BINARY (default .build/release/parley; build it with
 # `swift build -c release --product parley`), CLUSTER_LOG_LEVEL (info), CLUSTER_POOL_SIZE (the nodes' pool, their
-# default when unset), NGINX (path of nginx; installed with apt-get when missing and running as root).
+# default when unset), CLUSTER_PG_OPTIONS (more `-c name=value` settings of PostgreSQL), NGINX (path of nginx;
+# installed with apt-get when missing and running as root).
 #
 # After `up`: `source $CLUSTER_DIR/cluster.env` sets CLUSTER_URL (nginx), PARLEY_KEY (the app key), NODE_PORTS,
 # DATABASE_URL, PARLEY_ADMIN_KEY. Logs: $CLUSTER_DIR/node<N>.log, pg.log, nginx-error.log.
@@ -65,7 +66,7 @@ start_postgres() {
     fi
     # Three nodes hold about 3 × (pool + 6 dedicated) connections; the check's readers add a few.
     as_pg "$PG_BIN/postgres" -D "$DIR/pg" -k "$DIR/run" -c listen_addresses= -c max_connections=200 \
-        -c shared_buffers=256MB -c synchronous_commit=on >>"$DIR/pg.log" 2>&1 &
+        -c shared_buffers=256MB -c synchronous_commit=on ${CLUSTER_PG_OPTIONS:-} >>"$DIR/pg.log" 2>&1 &
     for _ in $(seq 300); do
         [[ -S $DIR/run/.s.PGSQL.5432 ]] && [[ -f $DIR/pg/postmaster.pid ]] && break
         sleep 0.1

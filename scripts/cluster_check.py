@@ -3,11 +3,11 @@ node is killed and restarted, timers and webhook retries across nodes, presence 
 expires; then the checks. Python standard library only (asyncio); loopback only.
 
 usage: scripts/cluster_check.py <cluster directory>   (after `scripts/cluster.sh up 3`; reads cluster.env there)
-       scripts/cluster_check.py <cluster directory> measure SECONDS   (bench/cluster.sh: no kill, no timers)
+       scripts/cluster_check.py <cluster directory> measure SECONDS [WARMUP]   (bench/cluster.sh: no kill, no timers)
 
 Prints one JSON object of figures on standard output; exit status 1 when a check fails.
 
-`measure` opens the same 200 streams through nginx, then for SECONDS runs wrk (bench/lua/send.lua, peer texts between
+`measure` opens the same 200 streams through nginx, sends for WARMUP seconds and runs ANALYZE (see below), then for SECONDS runs wrk (bench/lua/send.lua, peer texts between
 random pairs of the 200 users, 16 connections) through nginx beside a probe that sends 20 peer texts a second and
 times each from writing its POST to its arrival on the recipient's stream; it reports wrk's sends/s and latency, the
 probes' delivery p50/p99, the frames the streams received, and the CPU seconds of each part (nodes, PostgreSQL,
@@ -653,7 +653,15 @@ def pids_of(names):
     return pids
 
 
-async def measure(seconds):
+def wrk_sends(seconds):
+    """wrk sending peer texts through nginx for `seconds` (bench/lua/send.lua over the users u1..u<CLIENTS>)."""
+    return asyncio.create_subprocess_exec(
+        "wrk", "-t2", f"-c{SENDERS}", f"-d{int(seconds)}s", "--latency", "-s", os.path.join(ROOT, "bench", "lua", "send.lua"),
+        f"http://127.0.0.1:{LB_PORT}", stdout=asyncio.subprocess.PIPE,
+        env=dict(os.environ, PARLEY_KEY=KEY, USERS=str(CLIENTS)))
+
+
+async def measure(seconds, warmup):
     users = [f"u{i}" for i in range(1, CLIENTS + 1)]
     await call("PATCH", "/v1/settings", {"rate_limit_app_rps": 100000, "user_send_rate_per_s": 1000})
     for first in range(0, len(users), 100):
@@ -662,13 +670,18 @@ async def measure(seconds):
     tasks = [asyncio.create_task(s.run()) for s in streams.values()]
     for s in streams.values():
         await asyncio.wait_for(s.opened.wait(), 30)
+    if warmup > 0:
+        # A fresh database has no statistics: the nodes' generic plans are made on empty tables and kept until an
+        # ANALYZE invalidates them (autovacuum's first, about a minute in). Warm up, then analyze, then measure.
+        await (await wrk_sends(warmup)).communicate()
+        analyze = await asyncio.create_subprocess_exec(
+            "psql", "-q", "-h", os.path.join(CLUSTER_DIR, "run"), "-U", "parley", "-d", "postgres", "-c", "ANALYZE")
+        if await analyze.wait() != 0:
+            raise RuntimeError("ANALYZE failed")
     await asyncio.sleep(2)
     frames_before = sum(len(s.received) for s in streams.values())
     nodes = [f"node{i}" for i in range(1, len(NODE_PORTS) + 1)]
-    wrk = await asyncio.create_subprocess_exec(
-        "wrk", "-t2", f"-c{SENDERS}", f"-d{int(seconds)}s", "--latency", "-s", os.path.join(ROOT, "bench", "lua", "send.lua"),
-        f"http://127.0.0.1:{LB_PORT}", stdout=asyncio.subprocess.PIPE,
-        env=dict(os.environ, PARLEY_KEY=KEY, USERS=str(CLIENTS)))
+    wrk = await wrk_sends(seconds)
     roots = {"nodes": pids_of(nodes), "postgres": pids_of(["postgres"]), "nginx": pids_of(["nginx"]),
              "wrk": [wrk.pid], "client": [os.getpid()]}
     cpu_before = cpu_seconds(roots)
@@ -723,5 +736,5 @@ async def measure(seconds):
 
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[2] == "measure":
-        sys.exit(asyncio.run(measure(float(sys.argv[3]))))
+        sys.exit(asyncio.run(measure(float(sys.argv[3]), float(sys.argv[4]) if len(sys.argv) > 4 else 0)))
     sys.exit(asyncio.run(check()))
