@@ -537,14 +537,22 @@ def analyse():
     tables, functions = read_schema()
     ftables = function_tables(functions, tables)
     rows = []
-    for s in statements():
+    for order, s in enumerate(statements()):
+        s["order"] = order  # the order of the sources: stable while a function's statements keep their order
         cls, touched, calls = classify(s["sql"], tables, functions, ftables)
         s["class"], s["tables"], s["calls"], s["digest"] = cls, touched, calls, digest(s["sql"])
         for (file, owner, prefix), (fixed, reason) in OVERRIDES.items():
             if s["file"] == file and s["owner"] == owner and s["digest"].startswith(prefix):
                 s["class"], s["override"] = fixed, reason
         rows.append(s)
-    rows.sort(key=lambda s: (s["file"], s["owner"], s["digest"]))
+    rows.sort(key=lambda s: (s["file"], s["owner"], s["order"]))
+    # The doc numbers the statements of one owner 1, 2, … instead of naming their digest, so an edit of a statement's
+    # text leaves the list alone unless its class or tables change.
+    seen = {}
+    for s in rows:
+        key = (s["file"], s["owner"])
+        seen[key] = seen.get(key, 0) + 1
+        s["number"] = seen[key]
     return tables, functions, ftables, rows
 
 
@@ -602,11 +610,11 @@ def section(tables, functions, ftables, rows):
         out.append("")
     out.append("<details><summary>Every statement (%d)</summary>" % len(rows))
     out.append("")
-    out.append("| File | Owner | Digest | Class | Tables |")
+    out.append("| File | Owner | # | Class | Tables |")
     out.append("|---|---|---|---|---|")
     for r in rows:
-        out.append("| %s | `%s` | `%s` | %s | %s |" % (
-            r["file"].replace("Sources/", ""), r["owner"], r["digest"], r["class"],
+        out.append("| %s | `%s` | %d | %s | %s |" % (
+            r["file"].replace("Sources/", ""), r["owner"], r["number"], r["class"],
             ", ".join("`%s`" % t for t in r["tables"]) or "—"))
     out.append("")
     out.append("</details>")
