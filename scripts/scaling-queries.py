@@ -71,16 +71,25 @@ CLASSES = ("carries app_id", "crosses shards", "reference only")
 
 # --- Migrations -------------------------------------------------------------------------------------------------
 
+def comment_end(text, i, line_marker):
+    """Where the comment starting at `i` ends (`line_marker` to the end of the line, or /* … */); None when none
+    starts there."""
+    if text.startswith(line_marker, i):
+        j = text.find("\n", i)
+        return len(text) if j < 0 else j
+    if text.startswith("/*", i):
+        j = text.find("*/", i + 2)
+        return len(text) if j < 0 else j + 2
+    return None
+
+
 def strip_sql_comments(text):
     out, i, n = [], 0, len(text)
     while i < n:
         c = text[i]
-        if c == "-" and text.startswith("--", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif c == "/" and text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            i = n if j < 0 else j + 2
+        skipped = comment_end(text, i, "--") if c in "-/" else None
+        if skipped is not None:
+            i = skipped
         elif c == "'":
             j = i + 1
             while j < n:
@@ -162,12 +171,9 @@ def swift_literals(text):
     stack, pending = [], None
     while i < n:
         c = text[i]
-        if c == "/" and text.startswith("//", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif c == "/" and text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            i = n if j < 0 else j + 2
+        skipped = comment_end(text, i, "//") if c == "/" else None
+        if skipped is not None:
+            i = skipped
         elif c == '"' or (c == "#" and text.startswith('#"', i)):
             start = i
             hashes = 0
