@@ -14,8 +14,9 @@
 #
 # Environment: CLUSTER_DIR (default /tmp/parley-cluster), CLUSTER_BINARY (default .build/release/parley; build it with
 # `swift build -c release --product parley`), CLUSTER_LOG_LEVEL (info), CLUSTER_POOL_SIZE (the nodes' pool, their
-# default when unset), CLUSTER_PG_OPTIONS (more `-c name=value` settings of PostgreSQL), NGINX (path of nginx;
-# installed with apt-get when missing and running as root).
+# default when unset), CLUSTER_PG_OPTIONS (more `-c name=value` settings of PostgreSQL), CLUSTER_SEND_AFFINITY=1
+# (nginx sends `POST /v1/messages` of one Authorization, i.e. one app key, to one node; the rest round robin),
+# NGINX (path of nginx; installed with apt-get when missing and running as root).
 #
 # After `up`: `source $CLUSTER_DIR/cluster.env` sets CLUSTER_URL (nginx), PARLEY_KEY (the app key), NODE_PORTS,
 # DATABASE_URL, PARLEY_ADMIN_KEY. Logs: $CLUSTER_DIR/node<N>.log, pg.log, nginx-error.log.
@@ -121,8 +122,17 @@ find_nginx() {
 }
 
 write_nginx_conf() {
-    local upstreams="" port
+    local upstreams="" port sends_upstream="" sends_location=""
     for port in $NODE_PORTS; do upstreams+="        server 127.0.0.1:$port max_fails=1 fail_timeout=2s;"$'\n'; done
+    if [[ ${CLUSTER_SEND_AFFINITY:-0} == 1 ]]; then
+        # Sends of one key (one app) go to one node, whose writers then batch all of them (docs/scaling.md); the
+        # hash moves them to another node only while that one fails.
+        sends_upstream="    upstream parley_sends {
+        hash \$http_authorization consistent;
+$upstreams        keepalive 64;
+    }"
+        sends_location="        location = /v1/messages { proxy_pass http://parley_sends; }"
+    fi
     mkdir -p "$DIR/nginx"
     cat >"$DIR/nginx.conf" <<EOF
 # Written by scripts/cluster.sh: round robin over the nodes, shaped for long-lived event streams.
@@ -142,25 +152,25 @@ http {
     upstream parley {
 $upstreams        keepalive 64;
     }
+$sends_upstream
     server {
         listen 127.0.0.1:$LB_PORT;
         client_max_body_size 64m;
-        location / {
-            proxy_pass http://parley;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header Host \$host;
-            proxy_set_header X-Forwarded-For \$remote_addr;
-            # Server-sent events: no buffering, so each frame leaves at once; streams stay open for an hour of
-            # silence at most (Parley pings every 15 s); request headers, Last-Event-ID among them, pass unchanged.
-            proxy_buffering off;
-            proxy_cache off;
-            proxy_read_timeout 1h;
-            proxy_send_timeout 1h;
-            # A node that refuses the connection (stopped, crashed) is skipped: the request goes to the next one.
-            proxy_next_upstream error timeout;
-            proxy_connect_timeout 2s;
-        }
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        proxy_set_header Host \$host;
+        proxy_set_header X-Forwarded-For \$remote_addr;
+        # Server-sent events: no buffering, so each frame leaves at once; streams stay open for an hour of silence
+        # at most (Parley pings every 15 s); request headers, Last-Event-ID among them, pass unchanged.
+        proxy_buffering off;
+        proxy_cache off;
+        proxy_read_timeout 1h;
+        proxy_send_timeout 1h;
+        # A node that refuses the connection (stopped, crashed) is skipped: the request goes to the next one.
+        proxy_next_upstream error timeout;
+        proxy_connect_timeout 2s;
+        location / { proxy_pass http://parley; }
+$sends_location
     }
 }
 EOF

@@ -584,7 +584,7 @@ async def check():
         "node_killed_at_s": round(killed_at - load_started, 1), "node_restarted_at_s": round(restarted_at - load_started, 1),
         "run_s": round(now(), 1),
     }
-    print(json.dumps(figures, indent=2))
+    print("{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in figures.items()) + "\n}")  # one line a figure
     problems = []
     if missing or duplicates or order_violations or unexpected:
         problems.append(f"stream delivery: {examples}")
