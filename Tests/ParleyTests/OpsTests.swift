@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import Glibc
 import ParleyHTTP
+import ParleyPostgres
 import ParleyTesting
 import Synchronization
 import Testing
@@ -48,6 +49,38 @@ struct OpsTests: ProblemAssertions {
             let r = try app.request(.patch, "/v1/settings", json: #"{"revoke_window_s":\#(value + i)}"#)
             #expect(r.status == 200, "\(r.text)")
         }
+    }
+
+    // MARK: - First statistics
+
+    /// A fresh database's tables get their first statistics once they hold rows, not a minute later at autovacuum's
+    /// first pass: the pool's generic plans are made on the statistics of the moment (docs/scaling.md), and each table
+    /// is analyzed once.
+    @Test func tablesGetTheirFirstStatisticsOnceTheyHoldRows() throws {
+        let server = try TestServer.start()
+        defer { server.stop() }
+        let services = server.app.services
+        func analyzed() throws -> Bool {
+            try services.pool.withConnection { db in
+                try db.query("SELECT last_analyze IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'live_nodes'")
+                    .decodeFirst(Bool.self) ?? false
+            }
+        }
+        #expect(try !analyzed())
+        try services.pool.withConnection { db in
+            try db.query("INSERT INTO live_nodes (node_id, seen_at) SELECT 'first-statistics-' || g, 0 FROM generate_series(1, 1500) g")
+            try db.simpleQuery("SELECT pg_stat_force_next_flush()")  // the row counts reach the shared statistics when idle
+        }
+        var fired = 0
+        let deadline = Self.wallMillis() + 10_000
+        while try !analyzed(), Self.wallMillis() < deadline {
+            fired += try FirstStatistics.kind.fire(services, 0)
+            usleep(100_000)
+        }
+        #expect(try analyzed())
+        #expect(fired >= 1)
+        // Analyzed once: the next passes leave it (and the still empty tables) alone.
+        #expect(try FirstStatistics.kind.fire(services, 0) == 0)
     }
 
     // MARK: - Health, readiness, metrics, OpenAPI
