@@ -17,9 +17,11 @@ cd "$ROOT"
 SECONDS_EACH=${BENCH_SECONDS:-20}
 WARMUP=${BENCH_WARMUP:-15}
 SETUPS=${BENCH_CLUSTER_SETUPS:-1 3 3a}
+SENDERS=${CLUSTER_SENDERS:-16}
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
 require_tools nginx
+require_pgbench
 command -v python3 >/dev/null || install_package python3
 ulimit -n 20000 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 on_exit() {
@@ -43,6 +45,15 @@ for round in $(seq "$ROUNDS"); do
         RESULT[$setup,$round]=$(timeout $((SECONDS_EACH + WARMUP + 120)) python3 scripts/cluster_check.py "$CLUSTER_DIR" measure "$SECONDS_EACH" "$WARMUP") \
             || die "the measurement of setup $setup, round $round, failed"
         log "setup $setup, round $round: ${RESULT[$setup,$round]}"
+        if [[ $setup == "${SETUPS%% *}" ]]; then
+            # The physical limit in the same run: pgbench's single-row durable INSERT on this cluster's PostgreSQL
+            # (bench/sql/floor_insert.sql), as many clients as wrk has connections, the nodes idle.
+            DATA=$CLUSTER_DIR DURATION=${SECONDS_EACH}s
+            wait_quiet
+            reference_tables create
+            run_pgbench "floor #$round" floor_insert.sql "$SENDERS"
+            reference_tables drop
+        fi
         bash scripts/cluster.sh down 2>/dev/null
     done
 done
@@ -65,11 +76,23 @@ SECTION=$(
     machine_lines
     echo "- each round a fresh cluster (scripts/cluster.sh): one PostgreSQL 15 (Unix socket), 1 or 3 \`parley serve\` release nodes (log level error, default pool), Debian's nginx (1 worker, round robin, keep-alive upstreams, no buffering) in front; setups in each round: $SETUPS (3a: \`POST /v1/messages\` hashed by Authorization, i.e. one app key to one node); everything on the same 2 cores"
     echo "- warm-up: ${WARMUP} s of the same sends, then \`ANALYZE\` (a fresh database's generic plans are made on empty tables and last until the first ANALYZE; 0 = none)"
-    echo "- load through nginx for ${SECONDS_EACH} s: wrk \`-t2 -c16\` peer texts between random pairs of 200 users (bench/lua/send.lua, USERS=200); 200 user streams (one per user) open through nginx by one asyncio client; a probe sends 20 peer texts/s on its own connection, each timed from writing its POST to its arrival on the recipient's stream"
+    echo "- load through nginx for ${SECONDS_EACH} s: wrk \`-t2 -c$SENDERS\` peer texts between random pairs of 200 users (bench/lua/send.lua, USERS=200); 200 user streams (one per user) open through nginx by one asyncio client; a probe sends 20 peer texts/s on its own connection, each timed from writing its POST to its arrival on the recipient's stream"
     [[ -n ${BENCH_NOTE:-} ]] && echo "- note: $BENCH_NOTE"
     echo
     echo "| setup | round | sends/s | send p50 | send p99 | errors | delivery p50 | delivery p99 | probes delivered | frames/s to streams | CPU s: nodes / PostgreSQL / nginx / wrk / client | machine busy |"
     echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
     for round in $(seq "$ROUNDS"); do for setup in $SETUPS; do row "$setup" "$round"; done; done
+    echo
+    echo "The physical limit in the same run, on the PostgreSQL of each round's first setup (${SETUPS%% *} node(s)) with its nodes idle: pgbench \`-M prepared -c$SENDERS -T$SECONDS_EACH\`, one single-row durable INSERT per transaction (bench/sql/floor_insert.sql); sends/s of that round's setups against it:"
+    echo
+    echo "| round | floor tps | $(for setup in $SETUPS; do printf '%s / floor | ' "$setup"; done)"
+    echo "|---:|---:|$(for _ in $SETUPS; do printf -- '---:|'; done)"
+    for round in $(seq "$ROUNDS"); do
+        printf '| %s | %.0f | ' "$round" "${RATE[pgbench,floor #$round]}"
+        for setup in $SETUPS; do
+            printf '%s | ' "$(python3 -c 'import json,sys; print("%.2f×" % (json.loads(sys.argv[1])["sends_per_s"] / float(sys.argv[2])))' "${RESULT[$setup,$round]}" "${RATE[pgbench,floor #$round]}")"
+        done
+        echo
+    done
 )
 record_section "$SECTION"

@@ -74,7 +74,7 @@ start_postgres() {
     done
     head -n 1 "$DIR/pg/postmaster.pid" >"$DIR/postgres.pid" 2>/dev/null || die "PostgreSQL did not start (see $DIR/pg.log)"
     for _ in $(seq 100); do
-        "$PG_BIN/pg_isready" -q -h "$DIR/run" -p 5432 -U parley && return 0
+        "$PG_BIN/pg_isready" -q -h "$DIR/run" -p 5432 -U parley -d postgres && return 0
         sleep 0.1
     done
     die "PostgreSQL does not answer (see $DIR/pg.log)"
