@@ -114,8 +114,8 @@ public final class ParleyApp: Sendable {
             let writer = MessageWriter(
                 logger: logger.named("messages"),
                 overloadThreshold: configuration.sendOverloadThreshold ?? MessageWriter.defaultOverloadThreshold
-            ) { appID in
-                hub.poke(appID)
+            ) { committed in
+                hub.poke(committed.appID)
                 services.webhooks.dispatcher.poke()
                 push.poke()
             }

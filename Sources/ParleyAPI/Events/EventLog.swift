@@ -67,9 +67,12 @@ public enum EventLog {
 
     /// Appends `events` with their ids at once, under the app's head row lock held until the caller's commit: for a
     /// writer that commits many changes in one transaction (the message writer's batches), so the lock is taken once
-    /// per batch, like the sequencer takes it. Call it last in the transaction. Returns the new head.
+    /// per batch, like the sequencer takes it. Call it last in the transaction. Returns the events with their ids, in
+    /// order, for the node's readers once the transaction has committed (``CommittedEvents``).
     @discardableResult
-    package static func appendNumbered(_ events: [NewEvent], appID: String, now: Int64, on db: PostgresConnection) throws -> Int64 {
+    package static func appendNumbered(_ events: [NewEvent], appID: String, now: Int64, on db: PostgresConnection) throws
+        -> CommittedEvents
+    {
         // Numbered parameters: bench/py/send_sql.py pastes this text into the send benchmark.
         let ids = try db.query(
             PostgresQuery(
@@ -82,11 +85,11 @@ public enum EventLog {
                          WITH ORDINALITY AS e(type, data, audience, group_id, room_id, to_group_members, order_key, ord)
                     RETURNING id
                     """, binds: [appID, events.count, now] + Columns(events).binds)
-        ).decode(Int64.self)
-        guard ids.count == events.count, let last = ids.max() else {
+        ).decode(Int64.self).sorted()
+        guard ids.count == events.count else {
             throw APIError(.internalError, "event head missing for app \(appID)")
         }
-        return last
+        return CommittedEvents(appID: appID, events: zip(ids, events).map { CommittedEvent(id: $0, createdAt: now, event: $1) })
     }
 
     /// The per-event arrays both appends bind, one element per event.

@@ -117,24 +117,19 @@ enum MessageWrite {
     }
 
     /// Appends the events of the sent items with their ids, in item order (one statement per app, each taking its
-    /// app's head lock until the batch commits: call it last). Returns the apps that got events.
+    /// app's head lock until the batch commits: call it last). Returns each app's events with their ids, for the node's
+    /// readers once the batch has committed.
     @discardableResult
-    static func appendEvents(_ items: [Item], _ written: [Written], on db: PostgresConnection) throws -> [String] {
+    static func appendEvents(_ items: [Item], _ written: [Written], on db: PostgresConnection) throws -> [CommittedEvents] {
         var eventsByApp: [String: (now: Int64, events: [NewEvent])] = [:]
-        var apps: [String] = []
         for (item, result) in zip(items, written) where result.outcome == .sent {
-            if eventsByApp[item.appID] == nil {
-                apps.append(item.appID)
-                eventsByApp[item.appID] = (item.now, [])
-            }
-            eventsByApp[item.appID]!.events += events(of: result)
+            eventsByApp[item.appID, default: (item.now, [])].events += events(of: result)
         }
         // Apps in key order, so two nodes' batches take their head locks in the same order.
-        for appID in apps.sorted() {
+        return try eventsByApp.keys.sorted().map { appID in
             let (now, events) = eventsByApp[appID]!
-            try EventLog.appendNumbered(events, appID: appID, now: now, on: db)
+            return try EventLog.appendNumbered(events, appID: appID, now: now, on: db)
         }
-        return apps
     }
 
     /// The JSON the dedupe key of an unstored message keeps (a repeated send answers with it): what every recipient

@@ -59,15 +59,15 @@ package final class MessageWriter: Sendable {
     private let inbox = LockedValue(Inbox())
     private let wakeup = Wakeup()
     private let threads = LockedValue<[BackgroundThread]>([])
-    /// Told, on a writer thread, of each app whose events a batch committed with their ids (the node wires the live
-    /// hub here).
-    private let committed: @Sendable (_ appID: String) -> Void
+    /// Told, on a writer thread, of each app's events a batch committed, with their ids (the node hands them to its
+    /// live hub, push bridge and webhook dispatcher).
+    private let committed: @Sendable (CommittedEvents) -> Void
     private let logger: Logger
     private let overloadThreshold: Int
 
     package init(
         logger: Logger, overloadThreshold: Int = MessageWriter.defaultOverloadThreshold,
-        committed: @escaping @Sendable (_ appID: String) -> Void
+        committed: @escaping @Sendable (CommittedEvents) -> Void
     ) {
         self.committed = committed
         self.logger = logger
@@ -170,11 +170,11 @@ package final class MessageWriter: Sendable {
         while true {
             do {
                 let items = batch.map(\.item)
-                let (written, apps) = try db.transaction { db in
+                let (written, events) = try db.transaction { db in
                     let written = try MessageWrite.write(items, on: db)
                     return (written, try MessageWrite.appendEvents(items, written, on: db))
                 }
-                for appID in apps { committed(appID) }
+                for appEvents in events { committed(appEvents) }
                 for (job, result) in zip(batch, written) { job.done(.success(result)) }
                 return
             } catch let error as PostgresError
