@@ -1,5 +1,6 @@
 import COpenSSL
 import ParleyHTTP
+import ParleySync
 
 /// Hashing, MACs, randomness and base64 codecs used for keys, tokens, cursors and signatures.
 ///
@@ -42,6 +43,20 @@ public enum Crypto {
                 digest(into: out.baseAddress!) { ctx in update(ctx, buf) }
                 n = 32
             }
+        }
+    }
+
+    /// SHA-256 of `bytes`: the concrete form the callers in other modules reach (a generic one from another module
+    /// runs unspecialised, through protocol witnesses for every element).
+    public static func sha256(_ bytes: [UInt8]) -> [UInt8] {
+        bytes.withUnsafeBufferPointer { sha256($0) }
+    }
+
+    /// SHA-256 of the bytes of `buffer`.
+    public static func sha256(_ buffer: UnsafeBufferPointer<UInt8>) -> [UInt8] {
+        [UInt8](unsafeUninitializedCapacity: 32) { out, n in
+            digest(into: out.baseAddress!) { ctx in update(ctx, buffer) }
+            n = 32
         }
     }
 
@@ -91,10 +106,44 @@ public enum Crypto {
     public static func randomBytes(_ n: Int) -> [UInt8] {
         precondition(n >= 0)
         return [UInt8](unsafeUninitializedCapacity: n) { out, count in
-            if n > 0 {
-                guard RAND_bytes(out.baseAddress, Int32(n)) == 1 else { fatalError("RAND_bytes failed") }
-            }
+            if n > 0 { fillRandom(UnsafeMutableRawBufferPointer(out)) }
             count = n
+        }
+    }
+
+    /// Fills `buffer` with cryptographically secure random bytes. Small requests (the ids made for every message)
+    /// are served from a pool refilled 4 KiB at a time: one `RAND_bytes` call costs as much as hashing a short text,
+    /// and a send makes two ids.
+    public static func fillRandom(_ buffer: UnsafeMutableRawBufferPointer) {
+        guard let base = buffer.baseAddress, buffer.count > 0 else { return }
+        if buffer.count > RandomPool.size / 4 {
+            guard RAND_bytes(base.assumingMemoryBound(to: UInt8.self), Int32(buffer.count)) == 1 else { fatalError("RAND_bytes failed") }
+            return
+        }
+        randomPool.withLock { pool in pool.take(into: buffer) }
+    }
+
+    private static let randomPool = LockedValue(RandomPool())
+
+    /// Random bytes fetched ahead; each byte is handed out once. Owner: `randomPool`'s lock (the buffer lives as long
+    /// as the process).
+    private struct RandomPool {
+        static let size = 4096
+        private let bytes = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 8)
+        /// Bytes handed out so far; the pool is refilled once fewer than a request remain.
+        private var used = size
+
+        mutating func take(into buffer: UnsafeMutableRawBufferPointer) {
+            if Self.size - used < buffer.count {
+                guard RAND_bytes(bytes.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(Self.size)) == 1 else {
+                    fatalError("RAND_bytes failed")
+                }
+                used = 0
+            }
+            buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[used..<used + buffer.count]))
+            // Handed-out bytes are not left behind in the pool.
+            bytes[used..<used + buffer.count].initializeMemory(as: UInt8.self, repeating: 0)
+            used += buffer.count
         }
     }
 
@@ -110,15 +159,20 @@ public enum Crypto {
     private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
     /// Lowercase hex of `bytes`.
-    public static func hex(_ bytes: some Sequence<UInt8>) -> String {
-        var out: [UInt8] = []
-        out.reserveCapacity(bytes.underestimatedCount * 2)
-        for b in bytes {
-            out.append(hexDigits[Int(b >> 4)])
-            out.append(hexDigits[Int(b & 0x0F)])
+    public static func hex(_ bytes: [UInt8]) -> String {
+        String(unsafeUninitializedCapacity: bytes.count * 2) { out in
+            hexDigits.withUnsafeBufferPointer { digits in
+                for (i, b) in bytes.enumerated() {
+                    out[2 * i] = digits[Int(b >> 4)]
+                    out[2 * i + 1] = digits[Int(b & 0x0F)]
+                }
+            }
+            return bytes.count * 2
         }
-        return String(decoding: out, as: UTF8.self)
     }
+
+    /// Lowercase hex of `bytes`.
+    public static func hex(_ bytes: some Sequence<UInt8>) -> String { hex(Array(bytes)) }
 
     /// Bytes of a hex string (either case); nil for odd length or a non-hex character.
     public static func fromHex(_ text: String) -> [UInt8]? {

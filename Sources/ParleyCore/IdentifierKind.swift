@@ -92,18 +92,30 @@ public enum IdentifierKind: Sendable, Hashable, CaseIterable {
     /// `prefix` followed by `length` random characters from `alphabet` (default `[0-9A-Za-z]`), uniformly drawn.
     public static func generateID(prefix: String = "", length: Int, alphabet: [UInt8] = base62) -> String {
         precondition(!alphabet.isEmpty && alphabet.count <= 256)
-        var out = Array(prefix.utf8)
-        out.reserveCapacity(out.count + length)
+        let prefixCount = prefix.utf8.count
+        var out = [UInt8]()
+        out.reserveCapacity(prefixCount + length)
+        out.append(contentsOf: prefix.utf8)
+        appendRandom(length, from: alphabet, to: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Appends `length` characters drawn uniformly from `alphabet`.
+    private static func appendRandom(_ length: Int, from alphabet: [UInt8], to out: inout [UInt8]) {
         // Rejection sampling: accept bytes below the largest multiple of the alphabet size, so no character is
         // more likely than another.
         let limit = 256 - 256 % alphabet.count
-        while out.count < prefix.utf8.count + length {
-            for b in Crypto.randomBytes(length + 8) where Int(b) < limit {
-                out.append(alphabet[Int(b) % alphabet.count])
-                if out.count == prefix.utf8.count + length { break }
+        var left = length
+        withUnsafeTemporaryAllocation(byteCount: length + 8, alignment: 1) { random in
+            while left > 0 {
+                Crypto.fillRandom(random)
+                for b in random where Int(b) < limit {
+                    out.append(alphabet[Int(b) % alphabet.count])
+                    left -= 1
+                    if left == 0 { break }
+                }
             }
         }
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// A generated group or room id: 20 chars `[A-Za-z0-9]` (API.md §1.2).
@@ -139,16 +151,20 @@ public enum IdentifierKind: Sendable, Hashable, CaseIterable {
     ///   - prefix: a short type tag such as `"m"` (message) or `"c"` (call); keep `prefix + 22` ≤ 32.
     ///   - timestampMs: milliseconds since the epoch, from the server clock (the test clock in tests).
     public static func generateSortableID(prefix: String, timestampMs: Int64, randomLength: Int = 14) -> String {
+        var out = [UInt8]()
+        out.reserveCapacity(prefix.utf8.count + 8 + randomLength)
+        out.append(contentsOf: prefix.utf8)
         var t = UInt64(max(0, timestampMs))
-        var stamp = [UInt8](repeating: UInt8(ascii: "0"), count: 8)
-        var i = 7
-        while i >= 0 {
-            stamp[i] = base62[Int(t % 62)]
+        let stampStart = out.count
+        out.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: 8))
+        var i = stampStart + 7
+        while i >= stampStart {
+            out[i] = base62[Int(t % 62)]
             t /= 62
             i -= 1
         }
-        let id = prefix + String(decoding: stamp, as: UTF8.self) + generateID(length: randomLength)
-        assert(id.utf8.count <= 32, "opaque ids are at most 32 bytes (API.md §1.2)")
-        return id
+        appendRandom(randomLength, from: base62, to: &out)
+        assert(out.count <= 32, "opaque ids are at most 32 bytes (API.md §1.2)")
+        return String(decoding: out, as: UTF8.self)
     }
 }

@@ -189,10 +189,17 @@ public struct JSONWriter: @unchecked Sendable {
     }
 
     public mutating func writeInt(_ value: some BinaryInteger) {
+        writeInt(Int64(value))
+    }
+
+    /// The concrete form callers in other modules reach (a generic one from another module runs unspecialised).
+    public mutating func writeInt(_ value: Int64) {
         beforeValue()
         appendInteger(value)
         needsComma = true
     }
+
+    public mutating func writeInt(_ value: Int) { writeInt(Int64(value)) }
 
     /// Writes a double in its shortest round-tripping form; NaN and infinities (not JSON) become `null`.
     public mutating func writeDouble(_ value: Double) {
@@ -277,7 +284,7 @@ public struct JSONWriter: @unchecked Sendable {
         append(s.utf8Start, count: s.utf8CodeUnitCount)
     }
 
-    private mutating func appendInteger(_ value: some BinaryInteger) {
+    private mutating func appendInteger(_ value: Int64) {
         // Work on the magnitude so Int64.min does not overflow; UInt64.max has 20 digits, plus a sign.
         var magnitude = UInt64(value.magnitude)
         var digits = 1

@@ -47,6 +47,8 @@ package final class EventHub: Sendable {
         var departed: [(appID: String, id: UInt64)] = []
         var dirty: Set<String> = []
         var writtenHere: Set<String> = []
+        /// Another node said hello on the channel (it started and listens): notify from now on.
+        var peerAppeared = false
         var signalled = false
         var stopped = false
         var nextID: UInt64 = 1
@@ -62,6 +64,8 @@ package final class EventHub: Sendable {
     }
 
     static let channel = "parley_events"
+    /// The subject of the notification a node sends when it starts, so that the others notify it from then on.
+    static let hello = "+"
     /// Events read per query; a subscriber catching up reads at most `catchUpPages` pages per pass, so one large
     /// backlog never stalls the others.
     static let pageSize = 200
@@ -188,11 +192,18 @@ package final class EventHub: Sendable {
             configuration: database, channels: [Self.channel], logger: pgLogger,
             onReconnect: { [self] in pokeAll() },
             onNotification: { [self] _, payload in
-                // "<node> <app>": our own notifications are already handled.
+                // "<node> <app>", or "<node> +" from a node that has just started: our own are already handled.
                 guard let space = payload.firstIndex(of: " "), payload[..<space] != nodeID else { return }
-                poke(String(payload[payload.index(after: space)...]), local: false)
+                let subject = payload[payload.index(after: space)...]
+                if subject == Self.hello {
+                    inbox.withLock { $0.peerAppeared = true }
+                    return
+                }
+                poke(String(subject), local: false)
             })
         listener.withLock { $0 = notified }
+        // The first round at once: the hello, and the first heartbeat that tells whether other nodes listen.
+        signal()
     }
 
     /// Closes every stream (clients resume with `Last-Event-ID`) and stops the thread.
@@ -252,6 +263,10 @@ package final class EventHub: Sendable {
         var nextNodeBeat: Int64 = 0
         var retry: Set<String> = []
         var sweep = false
+        // Whether other nodes listen: a node alone sends no NOTIFY (each is a transaction of its own, and this node's
+        // listener would only receive its own). Learnt from the heartbeats, and at once from a starting node's hello.
+        var peersUntil: Int64 = 0
+        var greeted = false
         while true {
             let now = EventLoop.monotonicMillis()
             wakeup.wait(timeoutMillis: Int(max(0, min(nextHeartbeat, nextSweep) - now)))
@@ -297,12 +312,17 @@ package final class EventHub: Sendable {
                     try closeLapsed(&feeds, on: connection)
                     sweep = false
                 }
-                for appID in batch.writtenHere.sorted() {
-                    try connection.notify(channel: Self.channel, payload: "\(nodeID) \(appID)")
+                if !greeted {
+                    try connection.notify(channel: Self.channel, payload: "\(nodeID) \(Self.hello)")
+                    greeted = true
                 }
+                if batch.peerAppeared { peersUntil = EventLoop.monotonicMillis() + Self.peerMemoryMillis }
                 if EventLoop.monotonicMillis() >= nextNodeBeat {
-                    try beat(on: connection)
+                    if try beat(on: connection) { peersUntil = EventLoop.monotonicMillis() + Self.peerMemoryMillis }
                     nextNodeBeat = EventLoop.monotonicMillis() + Self.heartbeatIntervalMillis
+                }
+                if !batch.writtenHere.isEmpty && EventLoop.monotonicMillis() < peersUntil {
+                    try notify(batch.writtenHere.sorted(), on: connection)
                 }
                 outage.succeeded()
             } catch {
@@ -423,14 +443,26 @@ package final class EventHub: Sendable {
         }
     }
 
-    /// Refreshes this node's heartbeat and settles the presence of nodes that stopped beating.
-    private func beat(on db: PostgresConnection) throws {
+    /// How long after the last sign of another node this one keeps notifying: past two of its heartbeats.
+    static let peerMemoryMillis: Int64 = 3 * heartbeatIntervalMillis
+
+    /// Tells the other nodes that `apps` have new events: one statement for all of them.
+    private func notify(_ apps: [String], on db: PostgresConnection) throws {
+        let payloads = apps.map { "\(nodeID) \($0)" }
+        try db.query("SELECT pg_notify(\(Self.channel), p) FROM unnest(\(payloads)::text[]) AS p", prepared: false)
+    }
+
+    /// Refreshes this node's heartbeat and settles the presence of nodes that stopped beating; true when another node
+    /// beats.
+    private func beat(on db: PostgresConnection) throws -> Bool {
         try StreamPresence.heartbeat(nodeID: nodeID, on: db)
-        guard let services = services.withLock({ $0 }) else { return }
+        let peers = try StreamPresence.otherLiveNodes(than: nodeID, on: db)
+        guard let services = services.withLock({ $0 }) else { return peers > 0 }
         for dead in try StreamPresence.deadNodes(on: db) {
             logger.info("msg=\"a node stopped beating; closing its streams for presence\" node=\(dead)")
             services.pool.submit({ try? StreamPresence.nodeGone(dead, services: services) }, rejected: {})
         }
+        return peers > 0
     }
 
     private func releaseExpiredReservations() {

@@ -99,6 +99,12 @@ package enum StreamPresence {
             """)
     }
 
+    /// How many other nodes beat lately (they listen for this node's notifications).
+    static func otherLiveNodes(than nodeID: String, on db: PostgresConnection) throws -> Int64 {
+        let cutoff = Timestamp.wallMillis() - nodeTimeoutMillis
+        return try db.query("SELECT count(*) FROM live_nodes WHERE node_id <> \(nodeID) AND seen_at >= \(cutoff)").decodeFirst(Int64.self) ?? 0
+    }
+
     /// The nodes that hold stream rows but stopped beating (crashed, killed), and forgets their heartbeats.
     static func deadNodes(on db: PostgresConnection) throws -> [String] {
         let cutoff = Timestamp.wallMillis() - nodeTimeoutMillis

@@ -37,6 +37,9 @@ public final class PostgresConnection {
     /// in front of a simple query's text), one round trip fewer per transaction; a transaction that runs no statement
     /// sends neither BEGIN nor COMMIT. (BEGIN takes no snapshot and no lock, so sending it later changes nothing else.)
     private var deferredBegin: String?
+    /// The open transaction was committed by ``queryCommitting(sql:_:)`` (its COMMIT went out with its last statement):
+    /// the `transaction` wrapper's own COMMIT then sends nothing.
+    private var committedWithLastStatement = false
 
     /// Beyond this many cached statements new SQL runs unnamed, so ad-hoc SQL cannot grow the cache forever.
     static let maxPreparedStatements = 512
@@ -170,6 +173,42 @@ public final class PostgresConnection {
         return try exchange(carriesBegin: true) { values.withPointers { PQsendQueryParams(handle, sql, $1, nil, $0, nil, nil, 0) } }
     }
 
+    /// Runs the open transaction's last statement and its COMMIT in one round trip (one pipeline), prepared like
+    /// `query(sql:_:prepared: true)`; the `transaction` wrapper's COMMIT then sends nothing.
+    ///
+    /// For a writer whose last statement takes a lock that others queue for (the event head): the lock is held for
+    /// the statement and the commit on the server, not also for a round trip to this thread and back, which on a
+    /// busy machine includes waiting for this thread to be scheduled. A failing statement leaves the transaction
+    /// open and failed (the server skips the COMMIT), so the wrapper rolls back as after any failure; a failing
+    /// COMMIT ends it, and its error is thrown.
+    @discardableResult
+    public func queryCommitting(sql: String, _ parameters: [(any PostgresEncodable)?]) throws(PostgresError) -> PostgresResult {
+        guard inTransaction, !committedWithLastStatement else {
+            throw PostgresError(kind: .query, message: "queryCommitting needs an open transaction")
+        }
+        var name = preparedName(of: sql)
+        if name == nil, preparedNames.count < Self.maxPreparedStatements {
+            nextPreparedID += 1
+            let fresh = "parley_\(nextPreparedID)"
+            try prepare(name: fresh, sql: sql)
+            preparedNames[sql] = fresh
+            name = fresh
+        }
+        let handle = self.handle
+        let values = try CParameters(parameters)
+        let result = try exchange(carriesBegin: true, commits: true) {
+            values.withPointers {
+                if let name {
+                    PQsendQueryPrepared(handle, name, $1, $0, nil, nil, 0)
+                } else {
+                    PQsendQueryParams(handle, sql, $1, nil, $0, nil, nil, 0)
+                }
+            }
+        }
+        committedWithLastStatement = !inTransaction
+        return result
+    }
+
     /// The name `sql` was prepared under on this connection, if any.
     private func preparedName(of sql: String) -> String? {
         let address = sql.utf8.withContiguousStorageIfAvailable { Int(bitPattern: $0.baseAddress) } ?? 0
@@ -206,6 +245,7 @@ public final class PostgresConnection {
 
     /// Opens a transaction whose BEGIN goes out with its first statement (see `deferredBegin`).
     func begin(_ isolation: PostgresIsolation) throws(PostgresError) {
+        committedWithLastStatement = false
         guard !inTransaction else { throw PostgresError(kind: .query, message: "a transaction is already open on this connection") }
         deferredBegin = isolation.beginSQL
     }
@@ -216,11 +256,16 @@ public final class PostgresConnection {
             deferredBegin = nil
             return
         }
+        if committedWithLastStatement {
+            committedWithLastStatement = false
+            return
+        }
         try simpleQuery("COMMIT")
     }
 
     /// ROLLBACK, or nothing when the transaction ran no statement; errors are dropped (the caller is already failing).
     func rollback() {
+        committedWithLastStatement = false
         if deferredBegin != nil {
             deferredBegin = nil
             return
@@ -330,7 +375,7 @@ public final class PostgresConnection {
     /// Sends one command with `send` (a `PQsend…` call), then reads its results until the server is ready again, waiting
     /// with `poll()` no longer than the response timeout; returns the last result, as `PQexec` does. A statement that
     /// `carriesBegin` takes a deferred BEGIN along, in one pipeline with it.
-    private func exchange(carriesBegin: Bool = false, _ send: () -> Int32) throws(PostgresError) -> PostgresResult {
+    private func exchange(carriesBegin: Bool = false, commits: Bool = false, _ send: () -> Int32) throws(PostgresError) -> PostgresResult {
         guard !abandoned else {
             throw PostgresError(kind: .connection, message: "the connection was abandoned after an exchange failed")
         }
@@ -348,8 +393,8 @@ public final class PostgresConnection {
             let begin = carriesBegin ? deferredBegin : nil
             if begin != nil { deferredBegin = nil }
             let deadline = responseTimeoutNanos.map { started &+ $0 }
-            if let begin {
-                raw = try sendAndCollect(after: begin, send, deadline: deadline)
+            if begin != nil || commits {
+                raw = try sendAndCollect(after: begin, send, thenCommit: commits, deadline: deadline)
             } else {
                 raw = try sendAndCollect(send, deadline: deadline)
             }
@@ -404,27 +449,31 @@ public final class PostgresConnection {
         }
     }
 
-    /// `begin` and the statement `send` sends, in one pipeline (one round trip): the statement's last result, or
-    /// BEGIN's error (the statement is then skipped by the server).
-    private func sendAndCollect(after begin: String, _ send: () -> Int32, deadline: UInt64?) throws(PostgresError) -> OpaquePointer? {
+    /// The statement `send` sends, after `begin` and before a COMMIT when asked, in one pipeline (one round trip): the
+    /// first error among them (the server skips what follows an error up to the sync), else the statement's result.
+    private func sendAndCollect(after begin: String?, _ send: () -> Int32, thenCommit commit: Bool, deadline: UInt64?) throws(PostgresError)
+        -> OpaquePointer?
+    {
         guard PQenterPipelineMode(handle) == 1 else { return nil }
         // Leaving fails only with results unread, after a failure that already ends the session: never reuse it then.
         defer { if PQexitPipelineMode(handle) != 1 { abandoned = true } }
-        guard PQsendQueryParams(handle, begin, 0, nil, nil, nil, nil, 0) == 1, send() == 1, PQpipelineSync(handle) == 1 else {
-            return nil
-        }
+        if let begin, PQsendQueryParams(handle, begin, 0, nil, nil, nil, nil, 0) != 1 { return nil }
+        guard send() == 1 else { return nil }
+        if commit, PQsendQueryParams(handle, "COMMIT", 0, nil, nil, nil, nil, 0) != 1 { return nil }
+        guard PQpipelineSync(handle) == 1 else { return nil }
         guard try flush(deadline: deadline) else { return abandonAfterSocketFailure() }
         // Results come query by query, each followed by a NULL, then the sync's own result.
-        var beginError: OpaquePointer? = nil
-        var last: OpaquePointer? = nil
+        let statementIndex = begin == nil ? 0 : 1
+        var firstError: OpaquePointer? = nil
+        var statementResult: OpaquePointer? = nil
         var query = 0
         collecting: while true {
             while PQisBusy(handle) != 0 {
                 do {
                     try waitForSocket(events: Int16(POLLIN), deadline: deadline)
                 } catch {
-                    PQclear(beginError)
-                    PQclear(last)
+                    PQclear(firstError)
+                    PQclear(statementResult)
                     throw error
                 }
                 if PQconsumeInput(handle) == 0 {
@@ -443,20 +492,20 @@ public final class PostgresConnection {
                 PQclear(result)
                 break
             }
-            if query == 0 {
-                if status == PGRES_FATAL_ERROR && beginError == nil { beginError = result } else { PQclear(result) }
-            } else if beginError != nil || status == PGRES_PIPELINE_ABORTED {
-                PQclear(result)
+            if status == PGRES_FATAL_ERROR && firstError == nil {
+                firstError = result
+            } else if query == statementIndex && firstError == nil && status != PGRES_PIPELINE_ABORTED {
+                PQclear(statementResult)
+                statementResult = result
             } else {
-                PQclear(last)
-                last = result
+                PQclear(result)
             }
         }
-        if let beginError {
-            PQclear(last)
-            return beginError
+        if let firstError {
+            PQclear(statementResult)
+            return firstError
         }
-        return last ?? (abandoned ? abandonAfterSocketFailure() : nil)
+        return statementResult ?? (abandoned ? abandonAfterSocketFailure() : nil)
     }
 
     /// Waits until the socket is ready for `events`; at the deadline the connection is abandoned and `.timeout` thrown.

@@ -36,8 +36,9 @@ public final class Wakeup: Sendable {
     public func wait(timeoutMillis: Int) {
         var pfd = pollfd(fd: readEnd, events: Int16(POLLIN), revents: 0)
         if poll(&pfd, 1, Int32(clamping: timeoutMillis)) > 0 {
-            var buffer = [UInt8](repeating: 0, count: 64)
-            while read(readEnd, &buffer, buffer.count) > 0 {}
+            withUnsafeTemporaryAllocation(byteCount: 64, alignment: 1) { buffer in
+                while read(readEnd, buffer.baseAddress, buffer.count) > 0 {}
+            }
         }
     }
 

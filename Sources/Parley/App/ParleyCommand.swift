@@ -20,6 +20,9 @@ public enum ParleyCommand {
                     create an app and print its key (works while the server runs)
           export    write one conversation's messages as NDJSON, from a running server
           import    send an NDJSON file of messages to a running server
+          sql send <part>...
+                    print the message writer's statement for a batch with these parts (peer, group, room,
+                    keyed, checked, policy, friend_only, reply, combine): the benchmarks run what the server runs
           version   print the version
           help      this text
 
@@ -55,6 +58,13 @@ public enum ParleyCommand {
                 return 2
             }
             return createApp(arguments: Array(arguments.dropFirst()), environment: environment)
+        case "sql":
+            guard arguments.first == "send", let text = MessageWrite.statement(named: Array(arguments.dropFirst())) else {
+                printError("usage: parley sql send <part>... (parts: \(MessageWrite.partNames.joined(separator: ", ")))")
+                return 2
+            }
+            print(text)
+            return 0
         case "export", "import":
             if arguments.contains("--help") || arguments.contains("-h") {
                 print(TransferCommand.usage, terminator: "")

@@ -57,64 +57,73 @@ public enum EventLog {
         PostgresQuery(
             sql: """
                 INSERT INTO pending_events (app_id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
-                SELECT $1, e.type, $2, e.data, ARRAY(SELECT json_array_elements_text(e.audience::json)), NULLIF(e.group_id, ''),
-                       NULLIF(e.room_id, ''), e.to_group_members, e.order_key
-                FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::boolean[], $9::text[])
-                     WITH ORDINALITY AS e(type, data, audience, group_id, room_id, to_group_members, order_key, ord)
+                SELECT $1, e.type, $2, e.data::text, e.audience, e.group_id, e.room_id, e.to_group_members, e.order_key
+                FROM json_to_recordset($3::json) AS e(\(eventColumns))
                 ORDER BY e.ord
-                """, binds: [appID, now] + Columns(events).binds)
+                """, binds: [appID, now, eventsJSON(events)])
     }
 
     /// Appends `events` with their ids at once, under the app's head row lock held until the caller's commit: for a
     /// writer that commits many changes in one transaction (the message writer's batches), so the lock is taken once
     /// per batch, like the sequencer takes it. Call it last in the transaction. Returns the events with their ids, in
-    /// order, for the node's readers once the transaction has committed (``CommittedEvents``).
+    /// order, for the node's readers once the transaction has committed (``CommittedEvents``). With `committing`, the
+    /// transaction's COMMIT goes out with this statement (``PostgresConnection/queryCommitting(sql:_:)``), so the head
+    /// lock is held for the server's work only, not for a round trip to the caller's thread and back.
     @discardableResult
-    package static func appendNumbered(_ events: [NewEvent], appID: String, now: Int64, on db: PostgresConnection) throws
-        -> CommittedEvents
-    {
-        // Numbered parameters: bench/py/send_sql.py pastes this text into the send benchmark.
-        let ids = try db.query(
-            PostgresQuery(
-                sql: """
-                    WITH h AS (UPDATE event_heads SET head = head + $2 WHERE app_id = $1 RETURNING head)
-                    INSERT INTO events (app_id, id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
-                    SELECT $1, h.head - $2 + e.ord, e.type, $3, e.data, ARRAY(SELECT json_array_elements_text(e.audience::json)),
-                           NULLIF(e.group_id, ''), NULLIF(e.room_id, ''), e.to_group_members, e.order_key
-                    FROM h, unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::boolean[], $10::text[])
-                         WITH ORDINALITY AS e(type, data, audience, group_id, room_id, to_group_members, order_key, ord)
-                    RETURNING id
-                    """, binds: [appID, events.count, now] + Columns(events).binds)
-        ).decode(Int64.self).sorted()
+    package static func appendNumbered(
+        _ events: [NewEvent], appID: String, now: Int64, committing: Bool = false, on db: PostgresConnection
+    ) throws -> CommittedEvents {
+        let statement = PostgresQuery(
+            sql: """
+                WITH h AS (UPDATE event_heads SET head = head + $2 WHERE app_id = $1 RETURNING head)
+                INSERT INTO events (app_id, id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
+                SELECT $1, h.head - $2 + e.ord, e.type, $3, e.data::text, e.audience, e.group_id, e.room_id, e.to_group_members,
+                       e.order_key
+                FROM h, json_to_recordset($4::json) AS e(\(eventColumns))
+                RETURNING id
+                """, binds: [appID, events.count, now, eventsJSON(events)])
+        let result = committing ? try db.queryCommitting(sql: statement.sql, statement.binds) : try db.query(statement)
+        let ids = try result.decode(Int64.self).sorted()
         guard ids.count == events.count else {
             throw APIError(.internalError, "event head missing for app \(appID)")
         }
         return CommittedEvents(appID: appID, events: zip(ids, events).map { CommittedEvent(id: $0, createdAt: now, event: $1) })
     }
 
-    /// The per-event arrays both appends bind, one element per event.
-    private struct Columns {
-        var types: [String]
-        var data: [String]
-        /// Each audience as a JSON array text.
-        var audiences: [String]
-        var groupIDs: [String]
-        var roomIDs: [String]
-        var toGroupMembers: [Bool]
-        var orderKeys: [String]
+    /// The columns of the events JSON both appends read (``eventsJSON(_:)``).
+    private static let eventColumns =
+        "ord int, type text, data json, audience text[], group_id text, room_id text, to_group_members boolean, order_key text"
 
-        init(_ events: [NewEvent]) {
-            types = events.map(\.type)
-            data = events.map { String(decoding: $0.data, as: UTF8.self) }
-            audiences = events.map { String(decoding: JSONValue.array($0.audience.map { .string($0) }).serialized(), as: UTF8.self) }
-            groupIDs = events.map { $0.groupID ?? "" }
-            roomIDs = events.map { $0.roomID ?? "" }
-            toGroupMembers = events.map(\.toGroupMembers)
-            orderKeys = events.map(\.orderKey)
+    /// The events as one JSON array, `ord` counting from 1. Each event's data is embedded as JSON, not as a string:
+    /// PostgreSQL keeps a `json` value's text as written, and nothing has to be escaped (text arrays escaped every quote
+    /// of every event's data, the largest cost of the message writer's Swift side).
+    private static func eventsJSON(_ events: [NewEvent]) -> String {
+        var w = JSONWriter(capacity: events.reduce(64) { $0 + $1.data.count + 160 })
+        w.beginArray()
+        for (index, event) in events.enumerated() {
+            w.beginObject()
+            w.key(static: "ord")
+            w.writeInt(index + 1)
+            w.key(static: "type")
+            w.writeString(event.type)
+            w.key(static: "data")
+            w.writeRaw(event.data)
+            w.key(static: "audience")
+            w.beginArray()
+            for user in event.audience { w.writeString(user) }
+            w.endArray()
+            w.key(static: "group_id")
+            if let group = event.groupID { w.writeString(group) } else { w.writeNull() }
+            w.key(static: "room_id")
+            if let room = event.roomID { w.writeString(room) } else { w.writeNull() }
+            w.key(static: "to_group_members")
+            w.writeBool(event.toGroupMembers)
+            w.key(static: "order_key")
+            w.writeString(event.orderKey)
+            w.endObject()
         }
-
-        /// The arrays in the order both statements number them, after their leading parameters.
-        var binds: [(any PostgresEncodable)?] { [types, data, audiences, groupIDs, roomIDs, toGroupMembers, orderKeys] }
+        w.endArray()
+        return String(decoding: w.bytes, as: UTF8.self)
     }
 
     /// Gives the committed pending events of `appID` their ids, in one transaction on `db` (the sequencer's own

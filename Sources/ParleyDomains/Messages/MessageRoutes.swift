@@ -130,7 +130,7 @@ package enum MessageRoutes {
                         return
                     }
                     services.metrics.messageAccepted(conversationType: request.conversationType.rawValue, stored: request.stored)
-                    respond(Reply.created(written.message.json(viewer)))
+                    respond(Reply.created(written.json(viewer)))
                 } catch {
                     respond(ProblemRendering.handlerError(error, request: httpRequest, logger: services.logger))
                 }

@@ -1,6 +1,7 @@
 import ParleyAPI
 import ParleyCore
 import ParleyPostgres
+import ParleySync
 
 /// The one place messages are written: steps 3–5 and 7 of API.md §11.1 for a whole batch of sends in one statement —
 /// `client_msg_id` dedupe, existence and policy checks, seq allocation, the message rows, dedupe keys, conversation
@@ -23,7 +24,7 @@ import ParleyPostgres
 /// Seqs: each conversation's `conversation_seqs` row is upserted once per batch and locked until commit, so seqs are
 /// gap-free, follow the batch order within a conversation and commit order across batches, and timestamps never
 /// decrease. Rows are locked in key order so two batches (two nodes) cannot deadlock on seq heads.
-enum MessageWrite {
+package enum MessageWrite {
     /// Which checks an item goes through.
     enum Checks: Int, Sendable {
         /// Written by the server itself (tips messages): no check at all.
@@ -76,6 +77,13 @@ enum MessageWrite {
         var replyCount: Int64?
         /// For a duplicate: the message its `client_msg_id` first sent.
         var original: (messageID: String, seq: Int64?)?
+        /// A sent message's JSON in the app view, rendered once: its `message.sent` event and an app key's answer.
+        var appJSON: [UInt8] = []
+
+        /// The sent message as `viewer` sees it (the answer to its send).
+        func json(_ viewer: MessageViewer) -> [UInt8] {
+            viewer == .app && !appJSON.isEmpty ? appJSON : message.json(viewer)
+        }
     }
 
     /// Writes `items` in the caller's transaction (the caller appends their events, ``appendEvents(_:_:on:)`` or
@@ -84,7 +92,10 @@ enum MessageWrite {
     /// batch, where it finds the first one's key.
     static func write(_ items: [Item], on db: PostgresConnection) throws -> [Written] {
         if items.isEmpty { return [] }
-        let rows = try db.query(PostgresQuery(sql: statement, binds: [itemsJSON(items), combinesJSON(items)])).rows
+        let shape = Shape(items)
+        let binds: [(any PostgresEncodable)?] =
+            shape.contains(.combine) ? [itemsJSON(items), combinesJSON(items)] : [itemsJSON(items)]
+        let rows = try db.query(PostgresQuery(sql: statement(shape), binds: binds)).rows
         guard rows.count == items.count else { throw APIError(.internalError, "message write returned \(rows.count) of \(items.count) rows") }
         var written: [Written] = []
         written.reserveCapacity(items.count)
@@ -99,7 +110,8 @@ enum MessageWrite {
             written.append(
                 Written(
                     outcome: outcome, message: message, replyCount: row[4].isNull ? nil : try row[4].int64,
-                    original: outcome == .duplicate ? (try row[5].string, row[6].isNull ? nil : try row[6].int64) : nil))
+                    original: outcome == .duplicate ? (try row[5].string, row[6].isNull ? nil : try row[6].int64) : nil,
+                    appJSON: outcome == .sent ? message.json(.app) : []))
         }
         try storeUnstoredKeys(items, written, on: db)
         try cacheRecent(items, written, on: db)
@@ -110,7 +122,7 @@ enum MessageWrite {
     /// be suppressed by a silent blacklist. Read before a `message.before_send` hook, which is not called for
     /// duplicates, failed sends or suppressed messages; the write checks again.
     static func check(_ item: Item, on db: PostgresConnection) throws -> (outcome: Outcome, suppressed: Bool) {
-        guard let row = try db.query(PostgresQuery(sql: checkStatement, binds: [itemsJSON([item])])).rows.first,
+        guard let row = try db.query(PostgresQuery(sql: checkStatement(Shape([item])), binds: [itemsJSON([item])])).rows.first,
             let outcome = Outcome(rawValue: try row[0].int)
         else { throw APIError(.internalError, "message check returned no outcome") }
         return (outcome, try row[1].bool)
@@ -118,17 +130,21 @@ enum MessageWrite {
 
     /// Appends the events of the sent items with their ids, in item order (one statement per app, each taking its
     /// app's head lock until the batch commits: call it last). Returns each app's events with their ids, for the node's
-    /// readers once the batch has committed.
+    /// readers once the batch has committed. With `committing`, the last statement carries the batch's COMMIT (see
+    /// ``EventLog/appendNumbered(_:appID:now:committing:on:)``); with no event to append, the caller commits.
     @discardableResult
-    static func appendEvents(_ items: [Item], _ written: [Written], on db: PostgresConnection) throws -> [CommittedEvents] {
+    static func appendEvents(_ items: [Item], _ written: [Written], committing: Bool = false, on db: PostgresConnection) throws
+        -> [CommittedEvents]
+    {
         var eventsByApp: [String: (now: Int64, events: [NewEvent])] = [:]
         for (item, result) in zip(items, written) where result.outcome == .sent {
             eventsByApp[item.appID, default: (item.now, [])].events += events(of: result)
         }
         // Apps in key order, so two nodes' batches take their head locks in the same order.
-        return try eventsByApp.keys.sorted().map { appID in
+        let apps = eventsByApp.keys.sorted()
+        return try apps.enumerated().map { index, appID in
             let (now, events) = eventsByApp[appID]!
-            return try EventLog.appendNumbered(events, appID: appID, now: now, on: db)
+            return try EventLog.appendNumbered(events, appID: appID, now: now, committing: committing && index == apps.count - 1, on: db)
         }
     }
 
@@ -152,7 +168,7 @@ enum MessageWrite {
     /// `push`); user streams and logs leave out what their user may not see (``EventUserView``, §14.1).
     static func events(of written: Written) -> [NewEvent] {
         let message = written.message
-        let json = message.json(.app)
+        let json = written.appJSON.isEmpty ? message.json(.app) : written.appJSON
         var data = JSONObjectWriter(capacity: json.count + 16)
         data.raw("message", json)
         var events = [MessageAudience.event("message.sent", data: data.finish(), about: message)]
@@ -345,104 +361,256 @@ enum MessageWrite {
         return String(decoding: w.bytes, as: UTF8.self)
     }
 
-    /// The `i` and `checked` CTEs: the items and the outcome of §11.1 steps 3–5 for each, read in one snapshot.
-    private static let checked = """
-        WITH i AS (
-            SELECT * FROM json_to_recordset($1::json) AS i(
-                ord int, app_id text, now bigint, conv_type text, conv_id text, sender text, recipient text, message_id text,
-                client_msg_id text, content_hash text, stored boolean, type int, body text, extended_data text,
-                mention_ids text[], mention_all boolean, mention_notify boolean, reply text, root_message_id text,
-                reply_missing boolean, priority smallint, need_receipt boolean, no_unread boolean, repeat_count int, push text,
-                checks int, blacklist_error boolean, friend_only boolean, sensitive_reject boolean, hook_drop boolean,
-                combine_id text)
-        ), checked AS (
-            SELECT i.*,
-                CASE
-                    WHEN k.content_hash IS NOT NULL THEN CASE WHEN k.content_hash = i.content_hash THEN 1 ELSE 2 END
-                    WHEN i.checks = 0 THEN 0
-                    WHEN u.user_id IS NULL OR u.deleted_at IS NOT NULL THEN 3
-                    WHEN i.conv_type = 'group' AND g.group_id IS NULL THEN 4
-                    WHEN i.conv_type = 'group' AND g.dismissed_at IS NOT NULL THEN 5
-                    WHEN i.conv_type = 'peer' AND r.user_id IS NULL THEN 4
-                    WHEN i.conv_type = 'room' AND ro.found IS NULL THEN 4
-                    WHEN i.reply_missing THEN 6
-                    WHEN i.conv_type = 'group' AND i.need_receipt AND (g.is_big_group OR g.member_count > 500) THEN 7
-                    WHEN i.checks = 1 THEN 0
-                    WHEN u.muted_until = -1 OR u.muted_until > i.now THEN 8
-                    WHEN i.conv_type = 'group' AND gm.user_id IS NULL THEN 9
-                    WHEN i.conv_type = 'room' AND rm.found IS NULL THEN 13
-                    WHEN i.conv_type = 'group' AND (gm.muted_until = -1 OR gm.muted_until > i.now OR (
-                        g.mute_mode <> 'none' AND (g.mute_expires_at = -1 OR g.mute_expires_at > i.now) AND gm.role <> 1
-                        AND (g.mute_mode = 'all' OR (g.mute_mode = 'normal' AND gm.role >= 3)
-                             OR (g.mute_mode = 'custom' AND gm.role = ANY(g.mute_roles))))) THEN 8
-                    WHEN bl.blocked AND i.blacklist_error THEN 10
-                    WHEN bl.blocked THEN 0
-                    WHEN i.conv_type = 'peer' AND i.friend_only AND fr.mutual < 2 THEN 11
-                    WHEN i.sensitive_reject THEN 12
-                    ELSE 0
-                END AS outcome,
-                CASE WHEN bl.blocked AND NOT i.blacklist_error THEN 'blacklist' WHEN i.hook_drop THEN 'hook_drop' END AS suppressed,
-                -- A receipt's recipients, fixed at send (Migrations/0020): the other user, or the members but the sender.
-                CASE WHEN i.need_receipt AND i.stored THEN
-                    CASE WHEN i.conv_type = 'group' THEN g.member_count - (gm.user_id IS NOT NULL)::int ELSE 1 END
-                END AS receipt_recipients,
-                k.message_id AS original_id, k.seq AS original_seq
-            FROM i
-            -- Point look-ups by primary key, one per item: LATERAL with LIMIT keeps them parameterised index probes
-            -- (json_to_recordset is estimated at 100 rows, which on small tables made the planner hash whole tables).
-            LEFT JOIN LATERAL (
-                SELECT k.content_hash, k.message_id, k.seq FROM message_keys k
-                WHERE k.app_id = i.app_id AND k.sender = i.sender AND k.client_msg_id = i.client_msg_id LIMIT 1
-            ) k ON true
-            LEFT JOIN LATERAL (
-                SELECT u.user_id, u.muted_until, u.deleted_at FROM users u WHERE u.app_id = i.app_id AND u.user_id = i.sender LIMIT 1
-            ) u ON true
-            LEFT JOIN LATERAL (
-                SELECT r.user_id FROM users r
-                WHERE i.conv_type = 'peer' AND r.app_id = i.app_id AND r.user_id = i.recipient AND r.deleted_at IS NULL LIMIT 1
-            ) r ON true
-            LEFT JOIN LATERAL (
-                SELECT g.group_id, g.dismissed_at, g.is_big_group, g.member_count, g.mute_mode, g.mute_expires_at, g.mute_roles
-                FROM groups g WHERE i.conv_type = 'group' AND g.app_id = i.app_id AND g.group_id = i.recipient LIMIT 1
-            ) g ON true
-            LEFT JOIN LATERAL (
-                SELECT gm.user_id, gm.role, gm.muted_until FROM group_members gm
-                WHERE i.conv_type = 'group' AND gm.app_id = i.app_id AND gm.group_id = i.recipient AND gm.user_id = i.sender LIMIT 1
-            ) gm ON true
-            LEFT JOIN LATERAL (
-                SELECT true AS found FROM rooms ro
-                WHERE i.checks > 0 AND i.conv_type = 'room' AND ro.app_id = i.app_id AND ro.room_id = i.recipient LIMIT 1
-            ) ro ON true
-            LEFT JOIN LATERAL (
-                SELECT true AS found FROM room_members rm
-                WHERE i.checks = 2 AND i.conv_type = 'room' AND rm.app_id = i.app_id AND rm.room_id = i.recipient
-                  AND rm.user_id = i.sender
-                LIMIT 1
-            ) rm ON true
-            LEFT JOIN LATERAL (
-                SELECT true AS found FROM blacklist b
-                WHERE i.checks = 2 AND i.conv_type = 'peer' AND b.app_id = i.app_id AND b.user_id = i.recipient
-                  AND b.blocked_id = i.sender
-                LIMIT 1
-            ) b ON true
-            CROSS JOIN LATERAL (SELECT b.found IS NOT NULL AS blocked) bl
-            CROSS JOIN LATERAL (
-                SELECT count(*) AS mutual FROM friends f
-                WHERE i.checks = 2 AND i.friend_only AND i.conv_type = 'peer' AND f.app_id = i.app_id
-                  AND ((f.user_id = i.sender AND f.friend_id = i.recipient) OR (f.user_id = i.recipient AND f.friend_id = i.sender))
-            ) fr
-        )
+    /// What a batch holds, which decides the parts of the statement it runs: each part costs its executor set-up and
+    /// its nodes on every batch whether or not a row goes through it (a batch of plain peer texts ran the group, reply,
+    /// room and combine parts for nothing: a sixth of the writer backend's CPU was executor start-up), so the statement
+    /// is composed of the parts the batch needs. Each shape is one prepared statement on the writer's connection.
+    struct Shape: OptionSet, Hashable, Sendable {
+        let rawValue: Int
+        static let peer = Shape(rawValue: 1 << 0)
+        static let group = Shape(rawValue: 1 << 1)
+        static let room = Shape(rawValue: 1 << 2)
+        /// Some item has a `client_msg_id`: the dedupe probe and the key insert.
+        static let keyed = Shape(rawValue: 1 << 3)
+        /// Some item is checked (not a tips message): the sender probe.
+        static let checked = Shape(rawValue: 1 << 4)
+        /// Some peer item is fully checked: the blacklist probe.
+        static let policy = Shape(rawValue: 1 << 5)
+        /// Some peer item needs a mutual friendship (`friend_only_c2c`).
+        static let friendOnly = Shape(rawValue: 1 << 6)
+        /// Some item replies to a message: the root's reply count.
+        static let reply = Shape(rawValue: 1 << 7)
+        static let combine = Shape(rawValue: 1 << 8)
+
+        /// The names `parley sql` takes (the benchmarks ask the binary for the statement they run).
+        static let names: [(String, Shape)] = [
+            ("peer", .peer), ("group", .group), ("room", .room), ("keyed", .keyed), ("checked", .checked), ("policy", .policy),
+            ("friend_only", .friendOnly), ("reply", .reply), ("combine", .combine),
+        ]
+
+        init(rawValue: Int) { self.rawValue = rawValue }
+
+        init(_ items: [Item]) {
+            var shape: Shape = []
+            for item in items {
+                switch item.message.conversationType {
+                case .peer:
+                    shape.insert(.peer)
+                    if item.checks == .all { shape.insert(.policy) }
+                    if item.checks == .all && item.friendOnly { shape.insert(.friendOnly) }
+                case .group: shape.insert(.group)
+                case .room: shape.insert(.room)
+                }
+                if item.message.clientMsgID != nil { shape.insert(.keyed) }
+                if item.checks != .none { shape.insert(.checked) }
+                if item.message.rootMessageID != nil { shape.insert(.reply) }
+                if item.combineID != nil { shape.insert(.combine) }
+            }
+            self = shape
+        }
+    }
+
+    /// The write statement of the shape named by `names` (``Shape/names``), for `parley sql`; nil for an unknown name.
+    package static func statement(named names: [String]) -> String? {
+        var shape: Shape = []
+        for name in names {
+            guard let part = Shape.names.first(where: { $0.0 == name })?.1 else { return nil }
+            shape.insert(part)
+        }
+        return statement(shape)
+    }
+
+    /// The part names ``statement(named:)`` takes.
+    package static var partNames: [String] { Shape.names.map(\.0) }
+
+    /// The statement of each shape, composed once (``statement(_:)``).
+    private static let statements = LockedValue<[Shape: String]>([:])
+
+    /// The write statement for a batch of `shape`. Data-modifying CTEs all run (referenced or not) in one snapshot;
+    /// none reads another's writes except through RETURNING, and no row is modified twice (entries are aggregated per
+    /// row first). Outcome numbers are ``Outcome``'s raw values.
+    static func statement(_ shape: Shape) -> String {
+        if let known = statements.withLock({ $0[shape] }) { return known }
+        let text = composeStatement(shape)
+        statements.withLock { $0[shape] = text }
+        return text
+    }
+
+    /// The read-only statement of ``check(_:on:)``: the outcome and the suppression of one item.
+    static func checkStatement(_ shape: Shape) -> String {
+        checked(shape) + " SELECT outcome, suppressed IS NOT NULL FROM checked"
+    }
+
+    /// The columns the items JSON carries (`json_to_recordset`'s column list).
+    private static let itemColumns = """
+        ord int, app_id text, now bigint, conv_type text, conv_id text, sender text, recipient text, message_id text,
+        client_msg_id text, content_hash text, stored boolean, type int, body text, extended_data text,
+        mention_ids text[], mention_all boolean, mention_notify boolean, reply text, root_message_id text,
+        reply_missing boolean, priority smallint, need_receipt boolean, no_unread boolean, repeat_count int, push text,
+        checks int, blacklist_error boolean, friend_only boolean, sensitive_reject boolean, hook_drop boolean,
+        combine_id text
         """
 
-    /// ``check(_:on:)``'s read-only statement.
-    private static let checkStatement = checked + " SELECT outcome, suppressed IS NOT NULL FROM checked"
+    /// The `i` and `checked` CTEs: the items and the outcome of §11.1 steps 3–5 for each, read in one snapshot. The
+    /// rules are written in their check order; a rule whose rows the batch cannot have is left out with its probe.
+    static func checked(_ shape: Shape) -> String {
+        let peer = shape.contains(.peer)
+        let group = shape.contains(.group)
+        let room = shape.contains(.room)
+        let sender = shape.contains(.checked)
+        let blacklist = peer && shape.contains(.policy)
+        var rules: [String] = []
+        if shape.contains(.keyed) {
+            rules.append("WHEN k.content_hash IS NOT NULL THEN CASE WHEN k.content_hash = i.content_hash THEN 1 ELSE 2 END")
+        }
+        rules.append("WHEN i.checks = 0 THEN 0")
+        if sender { rules.append("WHEN u.user_id IS NULL OR u.deleted_at IS NOT NULL THEN 3") }
+        if group {
+            rules.append("WHEN i.conv_type = 'group' AND g.group_id IS NULL THEN 4")
+            rules.append("WHEN i.conv_type = 'group' AND g.dismissed_at IS NOT NULL THEN 5")
+        }
+        if peer { rules.append("WHEN i.conv_type = 'peer' AND r.user_id IS NULL THEN 4") }
+        if room { rules.append("WHEN i.conv_type = 'room' AND ro.found IS NULL THEN 4") }
+        rules.append("WHEN i.reply_missing THEN 6")
+        if group {
+            rules.append("WHEN i.conv_type = 'group' AND i.need_receipt AND (g.is_big_group OR g.member_count > 500) THEN 7")
+        }
+        rules.append("WHEN i.checks = 1 THEN 0")
+        if sender { rules.append("WHEN u.muted_until = -1 OR u.muted_until > i.now THEN 8") }
+        if group { rules.append("WHEN i.conv_type = 'group' AND gm.user_id IS NULL THEN 9") }
+        if room { rules.append("WHEN i.conv_type = 'room' AND rm.found IS NULL THEN 13") }
+        if group {
+            rules.append(
+                """
+                WHEN i.conv_type = 'group' AND (gm.muted_until = -1 OR gm.muted_until > i.now OR (
+                            g.mute_mode <> 'none' AND (g.mute_expires_at = -1 OR g.mute_expires_at > i.now) AND gm.role <> 1
+                            AND (g.mute_mode = 'all' OR (g.mute_mode = 'normal' AND gm.role >= 3)
+                                 OR (g.mute_mode = 'custom' AND gm.role = ANY(g.mute_roles))))) THEN 8
+                """)
+        }
+        if blacklist {
+            rules.append("WHEN b.found AND i.blacklist_error THEN 10")
+            rules.append("WHEN b.found THEN 0")
+        }
+        if shape.contains(.friendOnly) { rules.append("WHEN i.conv_type = 'peer' AND i.friend_only AND fr.mutual < 2 THEN 11") }
+        rules.append("WHEN i.sensitive_reject THEN 12")
+        let suppressed =
+            blacklist
+            ? "CASE WHEN b.found AND NOT i.blacklist_error THEN 'blacklist' WHEN i.hook_drop THEN 'hook_drop' END"
+            : "CASE WHEN i.hook_drop THEN 'hook_drop' END"
+        // A receipt's recipients, fixed at send (Migrations/0020): the other user, or the members but the sender.
+        let receiptRecipients =
+            group ? "CASE WHEN i.conv_type = 'group' THEN g.member_count - (gm.user_id IS NOT NULL)::int ELSE 1 END" : "1"
+        // Point look-ups by primary key, one per item: LATERAL with LIMIT keeps them parameterised index probes
+        // (json_to_recordset is estimated at 100 rows, which on small tables made the planner hash whole tables).
+        var probes: [String] = []
+        if shape.contains(.keyed) {
+            probes.append(
+                """
+                LEFT JOIN LATERAL (
+                    SELECT k.content_hash, k.message_id, k.seq FROM message_keys k
+                    WHERE k.app_id = i.app_id AND k.sender = i.sender AND k.client_msg_id = i.client_msg_id LIMIT 1
+                ) k ON true
+                """)
+        }
+        if sender {
+            probes.append(
+                """
+                LEFT JOIN LATERAL (
+                    SELECT u.user_id, u.muted_until, u.deleted_at FROM users u WHERE u.app_id = i.app_id AND u.user_id = i.sender LIMIT 1
+                ) u ON true
+                """)
+        }
+        if peer {
+            probes.append(
+                """
+                LEFT JOIN LATERAL (
+                    SELECT r.user_id FROM users r
+                    WHERE i.conv_type = 'peer' AND r.app_id = i.app_id AND r.user_id = i.recipient AND r.deleted_at IS NULL LIMIT 1
+                ) r ON true
+                """)
+        }
+        if group {
+            probes.append(
+                """
+                LEFT JOIN LATERAL (
+                    SELECT g.group_id, g.dismissed_at, g.is_big_group, g.member_count, g.mute_mode, g.mute_expires_at, g.mute_roles
+                    FROM groups g WHERE i.conv_type = 'group' AND g.app_id = i.app_id AND g.group_id = i.recipient LIMIT 1
+                ) g ON true
+                LEFT JOIN LATERAL (
+                    SELECT gm.user_id, gm.role, gm.muted_until FROM group_members gm
+                    WHERE i.conv_type = 'group' AND gm.app_id = i.app_id AND gm.group_id = i.recipient AND gm.user_id = i.sender LIMIT 1
+                ) gm ON true
+                """)
+        }
+        if room {
+            probes.append(
+                """
+                LEFT JOIN LATERAL (
+                    SELECT true AS found FROM rooms ro
+                    WHERE i.checks > 0 AND i.conv_type = 'room' AND ro.app_id = i.app_id AND ro.room_id = i.recipient LIMIT 1
+                ) ro ON true
+                LEFT JOIN LATERAL (
+                    SELECT true AS found FROM room_members rm
+                    WHERE i.checks = 2 AND i.conv_type = 'room' AND rm.app_id = i.app_id AND rm.room_id = i.recipient
+                      AND rm.user_id = i.sender
+                    LIMIT 1
+                ) rm ON true
+                """)
+        }
+        if blacklist {
+            probes.append(
+                """
+                LEFT JOIN LATERAL (
+                    SELECT true AS found FROM blacklist b
+                    WHERE i.checks = 2 AND i.conv_type = 'peer' AND b.app_id = i.app_id AND b.user_id = i.recipient
+                      AND b.blocked_id = i.sender
+                    LIMIT 1
+                ) b ON true
+                """)
+        }
+        if shape.contains(.friendOnly) {
+            probes.append(
+                """
+                CROSS JOIN LATERAL (
+                    SELECT count(*) AS mutual FROM friends f
+                    WHERE i.checks = 2 AND i.friend_only AND i.conv_type = 'peer' AND f.app_id = i.app_id
+                      AND ((f.user_id = i.sender AND f.friend_id = i.recipient) OR (f.user_id = i.recipient AND f.friend_id = i.sender))
+                ) fr
+                """)
+        }
+        let original =
+            shape.contains(.keyed) ? "k.message_id AS original_id, k.seq AS original_seq" : "NULL::text AS original_id, NULL::bigint AS original_seq"
+        return """
+            WITH i AS (
+                SELECT * FROM json_to_recordset($1::json) AS i(
+            \(indented(itemColumns, 8)))
+            ), checked AS (
+                SELECT i.*,
+                    CASE
+            \(indented(rules.joined(separator: "\n"), 12))
+                        ELSE 0
+                    END AS outcome,
+                    \(suppressed) AS suppressed,
+                    CASE WHEN i.need_receipt AND i.stored THEN \(receiptRecipients) END AS receipt_recipients,
+                    \(original)
+                FROM i
+            \(indented(probes.joined(separator: "\n"), 4))
+            )
+            """
+    }
 
-    /// One statement for the batch. Data-modifying CTEs all run (referenced or not) in one snapshot; none reads
-    /// another's writes except through RETURNING, and no row is modified twice (entries are aggregated per row
-    /// first). Outcome numbers are ``Outcome``'s raw values.
-    static let statement =
-        checked + """
-            , sent AS (
+    /// `text` with every line indented by `spaces` (for readable statements in the server's logs).
+    private static func indented(_ text: String, _ spaces: Int) -> String {
+        let pad = String(repeating: " ", count: spaces)
+        return text.split(separator: "\n", omittingEmptySubsequences: false).map { pad + $0 }.joined(separator: "\n")
+    }
+
+    /// The writing part of the statement after ``checked(_:)``: seq heads, then the rows of each kind the batch has.
+    private static func composeStatement(_ shape: Shape) -> String {
+        var parts: [String] = [
+            """
+            sent AS (
                 SELECT * FROM checked WHERE outcome = 0
             ), counts AS (
                 SELECT app_id, conv_type, conv_id, count(*) AS n, max(now) AS now FROM sent WHERE stored
@@ -460,12 +628,10 @@ enum MessageWrite {
                 FROM sent s
                 LEFT JOIN counts c ON s.stored AND c.app_id = s.app_id AND c.conv_type = s.conv_type AND c.conv_id = s.conv_id
                 LEFT JOIN heads h ON s.stored AND h.app_id = s.app_id AND h.conv_type = s.conv_type AND h.conv_id = s.conv_id
-            ), keyed AS (
-                INSERT INTO message_keys (app_id, sender, client_msg_id, content_hash, message_id, conv_type, conv_id, recipient,
-                                          type, seq, timestamp)
-                SELECT app_id, sender, client_msg_id, content_hash, message_id, conv_type, conv_id, recipient, type, seq, ts
-                FROM placed WHERE client_msg_id IS NOT NULL
-            ), stored AS (
+            )
+            """,
+            """
+            stored AS (
                 INSERT INTO messages (app_id, conv_type, conv_id, seq, message_id, client_msg_id, sender, recipient, type, body,
                                       extended_data, mention_ids, mention_all, mention_notify, reply, root_message_id, priority,
                                       need_receipt, receipt_recipients, no_unread, repeat_count, push, suppressed, timestamp,
@@ -474,64 +640,109 @@ enum MessageWrite {
                        coalesce(mention_ids, '{}'), mention_all, mention_notify, reply, root_message_id, priority, need_receipt,
                        receipt_recipients, no_unread, repeat_count, push, suppressed, ts, parley_search_text(type, body)
                 FROM placed WHERE stored ORDER BY ord
-            ), peer_entries AS (
-                -- Both sides of each pair, aggregated per row: the sender has read up to its own messages; the recipient's
-                -- entry is created or un-deleted (not for suppressed messages).
-                INSERT INTO conversations AS c (app_id, user_id, conv_type, conv_id, thread_id, read_seq, last_seq, last_ts,
-                                                order_key, created_at, updated_at)
-                SELECT e.app_id, e.user_id, 'peer', e.other, e.thread, max(e.read_seq), max(e.seq), max(e.ts), max(e.ts),
-                       max(e.now), max(e.now)
-                FROM (SELECT p.app_id, p.sender AS user_id, p.recipient AS other, p.conv_id AS thread, p.seq AS read_seq, p.seq,
-                             p.ts, p.now
-                      FROM placed p WHERE p.stored AND p.conv_type = 'peer'
-                      UNION ALL
-                      SELECT p.app_id, p.recipient, p.sender, p.conv_id, 0, p.seq, p.ts, p.now
-                      FROM placed p WHERE p.stored AND p.conv_type = 'peer' AND p.suppressed IS NULL) e
-                GROUP BY e.app_id, e.user_id, e.other, e.thread
-                ORDER BY e.app_id, e.user_id, e.other
-                ON CONFLICT (app_id, user_id, conv_type, conv_id) DO UPDATE SET
-                    read_seq = greatest(c.read_seq, excluded.read_seq),
-                    last_seq = greatest(c.last_seq, excluded.last_seq),
-                    last_ts = greatest(c.last_ts, excluded.last_ts),
-                    order_key = greatest(c.order_key, excluded.last_ts),
-                    deleted = false,
-                    updated_at = excluded.updated_at
-            ), group_senders AS (
-                SELECT app_id, sender, conv_id, max(seq) AS seq, max(now) AS now FROM placed
-                WHERE stored AND conv_type = 'group' GROUP BY app_id, sender, conv_id
-            ), group_read AS (
-                -- Members' entries follow the group head (Migrations/0009): only the sender's read position moves.
-                UPDATE conversations c SET read_seq = greatest(c.read_seq, s.seq), deleted = false, updated_at = s.now
-                FROM group_senders s
-                WHERE c.app_id = s.app_id AND c.user_id = s.sender AND c.conv_type = 'group' AND c.conv_id = s.conv_id
-                  AND c.follows_group
-            ), group_undeleted AS (
-                -- Deleted entries of the group reappear on its next message.
-                UPDATE conversations c SET deleted = false, updated_at = g.now
-                FROM (SELECT app_id, conv_id, max(now) AS now FROM placed WHERE stored AND conv_type = 'group' AND suppressed IS NULL
-                      GROUP BY app_id, conv_id) g
-                WHERE c.app_id = g.app_id AND c.thread_id = g.conv_id AND c.deleted AND c.follows_group AND c.conv_type = 'group'
-                  AND NOT EXISTS (SELECT 1 FROM group_senders s
-                                  WHERE s.app_id = c.app_id AND s.sender = c.user_id AND s.conv_id = c.conv_id)
-            ), replied AS (
-                UPDATE messages m SET reply_count = m.reply_count + r.n
-                FROM (SELECT app_id, root_message_id, count(*) AS n FROM placed
-                      WHERE stored AND root_message_id IS NOT NULL AND suppressed IS NULL GROUP BY app_id, root_message_id) r
-                WHERE m.app_id = r.app_id AND m.message_id = r.root_message_id
-                RETURNING m.app_id, m.message_id, m.reply_count, r.n
-            ), combined AS (
-                INSERT INTO message_combines (app_id, combine_id, position, message)
-                SELECT p.app_id, x.combine_id, x.position, x.message
-                FROM json_to_recordset($2::json) AS x(combine_id text, position int, message text)
-                JOIN placed p ON p.stored AND p.combine_id = x.combine_id
             )
-            SELECT c.outcome, p.seq, p.ts, p.suppressed, rc.reply_count, c.original_id, c.original_seq
+            """,
+        ]
+        if shape.contains(.keyed) {
+            parts.append(
+                """
+                keyed AS (
+                    INSERT INTO message_keys (app_id, sender, client_msg_id, content_hash, message_id, conv_type, conv_id, recipient,
+                                              type, seq, timestamp)
+                    SELECT app_id, sender, client_msg_id, content_hash, message_id, conv_type, conv_id, recipient, type, seq, ts
+                    FROM placed WHERE client_msg_id IS NOT NULL
+                )
+                """)
+        }
+        if shape.contains(.peer) {
+            parts.append(
+                """
+                peer_entries AS (
+                    -- Both sides of each pair, aggregated per row: the sender has read up to its own messages; the recipient's
+                    -- entry is created or un-deleted (not for suppressed messages).
+                    INSERT INTO conversations AS c (app_id, user_id, conv_type, conv_id, thread_id, read_seq, last_seq, last_ts,
+                                                    order_key, created_at, updated_at)
+                    SELECT e.app_id, e.user_id, 'peer', e.other, e.thread, max(e.read_seq), max(e.seq), max(e.ts), max(e.ts),
+                           max(e.now), max(e.now)
+                    FROM (SELECT p.app_id, p.sender AS user_id, p.recipient AS other, p.conv_id AS thread, p.seq AS read_seq, p.seq,
+                                 p.ts, p.now
+                          FROM placed p WHERE p.stored AND p.conv_type = 'peer'
+                          UNION ALL
+                          SELECT p.app_id, p.recipient, p.sender, p.conv_id, 0, p.seq, p.ts, p.now
+                          FROM placed p WHERE p.stored AND p.conv_type = 'peer' AND p.suppressed IS NULL) e
+                    GROUP BY e.app_id, e.user_id, e.other, e.thread
+                    ORDER BY e.app_id, e.user_id, e.other
+                    ON CONFLICT (app_id, user_id, conv_type, conv_id) DO UPDATE SET
+                        read_seq = greatest(c.read_seq, excluded.read_seq),
+                        last_seq = greatest(c.last_seq, excluded.last_seq),
+                        last_ts = greatest(c.last_ts, excluded.last_ts),
+                        order_key = greatest(c.order_key, excluded.last_ts),
+                        deleted = false,
+                        updated_at = excluded.updated_at
+                )
+                """)
+        }
+        if shape.contains(.group) {
+            parts.append(
+                """
+                group_senders AS (
+                    SELECT app_id, sender, conv_id, max(seq) AS seq, max(now) AS now FROM placed
+                    WHERE stored AND conv_type = 'group' GROUP BY app_id, sender, conv_id
+                ), group_read AS (
+                    -- Members' entries follow the group head (Migrations/0009): only the sender's read position moves.
+                    UPDATE conversations c SET read_seq = greatest(c.read_seq, s.seq), deleted = false, updated_at = s.now
+                    FROM group_senders s
+                    WHERE c.app_id = s.app_id AND c.user_id = s.sender AND c.conv_type = 'group' AND c.conv_id = s.conv_id
+                      AND c.follows_group
+                ), group_undeleted AS (
+                    -- Deleted entries of the group reappear on its next message.
+                    UPDATE conversations c SET deleted = false, updated_at = g.now
+                    FROM (SELECT app_id, conv_id, max(now) AS now FROM placed WHERE stored AND conv_type = 'group' AND suppressed IS NULL
+                          GROUP BY app_id, conv_id) g
+                    WHERE c.app_id = g.app_id AND c.thread_id = g.conv_id AND c.deleted AND c.follows_group AND c.conv_type = 'group'
+                      AND NOT EXISTS (SELECT 1 FROM group_senders s
+                                      WHERE s.app_id = c.app_id AND s.sender = c.user_id AND s.conv_id = c.conv_id)
+                )
+                """)
+        }
+        if shape.contains(.reply) {
+            parts.append(
+                """
+                replied AS (
+                    UPDATE messages m SET reply_count = m.reply_count + r.n
+                    FROM (SELECT app_id, root_message_id, count(*) AS n FROM placed
+                          WHERE stored AND root_message_id IS NOT NULL AND suppressed IS NULL GROUP BY app_id, root_message_id) r
+                    WHERE m.app_id = r.app_id AND m.message_id = r.root_message_id
+                    RETURNING m.app_id, m.message_id, m.reply_count, r.n
+                )
+                """)
+        }
+        if shape.contains(.combine) {
+            parts.append(
+                """
+                combined AS (
+                    INSERT INTO message_combines (app_id, combine_id, position, message)
+                    SELECT p.app_id, x.combine_id, x.position, x.message
+                    FROM json_to_recordset($2::json) AS x(combine_id text, position int, message text)
+                    JOIN placed p ON p.stored AND p.combine_id = x.combine_id
+                )
+                """)
+        }
+        var final = """
+            SELECT c.outcome, p.seq, p.ts, p.suppressed, \(shape.contains(.reply) ? "rc.reply_count" : "NULL::bigint"), c.original_id, c.original_seq
             FROM checked c
             LEFT JOIN placed p ON p.ord = c.ord
-            LEFT JOIN (SELECT p.ord, r.reply_count - r.n
-                                  + row_number() OVER (PARTITION BY p.app_id, p.root_message_id ORDER BY p.ord) AS reply_count
-                       FROM placed p JOIN replied r ON r.app_id = p.app_id AND r.message_id = p.root_message_id
-                       WHERE p.stored AND p.suppressed IS NULL) rc ON rc.ord = c.ord
-            ORDER BY c.ord
             """
+        if shape.contains(.reply) {
+            final += """
+
+                LEFT JOIN (SELECT p.ord, r.reply_count - r.n
+                                      + row_number() OVER (PARTITION BY p.app_id, p.root_message_id ORDER BY p.ord) AS reply_count
+                           FROM placed p JOIN replied r ON r.app_id = p.app_id AND r.message_id = p.root_message_id
+                           WHERE p.stored AND p.suppressed IS NULL) rc ON rc.ord = c.ord
+                """
+        }
+        final += "\nORDER BY c.ord"
+        return checked(shape) + ", " + parts.joined(separator: ", ") + "\n" + final
+    }
 }

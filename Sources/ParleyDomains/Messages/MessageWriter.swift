@@ -39,6 +39,9 @@ package final class MessageWriter: Sendable {
         var stopped = false
         /// Sends accepted and not answered yet: queued here, or taken by a writer and not written yet.
         var outstanding = 0
+        /// Writer threads waiting for work: a send wakes one only then (a pipe write per send cost a system call
+        /// while the writers were busy anyway).
+        var sleeping = 0
     }
 
     /// At most this many sends per transaction (a bound on statement size and lock time, not a wait).
@@ -84,14 +87,14 @@ package final class MessageWriter: Sendable {
 
     /// Queues one send; `done` runs on a writer thread once its batch committed (or failed): keep it short.
     func submit(_ item: MessageWrite.Item, done: @escaping Completion) {
-        let accepted = inbox.withLock { inbox -> Bool in
-            guard !inbox.stopped else { return false }
+        let accepted = inbox.withLock { inbox -> Bool? in
+            guard !inbox.stopped else { return nil }
             inbox.jobs.append(Job(item: item, done: done))
             inbox.outstanding += 1
-            return true
+            return inbox.sleeping > 0
         }
-        if accepted {
-            wakeup.signal()
+        if let wake = accepted {
+            if wake { wakeup.signal() }
         } else {
             done(.failure(APIError.retryLater(.unavailable, "the server is shutting down", retryAfterSeconds: 1)))
         }
@@ -122,10 +125,18 @@ package final class MessageWriter: Sendable {
         var outage = OutageLog(logger: logger, what: "message writer connect")
         var deferred: [Job] = []
         while true {
-            if deferred.isEmpty { wakeup.wait(timeoutMillis: 1_000) }
-            let (queued, stopped) = inbox.withLock { inbox -> ([Job], Bool) in
+            let taken = inbox.withLock { inbox -> (jobs: [Job], stopped: Bool)? in
+                if inbox.jobs.isEmpty && !inbox.stopped && deferred.isEmpty {
+                    inbox.sleeping += 1
+                    return nil
+                }
                 defer { inbox.jobs = [] }
                 return (inbox.jobs, inbox.stopped)
+            }
+            guard let (queued, stopped) = taken else {
+                wakeup.wait(timeoutMillis: 1_000)
+                inbox.withLock { $0.sleeping -= 1 }
+                continue
             }
             var pending = deferred + queued
             deferred = []
@@ -172,7 +183,7 @@ package final class MessageWriter: Sendable {
                 let items = batch.map(\.item)
                 let (written, events) = try db.transaction { db in
                     let written = try MessageWrite.write(items, on: db)
-                    return (written, try MessageWrite.appendEvents(items, written, on: db))
+                    return (written, try MessageWrite.appendEvents(items, written, committing: true, on: db))
                 }
                 for appEvents in events { committed(appEvents) }
                 for (job, result) in zip(batch, written) { job.done(.success(result)) }
