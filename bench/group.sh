@@ -2,8 +2,8 @@
 # Group messages (API.md §11.1 group branch): text sends to a 500-member group through POST /v1/messages beside
 # pgbench running the SQL a group send runs, one send per transaction (bench/sql/group_send.sql: BEGIN; the writer's
 # MessageWrite.statement for one item; its message.sent event numbered under the app's head lock as EventLog.appendNumbered writes it; END;
-# the pgbench script is generated at the start of the run by bench/py/send_sql.py from that template and the server's
-# Swift sources, so it runs the server's current statements), then GET the group's 20 newest
+# the pgbench script is generated at the start of the run by bench/py/send_sql.py from that template and the statements
+# the release binary prints (`parley sql`), so it runs the server's current statements), then GET the group's 20 newest
 # messages beside pgbench running the history SELECT (bench/sql/group_history.sql), then the latency of single
 # sends (one connection) to a 5-member and to a 5,000-member group: a group send writes one message row and one
 # event whatever the group's size, so the two should cost the same. Appends the figures to bench/RESULTS.md.
@@ -21,9 +21,9 @@ DURATION=${BENCH_DURATION:-15s}
 source "$ROOT/bench/lib.sh"
 require_tools
 require_pgbench
-send_sql group_send.sql
 
 build_parley
+send_sql group_send.sql
 start_parley
 api -X PATCH "$BASE/v1/settings" -d '{"max_group_members":10000}' >/dev/null
 import_users 5000
@@ -57,7 +57,7 @@ SECTION=$(
     echo
     machine_lines
     echo "- parley: release build, embedded PostgreSQL 15, default pool, log level error; 5,000 users; groups g5, g500, g5000 (owner u1, members u2..u<n>)"
-    echo "- group send: text from a random member of g500 with a fresh client_msg_id (bench/lua/send.lua); pgbench runs the SQL a send runs, one send per transaction: \`BEGIN\`, the writer's \`MessageWrite.statement\` for one item, its message.sent event numbered under the app's head lock (\`EventLog.appendNumbered\`), \`END\` (bench/sql/group_send.sql, generated from the Swift sources by bench/py/send_sql.py); Parley's writer commits concurrent sends together, in batches; g500 held $stored messages at the end"
+    echo "- group send: text from a random member of g500 with a fresh client_msg_id (bench/lua/send.lua); pgbench runs the SQL a send runs, one send per transaction: \`BEGIN\`, the writer's \`MessageWrite.statement\` for one item, its message.sent event numbered under the app's head lock (\`EventLog.appendNumbered\`), \`END\` (bench/sql/group_send.sql, generated from the statements the release binary prints by bench/py/send_sql.py); Parley's writer commits concurrent sends together, in batches; g500 held $stored messages at the end"
     echo "- group history: \`GET /v1/groups/g500/messages\` (20 newest, app key); pgbench runs the same SELECT (bench/sql/group_history.sql)"
     echo "- load: wrk \`-t$THREADS -c$CONNECTIONS -d$DURATION --latency\` and pgbench \`-M prepared -j $THREADS -c$CONNECTIONS -T$SECS\`, alternating for $ROUNDS rounds (the row shows the round with the median ratio); latency rows: wrk with one connection, senders u1..u5 (members of both groups)"
     echo "- physical limit, in the same rounds as the group sends with the same clients and duration: pgbench \`-c synchronous_commit=on\` running a single-row durable INSERT, one per transaction, into the script's own table (bench/sql/floor_insert.sql, $floor_rows rows at the end, dropped after)"

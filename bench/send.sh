@@ -4,8 +4,8 @@
 # event numbered under the app's head lock as EventLog.appendNumbered writes it; END; -M prepared, same number of clients) on the same
 # embedded PostgreSQL, in one run; then GET history (20 newest) beside pgbench running the history SELECT; then one hot
 # conversation (every connection sends u1 -> u2) both ways. Appends the figures to bench/RESULTS.md.
-# The send scripts are generated at the start of each run (bench/py/send_sql.py) from the templates bench/sql/send.sql
-# (send_hot.sql: the same with u1 -> u2 only) and the server's Swift sources, so they run the server's current statements.
+# The send scripts are generated at the start of each run (bench/py/send_sql.py, after the build) from the templates bench/sql/send.sql
+# (send_hot.sql: the same with u1 -> u2 only) and the statements the release binary prints (`parley sql`), so they run the server's current statements.
 # The physical limit in the same rounds: pgbench's single-row durable INSERT (bench/sql/floor_insert.sql) beside the
 # sends, the naive hot-counter transaction (bench/sql/hot_counter.sql) beside the hot pair. SSE commit-to-delivery:
 # bench/py/sse_latency.py on an app-level stream, at idle and during an extra wrk send phase.
@@ -24,12 +24,12 @@ SSE_INTERVAL_MS=${BENCH_SSE_INTERVAL_MS:-20}
 source "$ROOT/bench/lib.sh"
 require_tools
 require_pgbench
+build_parley
 send_sql send.sql
 # The hot pair is send.sql with every transaction in the one conversation u1 -> u2: each holds the pair's seq row from
 # the statement to its commit.
 sed -e 's/^\\set a .*/\\set a 1/' -e 's/^\\set b .*/\\set b 2/' "$TMP/sql/send.sql" >"$TMP/sql/send_hot.sql"
 
-build_parley
 start_parley
 log "importing 50 users"
 body=$(python3 -c "import json; print(json.dumps({'users':[{'user_id':f'u{i}','name':f'User {i}'} for i in range(1,51)]}))")
@@ -88,7 +88,7 @@ SECTION=$(
     echo
     machine_lines
     echo "- parley: release build, embedded PostgreSQL 15, default pool (2 per core, ≥ 4), log level error; 50 users"
-    echo "- send: peer text between random users u1..u50, a fresh client_msg_id per request (bench/lua/send.lua); pgbench runs the SQL a send runs, one send per transaction: \`BEGIN\`, the writer's \`MessageWrite.statement\` for one item, its message.sent event numbered under the app's head lock (\`EventLog.appendNumbered\`), \`END\` (bench/sql/send.sql, generated from the Swift sources by bench/py/send_sql.py); Parley's writer commits concurrent sends together, in batches"
+    echo "- send: peer text between random users u1..u50, a fresh client_msg_id per request (bench/lua/send.lua); pgbench runs the SQL a send runs, one send per transaction: \`BEGIN\`, the writer's \`MessageWrite.statement\` for one item, its message.sent event numbered under the app's head lock (\`EventLog.appendNumbered\`), \`END\` (bench/sql/send.sql, generated from the statements the release binary prints by bench/py/send_sql.py); Parley's writer commits concurrent sends together, in batches"
     echo "- history: \`GET /v1/users/u<a>/conversations/peer/u<b>/messages\` (20 newest) of random pairs; pgbench runs the same SELECT (bench/sql/history.sql)"
     echo "- hot pair: every connection sends u1 -> u2 (one seq head row); the pair held $stored messages at the end"
     echo "- load: wrk \`-t$THREADS -c$CONNECTIONS -d$DURATION --latency\` and pgbench \`-M prepared -j $THREADS -c$CONNECTIONS -T$SECS\`, alternating for $ROUNDS rounds (the row shows the round with the median ratio), loopback / Unix socket"

@@ -2,18 +2,17 @@
 """Generates the pgbench script of a send from a template in bench/sql/ and the server's Swift sources (bench/send.sh,
 bench/group.sh). Python 3 standard library only.
 
-usage: send_sql.py TEMPLATE OUTPUT [ROOT]
+usage: send_sql.py TEMPLATE OUTPUT ROOT BINARY
 
-The send's SQL lives in Swift string literals (the writer's `MessageWrite.statement`, the event append of
-`EventLog.append`, written in `EventLog.pendingInsert`), so the bench keeps no copy of it that could drift: each run pastes the current text into its
-pgbench script. A template is a pgbench script in which a block
+The send's SQL is composed by the server (the writer's statement depends on what a batch holds), so the bench keeps no
+copy of it that could drift: each run asks the release binary for the current text (`parley sql send <part>...`,
+`parley sql events`) and pastes it into its pgbench script. A template is a pgbench script in which a block
 
-    @MessageWrite.statement(
-    $1 := <SQL expression>,
-    $2 := <SQL expression>
+    @MessageWrite.statement[peer,keyed,checked,policy](
+    $1 := <SQL expression>
     );
 
-stands for that statement (a line `@<name>(` opens the block, a line `);` closes it; each `$n := ` line starts the
+stands for that statement (a line `@<name>(`, or `@MessageWrite.statement[<parts>](` naming the parts of the batch, opens the block, a line `);` closes it; each `$n := ` line starts the
 value of parameter $n, which runs to the next one, a trailing comma dropped). The block becomes the statement's text,
 its common indentation stripped as Swift strips it, with every `$n` replaced by `(<value>)`, and a `;`. Other lines
 are copied as they are.
@@ -32,14 +31,13 @@ import os
 import re
 import sys
 
-# name -> (Swift file under the repository root, regex matching up to and including the literal's opening `"""`).
+# name -> the `parley sql` arguments that print it (MessageWrite.statement adds the template's parts).
 SOURCES = {
-    # The write statement is `checked + """…"""`: the shared check CTEs, then the writing part (see `literal`).
-    "MessageWrite.checked": ("Sources/ParleyDomains/Messages/MessageWrite.swift", r'static let checked = """[ \t]*\n'),
-    "MessageWrite.statement": ("Sources/ParleyDomains/Messages/MessageWrite.swift", r'static let statement =\s*checked \+ """[ \t]*\n'),
-    "EventLog.append": ("Sources/ParleyAPI/Events/EventLog.swift", r'static func pendingInsert\(.*?"""[ \t]*\n'),
-    "EventLog.appendNumbered": ("Sources/ParleyAPI/Events/EventLog.swift", r'static func appendNumbered\(.*?"""[ \t]*\n'),
+    "MessageWrite.statement": ["sql", "send"],
+    "EventLog.appendNumbered": ["sql", "events"],
 }
+# Where itemsJSON writes the item keys (checked against the statement's columns).
+ITEMS_SOURCE = "Sources/ParleyDomains/Messages/MessageWrite.swift"
 PGBENCH_BUILTINS = {"client_id", "scale", "random_seed", "default_seed"}
 
 
@@ -48,32 +46,19 @@ def fail(message):
     sys.exit(1)
 
 
-def swift_literal(root, name):
-    """The text of the multi-line string literal `name` (SOURCES), as Swift reads it."""
-    path, opening = SOURCES[name]
-    with open(os.path.join(root, path), encoding="utf-8") as f:
-        source = f.read()
-    start = re.search(opening, source, re.S)
-    if not start:
-        fail(f"{name}: no multi-line string found in {path} (pattern {opening!r})")
-    end = re.compile(r'^([ \t]*)"""', re.M).search(source, start.end())
-    if not end:
-        fail(f"{name}: the string in {path} has no closing \"\"\"")
-    indent = end.group(1)
-    lines = []
-    for line in source[start.end():end.start()].split("\n")[:-1]:
-        if line.strip() and not line.startswith(indent):
-            fail(f"{name}: line less indented than the closing delimiter in {path}: {line!r}")
-        lines.append(line[len(indent):])
-    text = "\n".join(lines)
-    if re.search(r"\\(?!\\)", text.replace("\\\\", "")):
-        fail(f"{name}: escapes or interpolations in the string in {path}; send_sql.py reads plain text only")
-    return text.replace("\\\\", "\\")
+def statement_text(binary, name, parts):
+    """The statement `name` as the binary prints it."""
+    import subprocess
+    command = [binary] + SOURCES[name] + (parts if name == "MessageWrite.statement" else [])
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        fail(f"{name}: `{' '.join(command)}` failed: {result.stderr.strip()}")
+    return result.stdout.rstrip("\n")
 
 
 def item_keys(root):
     """The keys `MessageWrite.itemsJSON` writes per item."""
-    path = os.path.join(root, SOURCES["MessageWrite.statement"][0])
+    path = os.path.join(root, ITEMS_SOURCE)
     with open(path, encoding="utf-8") as f:
         source = f.read()
     body = re.search(r"func itemsJSON\(.*?\n    }\n", source, re.S)
@@ -138,14 +123,8 @@ def json_object_keys(expression):
     return [k.strip("'") for k in keys]
 
 
-def literal(root, name):
-    """The statement `name` as the server runs it: MessageWrite.statement is the `checked` CTEs plus its own text."""
-    text = swift_literal(root, name)
-    return swift_literal(root, "MessageWrite.checked") + text if name == "MessageWrite.statement" else text
-
-
-def expand(root, name, params):
-    statement = literal(root, name)
+def expand(root, binary, name, parts, params):
+    statement = statement_text(binary, name, parts)
     used = set(re.findall(r"\$(\d+)(?!\d)", statement))
     given = set(params)
     if used != given:
@@ -178,17 +157,18 @@ def pgbench_variables(text):
     return names
 
 
-def generate(root, template_path):
+def generate(root, binary, template_path):
     with open(template_path, encoding="utf-8") as f:
         lines = f.read().split("\n")
     out, i = [], 0
     while i < len(lines):
-        opening = re.fullmatch(r"@([\w.]+)\(\s*", lines[i])
+        opening = re.fullmatch(r"@([\w.]+)(?:\[([\w,]*)\])?\(\s*", lines[i])
         if not opening:
             out.append(lines[i])
             i += 1
             continue
         name = opening.group(1)
+        parts = [p for p in (opening.group(2) or "").split(",") if p]
         if name not in SOURCES:
             fail(f"{template_path}:{i + 1}: unknown statement {name} (known: {', '.join(SOURCES)})")
         params, current, i = {}, None, i + 1
@@ -207,7 +187,7 @@ def generate(root, template_path):
         if i == len(lines):
             fail(f"{template_path}: the {name} block has no closing `);` line")
         values = {k: re.sub(r",\s*$", "", "\n".join(v).strip()) for k, v in params.items()}
-        out.append(expand(root, name, values))
+        out.append(expand(root, binary, name, parts, values))
         i += 1
     text = "\n".join(out)
     defined = set(re.findall(r"^\\set\s+(\w+)", text, re.M)) | PGBENCH_BUILTINS
@@ -220,10 +200,9 @@ def generate(root, template_path):
 
 
 def main():
-    if len(sys.argv) not in (3, 4):
-        fail("usage: send_sql.py TEMPLATE OUTPUT [ROOT]")
-    root = sys.argv[3] if len(sys.argv) == 4 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-    text = generate(root, sys.argv[1])
+    if len(sys.argv) != 5:
+        fail("usage: send_sql.py TEMPLATE OUTPUT ROOT BINARY")
+    text = generate(sys.argv[3], sys.argv[4], sys.argv[1])
     with open(sys.argv[2], "w", encoding="utf-8") as f:
         f.write(text)
 

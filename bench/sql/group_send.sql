@@ -1,21 +1,22 @@
 -- The SQL of one group text send (API.md §11.1, group branch), one send per transaction: what the node's writer
 -- runs for a batch (MessageWriter.write): BEGIN; MessageWrite.statement (Sources/ParleyDomains/Messages/MessageWrite.swift)
--- with the batch's items as $1 and its combine snapshots as $2; EventLog.append (Sources/ParleyAPI/Events/EventLog.swift)
+-- with the batch's items as $1; EventLog.append (Sources/ParleyAPI/Events/EventLog.swift)
 -- of the batch's message.sent events into events; COMMIT. Here the batch is this one send, with the same kind
 -- of item the server builds: a random member u1..u500 of g500 (group.sh creates it), a fresh message id and
--- client_msg_id per transaction, every check on (checks 2), no combine ($2 '[]'); one event for the whole group
+-- client_msg_id per transaction, every check on (checks 2), no combine; one event for the whole group
 -- (to_group_members, empty audience) whose data is a constant message.sent JSON of the server's size (572 bytes;
 -- colons written \x3a, or pgbench would read a colon and the word after it as a variable). The event gets its id at once,
 -- under the head lock, as the writer's do.
--- A template: bench/py/send_sql.py pastes both statements in from the Swift sources when the bench runs (each
--- @<statement>( ... ); block, with `$n := ` the value of its parameter $n), checks the item's names against the
+-- A template: bench/py/send_sql.py pastes both statements in as the release binary prints them (`parley sql send
+-- <parts>`, `parley sql events`) when the bench runs (each @<statement>( ... ); block, with `$n := ` the value of its
+-- parameter $n; the writer's statement names the parts of its batch in brackets), checks the item's names against the
 -- statement's json_to_recordset columns, and writes the pgbench script into the run's temporary directory; pgbench
 -- runs that, never this file. No copy of the statements is kept here, so the bench follows the server's SQL; when the
 -- statement's parameters or item columns change, send_sql.py stops the bench and says what to change here.
 \set a random(1, 500)
 \set r random(1, 9000000000000000000)
 BEGIN;
-@MessageWrite.statement(
+@MessageWrite.statement[group,keyed,checked](
 $1 := json_build_array(json_build_object(
     'ord', 0, 'app_id', 'default', 'now', (extract(epoch from now()) * 1000)::bigint, 'conv_type', 'group',
     'conv_id', 'g500', 'sender', 'u' || :a, 'recipient', 'g500', 'message_id', 'p' || :r,
@@ -24,19 +25,13 @@ $1 := json_build_array(json_build_object(
     'body', '{"text":"hello from the bench"}', 'extended_data', '', 'mention_ids', json_build_array(),
     'mention_all', false, 'mention_notify', true, 'reply', NULL, 'root_message_id', NULL, 'reply_missing', false,
     'priority', 2, 'need_receipt', false, 'no_unread', false, 'repeat_count', 1, 'push', NULL, 'checks', 2,
-    'blacklist_error', false, 'friend_only', false, 'sensitive_reject', false, 'hook_drop', false, 'combine_id', NULL)),
-$2 := '[]'::json
+    'blacklist_error', false, 'friend_only', false, 'sensitive_reject', false, 'hook_drop', false, 'combine_id', NULL))
 );
 @EventLog.appendNumbered(
 $1 := 'default',
 $2 := 1,
 $3 := (extract(epoch from now()) * 1000)::bigint,
-$4 := ARRAY['message.sent'],
-$5 := ARRAY[E'{"message"\x3a{"message_id"\x3a"m0Vcb0nlwryNzcRwVYlRdXk","client_msg_id"\x3a"w1-1764530000-1","type"\x3a1,"conversation_type"\x3a"group","from"\x3a"u2","to"\x3a"g500","seq"\x3a1,"timestamp"\x3a1796167266480,"body"\x3a{"text"\x3a"hello from the bench"},"extended_data"\x3a"","mentions"\x3a{"user_ids"\x3a[],"all"\x3afalse},"reply"\x3anull,"root_message_id"\x3anull,"reply_count"\x3a0,"priority"\x3a2,"need_receipt"\x3afalse,"receipt_status"\x3a"none","no_unread"\x3afalse,"online_only"\x3afalse,"stored"\x3atrue,"repeat_count"\x3a1,"is_broadcast"\x3afalse,"edited_at"\x3anull,"editor_id"\x3anull,"edit_count"\x3a0,"pinned"\x3anull,"reactions"\x3a[],"deleted"\x3afalse}}'],
-$6 := ARRAY['[]'],
-$7 := ARRAY['g500'],
-$8 := ARRAY[''],
-$9 := ARRAY[true],
-$10 := ARRAY[E'group\x3ag500']
+$4 := json_build_array(json_build_object('ord', 1, 'type', 'message.sent', 'data', (E'{"message"\x3a{"message_id"\x3a"m0Vcb0nlwryNzcRwVYlRdXk","client_msg_id"\x3a"w1-1764530000-1","type"\x3a1,"conversation_type"\x3a"group","from"\x3a"u2","to"\x3a"g500","seq"\x3a1,"timestamp"\x3a1796167266480,"body"\x3a{"text"\x3a"hello from the bench"},"extended_data"\x3a"","mentions"\x3a{"user_ids"\x3a[],"all"\x3afalse},"reply"\x3anull,"root_message_id"\x3anull,"reply_count"\x3a0,"priority"\x3a2,"need_receipt"\x3afalse,"receipt_status"\x3a"none","no_unread"\x3afalse,"online_only"\x3afalse,"stored"\x3atrue,"repeat_count"\x3a1,"is_broadcast"\x3afalse,"edited_at"\x3anull,"editor_id"\x3anull,"edit_count"\x3a0,"pinned"\x3anull,"reactions"\x3a[],"deleted"\x3afalse}}')::json,
+    'audience', ('[]')::json, 'group_id', 'g500', 'room_id', NULL, 'to_group_members', true, 'order_key', E'group\x3ag500'))
 );
 END;

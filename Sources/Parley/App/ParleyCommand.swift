@@ -20,9 +20,10 @@ public enum ParleyCommand {
                     create an app and print its key (works while the server runs)
           export    write one conversation's messages as NDJSON, from a running server
           import    send an NDJSON file of messages to a running server
-          sql send <part>...
+          sql send <part>... | sql events
                     print the message writer's statement for a batch with these parts (peer, group, room,
-                    keyed, checked, policy, friend_only, reply, combine): the benchmarks run what the server runs
+                    keyed, checked, policy, friend_only, reply, combine), or its event append: the benchmarks
+                    run what the server runs
           version   print the version
           help      this text
 
@@ -59,8 +60,12 @@ public enum ParleyCommand {
             }
             return createApp(arguments: Array(arguments.dropFirst()), environment: environment)
         case "sql":
+            if arguments == ["events"] {
+                print(EventLog.numberedAppend)
+                return 0
+            }
             guard arguments.first == "send", let text = MessageWrite.statement(named: Array(arguments.dropFirst())) else {
-                printError("usage: parley sql send <part>... (parts: \(MessageWrite.partNames.joined(separator: ", ")))")
+                printError("usage: parley sql send <part>... | parley sql events (parts: \(MessageWrite.partNames.joined(separator: ", ")))")
                 return 2
             }
             print(text)

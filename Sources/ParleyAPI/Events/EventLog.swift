@@ -73,15 +73,7 @@ public enum EventLog {
     package static func appendNumbered(
         _ events: [NewEvent], appID: String, now: Int64, committing: Bool = false, on db: PostgresConnection
     ) throws -> CommittedEvents {
-        let statement = PostgresQuery(
-            sql: """
-                WITH h AS (UPDATE event_heads SET head = head + $2 WHERE app_id = $1 RETURNING head)
-                INSERT INTO events (app_id, id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
-                SELECT $1, h.head - $2 + e.ord, e.type, $3, e.data::text, e.audience, e.group_id, e.room_id, e.to_group_members,
-                       e.order_key
-                FROM h, json_to_recordset($4::json) AS e(\(eventColumns))
-                RETURNING id
-                """, binds: [appID, events.count, now, eventsJSON(events)])
+        let statement = PostgresQuery(sql: numberedAppend, binds: [appID, events.count, now, eventsJSON(events)])
         let result = committing ? try db.queryCommitting(sql: statement.sql, statement.binds) : try db.query(statement)
         let ids = try result.decode(Int64.self).sorted()
         guard ids.count == events.count else {
@@ -89,6 +81,16 @@ public enum EventLog {
         }
         return CommittedEvents(appID: appID, events: zip(ids, events).map { CommittedEvent(id: $0, createdAt: now, event: $1) })
     }
+
+    /// ``appendNumbered(_:appID:now:committing:on:)``'s statement (`parley sql events` prints it for the benchmarks).
+    package static let numberedAppend = """
+        WITH h AS (UPDATE event_heads SET head = head + $2 WHERE app_id = $1 RETURNING head)
+        INSERT INTO events (app_id, id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
+        SELECT $1, h.head - $2 + e.ord, e.type, $3, e.data::text, e.audience, e.group_id, e.room_id, e.to_group_members,
+               e.order_key
+        FROM h, json_to_recordset($4::json) AS e(\(eventColumns))
+        RETURNING id
+        """
 
     /// The columns of the events JSON both appends read (``eventsJSON(_:)``).
     private static let eventColumns =
