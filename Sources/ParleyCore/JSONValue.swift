@@ -172,7 +172,10 @@ public struct JSONObject: Sendable, Equatable, Sequence, ExpressibleByDictionary
 
     private func position(of key: String) -> Int? {
         if let index { return index[key] }
-        for i in members.indices where members[i].key == key { return i }
+        // Lengths first: a stored count, while `==` on two different strings goes through the slow comparison (request
+        // bodies are read key by key, most keys absent, so nearly every comparison is a mismatch).
+        let length = key.utf8.count
+        for i in members.indices where members[i].key.utf8.count == length && members[i].key == key { return i }
         return nil
     }
 

@@ -189,7 +189,14 @@ public struct JSONWriter: @unchecked Sendable {
     }
 
     public mutating func writeInt(_ value: some BinaryInteger) {
-        writeInt(Int64(value))
+        if let exact = Int64(exactly: value) {
+            writeInt(exact)
+        } else {
+            // Beyond Int64 (UInt64 above Int64.max): the magnitude and a sign.
+            beforeValue()
+            appendInteger(magnitude: UInt64(value.magnitude), negative: value < 0)
+            needsComma = true
+        }
     }
 
     /// The concrete form callers in other modules reach (a generic one from another module runs unspecialised).
@@ -285,15 +292,19 @@ public struct JSONWriter: @unchecked Sendable {
     }
 
     private mutating func appendInteger(_ value: Int64) {
+        appendInteger(magnitude: value.magnitude, negative: value < 0)
+    }
+
+    private mutating func appendInteger(magnitude value: UInt64, negative: Bool) {
         // Work on the magnitude so Int64.min does not overflow; UInt64.max has 20 digits, plus a sign.
-        var magnitude = UInt64(value.magnitude)
+        var magnitude = value
         var digits = 1
         var power: UInt64 = 10
         while digits < 20 && magnitude >= power {
             digits += 1
             power &*= 10
         }
-        let sign = value < 0 ? 1 : 0
+        let sign = negative ? 1 : 0
         let target = reserve(sign + digits)
         if sign == 1 { target.pointee = UInt8(ascii: "-") }
         var i = sign + digits - 1

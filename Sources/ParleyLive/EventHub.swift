@@ -47,6 +47,8 @@ package final class EventHub: Sendable {
         var departed: [(appID: String, id: UInt64)] = []
         var dirty: Set<String> = []
         var writtenHere: Set<String> = []
+        /// Events this node's writer committed, by app, in the order they were handed over.
+        var local: [String: [CommittedEvent]] = [:]
         /// Another node said hello on the channel (it started and listens): notify from now on.
         var peerAppeared = false
         var signalled = false
@@ -169,6 +171,18 @@ package final class EventHub: Sendable {
         if wake { signal() }
     }
 
+    /// Events the message writer of this node has just committed: delivered from memory when they follow what the
+    /// streams have seen (nothing reads back what this node wrote), from the log otherwise; the other nodes are told.
+    package func committed(_ events: CommittedEvents) {
+        guard !events.events.isEmpty else { return }
+        let wake = inbox.withLock { inbox -> Bool in
+            inbox.local[events.appID, default: []].append(contentsOf: events.events)
+            inbox.writtenHere.insert(events.appID)
+            return !inbox.signalled
+        }
+        if wake { signal() }
+    }
+
     private func signal() {
         let wake = inbox.withLock { inbox -> Bool in
             defer { inbox.signalled = true }
@@ -276,6 +290,7 @@ package final class EventHub: Sendable {
                 inbox.departed = []
                 inbox.dirty = []
                 inbox.writtenHere = []
+                inbox.local = [:]
                 inbox.signalled = false
                 return taken
             }
@@ -305,8 +320,11 @@ package final class EventHub: Sendable {
             retry = []
             do {
                 let connection = try db.get()
-                for appID in apps where feeds[appID] != nil {
-                    if try pump(&feeds[appID]!, appID: appID, audience: &audience, db: connection) { retry.insert(appID) }
+                for appID in apps.union(batch.local.keys) where feeds[appID] != nil {
+                    let local = (batch.local[appID] ?? []).map { LiveEvent($0, appID: appID) }
+                    if try pump(&feeds[appID]!, appID: appID, local: local, readLog: apps.contains(appID), audience: &audience, db: connection) {
+                        retry.insert(appID)
+                    }
                 }
                 if sweep {
                     try closeLapsed(&feeds, on: connection)
@@ -347,7 +365,14 @@ package final class EventHub: Sendable {
     /// stream gets the frames of a page it may see as one write, so a busy room sends each of its thousands of member
     /// streams one chunk and one socket write per page instead of one per event, and the busier the hub the more each
     /// write carries.
-    private func pump(_ feed: inout Feed, appID: String, audience: inout MemberAudience, db: PostgresConnection) throws -> Bool {
+    ///
+    /// `local`: events this node has just committed (in id order). Those that follow the feed's head are delivered as
+    /// they are, without reading the log; the log is read after the head when `readLog` (another writer or node may
+    /// have written, a newcomer joined, the sweep) or when `local` does not follow the head (something committed in
+    /// between).
+    private func pump(
+        _ feed: inout Feed, appID: String, local: [LiveEvent], readLog: Bool, audience: inout MemberAudience, db: PostgresConnection
+    ) throws -> Bool {
         var behind = false
         for (id, subscriber) in feed.subscribers {
             var pages = 0
@@ -365,16 +390,37 @@ package final class EventHub: Sendable {
                 if page.count < Self.pageSize, feed.subscribers[id] != nil { subscriber.cursor = feed.head }
             }
         }
+        // The run of local events that follows the head without a gap (two writer threads hand over in either order;
+        // another writer's or node's events may lie between): anything after a gap comes from the log.
+        let fresh = local.filter { $0.id > feed.head }.sorted { $0.id < $1.id }
+        var run = 0
+        while run < fresh.count, fresh[run].id == feed.head + 1 + Int64(run) { run += 1 }
+        for start in stride(from: 0, to: run, by: Self.pageSize) {
+            try deliverToAll(Array(fresh[start..<min(start + Self.pageSize, run)]), appID: appID, in: &feed, audience: &audience, db: db)
+        }
+        let mustRead = readLog || run < fresh.count
+        guard mustRead else { return behind }
         while true {
             let page = try EventLog.readLive(appID: appID, after: feed.head, upTo: nil, limit: Self.pageSize, on: db)
-            let members = try observe(page, appID: appID, audience: &audience, db: db)
-            // One set of user-view frames for the page, shared by every subscriber.
-            var userFrames = UserFrames(page)
-            // A copy of the table: delivering may close (remove) subscribers.
-            for (id, subscriber) in feed.subscribers { deliver(page, members, &userFrames, to: id, subscriber, in: &feed) }
-            if let last = page.last { feed.head = last.id }
+            try deliverToAll(page, appID: appID, in: &feed, audience: &audience, db: db)
             if page.count < Self.pageSize { return behind }
         }
+    }
+
+    /// Delivers a page of new events (after the feed's head) to every subscriber and moves the head past it.
+    private func deliverToAll(_ page: [LiveEvent], appID: String, in feed: inout Feed, audience: inout MemberAudience, db: PostgresConnection)
+        throws
+    {
+        let members = try observe(page, appID: appID, audience: &audience, db: db)
+        // One set of user-view frames for the page, shared by every subscriber.
+        var userFrames = UserFrames(page)
+        // A copy of the table: delivering may close (remove) subscribers. A subscriber still catching up (its cursor
+        // below the head) gets these events from the log with its backlog, in order, on a later pass.
+        let head = feed.head
+        for (id, subscriber) in feed.subscribers where subscriber.cursor >= head {
+            deliver(page, members, &userFrames, to: id, subscriber, in: &feed)
+        }
+        if let last = page.last { feed.head = last.id }
     }
 
     /// Shows a page to the audience cache, then resolves the members of each event written to members once (every

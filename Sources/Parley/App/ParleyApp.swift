@@ -115,7 +115,7 @@ public final class ParleyApp: Sendable {
                 logger: logger.named("messages"),
                 overloadThreshold: configuration.sendOverloadThreshold ?? MessageWriter.defaultOverloadThreshold
             ) { committed in
-                hub.poke(committed.appID)
+                hub.committed(committed)
                 services.webhooks.dispatcher.poke()
                 push.poke()
             }

@@ -251,19 +251,22 @@ enum RequestPipeline {
     /// ignored). Byte-level: it runs on every request with a body (splitting and lowercasing the header cost ~7,000
     /// instructions a request).
     static func isMediaType(_ contentType: String?, _ mediaType: String) -> Bool {
-        guard let contentType else { return false }
-        let u = contentType.utf8
-        var start = u.startIndex
-        while start != u.endIndex, u[start] == UInt8(ascii: " ") || u[start] == UInt8(ascii: "\t") { start = u.index(after: start) }
-        var end = u[start...].firstIndex(of: UInt8(ascii: ";")) ?? u.endIndex
-        while end != start, u[u.index(before: end)] == UInt8(ascii: " ") || u[u.index(before: end)] == UInt8(ascii: "\t") {
-            end = u.index(before: end)
-        }
-        let expected = mediaType.utf8
-        guard u.distance(from: start, to: end) == expected.count else { return false }
-        return zip(u[start..<end], expected).allSatisfy { a, b in
-            let lower = a >= UInt8(ascii: "A") && a <= UInt8(ascii: "Z") ? a | 0x20 : a
-            return lower == b
+        guard var contentType else { return false }
+        var expected = mediaType
+        return contentType.withUTF8 { u in
+            expected.withUTF8 { e in
+                var start = 0
+                while start < u.count, u[start] == UInt8(ascii: " ") || u[start] == UInt8(ascii: "\t") { start += 1 }
+                var end = start
+                while end < u.count, u[end] != UInt8(ascii: ";") { end += 1 }
+                while end > start, u[end - 1] == UInt8(ascii: " ") || u[end - 1] == UInt8(ascii: "\t") { end -= 1 }
+                guard end - start == e.count else { return false }
+                for i in 0..<e.count {
+                    let c = u[start + i]
+                    if (c >= UInt8(ascii: "A") && c <= UInt8(ascii: "Z") ? c | 0x20 : c) != e[i] { return false }
+                }
+                return true
+            }
         }
     }
 }

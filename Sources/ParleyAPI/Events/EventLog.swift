@@ -278,7 +278,7 @@ public enum EventLog {
         let types = EventTypeFilter(filter.types)
         let result = try db.query(
             """
-            SELECT id, type, \(sql: eventHead), data
+            SELECT id, type, created_at, data
             FROM events
             WHERE app_id = \(appID) AND id > \(after)
               AND (\(types.all) OR type = ANY(\(types.exact)::text[]) OR EXISTS (SELECT 1 FROM unnest(\(types.prefixes)::text[]) p WHERE starts_with(type, p)))
@@ -291,18 +291,13 @@ public enum EventLog {
             ORDER BY id
             LIMIT \(limit)
             """)
-        return try result.rows.map {
-            LoggedEvent(id: try $0[0].int64, type: try $0[1].string, head: try $0[2].textBytes, data: try $0[3].textBytes)
+        return try result.rows.map { row in
+            let (id, type) = (try row[0].int64, try row[1].string)
+            return LoggedEvent(
+                id: id, type: type, head: EventJSON.head(id: id, type: type, appID: appID, createdAt: try row[2].int64),
+                data: try row[3].textBytes)
         }
     }
-
-    /// The Event JSON object of a row of `events` (API.md §2 "Event") up to its `data` value, built by PostgreSQL from
-    /// the stored parts: `{"id":"…","type":…,"app_id":…,"created_at":…,"data":`. The data (app view or a user view,
-    /// ``EventUserView``) and `}` complete it, so both views share this one layout.
-    private static let eventHead = """
-        '{"id":"' || id || '","type":' || to_json(type) || ',"app_id":' || to_json(app_id)
-               || ',"created_at":' || created_at || ',"data":'
-        """
 
     /// Reads up to `limit` events with `after` < id ≤ `upTo` (no upper bound when nil), in id order, for the live
     /// streams: every event, with what their filters need and the parts of its SSE frames.
@@ -314,18 +309,20 @@ public enum EventLog {
             SELECT id, type, audience, group_id, room_id, to_group_members,
                    CASE WHEN type = 'user.deleted' THEN data::json->>'user_id' END,
                    CASE WHEN type = 'user.kicked' THEN ARRAY(SELECT json_array_elements_text(data::json->'platforms')) END,
-                   'id: ' || id || E'\\nevent: ' || type || E'\\ndata: ' || \(sql: eventHead), data
+                   created_at, data
             FROM events
             WHERE app_id = \(appID) AND id > \(after) AND (\(upTo)::bigint IS NULL OR id <= \(upTo))
             ORDER BY id
             LIMIT \(limit)
             """)
         return try result.rows.map { row in
-            LiveEvent(
-                id: try row[0].int64, type: try row[1].string, audience: try row[2].stringArray,
+            let (id, type) = (try row[0].int64, try row[1].string)
+            return LiveEvent(
+                id: id, type: type, audience: try row[2].stringArray,
                 groupID: row[3].isNull ? nil : try row[3].string, roomID: row[4].isNull ? nil : try row[4].string,
                 toGroupMembers: try row[5].bool, deletedUserID: row[6].isNull ? nil : try row[6].string,
-                kickedPlatforms: row[7].isNull ? nil : try row[7].stringArray, frameHead: try row[8].textBytes, data: try row[9].textBytes)
+                kickedPlatforms: row[7].isNull ? nil : try row[7].stringArray,
+                frameHead: EventJSON.frameHead(id: id, type: type, appID: appID, createdAt: try row[8].int64), data: try row[9].textBytes)
         }
     }
 }

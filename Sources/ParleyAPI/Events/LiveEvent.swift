@@ -40,6 +40,22 @@ package struct LiveEvent: Sendable {
         frame = frameHead + data + Self.frameTail
     }
 
+    /// An event this node has just committed (``CommittedEvents``), as the log would give it back.
+    package init(_ committed: CommittedEvent, appID: String) {
+        let event = committed.event
+        var deletedUserID: String?
+        var kickedPlatforms: [String]?
+        if event.type == "user.deleted" || event.type == "user.kicked", let data = try? JSONValue.parse(event.data) {
+            if event.type == "user.deleted" { deletedUserID = data["user_id"]?.stringValue }
+            if event.type == "user.kicked" { kickedPlatforms = data["platforms"]?.arrayValue?.compactMap(\.stringValue) }
+        }
+        self.init(
+            id: committed.id, type: event.type, audience: event.audience, groupID: event.groupID, roomID: event.roomID,
+            toGroupMembers: event.toGroupMembers, deletedUserID: deletedUserID, kickedPlatforms: kickedPlatforms,
+            frameHead: EventJSON.frameHead(id: committed.id, type: event.type, appID: appID, createdAt: committed.createdAt),
+            data: event.data)
+    }
+
     /// The frame with `data` in place of the app view (a user view).
     package func frame(data view: [UInt8]) -> [UInt8] { frameHead + view + Self.frameTail }
 
