@@ -411,6 +411,32 @@ struct AppsTests: ProblemAssertions {
         #expect(list.json?["items"]?.arrayValue?.contains { $0["app_id"]?.stringValue == app.appID } == false)
     }
 
+    /// Messages and their dedupe keys have no foreign key to apps (the send path does not check one per row); deleting
+    /// an app removes them all the same, so an app created again under the same id starts empty.
+    @Test func deletingAnAppRemovesItsMessagesAndDedupeKeys() throws {
+        let server = try TestServer.start()
+        defer { server.stop() }
+        let app = try server.createApp()
+        _ = try app.createUser("a")
+        _ = try app.createUser("b")
+        let send = #"{"from":"a","conversation_type":"peer","to":"b","type":1,"body":{"text":"hi"},"client_msg_id":"k1"}"#
+        let first = try app.request(.post, "/v1/messages", json: send)
+        #expect(first.status == 201, "\(first.text)")
+        #expect(try server.request(.delete, "/v1/apps/\(app.appID)", bearer: server.adminKey).status == 204)
+        let again = try server.request(.post, "/v1/apps", bearer: server.adminKey, json: #"{"app_id":"\#(app.appID)","name":"again"}"#)
+        #expect(again.status == 201, "\(again.text)")
+        let reborn = TestApp(server: server, appID: app.appID, key: again.json?["key"]?["secret"]?.stringValue ?? "")
+        _ = try reborn.createUser("a")
+        _ = try reborn.createUser("b")
+        let history = try reborn.request(.get, "/v1/users/a/conversations/peer/b/messages")
+        #expect(history.json?["items"]?.arrayValue?.isEmpty == true, "\(history.text)")
+        // The same client_msg_id is not a duplicate of the deleted app's message.
+        let resent = try reborn.request(.post, "/v1/messages", json: send)
+        #expect(resent.status == 201, "\(resent.text)")
+        #expect(resent.headers["Parley-Duplicate"] == nil)
+        #expect(resent.json?["seq"] == 1)
+    }
+
     // MARK: - Concurrency
 
     /// Runs `body(i)` for `0..<count`, each on its own thread (all at once); returns the results in index order.
