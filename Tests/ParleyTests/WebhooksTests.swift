@@ -514,13 +514,17 @@ struct WebhooksTests: ProblemAssertions {
         #expect(detail?["status"] == .string("succeeded"))
         #expect(detail?["attempts"]?.arrayValue?.count == 2)
 
-        // Retry of a pending delivery (its attempt is still waiting on the receiver): 409.
-        receiver.setHandler { _ in TestReceiver.Answer(status: 204, delayMillis: 1500) }
+        // Retry of a pending delivery (held back behind a failed one of its key): 409.
+        receiver.setHandler { _ in .status(500) }
         try app.createUser("u2")
+        Self.drain(server)
+        #expect(try app.request(.patch, "/v1/users/u2", json: #"{"name":"U2"}"#).status == 200)
+        Self.drain(server)
         let pending = try #require(try Self.deliveries(app, id, "status=pending").first)
+        #expect(pending["event_type"] == .string("user.updated"))
         Self.expectProblem(
             try app.request(.post, "/v1/webhooks/\(id)/deliveries/\(pending["delivery_id"]?.stringValue ?? "")/retry"), 409, 7_000_009)
-        Self.drain(server)
+        receiver.setHandler { _ in .status(204) }
 
         // Deleting the endpoint drops its deliveries.
         #expect(try app.request(.delete, "/v1/webhooks/\(id)").status == 204)

@@ -40,8 +40,8 @@ package final class Services: Sendable {
         // The log only says which apps got events; the app layer hands that to the live hub (`sequenced`).
         let webhooksReady = LockedValue<Webhooks?>(nil)
         let sequencer = EventSequencer(logger: logger.named("events")) { appID in
-            // Stored events may have written deliveries (the outbox trigger).
-            webhooksReady.withLock { $0 }?.dispatcher.poke()
+            // Stored events may be due to webhook endpoints (the dispatcher reads them when it holds one of the app's).
+            webhooksReady.withLock { $0 }?.dispatcher.stored(appID: appID)
             sequenced(appID)
         }
         self.sequencer = sequencer
