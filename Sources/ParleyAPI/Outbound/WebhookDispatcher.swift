@@ -296,7 +296,11 @@ package final class WebhookDispatcher: Sendable {
             state.toWrite += queue.takeAllWaiting().map { pendingRow(queue, $0) }
             state.needsRead.remove(key)
         }
-        let open = try WebhookCursors.openKeys(held.map { ($0.appID, $0.webhookID) }, on: db)
+        var open = try WebhookCursors.openKeys(held.map { ($0.appID, $0.webhookID) }, on: db)
+        // Open rows this thread has yet to write count as the table's.
+        for delivery in state.toWrite where delivery.status != "succeeded" {
+            open[delivery.appID + "\u{0}" + delivery.webhookID, default: [:]][delivery.event.orderKey, default: 0] += 1
+        }
         for endpoint in held {
             let key = endpoint.appID + "\u{0}" + endpoint.webhookID
             if var queue = state.queues[key] {

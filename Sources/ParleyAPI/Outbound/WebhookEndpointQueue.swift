@@ -153,6 +153,7 @@ struct WebhookEndpointQueue {
             if let behind = waiting.removeValue(forKey: key) {
                 waitingCount -= behind.count
                 waitingOrder.removeAll { $0 == key }
+                openKeys[key, default: 0] += behind.count
                 rows += behind
             }
         }
