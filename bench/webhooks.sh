@@ -102,9 +102,11 @@ wait_delivered() {
     SENT[$key]=$sent
     psql_value "SELECT id FROM events WHERE id > $first AND id <= $last AND type = 'message.sent'" >"$TMP/expected.ids"
     curl -fsS --max-time 30 "$RECV/ids" >"$TMP/received.ids"
-    read -r MISSING[$key] EXTRA[$key] < <(python3 -c 'import sys
+    local missing extra
+    read -r missing extra < <(python3 -c 'import sys
 expected = set(open(sys.argv[1]).read().split()); received = set(open(sys.argv[2]).read().split())
 print(len(expected - received), len(received - expected))' "$TMP/expected.ids" "$TMP/received.ids")
+    MISSING[$key]=$missing EXTRA[$key]=$extra
     SUCC[$key]=$(psql_value "SELECT count(*) FROM webhook_deliveries WHERE webhook_id = '$wid' AND status = 'succeeded'")
     local stats
     stats=$(receiver_stats reset=1)

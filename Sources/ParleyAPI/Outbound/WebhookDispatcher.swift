@@ -4,7 +4,7 @@ import ParleyHTTP
 import ParleyPostgres
 import ParleySync
 
-/// Delivers after-event webhooks (API.md §15.2) from the event log, which is the outbox: each endpoint has a cursor
+/// Delivers after-event webhooks (docs/webhooks.md) from the event log, which is the outbox: each endpoint has a cursor
 /// (Migrations/0035) held by one node's dispatcher, which takes the events after it (from memory for this node's own
 /// sends, ``committed(_:)``; from the log for the rest), attempts them on its sender threads and writes each delivery
 /// once, with its first attempt, moving the cursor in the same statement. A crash before that write sends the events

@@ -31,7 +31,7 @@ struct TakenEvent: Sendable, Equatable {
     }
 }
 
-/// One held endpoint's deliveries between the event log and the delivery table (API.md §15.2): which taken events
+/// One held endpoint's deliveries between the event log and the delivery table (docs/webhooks.md): which taken events
 /// to attempt from memory now, which to write as `pending` rows, and how far the endpoint's cursor may move.
 ///
 /// The ordering rule holds across both paths: an event is attempted from memory only while its key has no open
@@ -48,7 +48,7 @@ struct WebhookEndpointQueue {
         var previousSecret: String?
         var previousSecretUntil: Int64?
 
-        /// The secrets that sign an attempt at `now` (server clock), new first (§15.1 rotation).
+        /// The secrets that sign an attempt at `now` (server clock), new first (during a rotation).
         func secrets(at now: Int64) -> [String] {
             if let previousSecret, let until = previousSecretUntil, now < until { return [secret, previousSecret] }
             return [secret]
