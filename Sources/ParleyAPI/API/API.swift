@@ -46,7 +46,7 @@ package final class Services: Sendable {
         }
         self.sequencer = sequencer
         webhooks = Webhooks(
-            configuration: configuration, clock: clock, logger: logger.named("webhooks"), eventsWritten: { sequencer.poke($0) },
+            configuration: configuration, clock: clock, logger: logger.named("webhooks"), eventsWritten: { sequencer.publish($0, then: $1) },
             appChanged: { apps.invalidate(appID: $0) })
         webhooksReady.withLock { $0 = webhooks }
     }

@@ -107,7 +107,7 @@ package enum WebhookCursors {
         try db.query(
             """
             UPDATE webhook_cursors c SET event_id = u.event_id
-            FROM unnest(\(cursors.map(\.appID))::text[], \(cursors.map(\.webhookID))::text[], \(cursors.map(\.eventID))::bigint[])
+            FROM unnest(\(cursors.map { $0.appID })::text[], \(cursors.map { $0.webhookID })::text[], \(cursors.map { $0.eventID })::bigint[])
                  AS u(app_id, webhook_id, event_id)
             WHERE c.app_id = u.app_id AND c.webhook_id = u.webhook_id AND c.holder = \(holder) AND c.event_id < u.event_id
             """)
@@ -122,7 +122,7 @@ package enum WebhookCursors {
         for row in try db.query(
             """
             SELECT d.app_id, d.webhook_id, d.order_key, count(*) FROM webhook_deliveries d
-            WHERE (d.app_id, d.webhook_id) IN (SELECT * FROM unnest(\(endpoints.map(\.appID))::text[], \(endpoints.map(\.webhookID))::text[]))
+            WHERE (d.app_id, d.webhook_id) IN (SELECT * FROM unnest(\(endpoints.map { $0.appID })::text[], \(endpoints.map { $0.webhookID })::text[]))
               AND d.status IN ('pending', 'failed') AND d.order_key IS NOT NULL
             GROUP BY d.app_id, d.webhook_id, d.order_key
             """
@@ -178,7 +178,7 @@ package enum WebhookCursors {
             """
             WITH moved AS (
                 UPDATE webhook_cursors c SET event_id = m.event_id
-                FROM unnest(\(cursors.map(\.appID))::text[], \(cursors.map(\.webhookID))::text[], \(cursors.map(\.eventID))::bigint[])
+                FROM unnest(\(cursors.map { $0.appID })::text[], \(cursors.map { $0.webhookID })::text[], \(cursors.map { $0.eventID })::bigint[])
                      AS m(app_id, webhook_id, event_id)
                 WHERE c.app_id = m.app_id AND c.webhook_id = m.webhook_id AND c.holder = \(holder) AND c.event_id < m.event_id
             )
@@ -190,13 +190,13 @@ package enum WebhookCursors {
                    CASE WHEN u.entry IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(u.entry::jsonb) END,
                    u.next_at, u.at, u.code, u.error, u.excerpt, u.duration, u.created_at,
                    NOT w.enabled AND u.status IN ('pending', 'failed')
-            FROM unnest(\(deliveries.map(\.appID))::text[], \(deliveries.map(\.webhookID))::text[], \(deliveries.map(\.event.id))::bigint[],
-                        \(deliveries.map(\.event.type))::text[], \(deliveries.map(\.event.orderKey))::text[],
-                        \(deliveries.map { String(decoding: $0.event.body, as: UTF8.self) })::text[], \(deliveries.map(\.status))::text[],
-                        \(entries)::text[], \(deliveries.map(\.nextAttemptAt))::bigint[], \(deliveries.map { $0.attempt == nil ? nil : $0.at })::bigint[],
+            FROM unnest(\(deliveries.map { $0.appID })::text[], \(deliveries.map { $0.webhookID })::text[], \(deliveries.map { $0.event.id })::bigint[],
+                        \(deliveries.map { $0.event.type })::text[], \(deliveries.map { $0.event.orderKey })::text[],
+                        \(deliveries.map { String(decoding: $0.event.body, as: UTF8.self) })::text[], \(deliveries.map { $0.status })::text[],
+                        \(entries)::text[], \(deliveries.map { $0.nextAttemptAt })::bigint[], \(deliveries.map { $0.attempt == nil ? nil : $0.at })::bigint[],
                         \(deliveries.map { $0.attempt?.statusCode })::int[], \(deliveries.map { $0.attempt?.error })::text[],
                         \(deliveries.map { $0.attempt?.responseExcerpt })::text[], \(deliveries.map { $0.attempt?.durationMillis })::int[],
-                        \(deliveries.map(\.event.createdAt))::bigint[])
+                        \(deliveries.map { $0.event.createdAt })::bigint[])
                  AS u(app_id, webhook_id, event_id, event_type, order_key, body, status, entry, next_at, at, code, error, excerpt, duration,
                       created_at)
             JOIN webhooks w ON w.app_id = u.app_id AND w.webhook_id = u.webhook_id

@@ -34,8 +34,8 @@ package final class WebhookDispatcher: Sendable {
     /// How long a node holds an endpoint's cursor without renewing it (real time): a node that died lets go this long
     /// after its last renewal.
     static let holdSeconds = 10
-    /// A round (record and claim) slower than this means the planner's statistics lag the table.
-    static let slowRoundMillis: Int64 = 20
+    /// A claim slower than this means the planner's statistics lag the table.
+    static let slowClaimMillis: Int64 = 20
     /// Without a report, due deliveries (retries, other nodes' events) are looked for, and held cursors renewed, this
     /// often.
     static let pollMillis = 1000
@@ -87,6 +87,8 @@ package final class WebhookDispatcher: Sendable {
         case stored(appID: String)
         /// An endpoint changed on this node: read the endpoints again before taking more events.
         case changed
+        /// A `webhook.disabled` event this thread wrote has its id.
+        case sequenced
     }
 
     /// The dispatcher thread's loop plumbing.
@@ -102,14 +104,15 @@ package final class WebhookDispatcher: Sendable {
     package let metrics: WebhookMetrics
     private let maxInFlight: Int
     private let maxInFlightPerEndpoint: Int
-    /// Told of each app that got a `webhook.disabled` event to sequence, and of each app whose cached record (its
-    /// before-hook types) changed.
-    private let eventsWritten: @Sendable (_ appID: String) -> Void
+    /// Told of each app that got a `webhook.disabled` event to sequence (calling `done` once it is), and of each app
+    /// whose cached record (its before-hook types) changed.
+    private let eventsWritten: @Sendable (_ appID: String, _ done: @escaping @Sendable () -> Void) -> Void
     private let appChanged: @Sendable (_ appID: String) -> Void
 
     package init(
         transport: WebhookTransport, clock: ServerClock, logger: Logger, metrics: WebhookMetrics, maxInFlight: Int = 64,
-        maxInFlightPerEndpoint: Int = 16, eventsWritten: @escaping @Sendable (_ appID: String) -> Void,
+        maxInFlightPerEndpoint: Int = 16,
+        eventsWritten: @escaping @Sendable (_ appID: String, _ done: @escaping @Sendable () -> Void) -> Void,
         appChanged: @escaping @Sendable (_ appID: String) -> Void
     ) {
         self.transport = transport
@@ -197,6 +200,8 @@ package final class WebhookDispatcher: Sendable {
         var claimDue = true
         /// When each endpoint's cursor was last written (a move over events it does not select waits up to a poll).
         var cursorWritten: [String: Int64] = [:]
+        /// The last claim took longer than ``slowClaimMillis``.
+        var slowClaim = false
     }
 
     private func run(_ connection: DedicatedConnection) {
@@ -230,6 +235,7 @@ package final class WebhookDispatcher: Sendable {
                 case .stored(let appID):
                     for key in state.queues.keys where state.queues[key]?.appID == appID { state.needsRead.insert(key) }
                 case .changed: state.refreshNow = true
+                case .sequenced: state.total -= 1
                 }
             }
             if round.poked {
@@ -244,7 +250,6 @@ package final class WebhookDispatcher: Sendable {
             var claimedAny = false
             do {
                 let connection = try db.get()
-                let roundStarted = EventLoop.monotonicMillis()
                 if state.refreshNow { try refresh(&state, on: connection) }
                 for events in committed { take(events, &state) }
                 try read(&state, on: connection)
@@ -258,9 +263,9 @@ package final class WebhookDispatcher: Sendable {
                 }
                 // A backlog grows from nothing to tens of thousands of rows in seconds, faster than autovacuum's
                 // statistics follow (it looks once a minute); planned for an empty table, the claim then scans every
-                // open delivery (~100 ms a round instead of ~1 ms). A slow round refreshes them, at most every 10 s.
+                // open delivery (~100 ms a round instead of ~1 ms). A slow claim refreshes them, at most every 10 s.
                 let now = EventLoop.monotonicMillis()
-                if now - roundStarted > Self.slowRoundMillis, now - lastAnalyze > 10_000 {
+                if state.slowClaim, now - lastAnalyze > 10_000 {
                     lastAnalyze = now
                     try connection.query("ANALYZE webhook_deliveries")
                 }
@@ -273,7 +278,7 @@ package final class WebhookDispatcher: Sendable {
             }
             // More may be due while there is room; otherwise the next report, poke or poll wakes the loop.
             state.claimDue = claimedAny && state.total < maxInFlight
-            let settled = state.total == 0 && state.queues.values.allSatisfy(\.isSettled) && state.toWrite.isEmpty
+            let settled = state.total == 0 && state.queues.values.allSatisfy { $0.isSettled } && state.toWrite.isEmpty
             if !claimedAny && settled && state.needsRead.isEmpty && state.unrecorded.isEmpty && state.unlogged.isEmpty {
                 loop.idle()
             }
@@ -315,7 +320,7 @@ package final class WebhookDispatcher: Sendable {
                 state.needsRead.insert(key)
             }
         }
-        heldApps.withLock { $0 = Set(held.map(\.appID)) }
+        heldApps.withLock { $0 = Set(held.map { $0.appID }) }
         state.knownZero = []
         state.refreshNow = false
         state.nextRefresh = EventLoop.monotonicMillis() + Int64(Self.pollMillis)
@@ -347,13 +352,13 @@ package final class WebhookDispatcher: Sendable {
 
     /// Reads the log after each endpoint that needs it (one query per app and round, up to ``readLimit`` events).
     private func read(_ state: inout State, on db: PostgresConnection) throws {
-        let byApp = Dictionary(grouping: state.needsRead.compactMap { state.queues[$0] }, by: \.appID)
+        let byApp = Dictionary(grouping: state.needsRead.compactMap { state.queues[$0] }, by: { $0.appID })
         for (appID, queues) in byApp {
-            let after = queues.map(\.taken).min() ?? 0
-            let patterns = Array(Set(queues.flatMap(\.config.eventTypes)))
+            let after = queues.map { $0.taken }.min() ?? 0
+            let patterns = Array(Set(queues.flatMap { $0.config.eventTypes }))
             let rows = try WebhookCursors.read(appID: appID, after: after, patterns: patterns, limit: Self.readLimit, on: db)
             for var queue in queues {
-                state.toWrite += queue.take(rows.lazy.map(\.event)).map { pendingRow(queue, $0) }
+                state.toWrite += queue.take(rows.lazy.map { $0.event }).map { pendingRow(queue, $0) }
                 state.queues[queue.endpoint] = queue
                 if rows.count < Self.readLimit { state.needsRead.remove(queue.endpoint) }
             }
@@ -434,19 +439,24 @@ package final class WebhookDispatcher: Sendable {
         let claimDue = state.claimDue || openRowsWritten || !recorded.isEmpty
         var disabled: [String] = []
         var claimed: [Claimed] = []
+        var slowClaim = false
         if transactional {
             (claimed, disabled) = try db.transaction { db in
                 if !logged.isEmpty { try DeliveryStore.insertFinished(logged, on: db) }
                 try WebhookCursors.write(toWrite, moving: moves, holder: holder, on: db)
                 if !recorded.isEmpty { try record(recorded, on: db) }
                 let disabled = countsNeeded ? try countFailures(counts, knownZero: &state.knownZero, on: db) : []
-                return (claimDue && free > 0 ? try claim(limit: free, inFlight: state.inFlight, on: db) : [], disabled)
+                guard claimDue && free > 0 else { return ([], disabled) }
+                let started = EventLoop.monotonicMillis()
+                let claimed = try claim(limit: free, inFlight: state.inFlight, on: db)
+                slowClaim = EventLoop.monotonicMillis() - started > Self.slowClaimMillis
+                return (claimed, disabled)
             }
         } else {
             try WebhookCursors.write(toWrite, moving: moves, holder: holder, on: db)
         }
         metrics.recorded(
-            logged.map { $0.succeeded ? "succeeded" : "dead" } + recorded.map { Self.status(after: $0) } + fresh.map(\.status))
+            logged.map { $0.succeeded ? "succeeded" : "dead" } + recorded.map { Self.status(after: $0) } + fresh.map { $0.status })
         for move in moves { state.cursorWritten[move.appID + "\u{0}" + move.webhookID] = now }
         for (key, ids) in idsByEndpoint { state.queues[key]?.wrote(ids) }
         for key in state.queues.keys where idsByEndpoint[key] == nil { state.queues[key]?.wrote([]) }
@@ -454,11 +464,14 @@ package final class WebhookDispatcher: Sendable {
             if let key = outcome.claimed.orderKey { state.queues[outcome.claimed.endpoint]?.rowClosed(key: key) }
         }
         (state.unrecorded, state.unlogged, state.toWrite) = ([], [], [])
+        state.slowClaim = slowClaim
         if openRowsWritten { state.claimDue = true }
         for appID in disabled {
             logger.warning("app=\(appID) msg=\"webhook endpoint disabled after consecutive failures\"")
             appChanged(appID)
-            eventsWritten(appID)
+            // Counted in flight until sequenced: a drain returns once the event is in the log.
+            state.total += 1
+            eventsWritten(appID) { [loop] in loop.post(.sequenced) }
             state.refreshNow = true
         }
         return claimed
@@ -486,7 +499,7 @@ package final class WebhookDispatcher: Sendable {
         loop.post(
             .chunk(
                 ChunkOutcome(
-                    appID: appID, webhookID: webhookID, keys: Set(chunk.map(\.orderKey)), attempts: attempts, unattempted: unattempted)))
+                    appID: appID, webhookID: webhookID, keys: Set(chunk.map { $0.orderKey }), attempts: attempts, unattempted: unattempted)))
     }
 
     /// One attempt of a leased row, on a sender thread; its outcome goes back to the dispatcher thread.
@@ -506,7 +519,7 @@ package final class WebhookDispatcher: Sendable {
         let now = clock.now()
         let busy = inFlight.map { (endpoint: Self.endpoint($0.key), count: $0.value) }
         // Endpoints with no free slot are left out of the scan, so it stops after the rows it can use.
-        let full = busy.filter { $0.count >= maxInFlightPerEndpoint }.map(\.endpoint)
+        let full = busy.filter { $0.count >= maxInFlightPerEndpoint }.map { $0.endpoint }
         let rows = try db.query(
             """
             WITH scanned AS (
@@ -517,7 +530,7 @@ package final class WebhookDispatcher: Sendable {
                       SELECT 1 FROM webhook_deliveries p
                       WHERE p.app_id = d.app_id AND p.webhook_id = d.webhook_id AND p.order_key = d.order_key
                         AND p.event_id < d.event_id AND p.status IN ('pending', 'failed'))
-                  AND (d.app_id, d.webhook_id) NOT IN (SELECT * FROM unnest(\(full.map(\.appID))::text[], \(full.map(\.webhookID))::text[]))
+                  AND (d.app_id, d.webhook_id) NOT IN (SELECT * FROM unnest(\(full.map { $0.appID })::text[], \(full.map { $0.webhookID })::text[]))
                 ORDER BY d.next_attempt_at, d.id
                 LIMIT \(limit * 2)
             ), ranked AS (
@@ -525,7 +538,7 @@ package final class WebhookDispatcher: Sendable {
                        row_number() OVER (PARTITION BY s.app_id, s.webhook_id ORDER BY s.next_attempt_at, s.id) AS rank,
                        \(maxInFlightPerEndpoint) - coalesce(f.n, 0) AS room
                 FROM scanned s
-                LEFT JOIN unnest(\(busy.map(\.endpoint.appID))::text[], \(busy.map(\.endpoint.webhookID))::text[], \(busy.map(\.count))::int[])
+                LEFT JOIN unnest(\(busy.map { $0.endpoint.appID })::text[], \(busy.map { $0.endpoint.webhookID })::text[], \(busy.map { $0.count })::int[])
                      AS f(app_id, webhook_id, n) ON f.app_id = s.app_id AND f.webhook_id = s.webhook_id
             ), due AS (
                 SELECT d.id FROM webhook_deliveries d
@@ -570,9 +583,9 @@ package final class WebhookDispatcher: Sendable {
             SET status = u.status, attempts = d.attempts + 1, next_attempt_at = u.next_at, last_attempt_at = u.at,
                 last_status_code = u.code, last_error = u.error, response_excerpt = u.excerpt, duration_ms = u.duration,
                 attempt_log = d.attempt_log || jsonb_build_array(u.entry::jsonb), single_attempt = false, leased_until = NULL
-            FROM unnest(\(outcomes.map(\.claimed.id))::bigint[], \(statuses)::text[], \(nextAttempts)::bigint[], \(outcomes.map(\.at))::bigint[],
-                        \(outcomes.map(\.attempt.statusCode))::int[], \(outcomes.map(\.attempt.error))::text[],
-                        \(outcomes.map(\.attempt.responseExcerpt))::text[], \(outcomes.map(\.attempt.durationMillis))::int[],
+            FROM unnest(\(outcomes.map { $0.claimed.id })::bigint[], \(statuses)::text[], \(nextAttempts)::bigint[], \(outcomes.map { $0.at })::bigint[],
+                        \(outcomes.map { $0.attempt.statusCode })::int[], \(outcomes.map { $0.attempt.error })::text[],
+                        \(outcomes.map { $0.attempt.responseExcerpt })::text[], \(outcomes.map { $0.attempt.durationMillis })::int[],
                         \(outcomes.map { DeliveryStore.attemptLogEntry($0.attempt, at: $0.at) })::text[])
                  AS u(id, status, next_at, at, code, error, excerpt, duration, entry)
             WHERE d.id = u.id

@@ -20,13 +20,15 @@ struct WebhookEndpointQueueTests {
     @Test func eventsOfOneKeyGoInOneChunkInOrderAndOtherKeysSpread() {
         var q = Self.queue()
         #expect(q.take([Self.event(11, "k1"), Self.event(12, "k2"), Self.event(13, "k1"), Self.event(14, "k3")]).isEmpty)
-        let chunks = q.nextChunks(slots: 2, maxPerChunk: 32)
+        let chunks = q.nextChunks(slots: 2, perChunk: 1, maxPerChunk: 32)
         #expect(chunks.count == 2)
         #expect(chunks.flatMap { $0 }.count == 4)
         let k1 = chunks.first { $0.contains { $0.orderKey == "k1" } } ?? []
         #expect(k1.filter { $0.orderKey == "k1" }.map(\.id) == [11, 13])
         #expect(q.inFlightKeys == ["k1", "k2", "k3"])
-        // Nothing more to start while they are in flight.
+        // Nothing more to start while they are in flight; a few events share one chunk.
+        _ = q.take([Self.event(15, "k4"), Self.event(16, "k5")])
+        #expect(q.nextChunks(slots: 4, maxPerChunk: 32).map { $0.map(\.id) } == [[15, 16]])
         #expect(q.nextChunks(slots: 4, maxPerChunk: 32).isEmpty)
     }
 
