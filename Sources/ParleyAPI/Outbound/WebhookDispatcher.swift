@@ -79,8 +79,6 @@ package final class WebhookDispatcher: Sendable {
     enum Report: Sendable {
         case outcome(Outcome)
         case chunk(ChunkOutcome)
-        /// A finished hook call or ping, to add to the log.
-        case logged(DeliveryLogEntry)
         /// Events this node just committed, in an app whose endpoints it holds.
         case committed(CommittedEvents)
         /// Events were stored in an app whose endpoints it holds (read them from the log).
@@ -156,11 +154,21 @@ package final class WebhookDispatcher: Sendable {
     /// The dispatcher thread runs (readiness).
     package func isRunning(within window: Duration) -> Bool { loop.isRunning(within: window) }
 
-    /// Adds a finished hook call or ping to the delivery log, with others of the moment (on the dispatcher thread).
+    /// Adds a finished hook call or ping to the delivery log, with others of the moment (on the dispatcher thread). It
+    /// does not wake the dispatcher: a hook call per send would wake it once per send; the entries wait for its next
+    /// round (at most a poll interval), or wake it once ``maxQuietLogEntries`` wait.
     package func log(_ entry: DeliveryLogEntry) {
         metrics.attempted(entry.attempt)
-        loop.post(.logged(entry))
+        let waiting = quietLog.withLock { log -> Int in
+            log.append(entry)
+            return log.count
+        }
+        if waiting == Self.maxQuietLogEntries { loop.poke() }
     }
+
+    /// Finished hook calls and pings not yet taken by the dispatcher thread.
+    private let quietLog = LockedValue<[DeliveryLogEntry]>([])
+    static let maxQuietLogEntries = 256
 
     // MARK: - Lifecycle
 
@@ -222,6 +230,10 @@ package final class WebhookDispatcher: Sendable {
                 return
             }
             var committed: [CommittedEvents] = []
+            state.unlogged += quietLog.withLock { log in
+                defer { log = [] }
+                return log
+            }
             for report in round.messages {
                 switch report {
                 case .outcome(let outcome):
@@ -230,7 +242,6 @@ package final class WebhookDispatcher: Sendable {
                 case .chunk(let chunk):
                     finishedInFlight(chunk.endpoint, &state)
                     took(chunk, &state)
-                case .logged(let entry): state.unlogged.append(entry)
                 case .committed(let events): committed.append(events)
                 case .stored(let appID):
                     for key in state.queues.keys where state.queues[key]?.appID == appID { state.needsRead.insert(key) }
