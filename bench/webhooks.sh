@@ -127,12 +127,15 @@ create_endpoint() {  # url types_json: prints the webhook_id
 delete_endpoint() { api -X DELETE "$BASE/v1/webhooks/$1" >/dev/null; }
 
 pgss_reset() { ((PGSS == 1)) && psql_value "SELECT pg_stat_statements_reset()" >/dev/null || true; }
-pgss_top() {  # key: the statements of the run by total time (calls, total ms, ms per call, the query's start)
+pgss_top() {  # key: the run's 5 statements with the most total time, and every statement on a webhook table or the
+              # outbox trigger's (calls, total ms, ms per call, the query's start)
     ((PGSS == 1)) || return 0
-    PGSS_TOP[$1]=$(psql_value "SELECT format('| %s | %s | %s | %s | \`%s\` |', '$1', calls, round(total_exec_time::numeric, 1),
-            round((total_exec_time / calls)::numeric, 3), left(regexp_replace(query, '\s+', ' ', 'g'), 110))
-        FROM pg_stat_statements WHERE query NOT ILIKE '%pg_stat_statements%' AND dbid = (SELECT oid FROM pg_database WHERE datname = 'postgres')
-        ORDER BY total_exec_time DESC LIMIT 8")
+    PGSS_TOP[$1]=$(psql_value "WITH s AS (
+            SELECT *, row_number() OVER (ORDER BY total_exec_time DESC) AS rank FROM pg_stat_statements
+            WHERE query NOT ILIKE '%pg_stat_statements%' AND dbid = (SELECT oid FROM pg_database WHERE datname = 'postgres'))
+        SELECT format('| %s | %s | %s | %s | %s | \`%s\` |', '$1', calls, round(total_exec_time::numeric, 1),
+            round((total_exec_time / calls)::numeric, 3), rows, left(regexp_replace(query, '\s+', ' ', 'g'), 110))
+        FROM s WHERE rank <= 5 OR query ~* 'webhook|new_events' ORDER BY total_exec_time DESC LIMIT 14")
 }
 per_send() {  # key: "parley / pg / receiver" CPU ms per send of a measure'd run
     local v=${CPU[$1]:-} rate=${RATE[parley,$1]:-0}
@@ -280,11 +283,11 @@ SECTION=$(
     for line in "${SUMMARY[@]}"; do echo "- $line"; done
     if ((PGSS == 1)); then
         echo
-        echo "pg_stat_statements of the first a and b rounds (top 8 by total time; track = all):"
+        echo "pg_stat_statements of the first a and b rounds (the 5 with the most time, and every one on a webhook table; track = all, so the outbox trigger's statement counts where there is one):"
         echo
-        echo "| run | calls | total ms | ms per call | statement |"
-        echo "|---|---:|---:|---:|---|"
-        for k in "${!PGSS_TOP[@]}"; do echo "${PGSS_TOP[$k]}"; done | sort
+        echo "| run | calls | total ms | ms per call | rows | statement |"
+        echo "|---|---:|---:|---:|---:|---|"
+        for conns in $WH_CONNECTIONS; do echo "${PGSS_TOP[a,$conns #1]:-}"; echo "${PGSS_TOP[b,$conns #1]:-}"; done
     fi
 )
 record_section "$SECTION"
