@@ -30,9 +30,15 @@ CREATE TABLE webhook_cursors (
 -- Updated every second and every dispatcher round: keep the updates HOT.
 ALTER TABLE webhook_cursors SET (fillfactor = 50);
 
+-- One after-event delivery per endpoint and event: a dispatcher that replays the events after its cursor (after a
+-- crash, or when another node takes the cursor over) writes each delivery once (ON CONFLICT DO NOTHING), whatever it
+-- had written before the cursor moved. (Not CONCURRENTLY: that waits for every other transaction, among them the
+-- other nodes starting at the same moment and waiting for the migration lock, a deadlock.)
+CREATE UNIQUE INDEX webhook_deliveries_event ON webhook_deliveries (app_id, webhook_id, event_id) WHERE kind = 'after';
+
 -- Existing endpoints start after the newest event: the trigger wrote the rows of everything before (it is dropped
--- when the function files are applied, right after this migration; an event between the two may get two delivery
--- rows' worth of attempts, which the unique index of 0036 then keeps to one row).
+-- when the function files are applied, right after this migration; an event between the two is attempted twice, one
+-- row).
 INSERT INTO webhook_cursors (app_id, webhook_id, event_id, paused_at)
 SELECT w.app_id, w.webhook_id, coalesce((SELECT max(e.id) FROM events e WHERE e.app_id = w.app_id), 0),
        CASE WHEN w.enabled THEN NULL ELSE coalesce((SELECT max(e.id) FROM events e WHERE e.app_id = w.app_id), 0) END

@@ -5,7 +5,7 @@
 -- The file stays, with the trigger's function reduced to nothing, so that a node of the previous release starting
 -- against this database (a rollback) finds this file's text changed, re-applies its own copy and gets its trigger back;
 -- a node of this release starting later drops it again. While both run, an event may be attempted twice (two
--- attempts, one delivery row: Migrations/0036); receivers deduplicate on `webhook-id`.
+-- attempts, one delivery row: Migrations/0035); receivers deduplicate on `webhook-id`.
 DROP TRIGGER IF EXISTS events_webhook_outbox ON events;
 CREATE OR REPLACE FUNCTION parley_webhook_outbox() RETURNS trigger
 LANGUAGE plpgsql AS $$
