@@ -61,6 +61,15 @@ NODE_LOCAL = {
 OVERRIDES = {
 }
 
+# Statements composed at run time from fragments (the message writer's statement holds only the parts a batch needs):
+# (file, owner) -> owners whose fragments it also takes in. The statement is listed once, as the text of every string
+# literal of its owner and of those owners, in source order: every part it can hold, with their tables and app_id
+# conditions. The owners it takes in are not listed on their own.
+COMPOSED = {
+    ("Sources/ParleyDomains/Messages/MessageWrite.swift", "MessageWrite.composeStatement"): ["MessageWrite.checked"],
+    ("Sources/ParleyDomains/Messages/MessageWrite.swift", "MessageWrite.checkStatement"): ["MessageWrite.checked"],
+}
+
 SQL_START = re.compile(
     r"^(SELECT|INSERT|UPDATE|DELETE|WITH|ANALYZE|VACUUM|TRUNCATE|LOCK|CREATE|ALTER|DROP|SET|LISTEN|UNLISTEN|NOTIFY|"
     r"COPY|DO|CALL|REFRESH)\b",
@@ -424,7 +433,28 @@ def statements():
                 sql = normalise(render(parts, names))
                 owner, doc = owner_of(text, lines, offset, scopes)
                 found.append({"file": os.path.relpath(path, ROOT), "owner": owner, "doc": doc, "sql": sql})
+            found = composed(found, os.path.relpath(path, ROOT), text, lines, literals, names)
     return found
+
+
+def composed(found, file, text, lines, literals, names):
+    """`found` with the statements of COMPOSED owners of `file` put together from all their fragments."""
+    wanted = {owner: extra for (f, owner), extra in COMPOSED.items() if f == file}
+    if not wanted:
+        return found
+    fragments, docs = {}, {}
+    for offset, parts, scopes in literals:
+        owner, doc = owner_of(text, lines, offset, scopes)
+        fragments.setdefault(owner, []).append(render(parts, names))
+        docs.setdefault(owner, doc)
+    taken_in = {o for extra in wanted.values() for o in extra}
+    kept = [s for s in found if not (s["file"] == file and (s["owner"] in wanted or s["owner"] in taken_in))]
+    for owner, extra in wanted.items():
+        pieces = fragments.get(owner, []) + [piece for o in extra for piece in fragments.get(o, [])]
+        if not pieces:
+            sys.exit(f"scaling-queries.py: COMPOSED names {file} {owner}, which has no string literal")
+        kept.append({"file": file, "owner": owner, "doc": docs.get(owner, ""), "sql": normalise(" ".join(pieces))})
+    return kept
 
 
 def looks_like_sql(text):

@@ -237,6 +237,41 @@ struct WebhookDeliveryTests: ProblemAssertions {
         #expect(Set(accepted).count == 20)
     }
 
+    @Test func aNodeStoppedWithAttemptsInFlightLeavesThemToTheNextHolder() throws {
+        let first = try Self.server(testClock: false)
+        let receiver = try TestReceiver { _ in TestReceiver.Answer(status: 204, delayMillis: 400) }
+        defer { receiver.stop() }
+        let app = try first.createApp()
+        for user in ["u1", "u2", "u3"] { _ = try app.createUser(user) }
+        let webhookID = try Self.endpoint(app, url: receiver.url, types: ["message.sent"])
+        let count = 12
+        for i in 0..<count {
+            let (from, to) = i % 2 == 0 ? ("u1", "u2") : ("u2", "u3")
+            let r = try app.request(
+                .post, "/v1/messages", json: #"{"from":"\#(from)","conversation_type":"peer","to":"\#(to)","type":1,"body":{"text":"m\#(i)"}}"#)
+            #expect(r.status == 201, "\(r.text)")
+        }
+        // Stopped while the receiver still holds the first attempts: their outcomes are never written, the cursor
+        // stays before them, and the next node sends them again.
+        first.stop()
+        let second = try Self.server(testClock: false, database: first.database)
+        defer { second.stop() }
+        let again = TestApp(server: second, appID: app.appID, key: app.key)
+        let deadline = ContinuousClock.now + .seconds(20)
+        var listed: [JSONValue] = []
+        while ContinuousClock.now < deadline {
+            Self.drain(second)
+            listed = try Self.deliveries(again, webhookID)
+            if listed.count == count && listed.allSatisfy({ $0["status"]?.stringValue == "succeeded" }) { break }
+            Wakeup.sleep(millis: 200)
+        }
+        #expect(listed.count == count, "one delivery per event")
+        #expect(Set(listed.compactMap { $0["event_id"]?.stringValue }).count == count)
+        #expect(listed.allSatisfy { $0["status"]?.stringValue == "succeeded" })
+        let events = try again.request(.get, "/v1/events/log?after=earliest&types=message.sent&limit=100").json?["items"]?.arrayValue ?? []
+        #expect(Set(receiver.requests.compactMap { $0.header("webhook-id") }) == Set(events.compactMap { $0["id"]?.stringValue }))
+    }
+
     @Test func twoNodesNeverAttemptOneDeliveryTwice() throws {
         let nodeA = try Self.server(testClock: false)
         let nodeB = try Self.server(testClock: false, database: nodeA.database)

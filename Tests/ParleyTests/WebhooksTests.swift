@@ -1,6 +1,7 @@
 import Foundation
 import ParleyHTTP
 import ParleyTesting
+import Synchronization
 import Testing
 
 @testable import Parley
@@ -514,18 +515,70 @@ struct WebhooksTests: ProblemAssertions {
         #expect(detail?["status"] == .string("succeeded"))
         #expect(detail?["attempts"]?.arrayValue?.count == 2)
 
-        // Retry of a pending delivery (its attempt is still waiting on the receiver): 409.
-        receiver.setHandler { _ in TestReceiver.Answer(status: 204, delayMillis: 1500) }
+        // Retry of a pending delivery (held back behind a failed one of its key): 409.
+        receiver.setHandler { _ in .status(500) }
         try app.createUser("u2")
-        let pending = try #require(try Self.deliveries(app, id, "status=pending").first)
+        Self.drain(server)
+        #expect(try app.request(.patch, "/v1/users/u2", json: #"{"name":"U2"}"#).status == 200)
+        Self.drain(server)
+        let all = try Self.deliveries(app, id)
+        let pending = try #require(try Self.deliveries(app, id, "status=pending").first, "\(all)")
+        #expect(pending["event_type"] == .string("user.updated"))
         Self.expectProblem(
             try app.request(.post, "/v1/webhooks/\(id)/deliveries/\(pending["delivery_id"]?.stringValue ?? "")/retry"), 409, 7_000_009)
-        Self.drain(server)
+        receiver.setHandler { _ in .status(204) }
 
         // Deleting the endpoint drops its deliveries.
         #expect(try app.request(.delete, "/v1/webhooks/\(id)").status == 204)
         Self.expectProblem(try app.request(.get, "/v1/webhooks/\(id)/deliveries"), 404, 7_000_006)
         #expect(try server.count("SELECT count(*) FROM webhook_deliveries WHERE webhook_id = $1", [id]) == 0)
+    }
+
+    @Test func sendsAreDeliveredOnceEachWithTheLogsBytes() throws {
+        let server = try Self.start()
+        defer { server.stop() }
+        let app = try server.createApp()
+        let receiver = try Self.receiver()
+        defer { receiver.stop() }
+        try app.createUser("u1")
+        try app.createUser("u2")
+        try app.createUser("u3")
+        let id = try Self.create(app, url: receiver.url + "/hook", types: #"["message.*"]"#)["webhook_id"]?.stringValue ?? ""
+        // Concurrent sends, so that the writer commits several per batch and hands them over together.
+        let count = 40
+        let results = Mutex<[Int]>([])
+        DispatchQueue.concurrentPerform(iterations: count) { i in
+            let (from, to) = i % 3 == 0 ? ("u1", "u2") : (i % 3 == 1 ? ("u2", "u3") : ("u3", "u1"))
+            let status =
+                (try? app.request(
+                    .post, "/v1/messages",
+                    json: #"{"from":"\#(from)","conversation_type":"peer","to":"\#(to)","type":1,"body":{"text":"m\#(i) ✓"}}"#
+                ).status) ?? 0
+            results.withLock { $0.append(status) }
+        }
+        #expect(results.withLock { $0 }.allSatisfy { $0 == 201 })
+        Self.drain(server)
+        let requests = receiver.requests
+        let logged = try app.request(.get, "/v1/events/log?after=earliest&types=message.sent&limit=100")
+        let events = logged.json?["items"]?.arrayValue ?? []
+        #expect(events.count == count)
+        #expect(requests.count == count, "each send delivered once")
+        #expect(Set(requests.compactMap { $0.header("webhook-id") }) == Set(events.compactMap { $0["id"]?.stringValue }))
+        for request in requests {
+            #expect(logged.text.contains(String(decoding: request.body, as: UTF8.self)), "the body is the logged event, byte for byte")
+        }
+        // Per conversation, in event order.
+        for pair in [["u1", "u2"], ["u2", "u3"], ["u1", "u3"]] {
+            let ids = requests.filter {
+                let from = $0.json?["data"]?["message"]?["from"]?.stringValue ?? ""
+                let to = $0.json?["data"]?["message"]?["to"]?.stringValue ?? ""
+                return Set([from, to]) == Set(pair)
+            }.compactMap { $0.header("webhook-id").flatMap { Int64($0) } }
+            #expect(ids == ids.sorted(), "\(pair): \(ids)")
+        }
+        let listed = try Self.deliveries(app, id, "limit=100")
+        #expect(listed.count == count)
+        #expect(listed.allSatisfy { $0["status"] == .string("succeeded") && $0["attempts"] == .int(1) })
     }
 
     @Test func orderingHoldsBackLaterEventsWithTheSameKey() throws {
@@ -664,7 +717,7 @@ struct WebhooksTests: ProblemAssertions {
         let app = try server.createApp()
         let receiver = try Self.receiver()
         defer { receiver.stop() }
-        let w = try Self.create(app, url: receiver.url + "/hook")
+        let w = try Self.create(app, url: receiver.url + "/hook", types: #"["user.*","message.sent"]"#)
         let id = w["webhook_id"]?.stringValue ?? ""
         let first = w["secret"]?.stringValue ?? ""
         var captured: [(request: TestReceiver.Received, secrets: [String])] = []
@@ -679,9 +732,13 @@ struct WebhooksTests: ProblemAssertions {
         let second = try app.request(.post, "/v1/webhooks/\(id)/rotate_secret").json?["secret"]?.stringValue ?? ""
         let seen = receiver.requests.count
         try app.createUser("u2")
+        // A send's delivery is rendered from memory, not from the log: the same checks hold.
+        let sent = try app.request(
+            .post, "/v1/messages", json: #"{"from":"u1","conversation_type":"peer","to":"u2","type":1,"body":{"text":"Zoë \"q\" 😀\n"}}"#)
+        #expect(sent.status == 201, "\(sent.text)")
         Self.drain(server)
         captured += receiver.requests.dropFirst(seen).map { ($0, [second, first]) }
-        #expect(captured.count == 4)
+        #expect(captured.count == 5)
         for (request, secrets) in captured { Self.expectSigned(request, by: secrets) }
 
         guard let path = ProcessInfo.processInfo.environment["PARLEY_WEBHOOK_CAPTURE"], !path.isEmpty else { return }

@@ -110,13 +110,13 @@ public final class ParleyApp: Sendable {
                 eventsWritten: { services.sequencer.poke($0) })
             pushReady.withLock { $0 = push }
             self.push = push
-            // Batches the writer commits may have written webhook deliveries (the outbox trigger) and pushable messages.
+            // Batches the writer commits may hold pushable messages and events for webhook endpoints (handed over in memory).
             let writer = MessageWriter(
                 logger: logger.named("messages"),
                 overloadThreshold: configuration.sendOverloadThreshold ?? MessageWriter.defaultOverloadThreshold
             ) { committed in
                 hub.committed(committed)
-                services.webhooks.dispatcher.poke()
+                services.webhooks.dispatcher.committed(committed)
                 push.poke()
             }
             self.hub = hub

@@ -40,13 +40,13 @@ package final class Services: Sendable {
         // The log only says which apps got events; the app layer hands that to the live hub (`sequenced`).
         let webhooksReady = LockedValue<Webhooks?>(nil)
         let sequencer = EventSequencer(logger: logger.named("events")) { appID in
-            // Stored events may have written deliveries (the outbox trigger).
-            webhooksReady.withLock { $0 }?.dispatcher.poke()
+            // Stored events may be due to webhook endpoints (the dispatcher reads them when it holds one of the app's).
+            webhooksReady.withLock { $0 }?.dispatcher.stored(appID: appID)
             sequenced(appID)
         }
         self.sequencer = sequencer
         webhooks = Webhooks(
-            configuration: configuration, clock: clock, logger: logger.named("webhooks"), eventsWritten: { sequencer.poke($0) },
+            configuration: configuration, clock: clock, logger: logger.named("webhooks"), eventsWritten: { sequencer.publish($0, then: $1) },
             appChanged: { apps.invalidate(appID: $0) })
         webhooksReady.withLock { $0 = webhooks }
     }

@@ -17,12 +17,22 @@ extension APIContext {
     /// Calls the `type` hook with `data` (the `data` member's JSON), then `then` with the context rebound to a fresh
     /// connection and the verdict. Without an endpoint serving `type` (or with `skip`), `then` runs at once on this
     /// context with `.allow`: no query, no `later`. A fail-closed hook that fails answers 503 `7000502`.
+    ///
+    /// `direct`, when given, runs first with the verdict on the hook's call thread, without a connection, and answers
+    /// when it returns a response (nil: `then` runs as above). For verdicts that need no database (a send's `allow`
+    /// queues on the message writer): the request skips a second wait for a pool worker and a connection. It must not
+    /// use this context's `db` (the connection went back to the pool while the hook was called). Without an endpoint,
+    /// `then` runs at once as above.
     package func afterHook(
         _ type: String, data: () throws -> [UInt8], skip: Bool = false,
+        direct: (@Sendable (HookVerdict) throws -> Response?)? = nil,
         then: @escaping @Sendable (APIContext, HookVerdict) throws -> Response
     ) throws -> Response {
         guard hasHook(type, skip: skip) else { return try then(self, .allow) }
-        return try afterHooks(type, data: { [try data()] }) { ctx, results in
+        let direct = direct.map { direct in
+            { @Sendable (results: [Result<HookVerdict, APIError>]) throws -> Response? in try direct(try results[0].get()) }
+        }
+        return try afterHooks(type, data: { [try data()] }, direct: direct) { ctx, results in
             try then(ctx, try results[0].get())
         }
     }
@@ -31,6 +41,7 @@ extension APIContext {
     /// `then` gets each item's verdict or failure, in item order; nothing (no calls) without an endpoint or with `skip`.
     package func afterHooks(
         _ type: String, data: () throws -> [[UInt8]], skip: Bool = false,
+        direct: (@Sendable ([Result<HookVerdict, APIError>]) throws -> Response?)? = nil,
         then: @escaping @Sendable (APIContext, [Result<HookVerdict, APIError>]) throws -> Response
     ) throws -> Response {
         guard !skip, let endpoint = app.beforeHooks[type] else { return try then(self, []) }
@@ -40,6 +51,13 @@ extension APIContext {
         let collected = LockedValue((results: [Result<HookVerdict, APIError>?](repeating: nil, count: calls.count), left: calls.count))
         return .later { respond in
             let resume: @Sendable ([Result<HookVerdict, APIError>]) -> Void = { results in
+                if let direct {
+                    do {
+                        if let response = try direct(results) { return respond(response) }
+                    } catch {
+                        return respond(ProblemRendering.handlerError(error, request: request, logger: services.logger))
+                    }
+                }
                 services.pool.submit(
                     {
                         do {

@@ -65,8 +65,9 @@ package struct WebhookAttempt: Sendable {
 /// not followed (a 3xx is a failed attempt).
 package struct WebhookTransport: Sendable {
     package var policy: OutboundPolicy
-    /// Idle keep-alive connections, shared by every request of the node.
-    private let connections = OutboundConnections()
+    /// Idle keep-alive connections, shared by every request of the node: as many per receiver as calls may be in
+    /// flight to it (before-event hooks: one per waiting request), so that none reconnects after a burst.
+    private let connections = OutboundConnections(maxPerDestination: 1024)
 
     package init(policy: OutboundPolicy) { self.policy = policy }
 

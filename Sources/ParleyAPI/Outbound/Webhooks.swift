@@ -10,10 +10,11 @@ package final class Webhooks: Sendable {
     package let hooks: BeforeHooks
     package let metrics: WebhookMetrics
 
-    /// `eventsWritten`: sequence an app's events soon (`webhook.disabled`); `appChanged`: forget an app's cached
+    /// `eventsWritten`: sequence an app's events (`webhook.disabled`), then call `done`; `appChanged`: forget an app's cached
     /// record (its before-hook endpoints changed).
     package init(
-        configuration: Configuration, clock: ServerClock, logger: Logger, eventsWritten: @escaping @Sendable (_ appID: String) -> Void,
+        configuration: Configuration, clock: ServerClock, logger: Logger,
+        eventsWritten: @escaping @Sendable (_ appID: String, _ done: @escaping @Sendable () -> Void) -> Void,
         appChanged: @escaping @Sendable (_ appID: String) -> Void
     ) {
         transport = WebhookTransport(

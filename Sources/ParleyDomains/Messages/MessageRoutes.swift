@@ -81,27 +81,45 @@ package enum MessageRoutes {
         let item = try service.item(for: request, settings: app.settings, on: ctx.db)
         // §11.1 step 6: only for a send that would be delivered now (not a duplicate, failure or suppressed one).
         let hooked = try ctx.hasHook("message.before_send", skip: request.skipHooks) && service.needsHook(item)
-        return try ctx.afterHook("message.before_send", data: { try MessageService.hookData(item) }, skip: !hooked) { ctx, verdict in
+        // Only `modify` reads the database again: the other verdicts answer from the hook's thread.
+        let origin = SendOrigin(ctx)
+        let decide: @Sendable (HookVerdict) throws -> Response? = { verdict in
             switch verdict.action {
-            case .allow: return write(item, request, ctx: ctx, writer: writer)
+            case .allow: return write(item, request, origin: origin, writer: writer)
             case .reject: throw verdict.rejection
             case .drop:
                 var dropped = item
                 dropped.hookDrop = true
-                return write(dropped, request, ctx: ctx, writer: writer)
-            case .modify:
-                let (next, nextItem) = try MessageService(ctx).patched(item, verdict: verdict, ctx: ctx)
-                return write(nextItem, next, ctx: ctx, writer: writer)
+                return write(dropped, request, origin: origin, writer: writer)
+            case .modify: return nil
             }
         }
+        return try ctx.afterHook("message.before_send", data: { try MessageService.hookData(item) }, skip: !hooked, direct: decide) {
+            ctx, verdict in
+            if let response = try decide(verdict) { return response }
+            let (next, nextItem) = try MessageService(ctx).patched(item, verdict: verdict, ctx: ctx)
+            return write(nextItem, next, ctx: ctx, writer: writer)
+        }
+    }
+
+    /// What answering a send needs from its request, without its connection (a hook's verdict answers on its thread).
+    private struct SendOrigin: Sendable {
+        let viewer: MessageViewer
+        let services: Services
+        let request: Request
+        let appID: String
+        let now: Int64
+
+        init(_ ctx: APIContext) { (viewer, services, request, appID, now) = (MessageViewer(ctx), ctx.services, ctx.request, ctx.appID, ctx.now) }
     }
 
     /// Queues a checked send on the node's writer; the answer comes when its batch has committed.
     private static func write(_ item: MessageWrite.Item, _ request: SendRequest, ctx: APIContext, writer: MessageWriter) -> Response {
-        let viewer = MessageViewer(ctx)
-        let services = ctx.services
-        let httpRequest = ctx.request
-        let (appID, now) = (ctx.appID, ctx.now)
+        write(item, request, origin: SendOrigin(ctx), writer: writer)
+    }
+
+    private static func write(_ item: MessageWrite.Item, _ request: SendRequest, origin: SendOrigin, writer: MessageWriter) -> Response {
+        let (viewer, services, httpRequest, appID, now) = (origin.viewer, origin.services, origin.request, origin.appID, origin.now)
         return .later { respond in
             writer.submit(item) { result in
                 do {

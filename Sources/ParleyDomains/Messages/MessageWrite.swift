@@ -606,7 +606,8 @@ package enum MessageWrite {
         return text.split(separator: "\n", omittingEmptySubsequences: false).map { pad + $0 }.joined(separator: "\n")
     }
 
-    /// The writing part of the statement after ``checked(_:)``: seq heads, then the rows of each kind the batch has.
+    /// The write statement for a batch of `shape`: ``checked(_:)``, the seq heads, then the rows of each kind the batch
+    /// has.
     private static func composeStatement(_ shape: Shape) -> String {
         var parts: [String] = [
             """

@@ -12,6 +12,7 @@ package enum WebhookRoutes {
             try body.check()
             let webhook = try WebhookService(ctx).create(fields)
             ctx.services.apps.invalidate(appID: ctx.appID)
+            ctx.services.webhooks.dispatcher.endpointsChanged()
             return Reply.created(webhook.json())
         }
 
@@ -40,7 +41,8 @@ package enum WebhookRoutes {
             try body.check()
             let webhook = try WebhookService(ctx).update(webhookID, fields)
             ctx.services.apps.invalidate(appID: ctx.appID)
-            // Re-enabled deliveries may be due at once.
+            // Before the answer: the events committed after it see the change (re-enabled deliveries may be due at once).
+            ctx.services.webhooks.dispatcher.endpointsChanged()
             if fields.enabled == true { ctx.services.webhooks.dispatcher.poke() }
             return Reply.json(webhook.json())
         }
@@ -48,6 +50,7 @@ package enum WebhookRoutes {
         api.add(.delete, "/v1/webhooks/{webhook_id}", .app, "deleteWebhook") { ctx in
             try WebhookService(ctx).delete(try ctx.pathID("webhook_id", .opaque))
             ctx.services.apps.invalidate(appID: ctx.appID)
+            ctx.services.webhooks.dispatcher.endpointsChanged()
             return Reply.noContent()
         }
 
@@ -58,6 +61,7 @@ package enum WebhookRoutes {
             try body.check()
             let webhook = try WebhookService(ctx).rotateSecret(webhookID, secret: secret)
             ctx.services.apps.invalidate(appID: ctx.appID)
+            ctx.services.webhooks.dispatcher.endpointsChanged()
             return Reply.json(webhook.json())
         }
 

@@ -53,6 +53,7 @@ struct WebhookService: DomainService {
                 failOpen: fields.failOpen ?? true, disableAfterFailures: fields.disableAfterFailures ?? 20, consecutiveFailures: 0,
                 createdAt: now, updatedAt: now)
             try WebhookStore.insert(appID: appID, webhook, on: db)
+            try WebhookCursors.create(appID: appID, webhookID: webhook.webhookID, enabled: enabled, on: db)
             try claimBeforeHooks(webhook, on: db)
             return webhook
         }
@@ -67,8 +68,9 @@ struct WebhookService: DomainService {
         try WebhookStore.list(appID: appID, after: after, limit: limit, on: db)
     }
 
-    /// A PATCH: `enabled: true` resets the failure count and reason and resumes paused deliveries; `enabled: false`
-    /// sets `disabled_reason: manual` and pauses them.
+    /// A PATCH: `enabled: true` resets the failure count and reason and resumes paused deliveries (with those of the
+    /// events committed before the endpoint was disabled that were not written yet); `enabled: false` sets
+    /// `disabled_reason: manual` and pauses them (the endpoint gets no delivery of events committed afterwards).
     func update(_ webhookID: String, _ fields: Fields) throws -> Webhook {
         try db.transaction { db in
             guard var webhook = try WebhookStore.fetch(appID: appID, webhookID: webhookID, forUpdate: true, on: db) else {
@@ -83,12 +85,17 @@ struct WebhookService: DomainService {
             if let limit = fields.disableAfterFailures { webhook.disableAfterFailures = limit }
             switch fields.enabled {
             case true?:
+                // Before the row changes: the deliveries it writes follow the event types the endpoint had then.
+                if !webhook.enabled { try WebhookCursors.resume(appID: appID, webhookID: webhookID, now: now, on: db) }
                 webhook.enabled = true
                 webhook.disabledReason = nil
                 webhook.consecutiveFailures = 0
                 try WebhookStore.setDeliveriesPaused(false, appID: appID, webhookID: webhookID, now: now, on: db)
             case false?:
-                if webhook.enabled { webhook.disabledReason = "manual" }
+                if webhook.enabled {
+                    webhook.disabledReason = "manual"
+                    try WebhookCursors.pause(appID: appID, webhookID: webhookID, on: db)
+                }
                 webhook.enabled = false
                 try WebhookStore.setDeliveriesPaused(true, appID: appID, webhookID: webhookID, now: now, on: db)
             case nil: break

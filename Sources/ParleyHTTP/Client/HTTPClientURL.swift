@@ -18,7 +18,7 @@ struct HTTPClientURL: Sendable, Equatable {
 
     /// Parses `url`: `http` or `https` (case-insensitive), a host, an optional port, no user information.
     init(_ url: String) throws {
-        let invalid = HTTPClientError(.invalidRequest, "unsupported URL \(HTTPClientBytes.printable(url.utf8))")
+        var invalid: HTTPClientError { HTTPClientError(.invalidRequest, "unsupported URL \(HTTPClientBytes.printable(url.utf8))") }
         guard let separator = url.firstRange(of: "://"), let scheme = Scheme(rawValue: url[..<separator.lowerBound].lowercased())
         else { throw invalid }
         self.scheme = scheme

@@ -1,4 +1,5 @@
 import Glibc
+import ParleySync
 
 /// What outbound requests to other people's servers (webhooks) may reach and trust.
 public struct OutboundPolicy: Sendable, Hashable {
@@ -54,8 +55,7 @@ public enum OutboundHTTP {
         maxResponseBytes: Int = 65_536, connections: OutboundConnections? = nil
     ) throws -> OutboundResponse {
         let deadline = ContinuousClock.now + timeout
-        try validate(url: url)
-        let target = try HTTPClientURL(url)
+        let target = try parsed(url)
         let key = OutboundConnections.Key(scheme: target.scheme, host: target.host, port: target.port, policy: policy)
         let connection: HTTPClientConnection
         if let idle = connections?.take(key) {
@@ -75,6 +75,25 @@ public enum OutboundHTTP {
         if let connections, connection.canCarryAnother { kept = connections.put(key, connection) }
         return OutboundResponse(
             status: response.status, headers: response.headers, body: response.body, truncated: response.truncated)
+    }
+
+    /// URLs already validated and parsed, by their text: a webhook sends to the same few URLs thousands of times a
+    /// second, and parsing one with `String` indexing cost more than signing its request. Bounded: emptied when full.
+    ///
+    /// Owner: its lock.
+    private static let parsedURLs = LockedValue<[String: HTTPClientURL]>([:])
+    private static let maxParsedURLs = 4096
+
+    /// `url` validated (``validate(url:)``) and parsed, from ``parsedURLs`` when it was seen before.
+    static func parsed(_ url: String) throws -> HTTPClientURL {
+        if let known = parsedURLs.withLock({ $0[url] }) { return known }
+        try validate(url: url)
+        let target = try HTTPClientURL(url)
+        parsedURLs.withLock { urls in
+            if urls.count >= maxParsedURLs { urls.removeAll(keepingCapacity: true) }
+            urls[url] = target
+        }
+        return target
     }
 
     /// Checks a URL before it is stored: `http` or `https`, a host (a DNS name, an IPv4 address or a bracketed IPv6
