@@ -86,9 +86,14 @@ package final class EventHub: Sendable {
     private let services = LockedValue<Services?>(nil)
     static let heartbeatIntervalMillis: Int64 = 5_000
 
-    package init(heartbeatMillis: Int, logger: Logger) {
+    /// Told, on the listener's thread, of each app another node says has new events (the node wires the readers that
+    /// keep their own cursors, the webhook dispatcher and the push bridge, so they need not wait for their poll).
+    private let remoteEvents: @Sendable (_ appID: String) -> Void
+
+    package init(heartbeatMillis: Int, logger: Logger, remoteEvents: @escaping @Sendable (_ appID: String) -> Void = { _ in }) {
         self.heartbeatMillis = heartbeatMillis
         self.logger = logger
+        self.remoteEvents = remoteEvents
     }
 
     // MARK: - Any thread
@@ -213,7 +218,9 @@ package final class EventHub: Sendable {
                     inbox.withLock { $0.peerAppeared = true }
                     return
                 }
-                poke(String(subject), local: false)
+                let appID = String(subject)
+                poke(appID, local: false)
+                remoteEvents(appID)
             })
         listener.withLock { $0 = notified }
         // The first round at once: the hello, and the first heartbeat that tells whether other nodes listen.

@@ -87,7 +87,11 @@ public final class ParleyApp: Sendable {
             let health = DatabaseHealth(embedded: embedded, database: database, circuit: circuit, logger: pgLogger)
             self.health = health
             // The event log and the message writer say which apps got events; the hub streams them.
-            let hub = EventHub(heartbeatMillis: configuration.sseHeartbeatMillis, logger: logger.named("live"))
+            // Another node's events reach the readers with cursors at once (else at their next poll).
+            let remoteReaders = LockedValue<(@Sendable (String) -> Void)?>(nil)
+            let hub = EventHub(heartbeatMillis: configuration.sseHeartbeatMillis, logger: logger.named("live")) { appID in
+                remoteReaders.withLock { $0 }?(appID)
+            }
             // The push bridge plans what the sequencer stores; it is made after the services (it shares their transport).
             let pushReady = LockedValue<PushBridge?>(nil)
             let services = Services(
@@ -109,6 +113,12 @@ public final class ParleyApp: Sendable {
                 transport: services.webhooks.transport, clock: services.clock, logger: logger.named("push"),
                 eventsWritten: { services.sequencer.poke($0) })
             pushReady.withLock { $0 = push }
+            remoteReaders.withLock {
+                $0 = { appID in
+                    services.webhooks.dispatcher.stored(appID: appID)
+                    push.poke()
+                }
+            }
             self.push = push
             // Batches the writer commits may hold pushable messages and events for webhook endpoints (handed over in memory).
             let writer = MessageWriter(
