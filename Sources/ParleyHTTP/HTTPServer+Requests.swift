@@ -4,20 +4,51 @@ import Synchronization
 
 /// A request between its head and its response: what the server decided when the head arrived.
 ///
-/// Owner: whoever carries the request (a connection's loop thread, or the caller of `respond(toRequest:)`).
-struct PendingRequest: Sendable {
-    var head: HTTPRequestHead
-    var match: Router.Match
-    var requestID: String
-    var startedNanos: UInt64
+/// A class: it travels from the head to the log line through several hands, and a reference is one retain where
+/// the fields (head, route, id, problem) are a dozen. Immutable, so any thread may hold it.
+final class PendingRequest: Sendable {
+    let head: HTTPRequestHead
+    let match: Router.Match
+    let requestID: String
+    let startedNanos: UInt64
     /// The largest body accepted (the route's `maxBodyBytes`, else the server default).
-    var bodyLimit: Int
+    let bodyLimit: Int
     /// A head the parser accepted but HTTP does not (``HTTPServer/headProblem(_:)``): answered with this problem
     /// without routing, and the connection closes after it.
-    var problem: ServerProblem?
+    let problem: ServerProblem?
+
+    init(head: HTTPRequestHead, match: Router.Match, requestID: String, startedNanos: UInt64, bodyLimit: Int, problem: ServerProblem? = nil) {
+        self.head = head
+        self.match = match
+        self.requestID = requestID
+        self.startedNanos = startedNanos
+        self.bodyLimit = bodyLimit
+        self.problem = problem
+    }
 
     /// Whether the connection may carry another request after this one.
     var keepsConnection: Bool { head.keepAlive && problem == nil }
+
+    /// The matched route, if any.
+    var route: Route? {
+        if case .found(let route, _) = match { return route }
+        return nil
+    }
+}
+
+/// Where a handler's settled response goes.
+enum Delivery: Sendable {
+    /// To the connection `ConnectionID` on its loop, queued there as a plain value (no closure per answer).
+    case connection(ConnectionID, EventLoop)
+    /// To a callback, on whichever thread settles the response (the in-process path).
+    case callback(@Sendable (Response) -> Void)
+
+    func callAsFunction(_ response: Response) {
+        switch self {
+        case .connection(let id, let loop): loop.deliver(response, to: id)
+        case .callback(let done): done(response)
+        }
+    }
 }
 
 /// The steps of a request from its parsed head to its logged response, shared by the two ways a request arrives:
@@ -71,14 +102,22 @@ extension HTTPServer {
         if count > 1 { return .badRequest("more than one Host header") }
         if count == 0 { return head.version == .http1_1 ? .badRequest("missing Host header") : nil }
         // reg-name, IPv4 or an IP literal in brackets, and an optional port (an empty value is allowed: RFC 9112 §3.2).
-        if !value.utf8.allSatisfy({ PercentDecoding.isUnreserved($0) || Self.hostPunctuation.contains($0) }) {
-            return .badRequest("invalid Host header")
-        }
+        let valid = value.utf8.withContiguousStorageIfAvailable { $0.allSatisfy(Self.isHostByte) } ?? value.utf8.allSatisfy(Self.isHostByte)
+        if !valid { return .badRequest("invalid Host header") }
         return nil
     }
 
-    /// `%`, the sub-delims of RFC 3986 and `: [ ]`: the bytes of a `Host` value besides unreserved characters.
-    private static let hostPunctuation: Set<UInt8> = Set("%!$&'()*+,;=:[]".utf8)
+    /// Whether `c` may appear in a `Host` value: unreserved characters, `%`, the sub-delims of RFC 3986 and
+    /// `: [ ]`. A bit set (as in the parser's `isTokenChar`): this runs on every request.
+    @inline(__always)
+    static func isHostByte(_ c: UInt8) -> Bool {
+        // Bits below 64: ! $ % & ' ( ) * + , - . 0-9 : ; =; from 64: A-Z [ ] _ a-z ~.
+        let low: UInt64 = 0x2FFF_7FF2_0000_0000
+        let high: UInt64 = 0x47FF_FFFE_AFFF_FFFE
+        if c < 64 { return (low >> UInt64(c)) & 1 != 0 }
+        if c < 128 { return (high >> UInt64(c &- 64)) & 1 != 0 }
+        return false
+    }
 
     /// The request a parse failure, a slow head or a stalled body answers: the one in progress, else a stand-in
     /// (`GET /`).
@@ -128,20 +167,24 @@ extension HTTPServer {
     /// Runs a route's handler on its executor (the route's own, else the server's); `deliver` gets its settled response
     /// (a 503 when the executor turns the job away) on whichever thread settles it. The request counts as in flight
     /// until then (shutdown waits).
-    func execute(_ route: Route, _ request: Request, deliver: @escaping @Sendable (Response) -> Void) {
+    func execute(_ route: Route, _ request: Request, deliver: Delivery) {
         _ = inFlightRequests.add(1, ordering: .relaxed)
-        let hooks = self.hooks
+        let requestID = request.requestID
         (route.options.executor ?? executor).execute(
             { [self] in
-                Self.run(route.handler, request, hooks: hooks).settle { response in
-                    self.inFlightRequests.subtract(1, ordering: .relaxed)
-                    deliver(response)
+                let response = Self.run(route.handler, request, hooks: hooks)
+                if case .later = response.body {
+                    response.settle { [self] settled in self.settled(settled, deliver) }
+                } else {
+                    settled(response, deliver)
                 }
             },
-            rejected: { [self] in
-                inFlightRequests.subtract(1, ordering: .relaxed)
-                deliver(hooks.problem(.unavailable, request.requestID))
-            })
+            rejected: { [self] in settled(hooks.problem(.unavailable, requestID), deliver) })
+    }
+
+    private func settled(_ response: Response, _ deliver: Delivery) {
+        inFlightRequests.subtract(1, ordering: .relaxed)
+        deliver(response)
     }
 
     private static func run(_ handler: HTTPHandler, _ request: Request, hooks: HTTPServerHooks) -> Response {
@@ -182,10 +225,10 @@ extension HTTPServer {
         _ response: Response, for pending: PendingRequest, dateHeader: [UInt8], closeAfterResponse: inout Bool,
         into output: inout [UInt8]
     ) {
-        var response = response
-        if response.headers["Connection"]?.equalsASCIICaseInsensitive("close") == true {
+        var dropConnectionField = false
+        if let connection = response.headers["Connection"], connection.equalsASCIICaseInsensitive("close") {
             closeAfterResponse = true
-            response.headers.remove("Connection")
+            dropConnectionField = true
         }
         let isHead = pending.head.method == .head
         let isPreflight = pending.head.method == .options
@@ -194,13 +237,15 @@ extension HTTPServer {
         output.append(contentsOf: corsHeaders)
         if isPreflight && configuration.cors { output.append(contentsOf: preflightHeaders) }
         output.append(contentsOf: Self.requestIDName)
-        output.append(contentsOf: pending.requestID.utf8)
+        Self.appendUTF8(pending.requestID, to: &output)
         output.append(contentsOf: Self.crlf)
         for field in response.headers.fields {
-            output.append(contentsOf: field.name.utf8)
-            output.append(contentsOf: [0x3A, 0x20])
-            output.append(contentsOf: field.value.utf8)
-            output.append(contentsOf: [0x0D, 0x0A])
+            if dropConnectionField && field.name.equalsASCIICaseInsensitive("Connection") { continue }
+            Self.appendUTF8(field.name, to: &output)
+            output.append(0x3A)
+            output.append(0x20)
+            Self.appendUTF8(field.value, to: &output)
+            output.append(contentsOf: Self.crlf)
         }
         switch response.body {
         case .bytes(let body):
@@ -210,11 +255,11 @@ extension HTTPServer {
                 output.append(contentsOf: Self.crlf)
             }
             if closeAfterResponse {
-                output.append(contentsOf: "Connection: close\r\n".utf8)
+                output.append(contentsOf: Self.connectionClose)
             } else if pending.head.version == .http1_0 {
-                output.append(contentsOf: "Connection: keep-alive\r\n".utf8)
+                output.append(contentsOf: Self.connectionKeepAlive)
             }
-            output.append(contentsOf: [0x0D, 0x0A])
+            output.append(contentsOf: Self.crlf)
             if !isHead && !body.isEmpty { output.append(contentsOf: body) }
         case .later:
             preconditionFailure("a deferred response reached writeResponse() unsettled")
@@ -222,19 +267,28 @@ extension HTTPServer {
             if pending.head.version == .http1_1 {
                 output.append(contentsOf: "Transfer-Encoding: chunked\r\n".utf8)
             } else {
-                output.append(contentsOf: "Connection: close\r\n".utf8)
+                output.append(contentsOf: Self.connectionClose)
             }
-            output.append(contentsOf: [0x0D, 0x0A])
+            output.append(contentsOf: Self.crlf)
             closeAfterResponse = true
         }
     }
 
+    /// Appends a string's UTF-8 bytes with one copy (the generic `append(contentsOf: s.utf8)` goes byte by byte).
+    @inline(__always)
+    private static func appendUTF8(_ string: String, to output: inout [UInt8]) {
+        if string.utf8.withContiguousStorageIfAvailable({ output.append(contentsOf: $0) }) == nil {
+            output.append(contentsOf: string.utf8)
+        }
+    }
+
     /// Reports a response once it is written: the `requestCompleted` hook and the request's log line.
-    func completed(_ pending: PendingRequest, response: Response, request: Request?) {
+    func completed(_ pending: PendingRequest, response: Response) {
         let elapsed = Double(Self.monotonicNanos() &- pending.startedNanos) / 1e9
+        let route = pending.route
         let record = RequestRecord(
-            method: pending.head.method, route: request?.routeTemplate ?? Self.routeLabel(pending.match),
-            status: response.status, durationSeconds: elapsed, requestID: pending.requestID)
+            method: pending.head.method, route: route?.template ?? "-", routeIndex: route?.index, status: response.status,
+            durationSeconds: elapsed, requestID: pending.requestID)
         hooks.requestCompleted(record)
         if logger.level <= .info {
             var line = "request_id=\(pending.requestID) method=\(pending.head.method) route=\(record.route) status=\(response.status)"
@@ -242,11 +296,6 @@ extension HTTPServer {
             if let context = response.logContext { line += " " + context }
             logger.info(line)
         }
-    }
-
-    private static func routeLabel(_ match: Router.Match) -> String {
-        if case .found(let route, _) = match { return route.template }
-        return "-"
     }
 
     private static func formatMillis(_ seconds: Double) -> String {
@@ -259,6 +308,8 @@ extension HTTPServer {
     private static let requestIDName = Array("X-Request-Id: ".utf8)
     private static let contentLengthName = Array("Content-Length: ".utf8)
     private static let crlf: [UInt8] = [0x0D, 0x0A]
+    private static let connectionClose = Array("Connection: close\r\n".utf8)
+    private static let connectionKeepAlive = Array("Connection: keep-alive\r\n".utf8)
 
     private static func appendDecimal(_ value: Int, to out: inout [UInt8]) {
         if value < 10 {

@@ -29,16 +29,31 @@ public struct RouteOptions: Sendable {
 public typealias HTTPHandler = @Sendable (Request) throws -> Response
 
 /// One registered route: method, path template (`/v1/users/{user_id}`), options and handler.
-public struct Route: Sendable {
+///
+/// A class: a request carries its route from the head to the log line, and a reference is one retain where the
+/// fields would be six. Immutable.
+public final class Route: Sendable {
     public let method: HTTPMethod
     public let template: String
     public let options: RouteOptions
     public let handler: HTTPHandler
+    /// Its position in `Router.routes` (registration order): a key per-route counters can use without hashing the
+    /// template.
+    public let index: Int
     let segments: [Segment]
 
     enum Segment: Sendable, Equatable {
         case literal(String)
         case parameter(String)
+    }
+
+    init(method: HTTPMethod, template: String, options: RouteOptions, handler: @escaping HTTPHandler, index: Int, segments: [Segment]) {
+        self.method = method
+        self.template = template
+        self.options = options
+        self.handler = handler
+        self.index = index
+        self.segments = segments
     }
 }
 
@@ -64,7 +79,8 @@ public struct RouterBuilder: Sendable {
         precondition(
             !routes.contains { $0.method == method && $0.segments.shapeEquals(segments) },
             "duplicate route \(method) \(template)")
-        routes.append(Route(method: method, template: template, options: options, handler: handler, segments: segments))
+        routes.append(
+            Route(method: method, template: template, options: options, handler: handler, index: routes.count, segments: segments))
     }
 
     public func build() -> Router { Router(routes: routes) }
@@ -110,16 +126,16 @@ public struct Router: Sendable {
     /// Every route, in registration order (for the OpenAPI contract check and `parley routes`).
     public let routes: [Route]
     private let root: Node
-    /// Routes without parameters by exact path, then method: `/healthz` needs no segment walk.
-    private let staticRoutes: [String: [HTTPMethod: Route]]
+    /// Routes without parameters by exact path (then a short scan by method): `/healthz` needs no segment walk.
+    private let staticRoutes: [String: [Route]]
 
     init(routes: [Route]) {
         self.routes = routes
         root = Self.buildNode(routes.map { ($0, $0.segments[...]) })
-        var statics: [String: [HTTPMethod: Route]] = [:]
+        var statics: [String: [Route]] = [:]
         for route in routes where !route.segments.contains(where: { if case .parameter = $0 { true } else { false } }) {
-            statics["/" + route.segments.map { if case .literal(let s) = $0 { s } else { "" } }.joined(separator: "/"), default: [:]][
-                route.method] = route
+            statics["/" + route.segments.map { if case .literal(let s) = $0 { s } else { "" } }.joined(separator: "/"), default: []]
+                .append(route)
         }
         staticRoutes = statics
     }
@@ -159,9 +175,10 @@ public struct Router: Sendable {
     ///   `/v1/x/../apps` reaches no route here even where a proxy resolves it to `/v1/apps`.
     public func match(method: HTTPMethod, path: Substring) -> Match {
         // Fast path: an exact parameterless route for this method (a literal beats any parameter route).
-        if let byMethod = staticRoutes[String(path)] {
-            if let route = byMethod[method] ?? (method == .head ? byMethod[.get] : nil) {
-                return .found(route, parameters: [:])
+        if let candidates = staticRoutes[String(path)] {
+            for route in candidates where route.method == method { return .found(route, parameters: [:]) }
+            if method == .head {
+                for route in candidates where route.method == .get { return .found(route, parameters: [:]) }
             }
         }
         guard path.utf8.first == UInt8(ascii: "/") else { return .notFound }

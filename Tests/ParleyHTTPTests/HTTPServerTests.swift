@@ -341,7 +341,10 @@ private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) thr
             for head in [
                 "GET /healthz HTTP/1.1\r\n\r\n", "GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
                 "GET /healthz HTTP/1.1\r\nHost: a/b\r\n\r\n", "OPTIONS /healthz HTTP/1.1\r\n\r\n",
-                "POST /echo HTTP/1.1\r\nContent-Length: 2\r\n\r\nok",
+                "POST /echo HTTP/1.1\r\nContent-Length: 2\r\n\r\nok", "GET /healthz HTTP/1.1\r\nHost: a\"b\r\n\r\n",
+                "GET /healthz HTTP/1.1\r\nHost: a<b\r\n\r\n", "GET /healthz HTTP/1.1\r\nHost: a^b\r\n\r\n",
+                "GET /healthz HTTP/1.1\r\nHost: a{b}\r\n\r\n", "GET /healthz HTTP/1.1\r\nHost: a b\r\n\r\n",
+                "GET /healthz HTTP/1.1\r\nHost: a?b\r\n\r\n", "GET /healthz HTTP/1.1\r\nHost: h\u{E9}\r\n\r\n",
             ] {
                 let client = try connect(server)
                 try client.sendRaw(head)
@@ -352,6 +355,8 @@ private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) thr
             }
             for head in [
                 "GET /healthz HTTP/1.0\r\n\r\n", "GET /healthz HTTP/1.1\r\nHost:\r\n\r\n", "GET /healthz HTTP/1.1\r\nHost: [::1]:80\r\n\r\n",
+                // Every byte a Host value may hold: unreserved, %, sub-delims, : [ ].
+                "GET /healthz HTTP/1.1\r\nHost: AZaz09-._~%41!$&'()*+,;=:[]\r\n\r\n",
             ] {
                 let client = try connect(server)
                 try client.sendRaw(head)
