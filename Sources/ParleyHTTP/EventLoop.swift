@@ -7,7 +7,8 @@ import Synchronization
 ///
 /// Owner: everything but `inbox`, `sleeping` and `hasJobs` is touched only on the loop thread (`assertInLoop()`
 /// checks it in debug builds). Other threads talk to the loop only through `execute(_:)`, `deliver(_:to:)` and
-/// the stream jobs (`enqueue(_:)`).
+/// the stream jobs (`enqueue(_:)`). The loop-owned fields read on every request are `@exclusivity(unchecked)`: one
+/// thread, no overlapping accesses, so the runtime check is pure cost.
 public final class EventLoop: @unchecked Sendable {
     /// Something registered on the loop that wants readiness events.
     protocol Watcher: AnyObject {
@@ -41,24 +42,24 @@ public final class EventLoop: @unchecked Sendable {
     private let hasJobs = Atomic<Bool>(false)
     private let stopping = Atomic<Bool>(false)
     /// Registrations by fd number (fds are small and dense): an array index, not a hash, per event.
-    private var registrations: [Registration?] = []
+    @exclusivity(unchecked) private var registrations: [Registration?] = []
     /// The jobs being run (swapped with `inbox`'s array, so neither reallocates in the steady state).
-    private var running: [Job] = []
+    @exclusivity(unchecked) private var running: [Job] = []
     private var nextGeneration: UInt32 = 1
     private var tickHandlers: [(EventLoop) -> Void] = []
     private var thread: pthread_t?
     private let threadID = Atomic<UInt64>(0)
     /// Coarse clock (monotonic milliseconds) refreshed once per wake-up; deadlines need no finer grain.
-    private(set) var nowMillis: Int64 = EventLoop.monotonicMillis()
+    @exclusivity(unchecked) private(set) var nowMillis: Int64 = EventLoop.monotonicMillis()
     private var lastTick: Int64 = 0
     /// Counter behind generated request ids (loop-owned, so no synchronisation).
-    var requestCounter: UInt64 = 0
+    @exclusivity(unchecked) var requestCounter: UInt64 = 0
     /// `<process prefix>-<loop index>-`, the fixed start of the request ids this loop generates.
     var requestIDStem: [UInt8] = []
     /// Scratch space for socket reads, shared by the loop's connections (only one reads at a time).
     private let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
     /// The pre-rendered `Date:` header line, refreshed once per second.
-    private(set) var dateHeader: [UInt8] = EventLoop.renderDateHeader()
+    @exclusivity(unchecked) private(set) var dateHeader: [UInt8] = EventLoop.renderDateHeader()
 
     init(index: Int) throws(SystemError) {
         self.index = index

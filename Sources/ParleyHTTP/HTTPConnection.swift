@@ -136,9 +136,9 @@ final class HTTPConnection: EventLoop.Watcher {
             case .awaitingHead, .readingBody: break
             default: return
             }
-            let event: HTTPRequestParser.Event?
+            let progress: HTTPRequestParser.Progress
             do {
-                event = try parser.next()
+                progress = try parser.advance()
             } catch {
                 if error.kind == .payloadTooLarge, case .readingBody = phase {
                     // Over the route's limit: nothing more of the body is kept (the failed parser drops its input)
@@ -151,13 +151,12 @@ final class HTTPConnection: EventLoop.Watcher {
                 fail(with: error)
                 return
             }
-            guard let event else {
+            switch progress {
+            case .needMore:
                 refreshReadDeadline()
                 return
-            }
-            switch event {
-            case .head(let head): begin(head)
-            case .end(let body): dispatch(body: body)
+            case .head: begin(parser.takeHead())
+            case .end: dispatch(body: parser.takeBody())
             }
         }
     }

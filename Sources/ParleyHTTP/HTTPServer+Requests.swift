@@ -37,7 +37,7 @@ final class PendingRequest: Sendable {
 }
 
 /// Where a handler's settled response goes.
-enum Delivery: Sendable {
+enum ResponseTarget: Sendable {
     /// To the connection `ConnectionID` on its loop, queued there as a plain value (no closure per answer).
     case connection(ConnectionID, EventLoop)
     /// To a callback, on whichever thread settles the response (the in-process path).
@@ -167,7 +167,7 @@ extension HTTPServer {
     /// Runs a route's handler on its executor (the route's own, else the server's); `deliver` gets its settled response
     /// (a 503 when the executor turns the job away) on whichever thread settles it. The request counts as in flight
     /// until then (shutdown waits).
-    func execute(_ route: Route, _ request: Request, deliver: Delivery) {
+    func execute(_ route: Route, _ request: Request, deliver: ResponseTarget) {
         _ = inFlightRequests.add(1, ordering: .relaxed)
         let requestID = request.requestID
         (route.options.executor ?? executor).execute(
@@ -182,7 +182,7 @@ extension HTTPServer {
             rejected: { [self] in settled(hooks.problem(.unavailable, requestID), deliver) })
     }
 
-    private func settled(_ response: Response, _ deliver: Delivery) {
+    private func settled(_ response: Response, _ deliver: ResponseTarget) {
         inFlightRequests.subtract(1, ordering: .relaxed)
         deliver(response)
     }
@@ -231,55 +231,67 @@ extension HTTPServer {
             dropConnectionField = true
         }
         let isHead = pending.head.method == .head
-        let isPreflight = pending.head.method == .options
-        output.append(contentsOf: HTTPStatus.statusLine(response.status))
-        output.append(contentsOf: dateHeader)
-        output.append(contentsOf: corsHeaders)
-        if isPreflight && configuration.cors { output.append(contentsOf: preflightHeaders) }
-        output.append(contentsOf: Self.requestIDName)
-        Self.appendUTF8(pending.requestID, to: &output)
-        output.append(contentsOf: Self.crlf)
-        for field in response.headers.fields {
-            if dropConnectionField && field.name.equalsASCIICaseInsensitive("Connection") { continue }
-            Self.appendUTF8(field.name, to: &output)
-            output.append(0x3A)
-            output.append(0x20)
-            Self.appendUTF8(field.value, to: &output)
-            output.append(contentsOf: Self.crlf)
-        }
+        let isPreflight = pending.head.method == .options && configuration.cors
+        let statusLine = HTTPStatus.statusLine(response.status)
+        // The head in one bounded write (see `write(atMost:)`): its size is known before it is written.
+        var limit =
+            statusLine.count + dateHeader.count + corsHeaders.count + Self.requestIDName.count + pending.requestID.utf8.count
+            + Self.crlf.count + Self.framingLimit
+        if isPreflight { limit += preflightHeaders.count }
+        for field in response.headers.fields { limit += field.name.utf8.count + field.value.utf8.count + 4 }
+        let framing: Framing
         switch response.body {
         case .bytes(let body):
-            if response.status != 204 && response.status != 304 {
-                output.append(contentsOf: Self.contentLengthName)
-                Self.appendDecimal(body.count, to: &output)
-                output.append(contentsOf: Self.crlf)
-            }
             if closeAfterResponse {
-                output.append(contentsOf: Self.connectionClose)
+                framing = .length(body.count, Self.connectionClose)
             } else if pending.head.version == .http1_0 {
-                output.append(contentsOf: Self.connectionKeepAlive)
+                framing = .length(body.count, Self.connectionKeepAlive)
+            } else {
+                framing = .length(body.count, [])
             }
-            output.append(contentsOf: Self.crlf)
-            if !isHead && !body.isEmpty { output.append(contentsOf: body) }
         case .later:
             preconditionFailure("a deferred response reached writeResponse() unsettled")
         case .stream:
-            if pending.head.version == .http1_1 {
-                output.append(contentsOf: "Transfer-Encoding: chunked\r\n".utf8)
-            } else {
-                output.append(contentsOf: Self.connectionClose)
-            }
-            output.append(contentsOf: Self.crlf)
+            framing = .stream(pending.head.version == .http1_1 ? Self.chunked : Self.connectionClose)
             closeAfterResponse = true
         }
+        let status = response.status
+        output.write(atMost: limit) { out in
+            out.bytes(statusLine)
+            out.bytes(dateHeader)
+            out.bytes(corsHeaders)
+            if isPreflight { out.bytes(preflightHeaders) }
+            out.bytes(Self.requestIDName)
+            out.utf8(pending.requestID)
+            out.bytes(Self.crlf)
+            for field in response.headers.fields {
+                if dropConnectionField && field.name.equalsASCIICaseInsensitive("Connection") { continue }
+                out.utf8(field.name)
+                out.byte(0x3A)
+                out.byte(0x20)
+                out.utf8(field.value)
+                out.bytes(Self.crlf)
+            }
+            switch framing {
+            case .length(let length, let connection):
+                if status != 204 && status != 304 {
+                    out.bytes(Self.contentLengthName)
+                    out.decimal(length)
+                    out.bytes(Self.crlf)
+                }
+                out.bytes(connection)
+            case .stream(let line):
+                out.bytes(line)
+            }
+            out.bytes(Self.crlf)
+        }
+        if case .bytes(let body) = response.body, !isHead, !body.isEmpty { output.append(contentsOf: body) }
     }
 
-    /// Appends a string's UTF-8 bytes with one copy (the generic `append(contentsOf: s.utf8)` goes byte by byte).
-    @inline(__always)
-    private static func appendUTF8(_ string: String, to output: inout [UInt8]) {
-        if string.utf8.withContiguousStorageIfAvailable({ output.append(contentsOf: $0) }) == nil {
-            output.append(contentsOf: string.utf8)
-        }
+    /// How a response's body is delimited, with the `Connection`/`Transfer-Encoding` line that goes with it.
+    private enum Framing {
+        case length(Int, [UInt8])
+        case stream([UInt8])
     }
 
     /// Reports a response once it is written: the `requestCompleted` hook and the request's log line.
@@ -290,48 +302,53 @@ extension HTTPServer {
             method: pending.head.method, route: route?.template ?? "-", routeIndex: route?.index, status: response.status,
             durationSeconds: elapsed, requestID: pending.requestID)
         hooks.requestCompleted(record)
-        if logger.level <= .info {
-            var line = "request_id=\(pending.requestID) method=\(pending.head.method) route=\(record.route) status=\(response.status)"
-            line += " duration_ms=\(Self.formatMillis(elapsed))"
-            if let context = response.logContext { line += " " + context }
-            logger.info(line)
+        guard logger.level <= .info else { return }
+        // The request's log line is written as bytes straight into the log buffer: at the default level it is
+        // written for every request.
+        let (requestID, method, routeLabel, status, context) = (
+            pending.requestID, pending.head.method.rawValue, record.route, response.status, response.logContext
+        )
+        let micros = Int((elapsed * 1_000_000).rounded())
+        let limit =
+            Self.logRequestID.count + requestID.utf8.count + Self.logMethod.count + method.utf8.count + Self.logRoute.count
+            + routeLabel.utf8.count + Self.logStatus.count + 20 + Self.logDuration.count + 20 + 4 + 1 + (context?.utf8.count ?? 0)
+        logger.log(.info) { line in
+            line.write(atMost: limit) { out in
+                out.bytes(Self.logRequestID)
+                out.utf8(requestID)
+                out.bytes(Self.logMethod)
+                out.utf8(method)
+                out.bytes(Self.logRoute)
+                out.utf8(routeLabel)
+                out.bytes(Self.logStatus)
+                out.decimal(status)
+                out.bytes(Self.logDuration)
+                out.decimal(micros / 1000)
+                out.byte(UInt8(ascii: "."))
+                out.padded(micros % 1000, width: 3)
+                if let context {
+                    out.byte(UInt8(ascii: " "))
+                    out.utf8(context)
+                }
+            }
         }
     }
 
-    private static func formatMillis(_ seconds: Double) -> String {
-        let micros = Int((seconds * 1_000_000).rounded())
-        let ms = micros / 1000
-        let frac = micros % 1000
-        return "\(ms).\(frac < 10 ? "00" : frac < 100 ? "0" : "")\(frac)"
-    }
+    private static let logRequestID = Array("request_id=".utf8)
+    private static let logMethod = Array(" method=".utf8)
+    private static let logRoute = Array(" route=".utf8)
+    private static let logStatus = Array(" status=".utf8)
+    private static let logDuration = Array(" duration_ms=".utf8)
 
     private static let requestIDName = Array("X-Request-Id: ".utf8)
     private static let contentLengthName = Array("Content-Length: ".utf8)
     private static let crlf: [UInt8] = [0x0D, 0x0A]
     private static let connectionClose = Array("Connection: close\r\n".utf8)
     private static let connectionKeepAlive = Array("Connection: keep-alive\r\n".utf8)
-
-    private static func appendDecimal(_ value: Int, to out: inout [UInt8]) {
-        if value < 10 {
-            out.append(UInt8(ascii: "0") + UInt8(value))
-            return
-        }
-        var digits:
-            (
-                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                UInt8
-            ) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        var n = value
-        var count = 0
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            while n > 0 {
-                buffer[count] = UInt8(ascii: "0") + UInt8(n % 10)
-                n /= 10
-                count += 1
-            }
-            for i in stride(from: count - 1, through: 0, by: -1) { out.append(buffer[i]) }
-        }
-    }
+    private static let chunked = Array("Transfer-Encoding: chunked\r\n".utf8)
+    /// The most the framing lines and the blank line after them take.
+    private static let framingLimit =
+        contentLengthName.count + 20 + crlf.count + max(connectionClose.count, connectionKeepAlive.count, chunked.count) + crlf.count
 
     private static func isAcceptableRequestID(_ value: String) -> Bool {
         guard !value.isEmpty, value.utf8.count <= 128 else { return false }

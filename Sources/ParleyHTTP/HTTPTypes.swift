@@ -128,6 +128,7 @@ extension String {
     public func equalsASCIICaseInsensitive(_ other: String) -> Bool {
         // Lengths first (constant time): most header names differ in length from the one looked for.
         guard utf8.count == other.utf8.count else { return false }
+        if self == other { return true }  // the usual case, and cheap for short (inline) strings
         var a = self.utf8.makeIterator()
         var b = other.utf8.makeIterator()
         while let x = a.next(), let y = b.next() {

@@ -1,3 +1,5 @@
+import Glibc
+
 /// Per-route settings the server applies before the handler runs.
 public struct RouteOptions: Sendable {
     /// Largest request body accepted for this route (413 beyond it); nil = the server default (1 MiB).
@@ -126,8 +128,9 @@ public struct Router: Sendable {
     /// Every route, in registration order (for the OpenAPI contract check and `parley routes`).
     public let routes: [Route]
     private let root: Node
-    /// Routes without parameters by exact path (then a short scan by method): `/healthz` needs no segment walk.
-    private let staticRoutes: [String: [Route]]
+    /// Routes without parameters by the byte length of their path, then their exact path bytes, then (a short scan)
+    /// their method: `/healthz` needs no segment walk and no hashing.
+    private let staticRoutes: [[(path: [UInt8], routes: [Route])]]
 
     init(routes: [Route]) {
         self.routes = routes
@@ -137,7 +140,33 @@ public struct Router: Sendable {
             statics["/" + route.segments.map { if case .literal(let s) = $0 { s } else { "" } }.joined(separator: "/"), default: []]
                 .append(route)
         }
-        staticRoutes = statics
+        var byLength: [[(path: [UInt8], routes: [Route])]] = []
+        for (path, routes) in statics {
+            let bytes = Array(path.utf8)
+            while byLength.count <= bytes.count { byLength.append([]) }
+            byLength[bytes.count].append((bytes, routes))
+        }
+        staticRoutes = byLength
+    }
+
+    /// The parameterless routes of exactly this path.
+    private func staticCandidates(_ path: Substring) -> [Route]? {
+        let length = path.utf8.count
+        guard length > 0, length < staticRoutes.count else { return nil }
+        let entries = staticRoutes[length]
+        if entries.isEmpty { return nil }
+        // Through the base string: `Substring.UTF8View`'s own contiguous access is generic (~500 instructions).
+        let base = path.base.utf8
+        let offset = base.distance(from: base.startIndex, to: path.startIndex)
+        let found = base.withContiguousStorageIfAvailable { raw -> [Route]? in
+            let bytes = raw.baseAddress! + offset
+            for entry in entries where entry.path.withUnsafeBufferPointer({ memcmp($0.baseAddress!, bytes, length) == 0 }) {
+                return entry.routes
+            }
+            return nil
+        }
+        if let found { return found }
+        return entries.first { path.utf8.elementsEqual($0.path) }?.routes
     }
 
     private static func buildNode(_ entries: [(Route, ArraySlice<Route.Segment>)]) -> Node {
@@ -175,7 +204,7 @@ public struct Router: Sendable {
     ///   `/v1/x/../apps` reaches no route here even where a proxy resolves it to `/v1/apps`.
     public func match(method: HTTPMethod, path: Substring) -> Match {
         // Fast path: an exact parameterless route for this method (a literal beats any parameter route).
-        if let candidates = staticRoutes[String(path)] {
+        if let candidates = staticCandidates(path) {
             for route in candidates where route.method == method { return .found(route, parameters: [:]) }
             if method == .head {
                 for route in candidates where route.method == .get { return .found(route, parameters: [:]) }
