@@ -169,25 +169,45 @@ extension HTTPServer {
     /// until then (shutdown waits).
     func execute(_ route: Route, _ request: Request, deliver: ResponseTarget) {
         _ = inFlightRequests.add(1, ordering: .relaxed)
-        let requestID = request.requestID
-        (route.options.executor ?? executor).execute(
-            { [self] in
-                let response = Self.run(route.handler, request, hooks: hooks)
-                if case .later = response.body {
-                    response.settle { [self] settled in self.settled(settled, deliver) }
-                } else {
-                    settled(response, deliver)
-                }
-            },
-            rejected: { [self] in settled(hooks.problem(.unavailable, requestID), deliver) })
+        // One object carries the job; closures that capture only it need no context of their own.
+        let job = HandlerJob(server: self, route: route, request: request, target: deliver)
+        (route.options.executor ?? executor).execute({ job.run() }, rejected: { job.reject() })
     }
 
-    private func settled(_ response: Response, _ deliver: ResponseTarget) {
-        inFlightRequests.subtract(1, ordering: .relaxed)
-        deliver(response)
+    /// A handler's run on an executor: what it needs, and where its settled response goes.
+    ///
+    /// Immutable; run once on the executor's thread, or rejected.
+    private final class HandlerJob: Sendable {
+        let server: HTTPServer
+        let route: Route
+        let request: Request
+        let target: ResponseTarget
+
+        init(server: HTTPServer, route: Route, request: Request, target: ResponseTarget) {
+            self.server = server
+            self.route = route
+            self.request = request
+            self.target = target
+        }
+
+        func run() {
+            let response = HTTPServer.run(route.handler, request, hooks: server.hooks)
+            if case .later = response.body {
+                response.settle { [self] settled in finish(settled) }
+            } else {
+                finish(response)
+            }
+        }
+
+        func reject() { finish(server.hooks.problem(.unavailable, request.requestID)) }
+
+        private func finish(_ response: Response) {
+            server.inFlightRequests.subtract(1, ordering: .relaxed)
+            target(response)
+        }
     }
 
-    private static func run(_ handler: HTTPHandler, _ request: Request, hooks: HTTPServerHooks) -> Response {
+    fileprivate static func run(_ handler: HTTPHandler, _ request: Request, hooks: HTTPServerHooks) -> Response {
         do {
             return try handler(request)
         } catch {
