@@ -15,7 +15,11 @@ package final class Metrics: Sendable {
     }
 
     private struct State {
+        /// Requests by route, method and status: matched routes of the common methods under one packed integer
+        /// (``packedKey(_:)``: hashing an Int, not two strings, on every request), the rest by name.
+        var packed: [Int: (key: RequestKey, count: Int)] = [:]
         var requests: [RequestKey: Int] = [:]
+        /// Requests per latency bucket (not cumulative: `render` adds them up).
         var bucketCounts = [Int](repeating: 0, count: Metrics.buckets.count)
         var durationCount = 0
         var durationSum = 0.0
@@ -29,12 +33,49 @@ package final class Metrics: Sendable {
     package init() {}
 
     package func record(_ r: RequestRecord) {
+        let packed = Self.packedKey(r)
+        let bucket = Self.bucket(of: r.durationSeconds)
         state.withLock { s in
-            s.requests[RequestKey(method: r.method.rawValue, route: r.route, status: r.status), default: 0] += 1
+            if let packed {
+                if let index = s.packed.index(forKey: packed) {
+                    s.packed.values[index].count += 1
+                } else {
+                    s.packed[packed] = (RequestKey(method: r.method.rawValue, route: r.route, status: r.status), 1)
+                }
+            } else {
+                s.requests[RequestKey(method: r.method.rawValue, route: r.route, status: r.status), default: 0] += 1
+            }
             s.durationCount += 1
             s.durationSum += r.durationSeconds
-            for (i, bound) in Metrics.buckets.enumerated() where r.durationSeconds <= bound { s.bucketCounts[i] += 1 }
+            if bucket < s.bucketCounts.count { s.bucketCounts[bucket] += 1 }
         }
+    }
+
+    /// Route index, method and status in one integer, for a matched route and a method of the API; nil otherwise.
+    private static func packedKey(_ r: RequestRecord) -> Int? {
+        guard let route = r.routeIndex, r.status >= 0, r.status < 1000 else { return nil }
+        let method: Int
+        switch r.method {
+        case .get: method = 0
+        case .post: method = 1
+        case .put: method = 2
+        case .patch: method = 3
+        case .delete: method = 4
+        case .head: method = 5
+        case .options: method = 6
+        default: return nil
+        }
+        return (route << 13) | (method << 10) | r.status
+    }
+
+    /// The first bucket whose bound holds `seconds` (`buckets.count` past the last).
+    private static func bucket(of seconds: Double) -> Int {
+        var i = 0
+        for bound in buckets {
+            if seconds <= bound { return i }
+            i += 1
+        }
+        return i
     }
 
     package func connections(_ count: Int) { state.withLock { $0.openConnections = count } }
@@ -49,12 +90,20 @@ package final class Metrics: Sendable {
     package func render() -> String {
         let s = state.withLock { $0 }
         var out = Self.family("parley_http_requests_total", "counter", "HTTP requests by method, route template and status.")
-        let sorted = s.requests.sorted { ($0.key.route, $0.key.method, $0.key.status) < ($1.key.route, $1.key.method, $1.key.status) }
+        var requests = s.requests
+        for (key, count) in s.packed.values { requests[key, default: 0] += count }
+        let sorted = requests.sorted { ($0.key.route, $0.key.method, $0.key.status) < ($1.key.route, $1.key.method, $1.key.status) }
         for (key, count) in sorted {
             out += "parley_http_requests_total{method=\"\(key.method)\",route=\"\(Self.escape(key.route))\",status=\"\(key.status)\"} \(count)\n"
         }
+        var cumulative: [Int] = []
+        var total = 0
+        for count in s.bucketCounts {
+            total += count
+            cumulative.append(total)
+        }
         out += Self.histogram(
-            "parley_http_request_duration_seconds", "HTTP request latency.", buckets: s.bucketCounts, count: s.durationCount,
+            "parley_http_request_duration_seconds", "HTTP request latency.", buckets: cumulative, count: s.durationCount,
             sum: s.durationSum)
         out += Self.metric("parley_http_connections_open", "gauge", "Open HTTP connections.", s.openConnections)
         out += Self.family("parley_messages_total", "counter", "Messages accepted by sends, by conversation type and storage.")

@@ -5,8 +5,10 @@ import Synchronization
 
 /// One epoll thread: it owns the sockets registered on it and runs jobs other threads hand it.
 ///
-/// Owner: everything but `inbox`/`wakePending` is touched only on the loop thread (`assertInLoop()` checks it
-/// in debug builds). Other threads talk to the loop only through `execute(_:)`.
+/// Owner: everything but `inbox`, `sleeping` and `hasJobs` is touched only on the loop thread (`assertInLoop()`
+/// checks it in debug builds). Other threads talk to the loop only through `execute(_:)`, `deliver(_:to:)` and
+/// the stream jobs (`enqueue(_:)`). The loop-owned fields read on every request are `@exclusivity(unchecked)`: one
+/// thread, no overlapping accesses, so the runtime check is pure cost.
 public final class EventLoop: @unchecked Sendable {
     /// Something registered on the loop that wants readiness events.
     protocol Watcher: AnyObject {
@@ -18,28 +20,46 @@ public final class EventLoop: @unchecked Sendable {
         var watcher: any Watcher
     }
 
+    /// Work another thread hands the loop. The common ones are plain values, not closures: an answer settled on a
+    /// worker thread or a stream chunk costs a queue slot, not a closure context.
+    enum Job: Sendable {
+        case run(@Sendable (EventLoop) -> Void)
+        /// A handler's response for the connection (dropped if it closed meanwhile).
+        case answer(ConnectionID, Response)
+        /// A chunk of a streaming response, and its end.
+        case streamWrite(ConnectionID, [UInt8])
+        case streamFinish(ConnectionID)
+    }
+
     let index: Int
     private let epfd: Int32
     private let wakeFD: Int32
-    private let inbox = LockedValue<[@Sendable (EventLoop) -> Void]>([])
-    private let wakePending = Atomic<Bool>(false)
+    private let inbox = LockedValue<[Job]>([])
+    /// The loop is in (or about to enter) `epoll_wait`: the first job queued after this is set writes the eventfd
+    /// and clears it, so the loop is woken at most once per pass, and never while it is awake anyway.
+    private let sleeping = Atomic<Bool>(false)
+    /// Jobs were queued since the loop last took the inbox: it must not sleep (checked after `sleeping` is set).
+    private let hasJobs = Atomic<Bool>(false)
     private let stopping = Atomic<Bool>(false)
-    private var registrations: [Int32: Registration] = [:]
+    /// Registrations by fd number (fds are small and dense): an array index, not a hash, per event.
+    @exclusivity(unchecked) private var registrations: [Registration?] = []
+    /// The jobs being run (swapped with `inbox`'s array, so neither reallocates in the steady state).
+    @exclusivity(unchecked) private var running: [Job] = []
     private var nextGeneration: UInt32 = 1
     private var tickHandlers: [(EventLoop) -> Void] = []
     private var thread: pthread_t?
     private let threadID = Atomic<UInt64>(0)
     /// Coarse clock (monotonic milliseconds) refreshed once per wake-up; deadlines need no finer grain.
-    private(set) var nowMillis: Int64 = EventLoop.monotonicMillis()
+    @exclusivity(unchecked) private(set) var nowMillis: Int64 = EventLoop.monotonicMillis()
     private var lastTick: Int64 = 0
     /// Counter behind generated request ids (loop-owned, so no synchronisation).
-    var requestCounter: UInt64 = 0
+    @exclusivity(unchecked) var requestCounter: UInt64 = 0
     /// `<process prefix>-<loop index>-`, the fixed start of the request ids this loop generates.
     var requestIDStem: [UInt8] = []
     /// Scratch space for socket reads, shared by the loop's connections (only one reads at a time).
     private let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
     /// The pre-rendered `Date:` header line, refreshed once per second.
-    private(set) var dateHeader: [UInt8] = EventLoop.renderDateHeader()
+    @exclusivity(unchecked) private(set) var dateHeader: [UInt8] = EventLoop.renderDateHeader()
 
     init(index: Int) throws(SystemError) {
         self.index = index
@@ -47,7 +67,9 @@ public final class EventLoop: @unchecked Sendable {
         if epfd < 0 { throw SystemError(function: "epoll_create1") }
         wakeFD = parley_eventfd()
         if wakeFD < 0 { throw SystemError(function: "eventfd") }
-        if parley_epoll_ctl(epfd, PARLEY_EPOLL_CTL_ADD, wakeFD, PARLEY_EPOLLIN, UInt64(UInt32.max)) != 0 {
+        // Edge-triggered: every write to the eventfd reports it again, so the loop never reads it (one system call
+        // per wake-up saved); `wake()` resets the counter in the unlikely case it fills up.
+        if parley_epoll_ctl(epfd, PARLEY_EPOLL_CTL_ADD, wakeFD, PARLEY_EPOLLIN | PARLEY_EPOLLET, UInt64(UInt32.max)) != 0 {
             throw SystemError(function: "epoll_ctl(eventfd)")
         }
     }
@@ -58,12 +80,34 @@ public final class EventLoop: @unchecked Sendable {
         close(wakeFD)
     }
 
-    /// Runs `job` on the loop thread soon. Safe from any thread; wakes the loop only if no wake-up is pending,
-    /// so a burst of hand-offs costs one eventfd write.
+    /// Runs `job` on the loop thread soon. Safe from any thread.
     public func execute(_ job: @escaping @Sendable (EventLoop) -> Void) {
+        enqueue(.run(job))
+    }
+
+    /// Hands a response settled on another thread to the connection `id` on this loop.
+    func deliver(_ response: Response, to id: ConnectionID) {
+        enqueue(.answer(id, response))
+    }
+
+    /// Queues `job` and wakes the loop if it sleeps. A burst of jobs from any number of threads costs one eventfd
+    /// write per loop pass, and none while the loop is busy (it looks at the inbox before it sleeps).
+    func enqueue(_ job: Job) {
         inbox.withLock { $0.append(job) }
-        if !wakePending.exchange(true, ordering: .acquiringAndReleasing) {
-            var one: UInt64 = 1
+        // Paired with the loop's store of `sleeping` and load of `hasJobs` (all sequentially consistent): either
+        // the loop sees `hasJobs` and does not block, or this sees `sleeping` and wakes it.
+        hasJobs.store(true, ordering: .sequentiallyConsistent)
+        if sleeping.load(ordering: .sequentiallyConsistent), sleeping.exchange(false, ordering: .sequentiallyConsistent) {
+            wake()
+        }
+    }
+
+    private func wake() {
+        var one: UInt64 = 1
+        if write(wakeFD, &one, 8) < 0 && errno == EAGAIN {
+            // The counter is full (2^64 - 2 writes, never read): empty it and write again.
+            var value: UInt64 = 0
+            _ = read(wakeFD, &value, 8)
             _ = write(wakeFD, &one, 8)
         }
     }
@@ -80,9 +124,13 @@ public final class EventLoop: @unchecked Sendable {
         let generation = nextGeneration
         nextGeneration &+= 1
         if nextGeneration == 0 { nextGeneration = 1 }
-        registrations[fd] = Registration(generation: generation, watcher: watcher)
+        let slot = Int(fd)
+        if slot >= registrations.count {
+            registrations.append(contentsOf: repeatElement(nil, count: Swift.max(slot + 1, registrations.count * 2, 64) - registrations.count))
+        }
+        registrations[slot] = Registration(generation: generation, watcher: watcher)
         if parley_epoll_ctl(epfd, PARLEY_EPOLL_CTL_ADD, fd, events, Self.pack(fd: fd, generation: generation)) != 0 {
-            registrations[fd] = nil
+            registrations[slot] = nil
             return 0
         }
         return generation
@@ -98,18 +146,21 @@ public final class EventLoop: @unchecked Sendable {
     func deregister(fd: Int32) {
         assertInLoop()
         _ = parley_epoll_ctl(epfd, PARLEY_EPOLL_CTL_DEL, fd, 0, 0)
-        registrations[fd] = nil
+        if Int(fd) < registrations.count { registrations[Int(fd)] = nil }
     }
 
     /// The watcher registered for `fd` if its registration still has `generation`.
     func watcher(fd: Int32, generation: UInt32) -> (any Watcher)? {
         assertInLoop()
-        guard let registration = registrations[fd], registration.generation == generation else { return nil }
+        let slot = Int(fd)
+        guard slot >= 0, slot < registrations.count, let registration = registrations[slot],
+            registration.generation == generation
+        else { return nil }
         return registration.watcher
     }
 
     /// Every registered watcher (a snapshot: the body may deregister).
-    var watchers: [any Watcher] { registrations.values.map(\.watcher) }
+    var watchers: [any Watcher] { registrations.compactMap { $0?.watcher } }
 
     /// Adds a callback run on the loop about once per second (deadline sweeps).
     func onTick(_ handler: @escaping (EventLoop) -> Void) {
@@ -154,25 +205,21 @@ public final class EventLoop: @unchecked Sendable {
             eventData.deallocate()
         }
         while true {
-            let n = parley_epoll_wait(epfd, eventBits, eventData, Int32(capacity), 1000)
+            sleeping.store(true, ordering: .sequentiallyConsistent)
+            let timeout: Int32 = hasJobs.load(ordering: .sequentiallyConsistent) ? 0 : 1000
+            let n = parley_epoll_wait(epfd, eventBits, eventData, Int32(capacity), timeout)
+            sleeping.store(false, ordering: .sequentiallyConsistent)
             nowMillis = Self.monotonicMillis()
             if n < 0 && errno != EINTR { fatalError("epoll_wait failed: \(errno)") }
-            var woken = false
-            for i in 0..<max(0, Int(n)) {
+            for i in 0..<Swift.max(0, Int(n)) {
                 let data = eventData[i]
-                if data == UInt64(UInt32.max) {
-                    woken = true
-                    continue
-                }
-                let fd = Int32(truncatingIfNeeded: data & 0xFFFF_FFFF)
+                if data == UInt64(UInt32.max) { continue }  // the eventfd: the inbox is run below anyway
+                let slot = Int(data & 0xFFFF_FFFF)
                 let generation = UInt32(truncatingIfNeeded: data >> 32)
                 // A stale event for an fd that was closed and reused in this batch is dropped.
-                guard let registration = registrations[fd], registration.generation == generation else { continue }
+                guard slot < registrations.count, let registration = registrations[slot], registration.generation == generation
+                else { continue }
                 registration.watcher.handle(events: eventBits[i], loop: self)
-            }
-            if woken {
-                var value: UInt64 = 0
-                _ = read(wakeFD, &value, 8)
             }
             runInbox()
             if nowMillis - lastTick >= 1000 {
@@ -187,14 +234,19 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     private func runInbox() {
-        wakePending.store(false, ordering: .releasing)
-        let jobs = inbox.withLock { queue -> [@Sendable (EventLoop) -> Void] in
-            if queue.isEmpty { return [] }
-            let jobs = queue
-            queue.removeAll(keepingCapacity: true)
-            return jobs
+        guard hasJobs.load(ordering: .sequentiallyConsistent) else { return }
+        // Cleared before the inbox is taken: a job queued after the swap sets it again, so it is not slept on.
+        hasJobs.store(false, ordering: .sequentiallyConsistent)
+        inbox.withLock { swap(&$0, &running) }
+        for job in running {
+            switch job {
+            case .run(let body): body(self)
+            case .answer(let id, let response): connection(id)?.deliver(response)
+            case .streamWrite(let id, let bytes): connection(id)?.streamWrite(bytes)
+            case .streamFinish(let id): connection(id)?.streamFinish()
+            }
         }
-        for job in jobs { job(self) }
+        running.removeAll(keepingCapacity: true)
     }
 
     /// Lends the loop's read buffer to `body`.

@@ -139,6 +139,9 @@ public struct HTTPRequestParser: Sendable {
     private var headBytes = 0
     private var leadingEmptyLines = 0
     private var body: [UInt8] = []
+    /// What the last `.head` / `.end` of ``advance()`` handed over, until taken.
+    private var completedHead: HTTPRequestHead?
+    private var completedBody: [UInt8] = []
     private var declaredBodyBytes = 0
     private var trailerBytes = 0
     private var trailerCount = 0
@@ -180,6 +183,21 @@ public struct HTTPRequestParser: Sendable {
 
     /// Next event, or nil when more input is needed. After an error the parser stays failed.
     public mutating func next() throws(HTTPParseError) -> Event? {
+        switch try advance() {
+        case .needMore: nil
+        case .head: .head(takeHead())
+        case .end: .end(body: takeBody())
+        }
+    }
+
+    /// What ``advance()`` reached; the head or body is then taken with ``takeHead()`` or ``takeBody()``.
+    enum Progress {
+        case needMore, head, end
+    }
+
+    /// `next()` without an enum payload: the server's connections read every request this way, and copying and
+    /// destroying an optional `Event` through its value witnesses cost ~1,000 instructions a request.
+    mutating func advance() throws(HTTPParseError) -> Progress {
         if case .failed(let error) = state { throw error }
         do {
             return try step()
@@ -196,7 +214,16 @@ public struct HTTPRequestParser: Sendable {
 
     // MARK: - Driving the states
 
-    private mutating func step() throws(HTTPParseError) -> Event? {
+    /// The head ``advance()`` returned `.head` for.
+    mutating func takeHead() -> HTTPRequestHead { completedHead.take()! }
+
+    /// The body ``advance()`` returned `.end` for (empty for none).
+    mutating func takeBody() -> [UInt8] {
+        defer { completedBody = [] }
+        return completedBody
+    }
+
+    private mutating func step() throws(HTTPParseError) -> Progress {
         while true {
             switch state {
             case .failed(let error):
@@ -207,9 +234,12 @@ public struct HTTPRequestParser: Sendable {
                     if headBytes + bufferedByteCount > limits.maxHeadBytes {
                         throw HTTPParseError(.headersTooLarge, "request head too large")
                     }
-                    return nil
+                    return .needMore
                 }
-                if let head = try headLine(endingAt: lf) { return .head(head) }
+                if let head = try headLine(endingAt: lf) {
+                    completedHead = head
+                    return .head
+                }
 
             case .headDelivered(let framing):
                 switch framing {
@@ -230,13 +260,13 @@ public struct HTTPRequestParser: Sendable {
                 let taken = takeBody(upTo: remaining)
                 if taken == remaining { return finishRequest() }
                 state = .fixedBody(remaining: remaining - taken)
-                return nil
+                return .needMore
 
             case .chunkSizeLine:
                 try checkDeclaredBody(declaredBodyBytes)
                 guard let lf = findLF() else {
                     if bufferedByteCount > Self.maxChunkLineBytes { throw .bad("chunk size line too long") }
-                    return nil
+                    return .needMore
                 }
                 guard lf - readIndex <= Self.maxChunkLineBytes else { throw .bad("chunk size line too long") }
                 let size = try buffer.withUnsafeBufferPointer { (p) throws(HTTPParseError) -> Int in
@@ -258,17 +288,17 @@ public struct HTTPRequestParser: Sendable {
                 let taken = takeBody(upTo: remaining)
                 if taken < remaining {
                     state = .chunkData(remaining: remaining - taken)
-                    return nil
+                    return .needMore
                 }
                 state = .chunkDataEnd
 
             case .chunkDataEnd:
                 // CRLF, or a bare LF (the same leniency as for lines).
-                guard bufferedByteCount >= 1 else { return nil }
+                guard bufferedByteCount >= 1 else { return .needMore }
                 if buffer[readIndex] == 0x0A {
                     consume(count: 1)
                 } else if buffer[readIndex] == 0x0D {
-                    guard bufferedByteCount >= 2 else { return nil }
+                    guard bufferedByteCount >= 2 else { return .needMore }
                     guard buffer[readIndex + 1] == 0x0A else { throw .bad("missing CRLF after chunk data") }
                     consume(count: 2)
                 } else {
@@ -281,7 +311,7 @@ public struct HTTPRequestParser: Sendable {
                     if trailerBytes + bufferedByteCount > limits.maxHeadBytes {
                         throw HTTPParseError(.headersTooLarge, "trailer section too large")
                     }
-                    return nil
+                    return .needMore
                 }
                 trailerBytes += lf + 1 - readIndex
                 if trailerBytes > limits.maxHeadBytes {
@@ -392,8 +422,8 @@ public struct HTTPRequestParser: Sendable {
     }
 
     /// Ends the request: hands out the body and resets per-request state for a pipelined successor.
-    private mutating func finishRequest() -> Event {
-        let completed = body
+    private mutating func finishRequest() -> Progress {
+        completedBody = body
         body = []
         state = .head
         requestLine = nil
@@ -404,7 +434,7 @@ public struct HTTPRequestParser: Sendable {
         trailerBytes = 0
         trailerCount = 0
         bodyLimit = limits.maxBodyBytes
-        return .end(body: completed)
+        return .end
     }
 
     // MARK: - Buffer
@@ -502,10 +532,34 @@ public struct HTTPRequestParser: Sendable {
         guard i < end else { throw .bad("missing HTTP version") }
         let targetEnd = i
         let version = try parseVersion(p, i + 1, end)
-        let method = HTTPMethod(
-            rawValue: String(decoding: UnsafeBufferPointer(rebasing: p[start..<methodEnd]), as: UTF8.self))
+        let method =
+            knownMethod(UnsafeBufferPointer(rebasing: p[start..<methodEnd]))
+            ?? HTTPMethod(rawValue: String(decoding: UnsafeBufferPointer(rebasing: p[start..<methodEnd]), as: UTF8.self))
         let target = try parseTarget(p, targetStart, targetEnd, isOptions: method == .options)
         return RequestLine(method: method, target: target, version: version)
+    }
+
+    /// The API's methods without building a String from the bytes (methods are case-sensitive: `get` is not `GET`).
+    private static func knownMethod(_ token: UnsafeBufferPointer<UInt8>) -> HTTPMethod? {
+        switch token.count {
+        case 3:
+            if equals(token, "GET") { return .get }
+            if equals(token, "PUT") { return .put }
+        case 4:
+            if equals(token, "POST") { return .post }
+            if equals(token, "HEAD") { return .head }
+        case 5: if equals(token, "PATCH") { return .patch }
+        case 6: if equals(token, "DELETE") { return .delete }
+        case 7: if equals(token, "OPTIONS") { return .options }
+        default: break
+        }
+        return nil
+    }
+
+    @inline(__always)
+    private static func equals(_ bytes: UnsafeBufferPointer<UInt8>, _ literal: StaticString) -> Bool {
+        guard bytes.count == literal.utf8CodeUnitCount else { return false }
+        return memcmp(bytes.baseAddress!, literal.utf8Start, bytes.count) == 0
     }
 
     /// `HTTP/DIGIT.DIGIT`: 1.0 and 1.1 are served, other well-formed versions get 505, anything else 400.

@@ -31,7 +31,7 @@ extension HTTPServer {
             }
             let failed = failedRequest(pending) { nextInProcessRequestID() }
             let problem = hooks.problem(.badRequest("incomplete request"), failed.requestID)
-            finishInProcess(problem, for: failed, request: nil, closeAfterResponse: true, done: done)
+            finishInProcess(problem, for: failed, closeAfterResponse: true, done: done)
         } catch {
             if error.kind == .payloadTooLarge, let pending {
                 handleInProcess(pending, body: [], bodyOverLimit: true, done: done)
@@ -39,7 +39,7 @@ extension HTTPServer {
             }
             let failed = failedRequest(pending) { nextInProcessRequestID() }
             let problem = hooks.problem(Self.problem(for: error), failed.requestID)
-            finishInProcess(problem, for: failed, request: nil, closeAfterResponse: true, done: done)
+            finishInProcess(problem, for: failed, closeAfterResponse: true, done: done)
         }
     }
 
@@ -49,20 +49,22 @@ extension HTTPServer {
         let close = !pending.keepsConnection || bodyOverLimit || draining.load(ordering: .relaxed)
         switch dispatch(pending, body: body, bodyOverLimit: bodyOverLimit, receivedAtMillis: EventLoop.monotonicMillis()) {
         case .answer(let response):
-            finishInProcess(response, for: pending, request: nil, closeAfterResponse: close, done: done)
+            finishInProcess(response, for: pending, closeAfterResponse: close, done: done)
         case .handle(let route, let request):
             if route.options.runsOnEventLoop {
-                finishInProcess(runInline(route, request), for: pending, request: request, closeAfterResponse: close, done: done)
+                finishInProcess(runInline(route, request), for: pending, closeAfterResponse: close, done: done)
                 return
             }
-            execute(route, request) { [self] response in
-                finishInProcess(response, for: pending, request: nil, closeAfterResponse: close, done: done)
-            }
+            execute(
+                route, request,
+                deliver: .callback { [self] response in
+                    finishInProcess(response, for: pending, closeAfterResponse: close, done: done)
+                })
         }
     }
 
     private func finishInProcess(
-        _ response: Response, for pending: PendingRequest, request: Request?, closeAfterResponse: Bool,
+        _ response: Response, for pending: PendingRequest, closeAfterResponse: Bool,
         done: @Sendable ([UInt8]) -> Void
     ) {
         var response = response
@@ -76,7 +78,7 @@ extension HTTPServer {
         var close = closeAfterResponse
         var output: [UInt8] = []
         writeResponse(response, for: pending, dateHeader: EventLoop.renderDateHeader(), closeAfterResponse: &close, into: &output)
-        completed(pending, response: response, request: request)
+        completed(pending, response: response)
         done(output)
     }
 

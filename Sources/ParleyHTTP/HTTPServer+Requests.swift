@@ -4,20 +4,51 @@ import Synchronization
 
 /// A request between its head and its response: what the server decided when the head arrived.
 ///
-/// Owner: whoever carries the request (a connection's loop thread, or the caller of `respond(toRequest:)`).
-struct PendingRequest: Sendable {
-    var head: HTTPRequestHead
-    var match: Router.Match
-    var requestID: String
-    var startedNanos: UInt64
+/// A class: it travels from the head to the log line through several hands, and a reference is one retain where
+/// the fields (head, route, id, problem) are a dozen. Immutable, so any thread may hold it.
+final class PendingRequest: Sendable {
+    let head: HTTPRequestHead
+    let match: Router.Match
+    let requestID: String
+    let startedNanos: UInt64
     /// The largest body accepted (the route's `maxBodyBytes`, else the server default).
-    var bodyLimit: Int
+    let bodyLimit: Int
     /// A head the parser accepted but HTTP does not (``HTTPServer/headProblem(_:)``): answered with this problem
     /// without routing, and the connection closes after it.
-    var problem: ServerProblem?
+    let problem: ServerProblem?
+
+    init(head: HTTPRequestHead, match: Router.Match, requestID: String, startedNanos: UInt64, bodyLimit: Int, problem: ServerProblem? = nil) {
+        self.head = head
+        self.match = match
+        self.requestID = requestID
+        self.startedNanos = startedNanos
+        self.bodyLimit = bodyLimit
+        self.problem = problem
+    }
 
     /// Whether the connection may carry another request after this one.
     var keepsConnection: Bool { head.keepAlive && problem == nil }
+
+    /// The matched route, if any.
+    var route: Route? {
+        if case .found(let route, _) = match { return route }
+        return nil
+    }
+}
+
+/// Where a handler's settled response goes.
+enum ResponseTarget: Sendable {
+    /// To the connection `ConnectionID` on its loop, queued there as a plain value (no closure per answer).
+    case connection(ConnectionID, EventLoop)
+    /// To a callback, on whichever thread settles the response (the in-process path).
+    case callback(@Sendable (Response) -> Void)
+
+    func callAsFunction(_ response: Response) {
+        switch self {
+        case .connection(let id, let loop): loop.deliver(response, to: id)
+        case .callback(let done): done(response)
+        }
+    }
 }
 
 /// The steps of a request from its parsed head to its logged response, shared by the two ways a request arrives:
@@ -71,14 +102,22 @@ extension HTTPServer {
         if count > 1 { return .badRequest("more than one Host header") }
         if count == 0 { return head.version == .http1_1 ? .badRequest("missing Host header") : nil }
         // reg-name, IPv4 or an IP literal in brackets, and an optional port (an empty value is allowed: RFC 9112 §3.2).
-        if !value.utf8.allSatisfy({ PercentDecoding.isUnreserved($0) || Self.hostPunctuation.contains($0) }) {
-            return .badRequest("invalid Host header")
-        }
+        let valid = value.utf8.withContiguousStorageIfAvailable { $0.allSatisfy(Self.isHostByte) } ?? value.utf8.allSatisfy(Self.isHostByte)
+        if !valid { return .badRequest("invalid Host header") }
         return nil
     }
 
-    /// `%`, the sub-delims of RFC 3986 and `: [ ]`: the bytes of a `Host` value besides unreserved characters.
-    private static let hostPunctuation: Set<UInt8> = Set("%!$&'()*+,;=:[]".utf8)
+    /// Whether `c` may appear in a `Host` value: unreserved characters, `%`, the sub-delims of RFC 3986 and
+    /// `: [ ]`. A bit set (as in the parser's `isTokenChar`): this runs on every request.
+    @inline(__always)
+    static func isHostByte(_ c: UInt8) -> Bool {
+        // Bits below 64: ! $ % & ' ( ) * + , - . 0-9 : ; =; from 64: A-Z [ ] _ a-z ~.
+        let low: UInt64 = 0x2FFF_7FF2_0000_0000
+        let high: UInt64 = 0x47FF_FFFE_AFFF_FFFE
+        if c < 64 { return (low >> UInt64(c)) & 1 != 0 }
+        if c < 128 { return (high >> UInt64(c &- 64)) & 1 != 0 }
+        return false
+    }
 
     /// The request a parse failure, a slow head or a stalled body answers: the one in progress, else a stand-in
     /// (`GET /`).
@@ -128,23 +167,47 @@ extension HTTPServer {
     /// Runs a route's handler on its executor (the route's own, else the server's); `deliver` gets its settled response
     /// (a 503 when the executor turns the job away) on whichever thread settles it. The request counts as in flight
     /// until then (shutdown waits).
-    func execute(_ route: Route, _ request: Request, deliver: @escaping @Sendable (Response) -> Void) {
+    func execute(_ route: Route, _ request: Request, deliver: ResponseTarget) {
         _ = inFlightRequests.add(1, ordering: .relaxed)
-        let hooks = self.hooks
-        (route.options.executor ?? executor).execute(
-            { [self] in
-                Self.run(route.handler, request, hooks: hooks).settle { response in
-                    self.inFlightRequests.subtract(1, ordering: .relaxed)
-                    deliver(response)
-                }
-            },
-            rejected: { [self] in
-                inFlightRequests.subtract(1, ordering: .relaxed)
-                deliver(hooks.problem(.unavailable, request.requestID))
-            })
+        // One object carries the job; closures that capture only it need no context of their own.
+        let job = HandlerJob(server: self, route: route, request: request, target: deliver)
+        (route.options.executor ?? executor).execute({ job.run() }, rejected: { job.reject() })
     }
 
-    private static func run(_ handler: HTTPHandler, _ request: Request, hooks: HTTPServerHooks) -> Response {
+    /// A handler's run on an executor: what it needs, and where its settled response goes.
+    ///
+    /// Immutable; run once on the executor's thread, or rejected.
+    private final class HandlerJob: Sendable {
+        let server: HTTPServer
+        let route: Route
+        let request: Request
+        let target: ResponseTarget
+
+        init(server: HTTPServer, route: Route, request: Request, target: ResponseTarget) {
+            self.server = server
+            self.route = route
+            self.request = request
+            self.target = target
+        }
+
+        func run() {
+            let response = HTTPServer.run(route.handler, request, hooks: server.hooks)
+            if case .later = response.body {
+                response.settle { [self] settled in finish(settled) }
+            } else {
+                finish(response)
+            }
+        }
+
+        func reject() { finish(server.hooks.problem(.unavailable, request.requestID)) }
+
+        private func finish(_ response: Response) {
+            server.inFlightRequests.subtract(1, ordering: .relaxed)
+            target(response)
+        }
+    }
+
+    fileprivate static func run(_ handler: HTTPHandler, _ request: Request, hooks: HTTPServerHooks) -> Response {
         do {
             return try handler(request)
         } catch {
@@ -182,105 +245,130 @@ extension HTTPServer {
         _ response: Response, for pending: PendingRequest, dateHeader: [UInt8], closeAfterResponse: inout Bool,
         into output: inout [UInt8]
     ) {
-        var response = response
-        if response.headers["Connection"]?.equalsASCIICaseInsensitive("close") == true {
+        var dropConnectionField = false
+        if let connection = response.headers["Connection"], connection.equalsASCIICaseInsensitive("close") {
             closeAfterResponse = true
-            response.headers.remove("Connection")
+            dropConnectionField = true
         }
         let isHead = pending.head.method == .head
-        let isPreflight = pending.head.method == .options
-        output.append(contentsOf: HTTPStatus.statusLine(response.status))
-        output.append(contentsOf: dateHeader)
-        output.append(contentsOf: corsHeaders)
-        if isPreflight && configuration.cors { output.append(contentsOf: preflightHeaders) }
-        output.append(contentsOf: Self.requestIDName)
-        output.append(contentsOf: pending.requestID.utf8)
-        output.append(contentsOf: Self.crlf)
-        for field in response.headers.fields {
-            output.append(contentsOf: field.name.utf8)
-            output.append(contentsOf: [0x3A, 0x20])
-            output.append(contentsOf: field.value.utf8)
-            output.append(contentsOf: [0x0D, 0x0A])
-        }
+        let isPreflight = pending.head.method == .options && configuration.cors
+        let statusLine = HTTPStatus.statusLine(response.status)
+        // The head in one bounded write (see `write(atMost:)`): its size is known before it is written.
+        var limit =
+            statusLine.count + dateHeader.count + corsHeaders.count + Self.requestIDName.count + pending.requestID.utf8.count
+            + Self.crlf.count + Self.framingLimit
+        if isPreflight { limit += preflightHeaders.count }
+        for field in response.headers.fields { limit += field.name.utf8.count + field.value.utf8.count + 4 }
+        let framing: Framing
         switch response.body {
         case .bytes(let body):
-            if response.status != 204 && response.status != 304 {
-                output.append(contentsOf: Self.contentLengthName)
-                Self.appendDecimal(body.count, to: &output)
-                output.append(contentsOf: Self.crlf)
-            }
             if closeAfterResponse {
-                output.append(contentsOf: "Connection: close\r\n".utf8)
+                framing = .length(body.count, Self.connectionClose)
             } else if pending.head.version == .http1_0 {
-                output.append(contentsOf: "Connection: keep-alive\r\n".utf8)
+                framing = .length(body.count, Self.connectionKeepAlive)
+            } else {
+                framing = .length(body.count, [])
             }
-            output.append(contentsOf: [0x0D, 0x0A])
-            if !isHead && !body.isEmpty { output.append(contentsOf: body) }
         case .later:
             preconditionFailure("a deferred response reached writeResponse() unsettled")
         case .stream:
-            if pending.head.version == .http1_1 {
-                output.append(contentsOf: "Transfer-Encoding: chunked\r\n".utf8)
-            } else {
-                output.append(contentsOf: "Connection: close\r\n".utf8)
-            }
-            output.append(contentsOf: [0x0D, 0x0A])
+            framing = .stream(pending.head.version == .http1_1 ? Self.chunked : Self.connectionClose)
             closeAfterResponse = true
         }
+        let status = response.status
+        output.write(atMost: limit) { out in
+            out.bytes(statusLine)
+            out.bytes(dateHeader)
+            out.bytes(corsHeaders)
+            if isPreflight { out.bytes(preflightHeaders) }
+            out.bytes(Self.requestIDName)
+            out.utf8(pending.requestID)
+            out.bytes(Self.crlf)
+            for field in response.headers.fields {
+                if dropConnectionField && field.name.equalsASCIICaseInsensitive("Connection") { continue }
+                out.utf8(field.name)
+                out.byte(0x3A)
+                out.byte(0x20)
+                out.utf8(field.value)
+                out.bytes(Self.crlf)
+            }
+            switch framing {
+            case .length(let length, let connection):
+                if status != 204 && status != 304 {
+                    out.bytes(Self.contentLengthName)
+                    out.decimal(length)
+                    out.bytes(Self.crlf)
+                }
+                out.bytes(connection)
+            case .stream(let line):
+                out.bytes(line)
+            }
+            out.bytes(Self.crlf)
+        }
+        if case .bytes(let body) = response.body, !isHead, !body.isEmpty { output.append(contentsOf: body) }
+    }
+
+    /// How a response's body is delimited, with the `Connection`/`Transfer-Encoding` line that goes with it.
+    private enum Framing {
+        case length(Int, [UInt8])
+        case stream([UInt8])
     }
 
     /// Reports a response once it is written: the `requestCompleted` hook and the request's log line.
-    func completed(_ pending: PendingRequest, response: Response, request: Request?) {
+    func completed(_ pending: PendingRequest, response: Response) {
         let elapsed = Double(Self.monotonicNanos() &- pending.startedNanos) / 1e9
+        let route = pending.route
         let record = RequestRecord(
-            method: pending.head.method, route: request?.routeTemplate ?? Self.routeLabel(pending.match),
-            status: response.status, durationSeconds: elapsed, requestID: pending.requestID)
+            method: pending.head.method, route: route?.template ?? "-", routeIndex: route?.index, status: response.status,
+            durationSeconds: elapsed, requestID: pending.requestID)
         hooks.requestCompleted(record)
-        if logger.level <= .info {
-            var line = "request_id=\(pending.requestID) method=\(pending.head.method) route=\(record.route) status=\(response.status)"
-            line += " duration_ms=\(Self.formatMillis(elapsed))"
-            if let context = response.logContext { line += " " + context }
-            logger.info(line)
+        guard logger.level <= .info else { return }
+        // The request's log line is written as bytes straight into the log buffer: at the default level it is
+        // written for every request.
+        let (requestID, method, routeLabel, status, context) = (
+            pending.requestID, pending.head.method.rawValue, record.route, response.status, response.logContext
+        )
+        let micros = Int((elapsed * 1_000_000).rounded())
+        let limit =
+            Self.logRequestID.count + requestID.utf8.count + Self.logMethod.count + method.utf8.count + Self.logRoute.count
+            + routeLabel.utf8.count + Self.logStatus.count + 20 + Self.logDuration.count + 20 + 4 + 1 + (context?.utf8.count ?? 0)
+        logger.log(.info) { line in
+            line.write(atMost: limit) { out in
+                out.bytes(Self.logRequestID)
+                out.utf8(requestID)
+                out.bytes(Self.logMethod)
+                out.utf8(method)
+                out.bytes(Self.logRoute)
+                out.utf8(routeLabel)
+                out.bytes(Self.logStatus)
+                out.decimal(status)
+                out.bytes(Self.logDuration)
+                out.decimal(micros / 1000)
+                out.byte(UInt8(ascii: "."))
+                out.padded(micros % 1000, width: 3)
+                if let context {
+                    out.byte(UInt8(ascii: " "))
+                    out.utf8(context)
+                }
+            }
         }
     }
 
-    private static func routeLabel(_ match: Router.Match) -> String {
-        if case .found(let route, _) = match { return route.template }
-        return "-"
-    }
-
-    private static func formatMillis(_ seconds: Double) -> String {
-        let micros = Int((seconds * 1_000_000).rounded())
-        let ms = micros / 1000
-        let frac = micros % 1000
-        return "\(ms).\(frac < 10 ? "00" : frac < 100 ? "0" : "")\(frac)"
-    }
+    private static let logRequestID = Array("request_id=".utf8)
+    private static let logMethod = Array(" method=".utf8)
+    private static let logRoute = Array(" route=".utf8)
+    private static let logStatus = Array(" status=".utf8)
+    private static let logDuration = Array(" duration_ms=".utf8)
 
     private static let requestIDName = Array("X-Request-Id: ".utf8)
     private static let contentLengthName = Array("Content-Length: ".utf8)
     private static let crlf: [UInt8] = [0x0D, 0x0A]
-
-    private static func appendDecimal(_ value: Int, to out: inout [UInt8]) {
-        if value < 10 {
-            out.append(UInt8(ascii: "0") + UInt8(value))
-            return
-        }
-        var digits:
-            (
-                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                UInt8
-            ) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        var n = value
-        var count = 0
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            while n > 0 {
-                buffer[count] = UInt8(ascii: "0") + UInt8(n % 10)
-                n /= 10
-                count += 1
-            }
-            for i in stride(from: count - 1, through: 0, by: -1) { out.append(buffer[i]) }
-        }
-    }
+    private static let connectionClose = Array("Connection: close\r\n".utf8)
+    private static let connectionKeepAlive = Array("Connection: keep-alive\r\n".utf8)
+    private static let chunked = Array("Transfer-Encoding: chunked\r\n".utf8)
+    /// The most the framing lines and the blank line after them take.
+    private static let framingLimit =
+        contentLengthName.count + 20 + crlf.count + max(connectionClose.count, connectionKeepAlive.count, chunked.count) + crlf.count
 
     private static func isAcceptableRequestID(_ value: String) -> Bool {
         guard !value.isEmpty, value.utf8.count <= 128 else { return false }

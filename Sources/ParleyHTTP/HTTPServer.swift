@@ -72,6 +72,8 @@ public enum ServerProblem: Sendable {
 public struct RequestRecord: Sendable {
     public var method: HTTPMethod
     public var route: String
+    /// The matched route's position in `Router.routes` (nil when none matched): a key cheaper than `route`.
+    public var routeIndex: Int?
     public var status: Int
     public var durationSeconds: Double
     public var requestID: String
@@ -146,6 +148,13 @@ public final class HTTPServer: Sendable {
     /// The bound port (useful when the configuration asked for port 0).
     public let port: Int
     let requestIDPrefix: String
+    /// The configuration's timeouts in milliseconds, converted once: a `Duration` conversion per request cost more
+    /// than the rest of the deadline bookkeeping.
+    let headerTimeoutMillis: Int64
+    let bodyTimeoutMillis: Int64
+    let idleTimeoutMillis: Int64
+    let writeTimeoutMillis: Int64
+    let lingerTimeoutMillis: Int64
     /// The CORS lines of every response, and the extra ones of a preflight answer (from the configuration).
     let corsHeaders: [UInt8]
     let preflightHeaders: [UInt8]
@@ -163,6 +172,11 @@ public final class HTTPServer: Sendable {
         self.executor = executor
         self.hooks = hooks
         self.logger = logger
+        headerTimeoutMillis = configuration.headerTimeout.millis
+        bodyTimeoutMillis = configuration.bodyTimeout.millis
+        idleTimeoutMillis = configuration.idleTimeout.millis
+        writeTimeoutMillis = configuration.writeTimeout.millis
+        lingerTimeoutMillis = configuration.lingerTimeout.millis
         var random = UInt32.random(in: 0...UInt32.max)
         requestIDPrefix = "r" + String(random & 0xFFFFFF, radix: 16)
         random = 0
@@ -250,18 +264,26 @@ public final class HTTPServer: Sendable {
     /// A fresh request id: process-random prefix, loop index, per-loop counter.
     func nextRequestID(loop: EventLoop) -> String {
         loop.requestCounter &+= 1
-        // Built as bytes: short ids stay small (inline) strings, so generating one allocates nothing.
-        var bytes = loop.requestIDStem
         var n = loop.requestCounter
-        var digits: [UInt8] = []
-        digits.reserveCapacity(16)
+        var digits = 0
+        var rest = n
         repeat {
-            let d = UInt8(n & 0xF)
-            digits.append(d < 10 ? 0x30 + d : 0x57 + d)
-            n >>= 4
-        } while n > 0
-        bytes.append(contentsOf: digits.reversed())
-        return String(decoding: bytes, as: UTF8.self)
+            digits += 1
+            rest >>= 4
+        } while rest > 0
+        let stem = loop.requestIDStem
+        // Written in place: a short id is a small (inline) string, so generating one allocates nothing.
+        return String(unsafeUninitializedCapacity: stem.count + digits) { buffer in
+            var i = buffer.initialize(fromContentsOf: stem) + digits
+            let end = i
+            repeat {
+                i -= 1
+                let d = UInt8(n & 0xF)
+                buffer[i] = d < 10 ? 0x30 + d : 0x57 + d
+                n >>= 4
+            } while n > 0
+            return end
+        }
     }
 
     /// A non-blocking IPv4 listening socket on `host:port` (0 for a free port) and the port it got; also the test

@@ -32,9 +32,8 @@ public final class ResponseStream: Sendable {
     /// Queues `bytes` as one chunk. Ignored once the stream is closed.
     public func write(_ bytes: [UInt8]) {
         if isClosed || bytes.isEmpty { return }
-        let id = connection
         queued.add(bytes.count, ordering: .relaxed)
-        loop.execute { loop in loop.connection(id)?.streamWrite(bytes) }
+        loop.enqueue(.streamWrite(connection, bytes))
     }
 
     /// Bytes written and not yet sent to the socket: a writer that produces faster than the client reads (a bulk
@@ -48,8 +47,7 @@ public final class ResponseStream: Sendable {
 
     /// Ends the response (terminating chunk) and closes the connection once everything is flushed.
     public func close() {
-        let id = connection
-        loop.execute { loop in loop.connection(id)?.streamFinish() }
+        loop.enqueue(.streamFinish(connection))
     }
 
     /// True once the connection is gone or the stream was closed.

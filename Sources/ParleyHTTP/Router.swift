@@ -1,3 +1,5 @@
+import Glibc
+
 /// Per-route settings the server applies before the handler runs.
 public struct RouteOptions: Sendable {
     /// Largest request body accepted for this route (413 beyond it); nil = the server default (1 MiB).
@@ -29,16 +31,31 @@ public struct RouteOptions: Sendable {
 public typealias HTTPHandler = @Sendable (Request) throws -> Response
 
 /// One registered route: method, path template (`/v1/users/{user_id}`), options and handler.
-public struct Route: Sendable {
+///
+/// A class: a request carries its route from the head to the log line, and a reference is one retain where the
+/// fields would be six. Immutable.
+public final class Route: Sendable {
     public let method: HTTPMethod
     public let template: String
     public let options: RouteOptions
     public let handler: HTTPHandler
+    /// Its position in `Router.routes` (registration order): a key per-route counters can use without hashing the
+    /// template.
+    public let index: Int
     let segments: [Segment]
 
     enum Segment: Sendable, Equatable {
         case literal(String)
         case parameter(String)
+    }
+
+    init(method: HTTPMethod, template: String, options: RouteOptions, handler: @escaping HTTPHandler, index: Int, segments: [Segment]) {
+        self.method = method
+        self.template = template
+        self.options = options
+        self.handler = handler
+        self.index = index
+        self.segments = segments
     }
 }
 
@@ -64,7 +81,8 @@ public struct RouterBuilder: Sendable {
         precondition(
             !routes.contains { $0.method == method && $0.segments.shapeEquals(segments) },
             "duplicate route \(method) \(template)")
-        routes.append(Route(method: method, template: template, options: options, handler: handler, segments: segments))
+        routes.append(
+            Route(method: method, template: template, options: options, handler: handler, index: routes.count, segments: segments))
     }
 
     public func build() -> Router { Router(routes: routes) }
@@ -97,40 +115,84 @@ public struct Router: Sendable {
     }
 
     private final class Node: Sendable {
-        let literals: [String: Node]
+        /// Literal children with their names' bytes: a node has few, so a scan by length and bytes beats hashing.
+        let literals: [(name: [UInt8], node: Node)]
         let parameter: Node?
-        let routes: [HTTPMethod: Route]
-        init(literals: [String: Node], parameter: Node?, routes: [HTTPMethod: Route]) {
+        /// The routes that end here, at most one per method.
+        let routes: [Route]
+        init(literals: [(name: [UInt8], node: Node)], parameter: Node?, routes: [Route]) {
             self.literals = literals
             self.parameter = parameter
             self.routes = routes
+        }
+
+        /// The route for `method`; HEAD falls back to the GET route.
+        func route(for method: HTTPMethod) -> Route? {
+            for route in routes where route.method == method { return route }
+            if method == .head { for route in routes where route.method == .get { return route } }
+            return nil
+        }
+
+        func literal(_ segment: UnsafeBufferPointer<UInt8>) -> Node? {
+            for (name, node) in literals where name.count == segment.count {
+                if name.withUnsafeBufferPointer({ memcmp($0.baseAddress!, segment.baseAddress!, segment.count) == 0 }) { return node }
+            }
+            return nil
         }
     }
 
     /// Every route, in registration order (for the OpenAPI contract check and `parley routes`).
     public let routes: [Route]
     private let root: Node
-    /// Routes without parameters by exact path, then method: `/healthz` needs no segment walk.
-    private let staticRoutes: [String: [HTTPMethod: Route]]
+    /// Routes without parameters by the byte length of their path, then their exact path bytes, then (a short scan)
+    /// their method: `/healthz` needs no segment walk and no hashing.
+    private let staticRoutes: [[(path: [UInt8], routes: [Route])]]
 
     init(routes: [Route]) {
         self.routes = routes
         root = Self.buildNode(routes.map { ($0, $0.segments[...]) })
-        var statics: [String: [HTTPMethod: Route]] = [:]
+        var statics: [String: [Route]] = [:]
         for route in routes where !route.segments.contains(where: { if case .parameter = $0 { true } else { false } }) {
-            statics["/" + route.segments.map { if case .literal(let s) = $0 { s } else { "" } }.joined(separator: "/"), default: [:]][
-                route.method] = route
+            statics["/" + route.segments.map { if case .literal(let s) = $0 { s } else { "" } }.joined(separator: "/"), default: []]
+                .append(route)
         }
-        staticRoutes = statics
+        var byLength: [[(path: [UInt8], routes: [Route])]] = []
+        for (path, routes) in statics {
+            let bytes = Array(path.utf8)
+            while byLength.count <= bytes.count { byLength.append([]) }
+            byLength[bytes.count].append((bytes, routes))
+        }
+        staticRoutes = byLength
+    }
+
+    /// The parameterless routes of exactly this path.
+    private func staticCandidates(_ path: Substring) -> [Route]? {
+        let length = path.utf8.count
+        guard length > 0, length < staticRoutes.count else { return nil }
+        let entries = staticRoutes[length]
+        if entries.isEmpty { return nil }
+        // Through the base string: `Substring.UTF8View`'s own contiguous access is generic (~500 instructions).
+        let base = path.base.utf8
+        let offset = base.distance(from: base.startIndex, to: path.startIndex)
+        let found = base.withContiguousStorageIfAvailable { raw -> [Route]? in
+            let bytes = raw.baseAddress! + offset
+            for entry in entries where entry.path.withUnsafeBufferPointer({ memcmp($0.baseAddress!, bytes, length) == 0 }) {
+                return entry.routes
+            }
+            return nil
+        }
+        if let found { return found }
+        return entries.first { path.utf8.elementsEqual($0.path) }?.routes
     }
 
     private static func buildNode(_ entries: [(Route, ArraySlice<Route.Segment>)]) -> Node {
-        var here: [HTTPMethod: Route] = [:]
+        var here: [Route] = []
         var literalGroups: [String: [(Route, ArraySlice<Route.Segment>)]] = [:]
         var parameterGroup: [(Route, ArraySlice<Route.Segment>)] = []
         for (route, rest) in entries {
             guard let first = rest.first else {
-                here[route.method] = route
+                here.removeAll { $0.method == route.method }
+                here.append(route)
                 continue
             }
             switch first {
@@ -139,7 +201,7 @@ public struct Router: Sendable {
             }
         }
         return Node(
-            literals: literalGroups.mapValues { buildNode($0) },
+            literals: literalGroups.sorted { $0.key < $1.key }.map { (Array($0.key.utf8), buildNode($0.value)) },
             parameter: parameterGroup.isEmpty ? nil : buildNode(parameterGroup),
             routes: here)
     }
@@ -159,56 +221,106 @@ public struct Router: Sendable {
     ///   `/v1/x/../apps` reaches no route here even where a proxy resolves it to `/v1/apps`.
     public func match(method: HTTPMethod, path: Substring) -> Match {
         // Fast path: an exact parameterless route for this method (a literal beats any parameter route).
-        if let byMethod = staticRoutes[String(path)] {
-            if let route = byMethod[method] ?? (method == .head ? byMethod[.get] : nil) {
-                return .found(route, parameters: [:])
+        if let candidates = staticCandidates(path) {
+            for route in candidates where route.method == method { return .found(route, parameters: [:]) }
+            if method == .head {
+                for route in candidates where route.method == .get { return .found(route, parameters: [:]) }
             }
         }
         guard path.utf8.first == UInt8(ascii: "/") else { return .notFound }
-        var segments: [String] = []
-        for raw in path.dropFirst().split(separator: "/", omittingEmptySubsequences: false) {
-            guard !raw.isEmpty else { return .notFound }
-            guard let decoded = PercentDecoding.decode(raw) else { return .badPath }
-            segments.append(decoded)
+        // On the path's bytes, through the base string (`Substring.UTF8View`'s own contiguous access is generic).
+        let base = path.base.utf8
+        let offset = base.distance(from: base.startIndex, to: path.startIndex)
+        let count = path.utf8.count
+        let matched = base.withContiguousStorageIfAvailable { raw in
+            match(method: method, bytes: UnsafeBufferPointer(rebasing: raw[offset..<offset + count]))
         }
-        var candidates: [(Node, [String])] = []
-        var values: [String] = []
+        return matched ?? Array(path.utf8).withUnsafeBufferPointer { match(method: method, bytes: $0) }
+    }
+
+    /// `match(method:path:)` on the bytes of a path that starts with `/`: splits it into segments (byte ranges),
+    /// percent-decoding them into a copy only when one holds a `%`, then walks the tree.
+    private func match(method: HTTPMethod, bytes path: UnsafeBufferPointer<UInt8>) -> Match {
+        var segments: [Range<Int>] = []
+        segments.reserveCapacity(8)
+        // Set at the first segment with a `%`: the path up to it, then every segment from it on, decoded.
+        var decoded: [UInt8]?
+        var start = 1
+        while true {
+            var end = start
+            while end < path.count && path[end] != UInt8(ascii: "/") { end += 1 }
+            guard end > start else { return .notFound }  // an empty segment matches nothing
+            let raw = UnsafeBufferPointer(rebasing: path[start..<end])
+            if decoded == nil && raw.contains(UInt8(ascii: "%")) { decoded = Array(path[0..<start]) }
+            if decoded != nil {
+                let from = decoded!.count
+                guard PercentDecoding.decode(raw, into: &decoded!) else { return .badPath }
+                segments.append(from..<decoded!.count)
+            } else {
+                segments.append(start..<end)
+            }
+            if end == path.count { break }
+            start = end + 1
+        }
+        if let decoded { return decoded.withUnsafeBufferPointer { walk(method: method, bytes: $0, segments: segments) } }
+        return walk(method: method, bytes: path, segments: segments)
+    }
+
+    private func walk(method: HTTPMethod, bytes: UnsafeBufferPointer<UInt8>, segments: [Range<Int>]) -> Match {
+        var values: [Range<Int>] = []
         values.reserveCapacity(segments.count)
-        collect(node: root, segments: segments[...], values: &values, into: &candidates)
-        guard !candidates.isEmpty else { return .notFound }
-        for (node, values) in candidates {
-            // HEAD falls back to the GET route.
-            guard let route = node.routes[method] ?? (method == .head ? node.routes[.get] : nil) else { continue }
+        if let route = find(method, from: root, at: 0, bytes, segments, values: &values) {
             var parameters: [String: String] = Dictionary(minimumCapacity: values.count)
             var index = 0
             for segment in route.segments {
                 if case .parameter(let name) = segment {
-                    parameters[name] = values[index]
+                    parameters[name] = String(decoding: UnsafeBufferPointer(rebasing: bytes[values[index]]), as: UTF8.self)
                     index += 1
                 }
             }
             return .found(route, parameters: parameters)
         }
         var allow = Set<String>()
-        for (node, _) in candidates { for m in node.routes.keys { allow.insert(m.rawValue) } }
+        reachable(from: root, at: 0, bytes, segments) { node in for route in node.routes { allow.insert(route.method.rawValue) } }
+        if allow.isEmpty { return .notFound }
         if allow.contains("GET") { allow.insert("HEAD") }
         allow.insert("OPTIONS")
         return .methodNotAllowed(allow: allow.sorted().map { HTTPMethod(rawValue: $0) })
     }
 
-    /// Every node `segments` reaches from `node`, with the parameter values taken on the way (`values` is the
-    /// path so far: pushed and popped in place rather than copied at each level).
-    private func collect(node: Node, segments: ArraySlice<String>, values: inout [String], into out: inout [(Node, [String])]) {
-        guard let first = segments.first else {
-            if !node.routes.isEmpty { out.append((node, values)) }
-            return
+    /// The first route for `method` at a node the segments from `index` reach, literals tried before the
+    /// parameter at each level; `values` gets the ranges of the parameters on its way (pushed and popped in place).
+    private func find(
+        _ method: HTTPMethod, from node: Node, at index: Int, _ bytes: UnsafeBufferPointer<UInt8>, _ segments: [Range<Int>],
+        values: inout [Range<Int>]
+    ) -> Route? {
+        guard index < segments.count else { return node.route(for: method) }
+        let segment = segments[index]
+        if let next = node.literal(UnsafeBufferPointer(rebasing: bytes[segment])),
+            let route = find(method, from: next, at: index + 1, bytes, segments, values: &values)
+        {
+            return route
         }
-        if let next = node.literals[first] { collect(node: next, segments: segments.dropFirst(), values: &values, into: &out) }
         if let next = node.parameter {
-            values.append(first)
-            collect(node: next, segments: segments.dropFirst(), values: &values, into: &out)
+            values.append(segment)
+            if let route = find(method, from: next, at: index + 1, bytes, segments, values: &values) { return route }
             values.removeLast()
         }
+        return nil
+    }
+
+    /// Calls `body` with every node with routes that the segments from `index` reach.
+    private func reachable(
+        from node: Node, at index: Int, _ bytes: UnsafeBufferPointer<UInt8>, _ segments: [Range<Int>], _ body: (Node) -> Void
+    ) {
+        guard index < segments.count else {
+            if !node.routes.isEmpty { body(node) }
+            return
+        }
+        if let next = node.literal(UnsafeBufferPointer(rebasing: bytes[segments[index]])) {
+            reachable(from: next, at: index + 1, bytes, segments, body)
+        }
+        if let next = node.parameter { reachable(from: next, at: index + 1, bytes, segments, body) }
     }
 }
 
@@ -238,6 +350,25 @@ public enum PercentDecoding {
             }
         }
         return String(validating: bytes, as: UTF8.self)
+    }
+
+    /// Appends the percent-decoded `input` (a path segment: `+` stays) to `output`; false for a malformed escape
+    /// or a result that is not UTF-8.
+    static func decode(_ input: UnsafeBufferPointer<UInt8>, into output: inout [UInt8]) -> Bool {
+        let start = output.count
+        var i = 0
+        while i < input.count {
+            let c = input[i]
+            if c == UInt8(ascii: "%") {
+                guard i + 2 < input.count, let hi = hexValue(input[i + 1]), let lo = hexValue(input[i + 2]) else { return false }
+                output.append(hi << 4 | lo)
+                i += 3
+            } else {
+                output.append(c)
+                i += 1
+            }
+        }
+        return output[start...].withUnsafeBufferPointer { String(validating: $0, as: UTF8.self) != nil }
     }
 
     /// Decodes one query component (`+` is a space).

@@ -157,6 +157,19 @@ struct HTTPRequestParserTests {
         #expect(head.headers["host"] == "example.com")
     }
 
+    /// The path and query split at the first `?`, for inline (short) and heap (long) targets alike.
+    @Test func rawPathAndQuery() {
+        for (target, path, query) in [
+            ("/a", "/a", nil), ("/a?", "/a", ""), ("/?x", "/", "x"), ("/a?b?c", "/a", "b?c"),
+            ("/v1/users/a-rather-long-user-id?limit=10&after=x", "/v1/users/a-rather-long-user-id", "limit=10&after=x"),
+            ("/v1/caf\u{E9}/ünïcödé?q=\u{E9}", "/v1/caf\u{E9}/ünïcödé", "q=\u{E9}"),
+        ] as [(String, String, String?)] {
+            let head = HTTPRequestHead(method: .get, target: target)
+            #expect(head.rawPath == path[...], "\(target)")
+            #expect(head.rawQuery.map(String.init) == query, "\(target)")
+        }
+    }
+
     @Test func postWithContentLength() throws {
         let events = Self.run(Self.post)
         try #require(events.count == 2)

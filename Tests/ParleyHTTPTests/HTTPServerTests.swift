@@ -1,3 +1,4 @@
+import Dispatch
 import Glibc
 import ParleyHTTP
 import Synchronization
@@ -7,6 +8,7 @@ import Testing
 private func withServer<T>(
     configure: (inout HTTPServerConfiguration) -> Void = { _ in },
     routes: (inout RouterBuilder) -> Void = { _ in },
+    logger: Logger = Logger(label: "test", level: .off),
     _ body: (HTTPServer) throws -> T
 ) throws -> T {
     var builder = RouterBuilder()
@@ -30,7 +32,7 @@ private func withServer<T>(
     configure(&config)
     let executor = ThreadPoolExecutor(threads: 4)
     let server = try HTTPServer(
-        configuration: config, router: builder.build(), executor: executor, logger: Logger(label: "test", level: .off))
+        configuration: config, router: builder.build(), executor: executor, logger: logger)
     defer {
         server.shutdown()
         executor.shutdown()
@@ -120,6 +122,77 @@ private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) thr
             #expect(try client.readResponse().text == "{\"slow\":true}")
             #expect(try client.readResponse().text.contains("\"u1\""))
             #expect(try client.readResponse().text == "hello")
+        }
+    }
+
+    /// Answers settled later on another thread (as sends are, by the message writer) reach their connections, each
+    /// once, whether they come one by one or many at once, and a connection's pipelined answers keep their order.
+    @Test func answersSettledOnAnotherThreadArriveInOrder() throws {
+        let answerer = LaterAnswerer()
+        try withServer(routes: { builder in
+            builder.add(.get, "/later/{i}") { request in
+                let i = request.pathParameters["i"] ?? ""
+                return .later { respond in answerer.add { respond(.json("{\"i\":\"\(i)\"}")) } }
+            }
+        }) { server in
+            // A burst: 32 connections wait on answers the answerer gives all at once.
+            let clients = try (0..<32).map { _ in try connect(server) }
+            for (c, client) in clients.enumerated() { try client.sendRaw("GET /later/\(c) HTTP/1.1\r\nHost: x\r\n\r\n") }
+            answerer.release(expecting: 32)
+            for (c, client) in clients.enumerated() {
+                let r = try client.readResponse()
+                #expect(r.status == 200 && r.text == "{\"i\":\"\(c)\"}", "\(c): \(r.status) \(r.text)")
+            }
+            // Pipelined on one connection: later, immediate, later; released one at a time.
+            let client = clients[0]
+            try client.sendRaw(
+                "GET /later/a HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/users/b HTTP/1.1\r\nHost: x\r\n\r\n"
+                    + "GET /later/c HTTP/1.1\r\nHost: x\r\n\r\n")
+            answerer.release(expecting: 1)
+            #expect(try client.readResponse().text == "{\"i\":\"a\"}")
+            #expect(try client.readResponse().text.contains("\"b\""))
+            answerer.release(expecting: 1)
+            #expect(try client.readResponse().text == "{\"i\":\"c\"}")
+            // Many rounds of one answer each, so each answer finds its loop asleep.
+            for round in 0..<50 {
+                try client.sendRaw("GET /later/r\(round) HTTP/1.1\r\nHost: x\r\n\r\n")
+                answerer.release(expecting: 1)
+                #expect(try client.readResponse().text == "{\"i\":\"r\(round)\"}")
+            }
+        }
+    }
+
+    /// The request log line: timestamp, level, component, then the request's fields in a fixed order.
+    @Test func eachRequestIsLoggedOnOneLine() throws {
+        var fds: [Int32] = [0, 0]
+        try #require(pipe(&fds) == 0)
+        defer {
+            close(fds[0])
+            close(fds[1])
+        }
+        let logger = Logger(label: "http", level: .info, sink: LogSink(fd: fds[1]))
+        try withServer(logger: logger) { server in
+            let client = try connect(server)
+            #expect(try client.send(method: .get, path: "/healthz", headers: ["X-Request-Id": "log-1"]).status == 200)
+            #expect(try client.send(method: .get, path: "/nowhere", headers: ["X-Request-Id": "log-2"]).status == 404)
+        }
+        logger.flush()
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        let n = read(fds[0], &buffer, buffer.count)
+        let lines = String(decoding: buffer[0..<max(0, n)], as: UTF8.self).split(separator: "\n").filter { $0.contains("request_id=log-") }
+        try #require(lines.count == 2, "\(lines)")
+        for (line, tail) in zip(lines, ["request_id=log-1 method=GET route=/healthz status=200", "request_id=log-2 method=GET route=- status=404"]) {
+            let parts = line.split(separator: " ")
+            try #require(parts.count == 8, "\(line)")
+            // 2026-11-30T15:40:00.123Z, as Timestamp.iso8601 writes it.
+            let stamp = Array(parts[0].utf8)
+            #expect(
+                stamp.count == 24 && stamp[4] == UInt8(ascii: "-") && stamp[10] == UInt8(ascii: "T") && stamp[19] == UInt8(ascii: ".")
+                    && stamp[23] == UInt8(ascii: "Z"), "\(line)")
+            #expect(parts[1] == "level=info" && parts[2] == "component=http", "\(line)")
+            #expect(parts[3...6].joined(separator: " ") == tail, "\(line)")
+            let duration = parts[7].split(separator: "=")
+            #expect(duration.first == "duration_ms" && duration.last?.split(separator: ".").last?.count == 3, "\(line)")
         }
     }
 
@@ -341,7 +414,10 @@ private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) thr
             for head in [
                 "GET /healthz HTTP/1.1\r\n\r\n", "GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
                 "GET /healthz HTTP/1.1\r\nHost: a/b\r\n\r\n", "OPTIONS /healthz HTTP/1.1\r\n\r\n",
-                "POST /echo HTTP/1.1\r\nContent-Length: 2\r\n\r\nok",
+                "POST /echo HTTP/1.1\r\nContent-Length: 2\r\n\r\nok", "GET /healthz HTTP/1.1\r\nHost: a\"b\r\n\r\n",
+                "GET /healthz HTTP/1.1\r\nHost: a<b\r\n\r\n", "GET /healthz HTTP/1.1\r\nHost: a^b\r\n\r\n",
+                "GET /healthz HTTP/1.1\r\nHost: a{b}\r\n\r\n", "GET /healthz HTTP/1.1\r\nHost: a b\r\n\r\n",
+                "GET /healthz HTTP/1.1\r\nHost: a?b\r\n\r\n", "GET /healthz HTTP/1.1\r\nHost: h\u{E9}\r\n\r\n",
             ] {
                 let client = try connect(server)
                 try client.sendRaw(head)
@@ -352,6 +428,8 @@ private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) thr
             }
             for head in [
                 "GET /healthz HTTP/1.0\r\n\r\n", "GET /healthz HTTP/1.1\r\nHost:\r\n\r\n", "GET /healthz HTTP/1.1\r\nHost: [::1]:80\r\n\r\n",
+                // Every byte a Host value may hold: unreserved, %, sub-delims, : [ ].
+                "GET /healthz HTTP/1.1\r\nHost: AZaz09-._~%41!$&'()*+,;=:[]\r\n\r\n",
             ] {
                 let client = try connect(server)
                 try client.sendRaw(head)
@@ -406,5 +484,24 @@ private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) thr
             #expect(try chunked.readResponse().text == "{\"over\":true,\"bytes\":0}")
             #expect(chunked.isClosedByPeer(timeout: .seconds(4)), "a client that sends no more is closed after lingerTimeout")
         }
+    }
+}
+
+/// Holds `later` answers until the test releases them, then gives them from its own thread (as the message writer
+/// answers a batch of sends).
+private final class LaterAnswerer: Sendable {
+    private let pending = Mutex<[@Sendable () -> Void]>([])
+
+    func add(_ answer: @escaping @Sendable () -> Void) { pending.withLock { $0.append(answer) } }
+
+    /// Waits (up to 10 s) until `count` answers are held, then runs them all on a new thread.
+    func release(expecting count: Int) {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while pending.withLock({ $0.count }) < count && ContinuousClock.now < deadline { usleep(1_000) }
+        let answers = pending.withLock { held -> [@Sendable () -> Void] in
+            defer { held.removeAll() }
+            return held
+        }
+        DispatchQueue.global().async { for answer in answers { answer() } }
     }
 }

@@ -32,6 +32,7 @@ static const uint32_t PARLEY_EPOLLRDHUP = EPOLLRDHUP;
 static const uint32_t PARLEY_EPOLLERR = EPOLLERR;
 static const uint32_t PARLEY_EPOLLHUP = EPOLLHUP;
 static const uint32_t PARLEY_EPOLLEXCLUSIVE = EPOLLEXCLUSIVE;
+static const uint32_t PARLEY_EPOLLET = EPOLLET;
 static const int PARLEY_EPOLL_CTL_ADD = EPOLL_CTL_ADD;
 static const int PARLEY_EPOLL_CTL_MOD = EPOLL_CTL_MOD;
 static const int PARLEY_EPOLL_CTL_DEL = EPOLL_CTL_DEL;
