@@ -74,6 +74,14 @@ public final class RateLimiter: Sendable {
         }
     }
 
+    /// Gives back the token a `take` of the bucket `key` took (a request that will be handled, and take it, again).
+    public func giveBack(key: String, ratePerSecond: Int) {
+        let capacity = 2 * Double(max(1, ratePerSecond))
+        state.withLock { state in
+            if let tokens = state.buckets[key]?.tokens { state.buckets[key]?.tokens = min(capacity, tokens + 1) }
+        }
+    }
+
     private static func take(_ bucket: inout Bucket, now: UInt64, rate: Double) -> Decision {
         let capacity = 2 * rate
         let elapsed = Double(Self.elapsed(from: bucket.updatedAt, to: now)) / 1e9

@@ -52,6 +52,11 @@ package final class Services: Sendable {
     }
 }
 
+/// The executor of a route's event-loop path: the handler runs at once on the thread that read the request.
+struct RunsOnTheCallingThread: RequestExecutor {
+    func execute(_ work: @escaping @Sendable () -> Void, rejected: @escaping @Sendable () -> Void) { work() }
+}
+
 /// Registers API routes behind the request pipeline of API.md §1 (``RequestPipeline``): every failure becomes a
 /// problem response.
 package struct API {
@@ -65,6 +70,9 @@ package struct API {
 
     package typealias Handler = @Sendable (APIContext) throws -> Response
     package typealias AdminHandler = @Sendable (AdminContext) throws -> Response
+    /// A route's event-loop path: the handler's work for the common case that needs no database, or
+    /// ``NeedsConnection`` (the request then runs on a worker with the route's `Handler`).
+    package typealias EventLoopHandler = @Sendable (CallerContext) throws -> Response
 
     /// Adds an app route. `queryToken` routes (the SSE streams, which browsers' EventSource opens without headers)
     /// also accept the credential as the `access_token` query parameter when there is no `Authorization`.
@@ -83,7 +91,44 @@ package struct API {
             return try handler(
                 APIContext(
                     request: exchange.request, credential: exchange.credential, app: app, now: exchange.now, services: exchange.services,
-                    db: exchange.db))
+                    db: try exchange.db))
+        }
+    }
+
+    /// Adds an app route that first runs on the HTTP event loop that read the request, through the pipeline and
+    /// `onEventLoop`, with no database connection and no hand-off to a worker thread: for a route whose common case
+    /// needs none (a send, which the message writer commits). When a step or `onEventLoop` needs the database
+    /// (``NeedsConnection``: a cache to refresh, a user token, an `Idempotency-Key`, a lookup the request asks for),
+    /// the request runs again from the start on a worker with `handler`, as a route added with ``add(_:_:_:_:maxBodyBytes:queryToken:numbersItsEvents:bodyMediaType:_:)`` does.
+    package mutating func add(
+        _ method: HTTPMethod, _ template: String, _ access: Access, _ operationID: String, maxBodyBytes: Int? = nil,
+        numbersItsEvents: Bool = false, onEventLoop: @escaping EventLoopHandler, _ handler: @escaping Handler
+    ) {
+        let route = RequestPipeline.Route(access: access, queryToken: false, sequenced: !numbersItsEvents)
+        let services = self.services
+        let onWorker: @Sendable (RequestPipeline.Exchange) throws -> Response = { exchange in
+            guard let app = exchange.app else { throw APIError(.internalError, "app route without an app") }
+            return try handler(
+                APIContext(
+                    request: exchange.request, credential: exchange.credential, app: app, now: exchange.now, services: exchange.services,
+                    db: try exchange.db))
+        }
+        let options = RouteOptions(
+            maxBodyBytes: maxBodyBytes, operationID: operationID, executor: RunsOnTheCallingThread(), answersOversizedBody: true)
+        builder.add(method, template, options: options) { request in
+            let fast = RequestPipeline.runOnEventLoop(
+                RequestPipeline.Exchange(request: request, route: route, services: services, connection: nil)
+            ) { exchange in
+                guard let app = exchange.app else { throw APIError(.internalError, "app route without an app") }
+                return try onEventLoop(
+                    CallerContext(request: exchange.request, credential: exchange.credential, app: app, now: exchange.now, services: services))
+            }
+            if let fast { return fast }
+            return .later { respond in
+                services.pool.submit(
+                    { respond(Self.runOnWorker(request, route, services, onWorker)) },
+                    rejected: { respond(ProblemRendering.serverProblem(.unavailable, requestID: request.requestID)) })
+            }
         }
     }
 
@@ -93,7 +138,7 @@ package struct API {
     ) {
         let route = RequestPipeline.Route(access: nil, queryToken: false, sequenced: true)
         register(method, template, operationID, maxBodyBytes: maxBodyBytes, route) { exchange in
-            try handler(AdminContext(request: exchange.request, now: exchange.now, services: exchange.services, db: exchange.db))
+            try handler(AdminContext(request: exchange.request, now: exchange.now, services: exchange.services, db: try exchange.db))
         }
     }
 
@@ -104,14 +149,20 @@ package struct API {
         let services = self.services
         // The pipeline answers a body over the limit itself, after the checks API.md §1.4 puts before 413.
         let options = RouteOptions(maxBodyBytes: maxBodyBytes, operationID: operationID, answersOversizedBody: true)
-        builder.add(method, template, options: options) { request in
-            do {
-                return try services.pool.withConnection { db in
-                    RequestPipeline.run(RequestPipeline.Exchange(request: request, route: route, services: services, db: db), handler)
-                }
-            } catch {
-                return ProblemRendering.handlerError(error, request: request, logger: services.logger)
+        builder.add(method, template, options: options) { request in Self.runOnWorker(request, route, services, handler) }
+    }
+
+    /// Runs `request` through the pipeline and `handler` with this worker thread's connection.
+    private static func runOnWorker(
+        _ request: Request, _ route: RequestPipeline.Route, _ services: Services,
+        _ handler: (RequestPipeline.Exchange) throws -> Response
+    ) -> Response {
+        do {
+            return try services.pool.withConnection { db in
+                RequestPipeline.run(RequestPipeline.Exchange(request: request, route: route, services: services, connection: db), handler)
             }
+        } catch {
+            return ProblemRendering.handlerError(error, request: request, logger: services.logger)
         }
     }
 }

@@ -2,10 +2,19 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
+/// Anything that carries a request: its body reads the same way wherever it is handled.
+package protocol RequestCarrier {
+    var request: Request { get }
+}
+
+extension RequestCarrier {
+    /// The JSON body as a field reader (an empty body reads as `{}`).
+    package func body() throws -> BodyReader { try BodyReader.parse(request.body) }
+}
+
 /// What every handler works with, app route or admin route: the request (path parameters, body, query string,
 /// cursors), the server time, the worker's connection and the shared services.
-package protocol RequestContext {
-    var request: Request { get }
+package protocol RequestContext: RequestCarrier {
     /// Server-clock milliseconds, read once per request.
     var now: Int64 { get }
     /// The worker thread's own connection (handlers run on PostgreSQL worker threads).
@@ -23,9 +32,6 @@ extension RequestContext {
         if let problem = kind.problem(value) { throw APIError.invalidParam(name, problem) }
         return value
     }
-
-    /// The JSON body as a field reader (an empty body reads as `{}`).
-    package func body() throws -> BodyReader { try BodyReader.parse(request.body) }
 
     /// Typed query-parameter reading that collects field errors.
     package func query() -> QueryReader { QueryReader(request.query) }
@@ -50,32 +56,32 @@ extension RequestContext {
     }
 }
 
-/// What an app route's handler works with: the request, the verified caller, its app, the server time and the
-/// database connection of the worker thread it runs on.
-public struct APIContext: RequestContext {
-    public let request: Request
-    public let credential: Credential
+/// An app route's verified caller and its request: everything a handler knows before it touches the database. An
+/// ``APIContext`` is one (with its worker's connection); so is a ``CallerContext``, what a route's event-loop path
+/// works with (``API/add(_:_:_:_:maxBodyBytes:numbersItsEvents:onEventLoop:_:)``).
+package protocol AppCaller: RequestCarrier {
+    var credential: Credential { get }
     /// The app the request acts in.
-    public let app: AppRecord
+    var app: AppRecord { get }
     /// Server-clock milliseconds, read once per request.
-    public let now: Int64
-    package let services: Services
-    /// The worker thread's own connection (handlers run on PostgreSQL worker threads).
-    public let db: PostgresConnection
+    var now: Int64 { get }
+    var services: Services { get }
+}
 
+extension AppCaller {
     /// The app the request acts in.
-    public var appID: String { app.appID }
+    package var appID: String { app.appID }
 
     /// True when the caller is the app (app key or admin acting as the app).
-    public var isApp: Bool { credential.isAppAdministrator }
+    package var isApp: Bool { credential.isAppAdministrator }
 
     /// The user of a user token.
-    public var tokenUserID: String? { credential.userID }
+    package var tokenUserID: String? { credential.userID }
 
     /// With a user token, a field naming the acting user must be that user or absent (then it defaults to it);
     /// with an app key it is required (§1.3 rule 1–2). Returns the acting user. `field` is the field's path in the
     /// request (`BodyReader.fieldPath`: `body.from`, or `body.message.from` in a nested send body).
-    public func actingUser(_ value: String?, field: String) throws -> String {
+    package func actingUser(_ value: String?, field: String) throws -> String {
         if let tokenUser = tokenUserID {
             if let value, value != tokenUser { throw APIError.forbidden("a user token acts only for its own user") }
             return tokenUser
@@ -85,11 +91,41 @@ public struct APIContext: RequestContext {
     }
 
     /// `skip_checks`/`skip_hooks` are for app keys only (§1.3 rule 1).
-    public func appOnlyFlag(_ value: Bool?) throws -> Bool {
+    package func appOnlyFlag(_ value: Bool?) throws -> Bool {
         guard let value, value else { return false }
         if !isApp { throw APIError.forbidden("skip_checks and skip_hooks need an app key") }
         return true
     }
+}
+
+/// The caller of an app route running on the HTTP event loop, where no database connection is at hand: a handler
+/// that finds it needs one throws ``NeedsConnection``, and the request runs again from the start on a worker.
+package struct CallerContext: AppCaller {
+    package let request: Request
+    package let credential: Credential
+    package let app: AppRecord
+    package let now: Int64
+    package let services: Services
+}
+
+/// Thrown by code on the event-loop path of a route that needs the database after all (a cache entry to refresh, a
+/// lookup the request asks for): nothing has been done yet, and the request starts again on a worker.
+package struct NeedsConnection: Error {
+    package init() {}
+}
+
+/// What an app route's handler works with: the request, the verified caller, its app, the server time and the
+/// database connection of the worker thread it runs on.
+public struct APIContext: RequestContext, AppCaller {
+    public let request: Request
+    public let credential: Credential
+    /// The app the request acts in.
+    public let app: AppRecord
+    /// Server-clock milliseconds, read once per request.
+    public let now: Int64
+    package let services: Services
+    /// The worker thread's own connection (handlers run on PostgreSQL worker threads).
+    public let db: PostgresConnection
 
     /// Writes `events` as the last statement of the current transaction.
     public func append(_ events: [NewEvent]) throws {

@@ -34,8 +34,9 @@ package struct Authenticator: Sendable {
     }
 
     /// The verified credential, or a 401/403/404 problem. `Parley-App-Id` is read only on app routes
-    /// (`appRoute`); admin-only routes ignore it.
-    func authenticate(_ request: Request, bearer overrideToken: String? = nil, appRoute: Bool = true, db: PostgresConnection) throws
+    /// (`appRoute`); admin-only routes ignore it. Without a connection (an event loop) it answers from the app
+    /// directory's cache, and throws ``NeedsConnection`` when it would read the database (a user token always does).
+    func authenticate(_ request: Request, bearer overrideToken: String? = nil, appRoute: Bool = true, db: PostgresConnection?) throws
         -> Verified
     {
         guard let token = overrideToken ?? Self.bearer(request.headers["Authorization"]) else {
@@ -68,7 +69,8 @@ package struct Authenticator: Sendable {
     }
 
     /// Verification in the order of §1.3: algorithm/signature/issuer, expiry, user and generation, ban.
-    private func verifyUserToken(_ token: String, db: PostgresConnection) throws -> Verified {
+    private func verifyUserToken(_ token: String, db: PostgresConnection?) throws -> Verified {
+        guard let db else { throw NeedsConnection() }
         // An `iss` that is no app id names no app, and is not looked up: a forged one (U+0000 included) never
         // reaches PostgreSQL.
         guard let (_, claims) = UserToken.decodeUnverified(token), let appID = claims["iss"]?.stringValue,

@@ -23,8 +23,11 @@ enum RequestPipeline {
         let request: Request
         let route: Route
         let services: Services
-        /// The worker thread's own connection.
-        let db: PostgresConnection
+        /// The worker thread's own connection; nil on a route's event-loop path (``runOnEventLoop(_:_:)``).
+        let connection: PostgresConnection?
+        /// The rate-limit bucket this request took a token from: given back when an event-loop run hands the request to
+        /// a worker, which takes it again.
+        var rateTaken: (bucket: String, rate: Int)?
         var credential: Credential = .admin
         /// The app the request acts in (app credentials), resolved once.
         var app: AppRecord?
@@ -38,6 +41,14 @@ enum RequestPipeline {
         var replayed = false
 
         var appID: String? { app?.appID }
+
+        /// The worker's connection; ``NeedsConnection`` on the event-loop path.
+        var db: PostgresConnection {
+            get throws {
+                guard let connection else { throw NeedsConnection() }
+                return connection
+            }
+        }
     }
 
     typealias Before = @Sendable (inout Exchange) throws -> Response?
@@ -63,6 +74,27 @@ enum RequestPipeline {
         return response
     }
 
+    /// Runs the request on the calling thread (an HTTP event loop) with no database connection, for routes whose
+    /// common case needs none (a send of a cached app key's: its writer does the database work): nil when a step or
+    /// the handler needs one after all (``NeedsConnection``, thrown before anything was done but taking the rate-limit
+    /// token, which is given back), and the caller runs it again on a worker with ``run(_:_:)``. A request with an
+    /// `Idempotency-Key` always goes to a worker (its claim is a database row).
+    static func runOnEventLoop(_ initial: Exchange, _ handler: (Exchange) throws -> Response) -> Response? {
+        if initial.request.method == .post, initial.request.headers["Idempotency-Key"] != nil { return nil }
+        var exchange = initial
+        var response: Response
+        do {
+            response = try answerBeforeHandler(&exchange) ?? handler(exchange)
+        } catch is NeedsConnection {
+            if let (bucket, rate) = exchange.rateTaken { exchange.services.rateLimiter.giveBack(key: bucket, ratePerSecond: rate) }
+            return nil
+        } catch {
+            response = ProblemRendering.handlerError(error, request: exchange.request, logger: exchange.services.logger)
+        }
+        for step in after { response = step(exchange, response) }
+        return response
+    }
+
     private static func answerBeforeHandler(_ exchange: inout Exchange) throws -> Response? {
         for step in before {
             if let response = try step(&exchange) { return response }
@@ -76,7 +108,8 @@ enum RequestPipeline {
     static func authenticate(_ x: inout Exchange) throws -> Response? {
         let request = x.request
         let presented = x.route.queryToken && request.headers["Authorization"] == nil ? request.queryValue("access_token") : nil
-        let verified = try x.services.authenticator.authenticate(request, bearer: presented, appRoute: x.route.access != nil, db: x.db)
+        let verified = try x.services.authenticator.authenticate(
+            request, bearer: presented, appRoute: x.route.access != nil, db: x.connection)
         try check(x.route.access, credential: verified.credential, request: request)
         x.credential = verified.credential
         x.app = verified.app
@@ -86,7 +119,7 @@ enum RequestPipeline {
     /// The app record of an app credential (when authenticating did not already read it).
     static func resolveApp(_ x: inout Exchange) throws -> Response? {
         guard x.app == nil, let id = x.credential.appID else { return nil }
-        guard let record = try x.services.apps.app(id, db: x.db) else { throw APIError.unauthenticated("app deleted") }
+        guard let record = try x.services.apps.app(id, db: x.connection) else { throw APIError.unauthenticated("app deleted") }
         x.app = record
         return nil
     }
@@ -98,6 +131,7 @@ enum RequestPipeline {
             x.credential.userID.map { ("u:\(app.appID):\($0)", app.settings.rateLimitUserRPS) }
             ?? ("a:\(app.appID)", app.settings.rateLimitAppRPS)
         let decision = x.services.rateLimiter.take(key: bucket, ratePerSecond: rate)
+        if decision.allowed { x.rateTaken = (bucket, rate) }
         x.headers = [
             ("RateLimit-Limit", String(decision.limit)), ("RateLimit-Remaining", String(decision.remaining)),
             ("RateLimit-Reset", String(decision.resetSeconds)),
@@ -118,7 +152,7 @@ enum RequestPipeline {
     static func replayIdempotent(_ x: inout Exchange) throws -> Response? {
         guard x.request.method == .post, let key = x.request.headers["Idempotency-Key"] else { return nil }
         switch try Idempotency.begin(
-            key: key, request: x.request, appID: x.appID ?? "", scope: x.credential.idempotencyScope, now: x.now, db: x.db)
+            key: key, request: x.request, appID: x.appID ?? "", scope: x.credential.idempotencyScope, now: x.now, db: try x.db)
         {
         case .replay(var stored):
             stored.headers.add("Idempotent-Replayed", "true")
@@ -172,8 +206,10 @@ enum RequestPipeline {
         guard let claim = x.idempotency else { return response }
         let services = x.services
         let request = x.request
-        guard case .later = response.body else {
-            complete(claim, response, request: request, services: services, db: x.db)
+        // A claim exists only on a worker (the event-loop path hands `Idempotency-Key` requests over first).
+        if case .later = response.body {
+        } else if let db = x.connection {
+            complete(claim, response, request: request, services: services, db: db)
             return response
         }
         return .later { respond in

@@ -50,20 +50,24 @@ public final class AppDirectory: Sendable {
 
     public init() {}
 
-    /// The app, from cache or database; nil if it does not exist.
-    package func app(_ appID: String, db: PostgresConnection) throws -> AppRecord? {
+    /// The app, from cache or database; nil if it does not exist. Without a connection, ``NeedsConnection`` when the
+    /// cache has no fresh entry.
+    package func app(_ appID: String, db: PostgresConnection?) throws -> AppRecord? {
         let now = EventLoop.monotonicMillis()
         if let entry = state.withLock({ $0.apps[appID] }), now - entry.fetchedAt < ttlMillis { return entry.record }
+        guard let db else { throw NeedsConnection() }
         let record = try AppStore.fetchRecord(appID: appID, on: db)
         state.withLock { $0.apps[appID] = AppEntry(record: record, fetchedAt: now) }
         return record
     }
 
-    /// The (app, key id) of an active app key, or nil when unknown or revoked.
-    func key(hash: String, now serverNow: Int64, db: PostgresConnection) throws -> (appID: String, keyID: String)? {
+    /// The (app, key id) of an active app key, or nil when unknown or revoked. Without a connection,
+    /// ``NeedsConnection`` when the cache has no fresh entry or the key's `last_used_at` is due.
+    func key(hash: String, now serverNow: Int64, db: PostgresConnection?) throws -> (appID: String, keyID: String)? {
         let now = EventLoop.monotonicMillis()
         if var entry = state.withLock({ $0.keys[hash] }), now - entry.fetchedAt < ttlMillis {
             if now - entry.lastUsedWrittenAt >= lastUsedEveryMillis {
+                guard let db else { throw NeedsConnection() }
                 entry.lastUsedWrittenAt = now
                 let updated = entry
                 state.withLock { $0.keys[hash] = updated }
@@ -71,6 +75,7 @@ public final class AppDirectory: Sendable {
             }
             return (entry.appID, entry.keyID)
         }
+        guard let db else { throw NeedsConnection() }
         guard let found = try AppStore.activeKey(hash: hash, on: db) else {
             state.withLock { $0.keys[hash] = nil }
             return nil
