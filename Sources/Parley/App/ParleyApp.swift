@@ -117,7 +117,7 @@ public final class ParleyApp: Sendable {
             ) { committed in
                 hub.poke(committed.appID)
                 services.webhooks.dispatcher.poke()
-                push.poke()
+                push.committed(committed)
             }
             self.hub = hub
             self.writer = writer

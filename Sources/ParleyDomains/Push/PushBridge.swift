@@ -47,6 +47,8 @@ package final class PushBridge: Sendable {
 
     /// The bridge thread's loop plumbing; the sender threads post their outcomes to it.
     private let loop = WorkerLoop<Outcome>()
+    /// Batches this node's writer committed, not looked at yet (any thread; taken by the bridge thread).
+    private let inbox = LockedValue<[CommittedEvents]>([])
     private let senders = OutboundCalls(maxThreads: PushBridge.maxInFlight)
     let transport: WebhookTransport
     let clock: ServerClock
@@ -68,6 +70,13 @@ package final class PushBridge: Sendable {
 
     /// Events were stored or the clock moved: there may be something to plan or a retry due.
     package func poke() { loop.poke() }
+
+    /// This node's message writer committed `events` (on its thread): counted as skipped when their app has push
+    /// off, else planned.
+    package func committed(_ events: CommittedEvents) {
+        inbox.withLock { $0.append(events) }
+        loop.poke()
+    }
 
     /// Blocks until every event is planned and nothing due is pending, in flight or unrecorded (tests; never on an
     /// event loop or a pool worker). Returns false when that did not happen within `timeout`.
@@ -123,8 +132,13 @@ package final class PushBridge: Sendable {
             inFlight -= round.messages.count
             unrecorded += round.messages
             busy = false
+            let committed = inbox.withLock { inbox -> [CommittedEvents] in
+                defer { inbox = [] }
+                return inbox
+            }
             do {
                 let connection = try db.get()
+                if !committed.isEmpty { try countSkipped(committed, on: connection) }
                 let started = EventLoop.monotonicMillis()
                 if inFlight == 0 || started - lastPlan >= Self.planEveryMillis {
                     lastPlan = started
@@ -157,12 +171,26 @@ package final class PushBridge: Sendable {
         }
     }
 
-    /// Plans one round for each app with unplanned events; true when anything was planned or remains.
+    /// Counts the pushable messages of `batches` whose app has push off or no gateway (`parley_push_skipped_total`):
+    /// nothing is planned for them.
+    private func countSkipped(_ batches: [CommittedEvents], on db: PostgresConnection) throws {
+        var configured: [String: Bool] = [:]
+        var skipped = 0
+        for batch in batches {
+            if configured[batch.appID] == nil { configured[batch.appID] = try PushStore.settings(appID: batch.appID, on: db).configured }
+            guard configured[batch.appID] == false else { continue }
+            skipped += batch.events.count { $0.event.type == "message.sent" && PushSources.messageItem(sentEvent: $0.event.data) != nil }
+        }
+        metrics.skipped(skipped)
+    }
+
+    /// Plans one round for each app with push configured and unplanned events; true when anything was planned or
+    /// remains. Apps without push configured are not read at all (their cursor moves when push is turned on).
     private func plan(on connection: PostgresConnection) throws -> Bool {
         let apps = try connection.query(
             """
-            SELECT h.app_id FROM event_heads h LEFT JOIN push_cursors c ON c.app_id = h.app_id
-            WHERE h.head > coalesce(c.event_id, 0) OR c.user_after IS NOT NULL
+            SELECT h.app_id FROM event_heads h JOIN apps a ON a.app_id = h.app_id LEFT JOIN push_cursors c ON c.app_id = h.app_id
+            WHERE (h.head > coalesce(c.event_id, 0) OR c.user_after IS NOT NULL) AND \(sql: PushStore.configuredSQL("a.settings"))
             """
         ).decode(String.self)
         var busy = false
@@ -339,9 +367,17 @@ package final class PushMetrics: Sendable {
         var buckets = [Int](repeating: 0, count: Metrics.buckets.count)
         var count = 0
         var sum = 0.0
+        /// Pushable items of apps without push configured.
+        var skipped = 0
     }
 
     private let state = LockedValue(State())
+
+    /// `count` pushable items were not planned because their app has push off or no gateway.
+    func skipped(_ count: Int) {
+        guard count > 0 else { return }
+        state.withLock { $0.skipped += count }
+    }
 
     /// Attempts written by the planner, by `kind|status` (pending ones are counted again when they finish).
     func planned(_ statuses: [String: Int]) {
@@ -375,6 +411,9 @@ package final class PushMetrics: Sendable {
         out += Metrics.histogram(
             "parley_push_gateway_duration_seconds", "Push gateway request latency.", buckets: s.buckets, count: s.count, sum: s.sum)
         out += Metrics.metric("parley_push_queue_depth", "gauge", "Pending push attempts.", Int(queueDepth))
+        out += Metrics.metric(
+            "parley_push_skipped_total", "counter", "Pushable messages this node stored for apps without push configured (not planned).",
+            s.skipped)
         return out
     }
 }

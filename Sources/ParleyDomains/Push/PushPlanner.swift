@@ -100,6 +100,8 @@ package enum PushPlanner {
     static func decide(
         _ batch: [(item: PushItem, userIDs: [String])], settings: PushSettings, appID: String, now: Int64, on db: PostgresConnection
     ) throws -> [PushAttemptRow] {
+        // Step 1: an app without push configured pays nothing per item: no attempt, not even a suppressed one.
+        guard settings.configured else { return [] }
         let userIDs = Array(Set(batch.flatMap(\.userIDs)))
         let devices = try PushStore.devices(appID: appID, userIDs: userIDs, on: db)
         let withDevices = batch.map { ($0.item, $0.userIDs.filter { devices[$0] != nil }) }
@@ -182,6 +184,7 @@ package enum PushPlanner {
         item.push = push?.objectValue ?? PushItem.defaultPush
         guard item.enabled else { return [] }
         let settings = try PushStore.settings(appID: appID, on: db)
+        guard settings.configured else { return [] }
         let devices = try PushStore.devices(appID: appID, userIDs: Array(sent.keys), on: db)
         var recipients: [PushRecipient] = []
         for (userID, deviceIDs) in sent.sorted(by: { $0.key < $1.key }) {

@@ -92,6 +92,32 @@ enum PushSources {
 
     // MARK: - Messages
 
+    /// The item of a `message.sent` event's message (its data in the app view, which carries `push` and `suppressed`)
+    /// when the bridge pushes it: a stored, unsuppressed peer or group message of a pushable type with `push.enable`
+    /// not false; nil otherwise. The sender's and the group's names are left empty (``PushStore/names``).
+    static func messageItem(sentEvent data: [UInt8]) -> Sourced? {
+        guard let message = (try? JSONValue.parse(data))?["message"] else { return nil }
+        return messageItem(message)
+    }
+
+    /// ``messageItem(sentEvent:)`` from the parsed Message object.
+    static func messageItem(_ message: JSONValue) -> Sourced? {
+        guard let id = message["message_id"]?.stringValue, let conversationType = message["conversation_type"]?.stringValue,
+            conversationType == "peer" || conversationType == "group", let seq = message["seq"]?.intValue,
+            let type = message["type"]?.intValue, PushItem.pushableMessageTypes.contains(Int(type)),
+            message["suppressed"]?.stringValue == nil, message["deleted"]?.boolValue != true,
+            let from = message["from"]?.stringValue, let to = message["to"]?.stringValue
+        else { return nil }
+        let push = message["push"]?.objectValue
+        guard push?["enable"]?.boolValue != false else { return nil }
+        let item = PushItem(
+            kind: .message, eventID: id, messageID: id, callID: nil, conversationType: conversationType,
+            groupID: conversationType == "group" ? to : nil, sender: from, senderName: "", groupName: nil, applicationKind: nil,
+            messageType: Int(type), seq: seq, priority: Int(message["priority"]?.intValue ?? 2), push: push ?? PushItem.defaultPush,
+            defaultContent: PushItem.defaultContent(type: Int(type), body: message["body"]))
+        return Sourced(item: item, recipients: conversationType == "group" ? .groupMembers(to) : .users([to]))
+    }
+
     /// The item of one stored peer or group message, whatever its push options say (revoke pushes); with
     /// `onlyPushable`, nil unless the bridge pushes it (dry runs).
     static func messageItem(appID: String, messageID: String, onlyPushable: Bool = false, on db: PostgresConnection) throws -> PushItem? {

@@ -66,6 +66,12 @@ struct PushAttemptRow: Sendable {
 enum PushStore {
     // MARK: - Recipients
 
+    /// The SQL condition "push is configured" (enabled, with a gateway) on an `apps.settings` expression: the
+    /// condition of ``PushSettings/configured``, which Migrations/functions/parley_push_turned_on.sql repeats.
+    static func configuredSQL(_ settings: String) -> String {
+        "coalesce((\(settings)->'push'->>'enabled')::boolean, false) AND coalesce(\(settings)->'push'->>'gateway_url', '') <> ''"
+    }
+
     /// The app's `push` settings as stored now.
     static func settings(appID: String, on db: PostgresConnection) throws -> PushSettings {
         let text = try db.query("SELECT (settings->'push')::text FROM apps WHERE app_id = \(appID)").decodeFirst(String?.self) ?? nil
