@@ -19,6 +19,8 @@ struct PushAttemptRow: Sendable {
     var url: String?
     var format: String?
     var body: String?
+    /// When a pending attempt is next due (server clock).
+    var nextAttemptAt: Int64?
     var createdAt: Int64
     var updatedAt: Int64
 
@@ -154,8 +156,6 @@ enum PushStore {
     /// test push, so the bridge cannot send it a second time meanwhile).
     static func insert(_ rows: [PushAttemptRow], appID: String, sentByCaller: Bool = false, on db: PostgresConnection) throws {
         guard !rows.isEmpty else { return }
-        // Arrays of arrays are not rectangular in PostgreSQL: the device ids and keys travel as JSON arrays.
-        func jsonArray(_ values: [String]) -> String { String(decoding: JSONValue.array(values.map(JSONValue.string)).serialized(), as: UTF8.self) }
         try db.query(
             """
             INSERT INTO push_attempts (app_id, attempt_id, kind, user_id, message_id, call_id, device_ids, push_keys, status, reason,
@@ -169,6 +169,204 @@ enum PushStore {
                         \(rows.map(\.url))::text[], \(rows.map(\.format))::text[], \(rows.map(\.body))::text[], \(rows.map(\.createdAt))::bigint[])
                  AS r(attempt_id, kind, user_id, message_id, call_id, device_ids, push_keys, status, reason, url, format, body, created_at)
             """)
+    }
+
+    /// Inserts attempts planned by the bridge once their first try ended (or that needed none): each with its final
+    /// status, or `pending` with its retry time and body. A message push whose message was revoked or deleted while
+    /// it was tried is recorded `failed` (`revoked`), as if the revoke had stopped it (the revoke saw no attempt to
+    /// stop). Then the devices' effects (``deviceEffects(of:now:on:)``); returns the apps that got events.
+    static func insertFinished(_ rows: [(appID: String, row: PushAttemptRow)], now: Int64, on db: PostgresConnection) throws -> [String] {
+        guard !rows.isEmpty else { return [] }
+        let r = rows.map(\.row)
+        try db.query(
+            """
+            INSERT INTO push_attempts (app_id, attempt_id, kind, user_id, message_id, call_id, device_ids, push_keys, status, reason,
+                                       gateway_status, rejected_push_keys, tries, url, format, body, next_attempt_at, created_at, updated_at)
+            SELECT r.app_id, r.attempt_id, r.kind, r.user_id, r.message_id, r.call_id,
+                   ARRAY(SELECT json_array_elements_text(r.device_ids::json)), ARRAY(SELECT json_array_elements_text(r.push_keys::json)),
+                   CASE WHEN m.gone THEN 'failed' ELSE r.status END, CASE WHEN m.gone THEN 'revoked' ELSE r.reason END, r.code,
+                   ARRAY(SELECT json_array_elements_text(r.rejected::json)), r.tries, r.url, r.format,
+                   CASE WHEN m.gone THEN NULL ELSE r.body END, CASE WHEN m.gone THEN NULL ELSE r.next_at END, r.created_at, r.updated_at
+            FROM unnest(\(rows.map(\.appID))::text[], \(r.map(\.attemptID))::text[], \(r.map(\.kind))::text[], \(r.map(\.userID))::text[],
+                        \(r.map(\.messageID))::text[], \(r.map(\.callID))::text[], \(r.map { jsonArray($0.deviceIDs) })::text[],
+                        \(r.map { jsonArray($0.pushKeys) })::text[], \(r.map(\.status))::text[], \(r.map(\.reason))::text[],
+                        \(r.map(\.gatewayStatus))::int[], \(r.map { jsonArray($0.rejectedPushKeys) })::text[], \(r.map(\.tries))::int[],
+                        \(r.map(\.url))::text[], \(r.map(\.format))::text[], \(r.map(\.body))::text[], \(r.map(\.nextAttemptAt))::bigint[],
+                        \(r.map(\.createdAt))::bigint[], \(r.map(\.updatedAt))::bigint[])
+                 AS r(app_id, attempt_id, kind, user_id, message_id, call_id, device_ids, push_keys, status, reason, code, rejected, tries,
+                      url, format, body, next_at, created_at, updated_at)
+            LEFT JOIN LATERAL (
+                SELECT (m.type = 31 OR m.deleted) AS gone FROM messages m
+                WHERE r.kind = 'message' AND r.status IN ('sent', 'rejected', 'pending') AND m.app_id = r.app_id AND m.message_id = r.message_id
+            ) m ON true
+            """)
+        let tried = rows.map {
+            Tried(
+                appID: $0.appID, userID: $0.row.userID, deviceIDs: $0.row.deviceIDs, pushKeys: $0.row.pushKeys,
+                rejectedKeys: $0.row.rejectedPushKeys, status: $0.row.status)
+        }
+        return try deviceEffects(of: tried, now: now, on: db)
+    }
+
+    /// An attempt whose try ended, as its devices' effects need it.
+    struct Tried {
+        let appID: String
+        let userID: String
+        let deviceIDs: [String]
+        let pushKeys: [String]
+        let rejectedKeys: [String]
+        let status: String
+    }
+
+    /// After tries that reached the gateway (`sent`, `rejected`): the rejected keys' devices are deleted
+    /// (`device.removed`, reason `rejected`), the others get `last_push_at`. Returns the apps that got events.
+    static func deviceEffects(of tried: [Tried], now: Int64, on db: PostgresConnection) throws -> [String] {
+        var pushed: (apps: [String], users: [String], devices: [String]) = ([], [], [])
+        var rejected: (apps: [String], users: [String], devices: [String]) = ([], [], [])
+        for attempt in tried where attempt.status == "sent" || attempt.status == "rejected" {
+            let refused = Set(attempt.rejectedKeys)
+            for (device, key) in zip(attempt.deviceIDs, attempt.pushKeys) {
+                if refused.contains(key) {
+                    rejected.apps.append(attempt.appID)
+                    rejected.users.append(attempt.userID)
+                    rejected.devices.append(device)
+                } else {
+                    pushed.apps.append(attempt.appID)
+                    pushed.users.append(attempt.userID)
+                    pushed.devices.append(device)
+                }
+            }
+        }
+        if !pushed.apps.isEmpty {
+            try db.query(
+                """
+                UPDATE devices d SET last_push_at = \(now)
+                FROM unnest(\(pushed.apps)::text[], \(pushed.users)::text[], \(pushed.devices)::text[]) AS u(app_id, user_id, device_id)
+                WHERE d.app_id = u.app_id AND d.user_id = u.user_id AND d.device_id = u.device_id
+                """)
+        }
+        guard !rejected.apps.isEmpty else { return [] }
+        let removed = try db.query(
+            """
+            DELETE FROM devices d
+            USING unnest(\(rejected.apps)::text[], \(rejected.users)::text[], \(rejected.devices)::text[]) AS u(app_id, user_id, device_id)
+            WHERE d.app_id = u.app_id AND d.user_id = u.user_id AND d.device_id = u.device_id
+            RETURNING d.app_id, d.user_id, d.device_id
+            """
+        ).rows.map { (appID: try $0[0].string, userID: try $0[1].string, deviceID: try $0[2].string) }
+        let byApp = Dictionary(grouping: removed, by: \.appID)
+        for (appID, devices) in byApp {
+            try EventLog.append(
+                devices.map { Device.removedEvent(userID: $0.userID, deviceID: $0.deviceID, reason: "rejected") }, appID: appID, now: now, on: db)
+        }
+        return byApp.keys.sorted()
+    }
+
+    /// Arrays of arrays are not rectangular in PostgreSQL: device ids and keys travel as JSON arrays.
+    private static func jsonArray(_ values: [String]) -> String {
+        String(decoding: JSONValue.array(values.map(JSONValue.string)).serialized(), as: UTF8.self)
+    }
+
+    // MARK: - Cursors and the log
+
+    /// Takes the session advisory lock that makes this connection's node the planner of `appID` (not waiting).
+    static func tryLock(appID: String, lockClass: Int32, on db: PostgresConnection) throws -> Bool {
+        try db.query("SELECT pg_try_advisory_lock(\(Int(lockClass))::int, hashtext(\(appID)))").decodeFirst(Bool.self) ?? false
+    }
+
+    static func unlock(appID: String, lockClass: Int32, on db: PostgresConnection) throws {
+        try db.query("SELECT pg_advisory_unlock(\(Int(lockClass))::int, hashtext(\(appID)))")
+    }
+
+    /// The app's push cursor, created at the start of its log when it has none; nil when the app does not exist.
+    static func cursor(appID: String, on db: PostgresConnection) throws -> PushPosition? {
+        for _ in 0..<2 {
+            if let row = try db.query("SELECT event_id, user_after FROM push_cursors WHERE app_id = \(appID)").first {
+                return PushPosition(eventID: try row[0].int64, userAfter: row[1].isNull ? nil : try row[1].string)
+            }
+            // From the apps row: an app deleted meanwhile gets no cursor (and no foreign-key error).
+            let created = try db.query(
+                """
+                INSERT INTO push_cursors (app_id, event_id) SELECT app_id, 0 FROM apps WHERE app_id = \(appID)
+                ON CONFLICT DO NOTHING RETURNING event_id
+                """)
+            if created.first != nil { return PushPosition(eventID: 0, userAfter: nil) }
+            if try db.query("SELECT 1 FROM apps WHERE app_id = \(appID)").first == nil { return nil }
+        }
+        return nil
+    }
+
+    /// Moves an app's cursor forward to `position` (never back: turning push on may have moved it past).
+    static func moveCursor(appID: String, to position: PushPosition, on db: PostgresConnection) throws {
+        try db.query(
+            """
+            UPDATE push_cursors SET event_id = \(position.eventID), user_after = \(position.userAfter)
+            WHERE app_id = \(appID) AND event_id <= \(position.eventID)
+            """)
+    }
+
+    /// The apps with push configured whose log head is past their cursor, with the head.
+    static func behind(on db: PostgresConnection) throws -> [(appID: String, head: Int64)] {
+        try db.query(
+            """
+            SELECT h.app_id, h.head FROM event_heads h JOIN apps a ON a.app_id = h.app_id LEFT JOIN push_cursors c ON c.app_id = h.app_id
+            WHERE (h.head > coalesce(c.event_id, 0) OR c.user_after IS NOT NULL) AND \(sql: configuredSQL("a.settings"))
+            """
+        ).rows.map { (try $0[0].string, try $0[1].int64) }
+    }
+
+    /// The pushable-type events of `appID` after `after` and up to `upTo` (or the head), at most `limit`, with where
+    /// the read ends (`through`: the last event read when there may be more, else `upTo` or the head) and the head,
+    /// all in one snapshot.
+    static func log(
+        appID: String, after: Int64, upTo: Int64?, limit: Int, on db: PostgresConnection
+    ) throws -> (events: [PushLogEvent], through: Int64, head: Int64) {
+        let rows = try db.query(
+            """
+            SELECT h.head, e.id, e.type, e.data FROM event_heads h
+            LEFT JOIN LATERAL (
+                SELECT id, type, data FROM events
+                WHERE app_id = \(appID) AND id > \(after) AND id <= least(h.head, \(upTo ?? Int64.max))
+                  AND type = ANY(\(PushPlanner.pushableEventTypes))
+                ORDER BY id LIMIT \(limit)
+            ) e ON true
+            WHERE h.app_id = \(appID)
+            """
+        ).rows
+        guard let first = rows.first else { return ([], after, after) }
+        let head = try first[0].int64
+        let events = try rows.filter { !$0[1].isNull }.map {
+            PushLogEvent(id: try $0[1].int64, type: try $0[2].string, data: try $0[3].textBytes, fromLog: true)
+        }
+        let through = events.count == limit ? events.last!.id : min(head, upTo ?? head)
+        return (events, max(through, after), head)
+    }
+
+    /// Which of `messageIDs` are still stored, not revoked and not deleted.
+    static func stillPushable(appID: String, messageIDs: [String], on db: PostgresConnection) throws -> Set<String> {
+        Set(
+            try db.query(
+                """
+                SELECT message_id FROM messages WHERE app_id = \(appID) AND message_id = ANY(\(messageIDs)) AND type <> 31 AND NOT deleted
+                """
+            ).decode(String.self))
+    }
+
+    /// Display names of users and groups (those that exist), in one query.
+    static func names(appID: String, users: [String], groups: [String], on db: PostgresConnection) throws -> (
+        users: [String: String], groups: [String: String]
+    ) {
+        var out: (users: [String: String], groups: [String: String]) = ([:], [:])
+        for row in try db.query(
+            """
+            SELECT true, user_id, name FROM users WHERE app_id = \(appID) AND user_id = ANY(\(users))
+            UNION ALL
+            SELECT false, group_id, name FROM groups WHERE app_id = \(appID) AND group_id = ANY(\(groups))
+            """
+        ).rows {
+            if try row[0].bool { out.users[try row[1].string] = try row[2].string } else { out.groups[try row[1].string] = try row[2].string }
+        }
+        return out
     }
 
     /// The columns ``attempt(_:)`` decodes.
