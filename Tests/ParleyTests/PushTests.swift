@@ -712,6 +712,51 @@ struct PushTests: ProblemAssertions {
         #expect(try Self.attempts(app).count == count)
     }
 
+    /// What this node's writer commits is planned from memory: none of its messages is read back from the log.
+    @Test func theBridgeDoesNotReadBackWhatItsNodeWrote() throws {
+        let (server, app, gateway) = try Self.scene()
+        defer { Self.stop(server, gateway) }
+        try Self.device(app, "bob", key: "key-bob")
+        try Self.configure(app, gateway)
+        Self.drain(server)
+        let count = 30
+        for i in 0..<count {
+            let r = try app.request(
+                .post, "/v1/messages", json: #"{"from":"alice","conversation_type":"peer","to":"bob","type":1,"body":{"text":"n\#(i)"}}"#)
+            #expect(r.status == 201)
+        }
+        Self.drain(server)
+        #expect(gateway.requests.count == count)
+        let taken = server.app.push.metrics.taken("message.sent")
+        #expect(taken.fromLog == 0 && taken.handedOver == count, "\(taken)")
+    }
+
+    /// A node whose bridge stopped leaves its app to another node, which plans what the first one's writer committed
+    /// from the log, once each.
+    @Test func anotherNodeCatchesUpFromTheLog() throws {
+        let nodeA = try TestServer.start(testClock: false) { $0.webhookAllowPrivate = true }
+        defer { nodeA.stop() }
+        let nodeB = try TestServer.start(testClock: false, database: nodeA.database) { $0.webhookAllowPrivate = true }
+        defer { nodeB.stop() }
+        let gateway = try Self.gateway()
+        defer { gateway.stop() }
+        let app = try Self.setUp(nodeA)
+        try Self.device(app, "bob", key: "key-bob")
+        try Self.configure(app, gateway)
+        let before = try Self.send(app)
+        #expect(nodeA.app.push.drain())
+        nodeA.app.push.stop()
+        var ids: [JSONValue] = []
+        for _ in 0..<10 { ids.append(try Self.send(app)["message_id"] ?? .null) }
+        nodeB.app.push.poke()
+        _ = gateway.waitFor(count: 11, timeout: .seconds(30))
+        #expect(nodeB.app.push.drain())
+        let pushed = gateway.requests.compactMap { $0.json?["notification"]?["event_id"] }
+        #expect(pushed.count == 11 && Set(pushed.compactMap(\.stringValue)) == Set(([before["message_id"] ?? .null] + ids).compactMap(\.stringValue)))
+        #expect(nodeB.app.push.metrics.taken("message.sent").fromLog == 10)
+        #expect(try Self.attempts(app).count == 11)
+    }
+
     // MARK: - The dry run and the attempt log
 
     @Test func theDryRunPredictsTheRealSend() throws {

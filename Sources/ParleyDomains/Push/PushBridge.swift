@@ -44,6 +44,10 @@ package final class PushBridge: Sendable {
     static let elsewhereMillis: Int64 = 1_000
     /// Events taken into one planning step.
     static let eventsPerStep = 200
+    /// While tries are in flight, planning waits this long after the previous planning, and recording after the
+    /// previous record (ms): the statements then take several writer batches' events and chunks' outcomes at once.
+    static let planEveryMillis: Int64 = 5
+    static let recordEveryMillis: Int64 = 10
     /// A chunk of requests one sender thread sends in a row should take about this long at the gateway's recent
     /// latency (fewer, longer chunks mean fewer thread hand-offs; a slow gateway gets one thread per request).
     static let chunkMillis = 5.0
@@ -87,6 +91,8 @@ package final class PushBridge: Sendable {
         var sequenced: Set<String> = []
         /// Apps whose batches need not wake the bridge (push off, or planned by another node): taken every poll.
         var quiet: Set<String> = []
+        /// Someone asked for a look at every app's log and the due retries now (``poke()``, ``drain(timeout:)``).
+        var pollNow = false
     }
 
     /// The bridge thread's loop plumbing; the sender threads post their chunks' outcomes to it.
@@ -116,9 +122,11 @@ package final class PushBridge: Sendable {
 
     // MARK: - Any thread
 
-    /// The clock moved, a test drains, or another node may have written: look at the log, the due retries and every
-    /// app's state now.
-    package func poke() { loop.poke() }
+    /// The clock moved, or another node may have written: look at the log, the due retries and every app's state now.
+    package func poke() {
+        inbox.withLock { $0.pollNow = true }
+        loop.poke()
+    }
 
     /// This node's message writer committed `events` (called on its thread, right after the commit).
     package func committed(_ events: CommittedEvents) {
@@ -139,7 +147,10 @@ package final class PushBridge: Sendable {
     /// Blocks until every event is planned and nothing due is pending, in flight or unrecorded (tests; never on an
     /// event loop or a pool worker). Returns false when that did not happen within `timeout`.
     @discardableResult
-    package func drain(timeout: Duration = .seconds(30)) -> Bool { loop.drain(timeout: timeout) }
+    package func drain(timeout: Duration = .seconds(30)) -> Bool {
+        inbox.withLock { $0.pollNow = true }
+        return loop.drain(timeout: timeout)
+    }
 
     /// The bridge thread runs (readiness).
     package func isRunning(within window: Duration) -> Bool { loop.isRunning(within: window) }
@@ -195,17 +206,27 @@ package final class PushBridge: Sendable {
         var outage = OutageLog(logger: logger, what: "push bridge")
         var work = Work()
         var busy = true
+        var lastPlan: Int64 = 0
+        var lastRecord: Int64 = 0
         while true {
-            let waiting = work.inFlight > 0 || work.lanes.values.contains { !$0.held.isEmpty }
-            let waitMillis = busy ? 0 : waiting ? Int(Self.gapMillis) : Self.pollMillis
+            let now0 = EventLoop.monotonicMillis()
+            let unrecorded = !work.leasedDone.isEmpty || !work.freshDone.isEmpty
+            let deferred = work.lanes.values.contains { !$0.ready.isEmpty }
+            let waitMillis =
+                busy
+                ? 0
+                : deferred || unrecorded
+                    ? Int(max(1, min(Self.planEveryMillis - (now0 - lastPlan), Self.recordEveryMillis - (now0 - lastRecord))))
+                    : work.inFlight > 0 || work.lanes.values.contains { !$0.held.isEmpty } ? Int(Self.gapMillis) : Self.pollMillis
             guard let round = loop.next(waitMillis: waitMillis, gatherMillis: work.inFlight > 1 ? 1 : 0) else { return }
             let now = EventLoop.monotonicMillis()
-            let (batches, sequenced) = inbox.withLock { inbox -> ([CommittedEvents], Set<String>) in
+            let (batches, sequenced, pollNow) = inbox.withLock { inbox -> ([CommittedEvents], Set<String>, Bool) in
                 defer {
                     inbox.batches = []
                     inbox.sequenced = []
+                    inbox.pollNow = false
                 }
-                return (inbox.batches, inbox.sequenced)
+                return (inbox.batches, inbox.sequenced, inbox.pollNow)
             }
             for outcome in round.messages.joined() { finish(outcome, &work, now: now) }
             busy = false
@@ -218,32 +239,43 @@ package final class PushBridge: Sendable {
                     work.connection = ObjectIdentifier(db)
                 }
                 try take(batches, sequenced: sequenced, &work, now: now, on: db)
-                let polled = round.poked || now - work.lastPoll >= Int64(Self.pollMillis)
+                let polled = pollNow || now - work.lastPoll >= Int64(Self.pollMillis)
                 if polled {
                     work.lastPoll = now
                     try poll(&work, now: now, on: db)
                 }
-                var dispatch: [Claimed] = []
+                // Under load, planning and recording wait a few milliseconds, so that one statement takes the events of
+                // several writer batches and the outcomes of several chunks; alone, they go at once.
                 var fresh: [Outcome.Fresh] = []
                 var budget = Self.maxInFlight - work.inFlight
-                for appID in work.lanes.keys.sorted() where budget > 0 {
-                    guard var lane = work.lanes[appID] else { continue }
-                    let planned = try plan(&lane, budget: budget, &work, now: now, on: db)
-                    work.lanes[appID] = lane
-                    budget -= planned.count
-                    fresh += planned
+                if work.inFlight == 0 || now - lastPlan >= Self.planEveryMillis || polled {
+                    lastPlan = now
+                    for appID in work.lanes.keys.sorted() where budget > 0 {
+                        guard var lane = work.lanes[appID] else { continue }
+                        let planned = try plan(&lane, budget: budget, &work, now: now, on: db)
+                        work.lanes[appID] = lane
+                        budget -= planned.count
+                        fresh += planned
+                    }
                 }
-                try record(&work, on: db)
+                var dispatch: [Claimed] = []
                 let serverNow = clock.now()
-                if budget > 0 && (polled || !sequenced.isEmpty || (work.nextRetry.map { $0 <= serverNow } ?? false)) {
+                let retryDue = work.nextRetry.map { $0 <= serverNow } ?? false
+                if budget > 0 && (polled || !sequenced.isEmpty || retryDue) {
                     let claimed = try db.transaction { db in try claim(limit: budget, on: db) }
                     if claimed.count == budget { busy = true }
-                    if work.nextRetry.map({ $0 <= serverNow }) ?? false { work.nextRetry = nil }
+                    if retryDue { work.nextRetry = nil }
                     dispatch += claimed
                 }
+                // The tries go out before this round's records are written.
                 send(fresh: fresh, leased: dispatch, &work)
+                let goingIdle = work.inFlight == 0 && !work.lanes.values.contains { !$0.ready.isEmpty }
+                if goingIdle || now - lastRecord >= Self.recordEveryMillis {
+                    lastRecord = now
+                    try record(&work, on: db)
+                }
                 try releaseIdle(&work, now: now, on: db)
-                busy = busy || work.lanes.values.contains { !$0.ready.isEmpty || ($0.wantsLog && $0.held.isEmpty) }
+                busy = busy || work.lanes.values.contains { $0.wantsLog && $0.held.isEmpty && $0.ready.count < Self.eventsPerStep }
                 busy = busy && work.inFlight < Self.maxInFlight
                 outage.succeeded()
             } catch {
@@ -254,7 +286,7 @@ package final class PushBridge: Sendable {
             }
             let settled = work.lanes.values.allSatisfy { !$0.hasWork && $0.steps.isEmpty && $0.unwritten == nil }
             if !busy && work.inFlight == 0 && work.leasedDone.isEmpty && work.freshDone.isEmpty && settled
-                && inbox.withLock({ $0.batches.isEmpty && $0.sequenced.isEmpty })
+                && inbox.withLock({ $0.batches.isEmpty && $0.sequenced.isEmpty && !$0.pollNow })
             {
                 loop.idle()
             }
@@ -363,12 +395,6 @@ package final class PushBridge: Sendable {
     /// Looks at every app with push configured whose log is past its cursor: this node takes the ones nobody plans,
     /// and its lanes read the log when they stay behind the head (another node's or writer's events).
     private func poll(_ work: inout Work, now: Int64, on db: PostgresConnection) throws {
-        let quiet = inbox.withLock { inbox -> [CommittedEvents] in
-            let taken = inbox.batches.filter { inbox.quiet.contains($0.appID) }
-            inbox.batches.removeAll { inbox.quiet.contains($0.appID) }
-            return taken
-        }
-        if !quiet.isEmpty { try take(quiet, sequenced: [], &work, now: now, on: db) }
         for (appID, head) in try PushStore.behind(on: db) {
             if var lane = work.lanes[appID] {
                 if lane.known < head {
@@ -395,6 +421,7 @@ package final class PushBridge: Sendable {
         }
         guard !lane.ready.isEmpty, let settings = try settings(lane.appID, on: db), settings.configured else { return [] }
         let step = try PushPlanner.planReady(&lane, budget: budget, settings: settings, now: clock.now(), on: db)
+        metrics.took(step.taken)
         let id = lane.stepPlanned(open: step.pending.count)
         for row in step.suppressed {
             work.freshDone.append(row)
@@ -413,11 +440,24 @@ package final class PushBridge: Sendable {
         guard !work.leasedDone.isEmpty || !work.freshDone.isEmpty || !cursors.isEmpty else { return }
         let (leased, fresh, freshApps) = (work.leasedDone, work.freshDone, work.freshApps)
         let now = clock.now()
-        let apps = try db.transaction { db -> [String] in
-            var apps = leased.isEmpty ? [] : try Self.record(leased, now: now, on: db)
-            if !fresh.isEmpty { apps += try PushStore.insertFinished(zip(freshApps, fresh).map { ($0, $1) }, now: now, on: db) }
-            for (appID, cursor) in cursors { try PushStore.moveCursor(appID: appID, to: cursor, on: db) }
-            return apps
+        let finished = Array(zip(freshApps, fresh))
+        let rejected = finished.filter { !$0.1.rejectedPushKeys.isEmpty }.map {
+            PushStore.Tried(
+                appID: $0.0, userID: $0.1.userID, deviceIDs: $0.1.deviceIDs, pushKeys: $0.1.pushKeys, rejectedKeys: $0.1.rejectedPushKeys,
+                status: $0.1.status)
+        }
+        let apps: [String]
+        if leased.isEmpty && rejected.isEmpty {
+            // The common round: one statement, committed on its own.
+            try PushStore.recordFinished(finished.map { ($0.0, $0.1) }, cursors: cursors, now: now, on: db)
+            apps = []
+        } else {
+            apps = try db.transaction { db -> [String] in
+                var apps = leased.isEmpty ? [] : try Self.record(leased, now: now, on: db)
+                try PushStore.recordFinished(finished.map { ($0.0, $0.1) }, cursors: cursors, now: now, on: db)
+                apps += try PushStore.deviceEffects(of: rejected, rejectedOnly: true, now: now, on: db)
+                return apps
+            }
         }
         metrics.recorded(leased.map { ($0.claimed.kind, $0.result.status) } + fresh.map { ($0.kind, $0.status) })
         work.leasedDone = []
@@ -590,9 +630,28 @@ package final class PushMetrics: Sendable {
         var sum = 0.0
         /// Pushable items of apps without push configured.
         var skipped = 0
+        /// Pushable-type events the bridge read from the log, and those handed over in memory, by type (not exported:
+        /// the tests check that what this node writes is not read back).
+        var fromLog: [String: Int] = [:]
+        var handedOver: [String: Int] = [:]
     }
 
     private let state = LockedValue(State())
+
+    /// Events the bridge took from the log (`fromLog`) or from its node's writer.
+    func took(_ events: [PushLogEvent]) {
+        guard !events.isEmpty else { return }
+        state.withLock { s in
+            for event in events where PushPlanner.pushableEventTypes.contains(event.type) {
+                if event.fromLog { s.fromLog[event.type, default: 0] += 1 } else { s.handedOver[event.type, default: 0] += 1 }
+            }
+        }
+    }
+
+    /// How many events of `type` the bridge took from the log and from its node's writer (tests).
+    package func taken(_ type: String) -> (fromLog: Int, handedOver: Int) {
+        state.withLock { ($0.fromLog[type, default: 0], $0.handedOver[type, default: 0]) }
+    }
 
     /// `count` pushable items were not planned because their app has push off or no gateway.
     func skipped(_ count: Int) {

@@ -23,6 +23,8 @@ package enum PushPlanner {
     struct Step {
         var pending: [PushAttemptRow] = []
         var suppressed: [PushAttemptRow] = []
+        /// The events fully planned.
+        var taken: [PushLogEvent] = []
     }
 
     /// Plans the events `lane` has ready, in order, up to ``eventsPerRound`` events and ``recipientsPerRound`` (or
@@ -57,7 +59,7 @@ package enum PushPlanner {
         lane.ready.removeFirst(consumed)
         lane.planned = position
         try PushSources.fillNames(&batch, appID: lane.appID, on: db)
-        var step = Step()
+        var step = Step(taken: Array(events.prefix(consumed)))
         for row in try decide(batch, settings: settings, appID: lane.appID, now: now, on: db) {
             if row.status == "pending" { step.pending.append(row) } else { step.suppressed.append(row) }
         }

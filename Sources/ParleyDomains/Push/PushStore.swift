@@ -171,41 +171,73 @@ enum PushStore {
             """)
     }
 
-    /// Inserts attempts planned by the bridge once their first try ended (or that needed none): each with its final
-    /// status, or `pending` with its retry time and body. A message push whose message was revoked or deleted while
-    /// it was tried is recorded `failed` (`revoked`), as if the revoke had stopped it (the revoke saw no attempt to
-    /// stop). Then the devices' effects (``deviceEffects(of:now:on:)``); returns the apps that got events.
-    static func insertFinished(_ rows: [(appID: String, row: PushAttemptRow)], now: Int64, on db: PostgresConnection) throws -> [String] {
-        guard !rows.isEmpty else { return [] }
+    /// Records in one statement what a round of the bridge finished: the attempts it planned whose first try ended
+    /// (or that needed none), each with its final status or `pending` with its retry time and body; the
+    /// `last_push_at` of the devices they reached; and the apps' cursors moved forward (never back: turning push on
+    /// may have moved one past). A message push whose message was revoked or deleted while it was tried is recorded
+    /// `failed` (`revoked`), as if the revoke had stopped it (the revoke saw no attempt to stop). Rejected keys are the
+    /// caller's (``deviceEffects(of:now:on:)``).
+    static func recordFinished(
+        _ rows: [(appID: String, row: PushAttemptRow)], cursors: [(appID: String, cursor: PushPosition)], now: Int64, on db: PostgresConnection
+    ) throws {
         let r = rows.map(\.row)
+        var reached: (apps: [String], users: [String], devices: [String]) = ([], [], [])
+        for (appID, row) in rows where row.status == "sent" || row.status == "rejected" {
+            let refused = Set(row.rejectedPushKeys)
+            for (device, key) in zip(row.deviceIDs, row.pushKeys) where !refused.contains(key) {
+                reached.apps.append(appID)
+                reached.users.append(row.userID)
+                reached.devices.append(device)
+            }
+        }
         try db.query(
             """
-            INSERT INTO push_attempts (app_id, attempt_id, kind, user_id, message_id, call_id, device_ids, push_keys, status, reason,
-                                       gateway_status, rejected_push_keys, tries, url, format, body, next_attempt_at, created_at, updated_at)
-            SELECT r.app_id, r.attempt_id, r.kind, r.user_id, r.message_id, r.call_id,
-                   ARRAY(SELECT json_array_elements_text(r.device_ids::json)), ARRAY(SELECT json_array_elements_text(r.push_keys::json)),
-                   CASE WHEN m.gone THEN 'failed' ELSE r.status END, CASE WHEN m.gone THEN 'revoked' ELSE r.reason END, r.code,
-                   ARRAY(SELECT json_array_elements_text(r.rejected::json)), r.tries, r.url, r.format,
-                   CASE WHEN m.gone THEN NULL ELSE r.body END, CASE WHEN m.gone THEN NULL ELSE r.next_at END, r.created_at, r.updated_at
-            FROM unnest(\(rows.map(\.appID))::text[], \(r.map(\.attemptID))::text[], \(r.map(\.kind))::text[], \(r.map(\.userID))::text[],
-                        \(r.map(\.messageID))::text[], \(r.map(\.callID))::text[], \(r.map { jsonArray($0.deviceIDs) })::text[],
-                        \(r.map { jsonArray($0.pushKeys) })::text[], \(r.map(\.status))::text[], \(r.map(\.reason))::text[],
-                        \(r.map(\.gatewayStatus))::int[], \(r.map { jsonArray($0.rejectedPushKeys) })::text[], \(r.map(\.tries))::int[],
-                        \(r.map(\.url))::text[], \(r.map(\.format))::text[], \(r.map(\.body))::text[], \(r.map(\.nextAttemptAt))::bigint[],
-                        \(r.map(\.createdAt))::bigint[], \(r.map(\.updatedAt))::bigint[])
-                 AS r(app_id, attempt_id, kind, user_id, message_id, call_id, device_ids, push_keys, status, reason, code, rejected, tries,
-                      url, format, body, next_at, created_at, updated_at)
-            LEFT JOIN LATERAL (
-                SELECT (m.type = 31 OR m.deleted) AS gone FROM messages m
-                WHERE r.kind = 'message' AND r.status IN ('sent', 'rejected', 'pending') AND m.app_id = r.app_id AND m.message_id = r.message_id
-            ) m ON true
+            WITH inserted AS (
+                INSERT INTO push_attempts (app_id, attempt_id, kind, user_id, message_id, call_id, device_ids, push_keys, status, reason,
+                                           gateway_status, rejected_push_keys, tries, url, format, body, next_attempt_at, created_at, updated_at)
+                SELECT r.app_id, r.attempt_id, r.kind, r.user_id, r.message_id, r.call_id, r.device_ids::text[], r.push_keys::text[],
+                       CASE WHEN m.gone THEN 'failed' ELSE r.status END, CASE WHEN m.gone THEN 'revoked' ELSE r.reason END, r.code,
+                       r.rejected::text[], r.tries, r.url, r.format,
+                       CASE WHEN m.gone THEN NULL ELSE r.body END, CASE WHEN m.gone THEN NULL ELSE r.next_at END, r.created_at, r.updated_at
+                FROM unnest(\(rows.map(\.appID))::text[], \(r.map(\.attemptID))::text[], \(r.map(\.kind))::text[], \(r.map(\.userID))::text[],
+                            \(r.map(\.messageID))::text[], \(r.map(\.callID))::text[], \(r.map { arrayLiteral($0.deviceIDs) })::text[],
+                            \(r.map { arrayLiteral($0.pushKeys) })::text[], \(r.map(\.status))::text[], \(r.map(\.reason))::text[],
+                            \(r.map(\.gatewayStatus))::int[], \(r.map { arrayLiteral($0.rejectedPushKeys) })::text[], \(r.map(\.tries))::int[],
+                            \(r.map(\.url))::text[], \(r.map(\.format))::text[], \(r.map(\.body))::text[], \(r.map(\.nextAttemptAt))::bigint[],
+                            \(r.map(\.createdAt))::bigint[], \(r.map(\.updatedAt))::bigint[])
+                     AS r(app_id, attempt_id, kind, user_id, message_id, call_id, device_ids, push_keys, status, reason, code, rejected, tries,
+                          url, format, body, next_at, created_at, updated_at)
+                LEFT JOIN LATERAL (
+                    SELECT (m.type = 31 OR m.deleted) AS gone FROM messages m
+                    WHERE r.kind = 'message' AND r.status IN ('sent', 'rejected', 'pending') AND m.app_id = r.app_id AND m.message_id = r.message_id
+                ) m ON true
+            ),
+            touched AS (
+                UPDATE devices d SET last_push_at = \(now)
+                FROM unnest(\(reached.apps)::text[], \(reached.users)::text[], \(reached.devices)::text[]) AS u(app_id, user_id, device_id)
+                WHERE d.app_id = u.app_id AND d.user_id = u.user_id AND d.device_id = u.device_id
+            )
+            UPDATE push_cursors c SET event_id = u.event_id, user_after = u.user_after
+            FROM unnest(\(cursors.map(\.appID))::text[], \(cursors.map(\.cursor.eventID))::bigint[], \(cursors.map(\.cursor.userAfter))::text[])
+                 AS u(app_id, event_id, user_after)
+            WHERE c.app_id = u.app_id AND c.event_id <= u.event_id
             """)
-        let tried = rows.map {
-            Tried(
-                appID: $0.appID, userID: $0.row.userID, deviceIDs: $0.row.deviceIDs, pushKeys: $0.row.pushKeys,
-                rejectedKeys: $0.row.rejectedPushKeys, status: $0.row.status)
+    }
+
+    /// A PostgreSQL array literal of `values` (`{"a","b"}`): arrays of arrays are not rectangular in PostgreSQL, so
+    /// each row's device ids and keys travel as one text, cast back per row.
+    static func arrayLiteral(_ values: [String]) -> String {
+        var out = "{"
+        for (i, value) in values.enumerated() {
+            if i > 0 { out += "," }
+            out += "\""
+            for c in value.unicodeScalars {
+                if c == "\"" || c == "\\" { out += "\\" }
+                out.unicodeScalars.append(c)
+            }
+            out += "\""
         }
-        return try deviceEffects(of: tried, now: now, on: db)
+        return out + "}"
     }
 
     /// An attempt whose try ended, as its devices' effects need it.
@@ -219,8 +251,9 @@ enum PushStore {
     }
 
     /// After tries that reached the gateway (`sent`, `rejected`): the rejected keys' devices are deleted
-    /// (`device.removed`, reason `rejected`), the others get `last_push_at`. Returns the apps that got events.
-    static func deviceEffects(of tried: [Tried], now: Int64, on db: PostgresConnection) throws -> [String] {
+    /// (`device.removed`, reason `rejected`), the others get `last_push_at` unless `rejectedOnly`. Returns the apps
+    /// that got events.
+    static func deviceEffects(of tried: [Tried], rejectedOnly: Bool = false, now: Int64, on db: PostgresConnection) throws -> [String] {
         var pushed: (apps: [String], users: [String], devices: [String]) = ([], [], [])
         var rejected: (apps: [String], users: [String], devices: [String]) = ([], [], [])
         for attempt in tried where attempt.status == "sent" || attempt.status == "rejected" {
@@ -237,7 +270,7 @@ enum PushStore {
                 }
             }
         }
-        if !pushed.apps.isEmpty {
+        if !pushed.apps.isEmpty && !rejectedOnly {
             try db.query(
                 """
                 UPDATE devices d SET last_push_at = \(now)
@@ -294,15 +327,6 @@ enum PushStore {
             if try db.query("SELECT 1 FROM apps WHERE app_id = \(appID)").first == nil { return nil }
         }
         return nil
-    }
-
-    /// Moves an app's cursor forward to `position` (never back: turning push on may have moved it past).
-    static func moveCursor(appID: String, to position: PushPosition, on db: PostgresConnection) throws {
-        try db.query(
-            """
-            UPDATE push_cursors SET event_id = \(position.eventID), user_after = \(position.userAfter)
-            WHERE app_id = \(appID) AND event_id <= \(position.eventID)
-            """)
     }
 
     /// The apps with push configured whose log head is past their cursor, with the head.
