@@ -731,6 +731,25 @@ struct PushTests: ProblemAssertions {
         #expect(taken.fromLog == 0 && taken.handedOver == count, "\(taken)")
     }
 
+    /// Deleting an app while its pushes are planned and sent leaves the bridge idle, and the other apps pushed.
+    @Test func deletingAnAppWhilePushingLeavesTheBridgeIdle() throws {
+        let slow = try Self.gateway { _ in TestReceiver.Answer(status: 200, body: Array(#"{"rejected":[]}"#.utf8), delayMillis: 200) }
+        defer { slow.stop() }
+        let (server, app, gateway) = try Self.scene()
+        defer { Self.stop(server, gateway) }
+        let other = try Self.setUp(server)
+        for a in [app, other] { try Self.device(a, "bob", key: "key-bob") }
+        try Self.configure(app, slow)
+        try Self.configure(other, gateway)
+        for _ in 0..<5 { _ = try Self.send(app) }
+        let r = try server.request(.delete, "/v1/apps/\(app.appID)", bearer: server.adminKey)
+        #expect(r.status == 204, "\(r.text)")
+        _ = try Self.send(other)
+        Self.drain(server)
+        #expect(gateway.requests.count == 1)
+        #expect(try Self.attempts(other).count == 1)
+    }
+
     /// A node whose bridge stopped leaves its app to another node, which plans what the first one's writer committed
     /// from the log, once each.
     @Test func anotherNodeCatchesUpFromTheLog() throws {

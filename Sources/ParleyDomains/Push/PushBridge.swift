@@ -250,6 +250,9 @@ package final class PushBridge: Sendable {
                 var budget = Self.maxInFlight - work.inFlight
                 if work.inFlight == 0 || now - lastPlan >= Self.planEveryMillis || polled {
                     lastPlan = now
+                    for appID in work.lanes.keys.sorted() {
+                        if try !(settings(appID, on: db)?.configured ?? false) { try letGo(appID, &work, on: db) }
+                    }
                     for appID in work.lanes.keys.sorted() where budget > 0 {
                         guard var lane = work.lanes[appID] else { continue }
                         let planned = try plan(&lane, budget: budget, &work, now: now, on: db)
@@ -419,7 +422,7 @@ package final class PushBridge: Sendable {
         } else {
             lane.noteGap(now: now)
         }
-        guard !lane.ready.isEmpty, let settings = try settings(lane.appID, on: db), settings.configured else { return [] }
+        guard !lane.ready.isEmpty, let settings = try settings(lane.appID, on: db) else { return [] }
         let step = try PushPlanner.planReady(&lane, budget: budget, settings: settings, now: clock.now(), on: db)
         metrics.took(step.taken)
         let id = lane.stepPlanned(open: step.pending.count)
@@ -435,7 +438,8 @@ package final class PushBridge: Sendable {
     private func record(_ work: inout Work, on db: PostgresConnection) throws {
         var cursors: [(appID: String, cursor: PushPosition)] = []
         for appID in work.lanes.keys.sorted() {
-            if let cursor = work.lanes[appID]?.cursorToWrite(), cursor != work.lanes[appID]?.durable { cursors.append((appID, cursor)) }
+            guard let cursor = work.lanes[appID]?.cursorToWrite() else { continue }
+            if cursor == work.lanes[appID]?.durable { work.lanes[appID]?.wrote(cursor) } else { cursors.append((appID, cursor)) }
         }
         guard !work.leasedDone.isEmpty || !work.freshDone.isEmpty || !cursors.isEmpty else { return }
         let (leased, fresh, freshApps) = (work.leasedDone, work.freshDone, work.freshApps)
@@ -446,6 +450,29 @@ package final class PushBridge: Sendable {
                 appID: $0.0, userID: $0.1.userID, deviceIDs: $0.1.deviceIDs, pushKeys: $0.1.pushKeys, rejectedKeys: $0.1.rejectedPushKeys,
                 status: $0.1.status)
         }
+        let apps: [String]
+        do {
+            apps = try write(leased: leased, finished: finished, rejected: rejected, cursors: cursors, now: now, on: db)
+        } catch let error as PostgresError where error.isForeignKeyViolation {
+            // An app was deleted meanwhile (its attempts and cursor went with it): record the others.
+            let existing = Set(try PushStore.existingApps(Array(Set(freshApps + cursors.map(\.appID))), on: db))
+            apps = try write(
+                leased: leased, finished: finished.filter { existing.contains($0.0) }, rejected: rejected.filter { existing.contains($0.appID) },
+                cursors: cursors.filter { existing.contains($0.appID) }, now: now, on: db)
+        }
+        metrics.recorded(leased.map { ($0.claimed.kind, $0.result.status) } + fresh.map { ($0.kind, $0.status) })
+        work.leasedDone = []
+        work.freshDone = []
+        work.freshApps = []
+        for (appID, cursor) in cursors { work.lanes[appID]?.wrote(cursor) }
+        for appID in Set(apps).sorted() { eventsWritten(appID) }
+    }
+
+    /// The statements of ``record(_:on:)``: one on its own in the common round, else one transaction.
+    private func write(
+        leased: [Outcome], finished: [(String, PushAttemptRow)], rejected: [PushStore.Tried], cursors: [(appID: String, cursor: PushPosition)],
+        now: Int64, on db: PostgresConnection
+    ) throws -> [String] {
         let apps: [String]
         if leased.isEmpty && rejected.isEmpty {
             // The common round: one statement, committed on its own.
@@ -459,12 +486,7 @@ package final class PushBridge: Sendable {
                 return apps
             }
         }
-        metrics.recorded(leased.map { ($0.claimed.kind, $0.result.status) } + fresh.map { ($0.kind, $0.status) })
-        work.leasedDone = []
-        work.freshDone = []
-        work.freshApps = []
-        for (appID, cursor) in cursors { work.lanes[appID]?.wrote(cursor) }
-        for appID in Set(apps).sorted() { eventsWritten(appID) }
+        return apps
     }
 
     /// Hands the round's tries to the sender threads, in chunks sized by the gateways' recent latency.

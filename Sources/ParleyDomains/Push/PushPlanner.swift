@@ -73,12 +73,15 @@ package enum PushPlanner {
         // Step 1: an app without push configured pays nothing per item: no attempt, not even a suppressed one.
         guard settings.configured else { return [] }
         let userIDs = Array(Set(batch.flatMap(\.userIDs)))
-        let devices = try PushStore.devices(appID: appID, userIDs: userIDs, on: db)
-        let withDevices = batch.map { ($0.item, $0.userIDs.filter { devices[$0] != nil }) }
+        // Devices, open-stream platforms and push rules in one read: only recipients with devices come back.
+        var states = try PushStore.recipients(appID: appID, userIDs: userIDs, on: db)
+        let withDevices = batch.map { ($0.item, $0.userIDs.filter { states[$0] != nil }) }
         let reached = Array(Set(withDevices.flatMap(\.1)))
         guard !reached.isEmpty else { return [] }
-        let states = try recipientStates(
-            appID: appID, userIDs: reached, devices: devices, badge: withDevices.contains { $0.0.enableBadge && !$0.1.isEmpty }, on: db)
+        if withDevices.contains(where: { $0.0.enableBadge && !$0.1.isEmpty }) {
+            let unread = try ConversationStore.totalUnread(appID: appID, userIDs: reached, on: db)
+            for userID in reached { states[userID]?.unread = unread[userID] ?? 0 }
+        }
         let dnd = try PushStore.doNotDisturb(
             appID: appID,
             entries: withDevices.filter { $0.0.kind.respectsDoNotDisturb }.flatMap { item, users in

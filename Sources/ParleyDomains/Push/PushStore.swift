@@ -92,6 +92,39 @@ enum PushStore {
         return Dictionary(grouping: devices, by: \.userID)
     }
 
+    /// The recipients among `userIDs` that have devices, each with its devices (in `created_at` order), the platforms
+    /// it has an open presence-counting user stream on (any node) and its offline push rule: what the §16.1 decision
+    /// reads, in one statement.
+    static func recipients(appID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: PushRecipient] {
+        guard !userIDs.isEmpty else { return [:] }
+        var out: [String: PushRecipient] = [:]
+        for row in try db.query(
+            """
+            SELECT d.device_id, d.user_id, d.platform, d.provider, d.push_key, d.push_app_id, d.voip, d.apptype, d.lang, d.created_at,
+                   d.updated_at, d.last_push_at,
+                   ARRAY(SELECT DISTINCT s.platform FROM user_streams s
+                         WHERE s.app_id = d.app_id AND s.user_id = d.user_id AND s.counts_presence),
+                   r.online_platforms, r.not_to_receive_offline_push_platforms
+            FROM devices d LEFT JOIN push_rules r ON r.app_id = d.app_id AND r.user_id = d.user_id
+            WHERE d.app_id = \(appID) AND d.user_id = ANY(\(userIDs))
+            ORDER BY d.user_id, d.created_at, d.device_id
+            """
+        ).rows {
+            let device = try DeviceStore.device(row)
+            if out[device.userID] == nil {
+                let rule =
+                    row[13].isNull
+                    ? nil
+                    : PushRule(
+                        onlinePlatforms: try row[13].stringArray.compactMap(Device.Platform.init),
+                        mutedPlatforms: try row[14].stringArray.compactMap(Device.Platform.init))
+                out[device.userID] = PushRecipient(userID: device.userID, devices: [], onlinePlatforms: Set(try row[12].stringArray), rule: rule)
+            }
+            out[device.userID]?.devices.append(device)
+        }
+        return out
+    }
+
     /// The platforms each of `userIDs` has an open presence-counting user stream on (any node; API.md §14.2).
     static func onlinePlatforms(appID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: Set<String>] {
         var out: [String: Set<String>] = [:]
@@ -129,14 +162,18 @@ enum PushStore {
         appID: String, entries: [(userID: String, conversationType: String, conversationID: String)], on db: PostgresConnection
     ) throws -> Set<String> {
         guard !entries.isEmpty else { return [] }
+        // One primary-key probe per entry, whatever the number of the app's conversations.
         return Set(
             try db.query(
                 """
-                SELECT c.user_id, c.conv_type, c.conv_id FROM conversations c
-                JOIN unnest(\(entries.map(\.userID))::text[], \(entries.map(\.conversationType))::text[], \(entries.map(\.conversationID))::text[])
+                SELECT c.user_id, c.conv_type, c.conv_id
+                FROM unnest(\(entries.map(\.userID))::text[], \(entries.map(\.conversationType))::text[], \(entries.map(\.conversationID))::text[])
                      AS e(user_id, conv_type, conv_id)
-                  ON c.app_id = \(appID) AND c.user_id = e.user_id AND c.conv_type = e.conv_type AND c.conv_id = e.conv_id
-                WHERE c.notification_status = 'do_not_disturb'
+                CROSS JOIN LATERAL (
+                    SELECT c.user_id, c.conv_type, c.conv_id FROM conversations c
+                    WHERE c.app_id = \(appID) AND c.user_id = e.user_id AND c.conv_type = e.conv_type AND c.conv_id = e.conv_id
+                      AND c.notification_status = 'do_not_disturb'
+                ) c
                 """
             ).rows.map { conversationKey(try $0[0].string, try $0[1].string, try $0[2].string) })
     }
@@ -327,6 +364,11 @@ enum PushStore {
             if try db.query("SELECT 1 FROM apps WHERE app_id = \(appID)").first == nil { return nil }
         }
         return nil
+    }
+
+    /// Which of `appIDs` still exist.
+    static func existingApps(_ appIDs: [String], on db: PostgresConnection) throws -> [String] {
+        try db.query("SELECT app_id FROM apps WHERE app_id = ANY(\(appIDs))").decode(String.self)
     }
 
     /// The apps with push configured whose log head is past their cursor, with the head.
