@@ -20,7 +20,7 @@
 #              BENCH_PUSH_RECIPIENTS=5000, BENCH_FANOUT_TIMEOUT=60 (s per fan-out round), BENCH_DURATION=10s,
 #              BENCH_ROUNDS=3, BENCH_PACED_ROUNDS=2, BENCH_PACED_FRACTION=0.8, BENCH_PACED_DURATION=20s,
 #              BENCH_PACED_CONNECTIONS=64, BENCH_THREADS=2, BENCH_RESULTS=path, BENCH_NO_RECORD=1, BENCH_NOTE="…",
-#              BENCH_DRAIN_TIMEOUT=180 (s)
+#              BENCH_DRAIN_TIMEOUT=180 (s), BENCH_QUIET_MAX=120 (s each run waits at most for a quiet machine)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
