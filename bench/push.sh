@@ -437,7 +437,7 @@ for ((r = 1; r <= PACED_ROUNDS; r++)); do
     if [[ $p99 != n/a ]] && ((p99 < 1000)) && [[ $pm == "$pp" ]]; then verdict=met; else verdict="**not met**"; fi
     SUMMARY+=("$k: $(printf '%.0f' "${RATE[parley,$k]}") sends/s (asked $PACE; send p50 ${P50[$k]} / p99 ${P99[$k]}); $pp of $pm messages pushed; message timestamp → gateway request p50 $p50 / **p99 $p99** / max $pmax ms; target p99 < 1 s: $verdict; ms per send (parley / pg / gateway / bridge thread / senders / bridge backend): $(cpu_per_send "$k" "$pm")")
 done
-if [[ -n $FIELD_PROBLEMS ]]; then SUMMARY+=("fan-out body vs §16.2: **$FIELD_PROBLEMS**"); else SUMMARY+=("fan-out body vs §16.2: every checked field as specified"); fi
+if [[ -n $FIELD_PROBLEMS ]]; then SUMMARY+=("fan-out body vs the matrix format (docs/push.md): **$FIELD_PROBLEMS**"); else SUMMARY+=("fan-out body vs the matrix format (docs/push.md): every checked field as specified"); fi
 for line in "${SUMMARY[@]}"; do log "$line"; done
 
 SECTION=$(

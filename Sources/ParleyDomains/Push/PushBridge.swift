@@ -4,7 +4,7 @@ import ParleyHTTP
 import ParleyPostgres
 import ParleySync
 
-/// The push bridge of a node (API.md §16): plans each app's events into attempts (``PushPlanner``), sends them on its
+/// The push bridge of a node (docs/push.md): plans each app's events into attempts (``PushPlanner``), sends them on its
 /// sender threads through the webhooks' outbound transport, and records each attempt once its try ends, with the
 /// retry schedule, rejected-key pruning (`device.removed`) and `failed`.
 ///

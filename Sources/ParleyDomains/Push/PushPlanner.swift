@@ -2,9 +2,9 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// Turns an app's events into push attempts (API.md §16.1): for every pushable event, the recipients (never the
-/// sender), each one's decision, and one attempt per recipient with devices — `pending` with its request body, or
-/// `suppressed` with the reason. It only reads: the bridge sends and records (``PushBridge``).
+/// Turns an app's events into push attempts (docs/push.md, "What is pushed, to whom"): for every pushable event, the
+/// recipients (never the sender), each one's decision, and one attempt per recipient with devices — `pending` with its
+/// request body, or `suppressed` with the reason. It only reads: the bridge sends and records (``PushBridge``).
 ///
 /// Recipients are read a page at a time: a group message to 5,000 members or a broadcast is planned over several
 /// steps (the cursor's `user_after`), never loaded whole.

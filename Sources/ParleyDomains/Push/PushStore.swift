@@ -93,7 +93,7 @@ enum PushStore {
     }
 
     /// The recipients among `userIDs` that have devices, each with its devices (in `created_at` order), the platforms
-    /// it has an open presence-counting user stream on (any node) and its offline push rule: what the §16.1 decision
+    /// it has an open presence-counting user stream on (any node) and its offline push rule: what the push decision
     /// reads, in one statement.
     static func recipients(appID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: PushRecipient] {
         guard !userIDs.isEmpty else { return [:] }
