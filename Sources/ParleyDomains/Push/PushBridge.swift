@@ -681,11 +681,6 @@ package final class PushMetrics: Sendable {
         state.withLock { $0.skipped += count }
     }
 
-    /// Attempts written by the planner, by `kind|status` (pending ones are counted again when they finish).
-    func planned(_ statuses: [String: Int]) {
-        state.withLock { s in for (key, n) in statuses where !key.hasSuffix("|pending") { s.attempts[key, default: 0] += n } }
-    }
-
     /// Finished tries by the status they left their attempt in.
     func recorded(_ outcomes: [(kind: String, status: String)]) {
         state.withLock { s in

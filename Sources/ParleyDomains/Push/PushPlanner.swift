@@ -99,22 +99,6 @@ package enum PushPlanner {
         return rows
     }
 
-    /// Each recipient's devices, open-stream platforms, push rule and (with `badge`) unread total.
-    static func recipientStates(
-        appID: String, userIDs: [String], devices: [String: [Device]], badge: Bool, on db: PostgresConnection
-    ) throws -> [String: PushRecipient] {
-        let online = try PushStore.onlinePlatforms(appID: appID, userIDs: userIDs, on: db)
-        let rules = try PushStore.pushRules(appID: appID, userIDs: userIDs, on: db)
-        let unread = badge ? try ConversationStore.totalUnread(appID: appID, userIDs: userIDs, on: db) : [:]
-        var states: [String: PushRecipient] = [:]
-        for userID in userIDs {
-            states[userID] = PushRecipient(
-                userID: userID, devices: devices[userID] ?? [], onlinePlatforms: online[userID] ?? [], rule: rules[userID],
-                unread: badge ? unread[userID] ?? 0 : nil)
-        }
-        return states
-    }
-
     /// The attempt a decision comes to: `pending` with its request, or `suppressed` with the reason.
     static func attempt(
         _ item: PushItem, to recipient: PushRecipient, decision: PushDecision, settings: PushSettings, appID: String, now: Int64

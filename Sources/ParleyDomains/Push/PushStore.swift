@@ -125,33 +125,6 @@ enum PushStore {
         return out
     }
 
-    /// The platforms each of `userIDs` has an open presence-counting user stream on (any node; API.md §14.2).
-    static func onlinePlatforms(appID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: Set<String>] {
-        var out: [String: Set<String>] = [:]
-        for row in try db.query(
-            "SELECT DISTINCT user_id, platform FROM user_streams WHERE app_id = \(appID) AND user_id = ANY(\(userIDs)) AND counts_presence"
-        ).rows {
-            out[try row[0].string, default: []].insert(try row[1].string)
-        }
-        return out
-    }
-
-    /// The offline push rules of those of `userIDs` that set one.
-    static func pushRules(appID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: PushRule] {
-        var out: [String: PushRule] = [:]
-        for row in try db.query(
-            """
-            SELECT user_id, online_platforms, not_to_receive_offline_push_platforms FROM push_rules
-            WHERE app_id = \(appID) AND user_id = ANY(\(userIDs))
-            """
-        ).rows {
-            out[try row[0].string] = PushRule(
-                onlinePlatforms: try row[1].stringArray.compactMap(Device.Platform.init),
-                mutedPlatforms: try row[2].stringArray.compactMap(Device.Platform.init))
-        }
-        return out
-    }
-
     /// The key of one user's conversation in ``doNotDisturb(appID:entries:on:)``'s answer.
     static func conversationKey(_ userID: String, _ conversationType: String, _ conversationID: String) -> String {
         userID + "\u{0}" + conversationType + "\u{0}" + conversationID
