@@ -363,10 +363,11 @@ cpu_window() {  # DURING_WRK: CPU over the measured wrk run, into $CPU_FILE
     sleep "$SECS"
     cpu_delta "$before" "$(cpu_snapshot)" >"$CPU_FILE"
 }
-wait_quiet() {  # before a measured phase: until the machine's CPU is ≤ 25% busy over a second (at most 120 s), so
-    # background work a previous phase left (the push bridge planning its sends' events) is not charged to this one
+wait_quiet() {  # before a measured phase: until the machine's CPU is ≤ 25% busy over a second (at most
+    # BENCH_QUIET_MAX, 120 s), so background work a previous phase left (the push bridge planning its sends' events) is
+    # not charged to this one
     local waited=0 busy
-    while ((waited < 120)); do
+    while ((waited < ${BENCH_QUIET_MAX:-120})); do
         busy=$(python3 -c 'import time
 def snap():
     f = [int(x) for x in open("/proc/stat").readline().split()[1:]]

@@ -183,15 +183,9 @@ struct PushTests: ProblemAssertions {
         for user in ["carol", "dave", "erin", "frank", "gina"] { try app.createUser(user) }
         try Self.device(app, "bob", key: "key-bob")
 
-        // 1. Not configured: a suppressed attempt for a recipient with devices, none for one without.
-        _ = try Self.send(app, to: "bob")
-        _ = try Self.send(app, to: "carol")
-        Self.drain(server)
-        var attempts = try Self.attempts(app)
-        #expect(attempts.count == 1, "carol has no device: no attempt")
-        #expect(attempts.first?["status"] == .string("suppressed"))
-        #expect(attempts.first?["reason"] == .string("not_configured"))
+        // 1. Not configured: nothing is planned, no attempt is recorded (pushNotConfiguredPaysNothing).
         try Self.configure(app, gateway)
+        var attempts: [JSONValue]
 
         // 2. Do not disturb (bob's conversation with alice).
         var r = try app.request(.patch, "/v1/users/bob/conversations/peer/alice", json: #"{"notification_status":"do_not_disturb"}"#)
@@ -233,6 +227,84 @@ struct PushTests: ProblemAssertions {
         let erin = try #require(gateway.requests.first { $0.text.contains("key-erin") })
         #expect(erin.text.contains("key-erin-android") && !erin.text.contains("key-erin-ios"), "only the offline platform")
         #expect(gateway.requests.count == 1, "\(gateway.requests.map(\.text))")
+    }
+
+    // MARK: - Push not configured
+
+    /// With `push.enabled` false or no `gateway_url` nothing is planned and no attempt is recorded, for messages,
+    /// calls and revokes alike; the dry run still says `not_configured` per device, and `/metrics` counts the
+    /// pushable messages in `parley_push_skipped_total`.
+    @Test func pushNotConfiguredPaysNothing() throws {
+        let (server, app, gateway) = try Self.scene()
+        defer { Self.stop(server, gateway) }
+        try app.createUser("carol")
+        try Self.device(app, "bob", key: "key-bob")
+        try Self.device(app, "carol", key: "key-carol-voip", voip: true)
+        try Self.device(app, "carol", key: "key-carol")
+        var r = try app.request(.post, "/v1/groups", json: #"{"group_id":"g","operator":"alice","members":["bob","carol"]}"#)
+        #expect(r.status == 201, "\(r.text)")
+        let peer = try Self.send(app, to: "bob")
+        _ = try Self.send(app, to: "g", type: "group")
+        _ = try Self.send(app, to: "bob", extra: #","push":{"enable":false}"#)  // not pushable: not counted
+        _ = try Self.send(app, to: "bob", extra: #","online_only":true"#)  // not stored: not counted
+        // Enabled without a gateway is not configured either.
+        r = try app.request(.patch, "/v1/settings", json: #"{"push":{"enabled":true}}"#)
+        #expect(r.status == 200, "\(r.text)")
+        _ = try Self.send(app, to: "bob")
+        r = try app.request(.post, "/v1/calls", json: #"{"caller":"alice","invitees":["bob","carol"]}"#)
+        #expect(r.status == 200, "\(r.text)")
+        r = try app.request(.post, "/v1/messages/\(peer["message_id"]?.stringValue ?? "")/revoke", json: #"{"operator":"alice"}"#)
+        #expect(r.status == 200, "\(r.text)")
+        Self.drain(server)
+        #expect(try Self.attempts(app).isEmpty, "no attempt at all, not even suppressed ones")
+        #expect(gateway.requests.isEmpty)
+        let metrics = try server.request(.get, "/metrics").text
+        #expect(metrics.contains("parley_push_skipped_total 3"), "the peer text, the group text and the last peer text")
+        #expect(metrics.contains(#"parley_push_attempts_total{kind="message",status="suppressed"} 0"#))
+        // The dry run still decides each device, and a real test push is refused.
+        let messageID = try Self.send(app, to: "bob")["message_id"]?.stringValue ?? ""
+        let dry = try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","message_id":"\#(messageID)"}"#)
+        #expect(dry.status == 200, "\(dry.text)")
+        #expect(dry.json?["decisions"]?.arrayValue?.map { $0["reason"] } == [.string("not_configured")])
+        #expect(dry.json?["request"] == .null)
+        Self.expectProblem(
+            try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","message_id":"\#(messageID)","dry_run":false}"#), 422, 7_000_701)
+        Self.drain(server)
+        #expect(try Self.attempts(app).isEmpty)
+    }
+
+    /// Turning push on starts with the events written after the change: what was sent while push was off is never
+    /// pushed later, and neither is what was sent while it was off again.
+    @Test func turningPushOnDoesNotPushOlderMessages() throws {
+        let (server, app, gateway) = try Self.scene()
+        defer { Self.stop(server, gateway) }
+        try Self.device(app, "bob", key: "key-bob")
+        for _ in 0..<3 { _ = try Self.send(app) }
+        Self.drain(server)
+        try Self.configure(app, gateway)
+        Self.drain(server)
+        #expect(gateway.requests.isEmpty, "\(gateway.requests.map(\.text))")
+        let first = try Self.send(app)
+        Self.drain(server)
+        #expect(gateway.requests.compactMap { $0.json?["notification"]?["event_id"] } == [first["message_id"] ?? .null])
+        // Off, a send, on again: only the send after the second change is pushed.
+        var r = try app.request(.patch, "/v1/settings", json: #"{"push":{"enabled":false}}"#)
+        #expect(r.status == 200, "\(r.text)")
+        _ = try Self.send(app)
+        Self.drain(server)
+        r = try app.request(.patch, "/v1/settings", json: #"{"push":{"gateway_url":null}}"#)
+        #expect(r.status == 200, "\(r.text)")
+        r = try app.request(.patch, "/v1/settings", json: #"{"push":{"enabled":true}}"#)
+        #expect(r.status == 200, "\(r.text)")
+        _ = try Self.send(app)
+        Self.drain(server)
+        #expect(gateway.requests.count == 1, "enabled without a gateway is still off")
+        try Self.configure(app, gateway)
+        let second = try Self.send(app)
+        Self.drain(server)
+        #expect(
+            gateway.requests.compactMap { $0.json?["notification"]?["event_id"] } == [first["message_id"] ?? .null, second["message_id"] ?? .null])
+        #expect(try Self.attempts(app).count == 2)
     }
 
     // MARK: - Gateway answers
@@ -640,6 +712,70 @@ struct PushTests: ProblemAssertions {
         #expect(try Self.attempts(app).count == count)
     }
 
+    /// What this node's writer commits is planned from memory: none of its messages is read back from the log.
+    @Test func theBridgeDoesNotReadBackWhatItsNodeWrote() throws {
+        let (server, app, gateway) = try Self.scene()
+        defer { Self.stop(server, gateway) }
+        try Self.device(app, "bob", key: "key-bob")
+        try Self.configure(app, gateway)
+        Self.drain(server)
+        let count = 30
+        for i in 0..<count {
+            let r = try app.request(
+                .post, "/v1/messages", json: #"{"from":"alice","conversation_type":"peer","to":"bob","type":1,"body":{"text":"n\#(i)"}}"#)
+            #expect(r.status == 201)
+        }
+        Self.drain(server)
+        #expect(gateway.requests.count == count)
+        let taken = server.app.push.metrics.taken("message.sent")
+        #expect(taken.fromLog == 0 && taken.handedOver == count, "\(taken)")
+    }
+
+    /// Deleting an app while its pushes are planned and sent leaves the bridge idle, and the other apps pushed.
+    @Test func deletingAnAppWhilePushingLeavesTheBridgeIdle() throws {
+        let slow = try Self.gateway { _ in TestReceiver.Answer(status: 200, body: Array(#"{"rejected":[]}"#.utf8), delayMillis: 200) }
+        defer { slow.stop() }
+        let (server, app, gateway) = try Self.scene()
+        defer { Self.stop(server, gateway) }
+        let other = try Self.setUp(server)
+        for a in [app, other] { try Self.device(a, "bob", key: "key-bob") }
+        try Self.configure(app, slow)
+        try Self.configure(other, gateway)
+        for _ in 0..<5 { _ = try Self.send(app) }
+        let r = try server.request(.delete, "/v1/apps/\(app.appID)", bearer: server.adminKey)
+        #expect(r.status == 204, "\(r.text)")
+        _ = try Self.send(other)
+        Self.drain(server)
+        #expect(gateway.requests.count == 1)
+        #expect(try Self.attempts(other).count == 1)
+    }
+
+    /// A node whose bridge stopped leaves its app to another node, which plans what the first one's writer committed
+    /// from the log, once each.
+    @Test func anotherNodeCatchesUpFromTheLog() throws {
+        let nodeA = try TestServer.start(testClock: false) { $0.webhookAllowPrivate = true }
+        defer { nodeA.stop() }
+        let nodeB = try TestServer.start(testClock: false, database: nodeA.database) { $0.webhookAllowPrivate = true }
+        defer { nodeB.stop() }
+        let gateway = try Self.gateway()
+        defer { gateway.stop() }
+        let app = try Self.setUp(nodeA)
+        try Self.device(app, "bob", key: "key-bob")
+        try Self.configure(app, gateway)
+        let before = try Self.send(app)
+        #expect(nodeA.app.push.drain())
+        nodeA.app.push.stop()
+        var ids: [JSONValue] = []
+        for _ in 0..<10 { ids.append(try Self.send(app)["message_id"] ?? .null) }
+        nodeB.app.push.poke()
+        _ = gateway.waitFor(count: 11, timeout: .seconds(30))
+        #expect(nodeB.app.push.drain())
+        let pushed = gateway.requests.compactMap { $0.json?["notification"]?["event_id"] }
+        #expect(pushed.count == 11 && Set(pushed.compactMap(\.stringValue)) == Set(([before["message_id"] ?? .null] + ids).compactMap(\.stringValue)))
+        #expect(nodeB.app.push.metrics.taken("message.sent").fromLog == 10)
+        #expect(try Self.attempts(app).count == 11)
+    }
+
     // MARK: - The dry run and the attempt log
 
     @Test func theDryRunPredictsTheRealSend() throws {
@@ -733,7 +869,10 @@ struct PushTests: ProblemAssertions {
         let server = try Self.server()
         defer { server.stop() }
         let app = try Self.setUp(server)
+        let gateway = try Self.gateway()
+        defer { gateway.stop() }
         try Self.device(app, "bob", key: "key-bob")
+        try Self.configure(app, gateway)
         for _ in 0..<5 { _ = try Self.send(app) }
         Self.drain(server)
         var seen: [String] = []
@@ -749,7 +888,8 @@ struct PushTests: ProblemAssertions {
         let one = try app.request(.get, "/v1/push/attempts/\(seen[0])")
         #expect(one.status == 200 && one.json?["attempt_id"] == .string(seen[0]))
         #expect(try Self.attempts(app, "user_id=alice").isEmpty)
-        #expect(try Self.attempts(app, "status=suppressed&kind=message").count == 5)
+        #expect(try Self.attempts(app, "status=sent&kind=message").count == 5)
+        #expect(try Self.attempts(app, "status=suppressed").isEmpty)
         // Another app sees none of them.
         let other = try server.createApp()
         #expect(try other.request(.get, "/v1/push/attempts/\(seen[0])").status == 404)

@@ -14,6 +14,8 @@ no per-request task), keep-alive or one request per connection, pipelining-safe 
                                 ?since=<epoch s> adds p50_ms/p99_ms/max_ms/last_ms of arrival − since, per_s
                                 (arrivals in each second after since) and within (requests that arrived within ?within_s=<s>, default 5, of since);
                                 ?reset=1 answers the same and then clears every figure
+  GET  /arrivals                JSON object event_id -> arrival (epoch s) of its first request since the last reset
+                                (push.sh joins it with the messages' timestamps)
   GET  /sample                  the first body received of each notification type since the last reset (JSON object
                                 type -> body), to check fields against the spec
 
@@ -38,6 +40,7 @@ class Stats:
 
     def reset(self):
         self.arrivals = []
+        self.first_arrival = {}  # event_id -> its first request's arrival (GET /arrivals)
         self.pushkeys = set()
         self.pairs = set()  # (event_id, pushkey): a repeated pair is a duplicate push
         self.event_ids = set()
@@ -132,6 +135,7 @@ def check_notify(body):
         STATS.samples[str(ntype)] = doc
     event_id = n.get("event_id")
     STATS.event_ids.add(str(event_id))
+    STATS.first_arrival.setdefault(str(event_id), now)
     for field, kind in (("event_id", str), ("room_id", str), ("type", str), ("sender", str), ("prio", str)):
         if not isinstance(n.get(field), kind):
             STATS.problem(f"notification.{field} missing or not a {kind.__name__}")
@@ -204,6 +208,8 @@ class Gateway(loopback_http.Connection):
             if params.get("reset") == "1":
                 STATS.reset()
             return self.answer(slot, 200, out)
+        if method == "GET" and path == "/arrivals":
+            return self.answer(slot, 200, json.dumps(STATS.first_arrival).encode())
         if method == "GET" and path == "/sample":
             return self.answer(slot, 200, json.dumps(STATS.samples).encode())
         if method != "POST":

@@ -99,7 +99,7 @@ public final class ParleyApp: Sendable {
                 logger: logger, configuration: configuration, stopping: stopping, timerKinds: TimerKinds.all,
                 sequenced: { appID in
                     hub.poke(appID)
-                    pushReady.withLock { $0 }?.poke()
+                    pushReady.withLock { $0 }?.sequenced(appID)
                 },
                 tokenSubject: { appID, userID, now, db in
                     try UserStore.authState(appID: appID, userID: userID, on: db).map {
@@ -110,13 +110,13 @@ public final class ParleyApp: Sendable {
                 })
             self.services = services
             let push = PushBridge(
-                transport: services.webhooks.transport, clock: services.clock, logger: logger.named("push"),
+                transport: services.webhooks.transport, clock: services.clock, apps: services.apps, logger: logger.named("push"),
                 eventsWritten: { services.sequencer.poke($0) })
             pushReady.withLock { $0 = push }
             remoteReaders.withLock {
                 $0 = { appID in
                     services.webhooks.dispatcher.stored(appID: appID)
-                    push.poke()
+                    push.sequenced(appID)
                 }
             }
             self.push = push
@@ -127,7 +127,7 @@ public final class ParleyApp: Sendable {
             ) { committed in
                 hub.committed(committed)
                 services.webhooks.dispatcher.committed(committed)
-                push.poke()
+                push.committed(committed)
             }
             self.hub = hub
             self.writer = writer

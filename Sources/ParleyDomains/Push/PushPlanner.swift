@@ -2,17 +2,16 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// Turns the event log into push attempts (API.md §16.1): for every pushable event after an app's cursor, the
-/// recipients (never the sender), each one's decision, and one attempt per recipient with devices — `pending` with
-/// its request body, or `suppressed` with the reason.
+/// Turns an app's events into push attempts (docs/push.md, "What is pushed, to whom"): for every pushable event, the
+/// recipients (never the sender), each one's decision, and one attempt per recipient with devices — `pending` with its
+/// request body, or `suppressed` with the reason. It only reads: the bridge sends and records (``PushBridge``).
 ///
-/// Runs in the caller's transaction, which also moves the cursor, so a crash before the commit plans the same events
-/// again and never twice after it. Recipients are read a page at a time: a group message to 5,000 members or a
-/// broadcast is planned over several transactions (the cursor's `user_after`), never loaded whole.
+/// Recipients are read a page at a time: a group message to 5,000 members or a broadcast is planned over several
+/// steps (the cursor's `user_after`), never loaded whole.
 package enum PushPlanner {
-    /// Recipients decided per transaction (one page of a big group or broadcast).
+    /// Recipients decided per step (one page of a big group or broadcast).
     static let recipientsPerRound = 500
-    /// Events read per transaction.
+    /// Events planned per step.
     static let eventsPerRound = 200
 
     /// The event types the bridge looks at (each may still come to nothing: unstored, suppressed, no `push` …).
@@ -20,93 +19,69 @@ package enum PushPlanner {
         "message.sent", "message.broadcast", "friend.application_created", "friend.application_updated", "group.application_updated",
     ]
 
-    /// What one round planned.
-    struct Planned {
-        /// Attempts inserted as `pending` (the sender should look).
-        var pending = 0
-        /// The app has more to plan right away.
-        var more = false
-        /// The inserted attempts by `kind|status` (metrics).
-        var statuses: [String: Int] = [:]
+    /// What one planning step came to: attempts to send, and attempts that need no try (suppressed).
+    struct Step {
+        var pending: [PushAttemptRow] = []
+        var suppressed: [PushAttemptRow] = []
+        /// The events fully planned.
+        var taken: [PushLogEvent] = []
     }
 
-    /// Plans the next part of `appID`'s log in the caller's transaction; nil when another node holds the app.
-    static func planNext(appID: String, now: Int64, on db: PostgresConnection) throws -> Planned? {
-        guard let cursor = try lockCursor(appID: appID, on: db) else { return nil }
-        let head = try db.query("SELECT head FROM event_heads WHERE app_id = \(appID)").decodeFirst(Int64.self) ?? 0
-        let settings = try PushStore.settings(appID: appID, on: db)
-        let firstEvent = cursor.userAfter == nil ? cursor.eventID + 1 : cursor.eventID
-        let events = try db.query(
-            """
-            SELECT id, type, data FROM events
-            WHERE app_id = \(appID) AND id >= \(firstEvent) AND id <= \(head) AND type = ANY(\(pushableEventTypes))
-            ORDER BY id LIMIT \(eventsPerRound)
-            """
-        ).rows.map { (id: try $0[0].int64, type: try $0[1].string, data: try $0[2].string) }
-        let items = try PushSources.items(of: events, appID: appID, on: db)
-        var planned = Planned()
-        var budget = recipientsPerRound
-        // Where the cursor ends: past every event read (or the head when fewer than a round's worth were pending).
-        var newCursor: (eventID: Int64, userAfter: String?) = (events.count == eventsPerRound ? events.last!.id : head, nil)
+    /// Plans the events `lane` has ready, in order, up to ``eventsPerRound`` events and ``recipientsPerRound`` (or
+    /// `budget`, if fewer) recipients, and moves the lane's planned position past them (into a big group's or a
+    /// broadcast's recipients, when a page ends there). Reads the recipients and their state; writes nothing.
+    static func planReady(_ lane: inout PushLane, budget: Int, settings: PushSettings, now: Int64, on db: PostgresConnection) throws
+        -> Step
+    {
+        let events = Array(lane.ready.prefix(eventsPerRound))
+        let items = try PushSources.items(of: events, appID: lane.appID, on: db)
+        var left = max(1, min(recipientsPerRound, budget))
         var batch: [(item: PushItem, userIDs: [String])] = []
-        for (eventID, item) in items {
-            let after = eventID == cursor.eventID ? cursor.userAfter : nil
-            let page = try PushSources.recipients(of: item, eventID: eventID, after: after, limit: budget + 1, appID: appID, on: db)
-            let taken = Array(page.prefix(budget))
-            batch.append((item.item, taken))
-            budget -= taken.count
-            if page.count > taken.count {
-                // The rest of this event's recipients go to the next round.
-                newCursor = (eventID, taken.last ?? after)
-                planned.more = true
-                break
+        var position = lane.planned
+        var consumed = 0
+        for event in events {
+            if let sourced = items[event.id] {
+                let after = event.id == lane.planned.eventID ? lane.planned.userAfter : nil
+                let page = try PushSources.recipients(of: sourced, eventID: event.id, after: after, limit: left + 1, appID: lane.appID, on: db)
+                let taken = Array(page.prefix(left))
+                batch.append((sourced.item, taken))
+                left -= taken.count
+                if page.count > taken.count {
+                    // The rest of this event's recipients go to the next step.
+                    position = PushPosition(eventID: event.id, userAfter: taken.last ?? after)
+                    break
+                }
             }
-            if budget == 0 {
-                newCursor = (eventID, nil)
-                planned.more = true
-                break
-            }
+            consumed += 1
+            position = PushPosition(eventID: event.id, userAfter: nil)
+            if left == 0 { break }
         }
-        if events.count == eventsPerRound { planned.more = true }
-        let attempts = try decide(batch, settings: settings, appID: appID, now: now, on: db)
-        try PushStore.insert(attempts, appID: appID, on: db)
-        for attempt in attempts { planned.statuses[attempt.kind + "|" + attempt.status, default: 0] += 1 }
-        planned.pending = attempts.filter { $0.status == "pending" }.count
-        try db.query(
-            "UPDATE push_cursors SET event_id = \(newCursor.eventID), user_after = \(newCursor.userAfter) WHERE app_id = \(appID)")
-        return planned
-    }
-
-    /// The app's cursor, locked for this transaction; nil when another node holds it. Creates it for a new app.
-    private static func lockCursor(appID: String, on db: PostgresConnection) throws -> (eventID: Int64, userAfter: String?)? {
-        for _ in 0..<2 {
-            if let row = try db.query(
-                "SELECT event_id, user_after FROM push_cursors WHERE app_id = \(appID) FOR UPDATE SKIP LOCKED"
-            ).first {
-                return (try row[0].int64, row[1].isNull ? nil : try row[1].string)
-            }
-            // From the apps row: an app deleted meanwhile gets no cursor (and no foreign-key error).
-            let created = try db.query(
-                """
-                INSERT INTO push_cursors (app_id, event_id) SELECT app_id, 0 FROM apps WHERE app_id = \(appID)
-                ON CONFLICT DO NOTHING RETURNING event_id
-                """)
-            if created.first != nil { return (0, nil) }
+        lane.ready.removeFirst(consumed)
+        lane.planned = position
+        try PushSources.fillNames(&batch, appID: lane.appID, on: db)
+        var step = Step(taken: Array(events.prefix(consumed)))
+        for row in try decide(batch, settings: settings, appID: lane.appID, now: now, on: db) {
+            if row.status == "pending" { step.pending.append(row) } else { step.suppressed.append(row) }
         }
-        return nil
+        return step
     }
 
     /// Decides every (item, recipient) pair of a round and renders the attempts, reading each recipient's state once.
     static func decide(
         _ batch: [(item: PushItem, userIDs: [String])], settings: PushSettings, appID: String, now: Int64, on db: PostgresConnection
     ) throws -> [PushAttemptRow] {
+        // Step 1: an app without push configured pays nothing per item: no attempt, not even a suppressed one.
+        guard settings.configured else { return [] }
         let userIDs = Array(Set(batch.flatMap(\.userIDs)))
-        let devices = try PushStore.devices(appID: appID, userIDs: userIDs, on: db)
-        let withDevices = batch.map { ($0.item, $0.userIDs.filter { devices[$0] != nil }) }
+        // Devices, open-stream platforms and push rules in one read: only recipients with devices come back.
+        var states = try PushStore.recipients(appID: appID, userIDs: userIDs, on: db)
+        let withDevices = batch.map { ($0.item, $0.userIDs.filter { states[$0] != nil }) }
         let reached = Array(Set(withDevices.flatMap(\.1)))
         guard !reached.isEmpty else { return [] }
-        let states = try recipientStates(
-            appID: appID, userIDs: reached, devices: devices, badge: withDevices.contains { $0.0.enableBadge && !$0.1.isEmpty }, on: db)
+        if withDevices.contains(where: { $0.0.enableBadge && !$0.1.isEmpty }) {
+            let unread = try ConversationStore.totalUnread(appID: appID, userIDs: reached, on: db)
+            for userID in reached { states[userID]?.unread = unread[userID] ?? 0 }
+        }
         let dnd = try PushStore.doNotDisturb(
             appID: appID,
             entries: withDevices.filter { $0.0.kind.respectsDoNotDisturb }.flatMap { item, users in
@@ -122,22 +97,6 @@ package enum PushPlanner {
             }
         }
         return rows
-    }
-
-    /// Each recipient's devices, open-stream platforms, push rule and (with `badge`) unread total.
-    static func recipientStates(
-        appID: String, userIDs: [String], devices: [String: [Device]], badge: Bool, on db: PostgresConnection
-    ) throws -> [String: PushRecipient] {
-        let online = try PushStore.onlinePlatforms(appID: appID, userIDs: userIDs, on: db)
-        let rules = try PushStore.pushRules(appID: appID, userIDs: userIDs, on: db)
-        let unread = badge ? try ConversationStore.totalUnread(appID: appID, userIDs: userIDs, on: db) : [:]
-        var states: [String: PushRecipient] = [:]
-        for userID in userIDs {
-            states[userID] = PushRecipient(
-                userID: userID, devices: devices[userID] ?? [], onlinePlatforms: online[userID] ?? [], rule: rules[userID],
-                unread: badge ? unread[userID] ?? 0 : nil)
-        }
-        return states
     }
 
     /// The attempt a decision comes to: `pending` with its request, or `suppressed` with the reason.
@@ -182,6 +141,7 @@ package enum PushPlanner {
         item.push = push?.objectValue ?? PushItem.defaultPush
         guard item.enabled else { return [] }
         let settings = try PushStore.settings(appID: appID, on: db)
+        guard settings.configured else { return [] }
         let devices = try PushStore.devices(appID: appID, userIDs: Array(sent.keys), on: db)
         var recipients: [PushRecipient] = []
         for (userID, deviceIDs) in sent.sorted(by: { $0.key < $1.key }) {

@@ -154,10 +154,9 @@ package enum PushRoutes {
     private static func decide(
         _ item: PushItem, for userID: String, settings: PushSettings, ctx: APIContext
     ) throws -> (PushRecipient, PushDecision) {
-        let devices = try PushStore.devices(appID: ctx.appID, userIDs: [userID], on: ctx.db)
         var recipient =
-            try PushPlanner.recipientStates(appID: ctx.appID, userIDs: [userID], devices: devices, badge: item.enableBadge, on: ctx.db)[
-                userID] ?? PushRecipient(userID: userID, devices: [])
+            try PushStore.recipients(appID: ctx.appID, userIDs: [userID], on: ctx.db)[userID] ?? PushRecipient(userID: userID, devices: [])
+        if item.enableBadge { recipient.unread = try ConversationStore.totalUnread(appID: ctx.appID, userIDs: [userID], on: ctx.db)[userID] ?? 0 }
         if item.kind.respectsDoNotDisturb || item.kind == .test, let type = item.conversationType, let id = item.conversationID {
             recipient.doNotDisturb =
                 try !PushStore.doNotDisturb(appID: ctx.appID, entries: [(userID, type, id)], on: ctx.db).isEmpty

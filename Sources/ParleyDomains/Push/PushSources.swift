@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyPostgres
 
 /// Where pushable items come from (API.md §16.1): the stored messages, broadcasts and application actions behind
-/// the events the planner reads, and who receives each one.
+/// the events the planner takes, and who receives each one.
 enum PushSources {
     /// An item and how to find its recipients.
     struct Sourced {
@@ -19,42 +19,53 @@ enum PushSources {
         var recipients: Recipients
     }
 
-    /// The pushable items behind `events`, with their event ids, in event order. Messages are read in one query.
-    static func items(
-        of events: [(id: Int64, type: String, data: String)], appID: String, on db: PostgresConnection
-    ) throws -> [(Int64, Sourced)] {
-        let parsed = events.map { (event: $0, data: (try? JSONValue.parse($0.data)) ?? .null) }
-        // Only peer and group messages are pushed (§16.1): room messages (whose events go to the room's members, not
-        // to a group's) are skipped here, before their rows are looked up; messageItems keeps to peer and group too.
-        let messageIDs = parsed.filter { $0.event.type == "message.sent" && isPushableConversation($0.data) }
-            .compactMap { $0.data["message"]?["message_id"]?.stringValue }
-        let messages = try messageItems(appID: appID, messageIDs: messageIDs, on: db)
-        var out: [(Int64, Sourced)] = []
-        for (event, data) in parsed {
+    /// The pushable items behind `events`, by event id. Messages come from their events' data (the Message in the app
+    /// view); those read from the log rather than handed over at their commit are checked against the table first,
+    /// since a message revoked, deleted or purged meanwhile is no longer pushed. Sender and group names are filled in
+    /// by ``fillNames(_:appID:on:)``.
+    static func items(of events: [PushLogEvent], appID: String, on db: PostgresConnection) throws -> [Int64: Sourced] {
+        var out: [Int64: Sourced] = [:]
+        var toCheck: [(eventID: Int64, messageID: String)] = []
+        for event in events {
             switch event.type {
             case "message.sent":
-                guard isPushableConversation(data), let id = data["message"]?["message_id"]?.stringValue, let sourced = messages[id]
-                else { continue }
-                out.append((event.id, sourced))
+                guard let sourced = messageItem(sentEvent: event.data) else { continue }
+                out[event.id] = sourced
+                if event.fromLog, let id = sourced.item.messageID { toCheck.append((event.id, id)) }
             case "message.broadcast":
+                let data = (try? JSONValue.parse(event.data)) ?? .null
                 guard let item = try broadcastItem(data["message"], appID: appID, on: db) else { continue }
-                out.append((event.id, Sourced(item: item, recipients: .deviceOwners)))
+                out[event.id] = Sourced(item: item, recipients: .deviceOwners)
             case "friend.application_created", "friend.application_updated":
+                let data = (try? JSONValue.parse(event.data)) ?? .null
                 guard let sourced = try friendApplication(data["application"], created: event.type.hasSuffix("created"), appID: appID, on: db)
                 else { continue }
-                out.append((event.id, sourced))
+                out[event.id] = sourced
             case "group.application_updated":
+                let data = (try? JSONValue.parse(event.data)) ?? .null
                 guard let sourced = try groupApplication(data["application"], appID: appID, on: db) else { continue }
-                out.append((event.id, sourced))
+                out[event.id] = sourced
             default: continue
             }
+        }
+        if !toCheck.isEmpty {
+            let alive = try PushStore.stillPushable(appID: appID, messageIDs: toCheck.map(\.messageID), on: db)
+            for (eventID, messageID) in toCheck where !alive.contains(messageID) { out[eventID] = nil }
         }
         return out
     }
 
-    /// Whether a `message.sent` event's message may be pushed by its conversation type: not a room message.
-    private static func isPushableConversation(_ data: JSONValue) -> Bool {
-        data["message"]?["conversation_type"]?.stringValue != ConversationType.room.rawValue
+    /// Fills in the sender's name and the group's name of the message items of `batch` (one query).
+    static func fillNames(_ batch: inout [(item: PushItem, userIDs: [String])], appID: String, on db: PostgresConnection) throws {
+        let messages = batch.indices.filter { batch[$0].item.kind == .message && !batch[$0].userIDs.isEmpty }
+        guard !messages.isEmpty else { return }
+        let names = try PushStore.names(
+            appID: appID, users: Array(Set(messages.map { batch[$0].item.sender })),
+            groups: Array(Set(messages.compactMap { batch[$0].item.groupID })), on: db)
+        for i in messages {
+            batch[i].item.senderName = names.users[batch[i].item.sender] ?? ""
+            if let group = batch[i].item.groupID { batch[i].item.groupName = names.groups[group] }
+        }
     }
 
     /// Up to `limit` recipients of `sourced` after `after` (user id order), never the sender.
@@ -91,6 +102,32 @@ enum PushSources {
     }
 
     // MARK: - Messages
+
+    /// The item of a `message.sent` event's message (its data in the app view, which carries `push` and `suppressed`)
+    /// when the bridge pushes it: a stored, unsuppressed peer or group message of a pushable type with `push.enable`
+    /// not false; nil otherwise. The sender's and the group's names are left empty (``PushStore/names``).
+    static func messageItem(sentEvent data: [UInt8]) -> Sourced? {
+        guard let message = (try? JSONValue.parse(data))?["message"] else { return nil }
+        return messageItem(message)
+    }
+
+    /// ``messageItem(sentEvent:)`` from the parsed Message object.
+    static func messageItem(_ message: JSONValue) -> Sourced? {
+        guard let id = message["message_id"]?.stringValue, let conversationType = message["conversation_type"]?.stringValue,
+            conversationType == "peer" || conversationType == "group", let seq = message["seq"]?.intValue,
+            let type = message["type"]?.intValue, PushItem.pushableMessageTypes.contains(Int(type)),
+            message["suppressed"]?.stringValue == nil, message["deleted"]?.boolValue != true,
+            let from = message["from"]?.stringValue, let to = message["to"]?.stringValue
+        else { return nil }
+        let push = message["push"]?.objectValue
+        guard push?["enable"]?.boolValue != false else { return nil }
+        let item = PushItem(
+            kind: .message, eventID: id, messageID: id, callID: nil, conversationType: conversationType,
+            groupID: conversationType == "group" ? to : nil, sender: from, senderName: "", groupName: nil, applicationKind: nil,
+            messageType: Int(type), seq: seq, priority: Int(message["priority"]?.intValue ?? 2), push: push ?? PushItem.defaultPush,
+            defaultContent: PushItem.defaultContent(type: Int(type), body: message["body"]))
+        return Sourced(item: item, recipients: conversationType == "group" ? .groupMembers(to) : .users([to]))
+    }
 
     /// The item of one stored peer or group message, whatever its push options say (revoke pushes); with
     /// `onlyPushable`, nil unless the bridge pushes it (dry runs).

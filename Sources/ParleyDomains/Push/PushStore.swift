@@ -19,6 +19,8 @@ struct PushAttemptRow: Sendable {
     var url: String?
     var format: String?
     var body: String?
+    /// When a pending attempt is next due (server clock).
+    var nextAttemptAt: Int64?
     var createdAt: Int64
     var updatedAt: Int64
 
@@ -66,6 +68,12 @@ struct PushAttemptRow: Sendable {
 enum PushStore {
     // MARK: - Recipients
 
+    /// The SQL condition "push is configured" (enabled, with a gateway) on an `apps.settings` expression: the
+    /// condition of ``PushSettings/configured``, which Migrations/functions/parley_push_turned_on.sql repeats.
+    static func configuredSQL(_ settings: String) -> String {
+        "coalesce((\(settings)->'push'->>'enabled')::boolean, false) AND coalesce(\(settings)->'push'->>'gateway_url', '') <> ''"
+    }
+
     /// The app's `push` settings as stored now.
     static func settings(appID: String, on db: PostgresConnection) throws -> PushSettings {
         let text = try db.query("SELECT (settings->'push')::text FROM apps WHERE app_id = \(appID)").decodeFirst(String?.self) ?? nil
@@ -84,29 +92,35 @@ enum PushStore {
         return Dictionary(grouping: devices, by: \.userID)
     }
 
-    /// The platforms each of `userIDs` has an open presence-counting user stream on (any node; API.md §14.2).
-    static func onlinePlatforms(appID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: Set<String>] {
-        var out: [String: Set<String>] = [:]
-        for row in try db.query(
-            "SELECT DISTINCT user_id, platform FROM user_streams WHERE app_id = \(appID) AND user_id = ANY(\(userIDs)) AND counts_presence"
-        ).rows {
-            out[try row[0].string, default: []].insert(try row[1].string)
-        }
-        return out
-    }
-
-    /// The offline push rules of those of `userIDs` that set one.
-    static func pushRules(appID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: PushRule] {
-        var out: [String: PushRule] = [:]
+    /// The recipients among `userIDs` that have devices, each with its devices (in `created_at` order), the platforms
+    /// it has an open presence-counting user stream on (any node) and its offline push rule: what the push decision
+    /// reads, in one statement.
+    static func recipients(appID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: PushRecipient] {
+        guard !userIDs.isEmpty else { return [:] }
+        var out: [String: PushRecipient] = [:]
         for row in try db.query(
             """
-            SELECT user_id, online_platforms, not_to_receive_offline_push_platforms FROM push_rules
-            WHERE app_id = \(appID) AND user_id = ANY(\(userIDs))
+            SELECT d.device_id, d.user_id, d.platform, d.provider, d.push_key, d.push_app_id, d.voip, d.apptype, d.lang, d.created_at,
+                   d.updated_at, d.last_push_at,
+                   ARRAY(SELECT DISTINCT s.platform FROM user_streams s
+                         WHERE s.app_id = d.app_id AND s.user_id = d.user_id AND s.counts_presence),
+                   r.online_platforms, r.not_to_receive_offline_push_platforms
+            FROM devices d LEFT JOIN push_rules r ON r.app_id = d.app_id AND r.user_id = d.user_id
+            WHERE d.app_id = \(appID) AND d.user_id = ANY(\(userIDs))
+            ORDER BY d.user_id, d.created_at, d.device_id
             """
         ).rows {
-            out[try row[0].string] = PushRule(
-                onlinePlatforms: try row[1].stringArray.compactMap(Device.Platform.init),
-                mutedPlatforms: try row[2].stringArray.compactMap(Device.Platform.init))
+            let device = try DeviceStore.device(row)
+            if out[device.userID] == nil {
+                let rule =
+                    row[13].isNull
+                    ? nil
+                    : PushRule(
+                        onlinePlatforms: try row[13].stringArray.compactMap(Device.Platform.init),
+                        mutedPlatforms: try row[14].stringArray.compactMap(Device.Platform.init))
+                out[device.userID] = PushRecipient(userID: device.userID, devices: [], onlinePlatforms: Set(try row[12].stringArray), rule: rule)
+            }
+            out[device.userID]?.devices.append(device)
         }
         return out
     }
@@ -121,14 +135,18 @@ enum PushStore {
         appID: String, entries: [(userID: String, conversationType: String, conversationID: String)], on db: PostgresConnection
     ) throws -> Set<String> {
         guard !entries.isEmpty else { return [] }
+        // One primary-key probe per entry, whatever the number of the app's conversations.
         return Set(
             try db.query(
                 """
-                SELECT c.user_id, c.conv_type, c.conv_id FROM conversations c
-                JOIN unnest(\(entries.map(\.userID))::text[], \(entries.map(\.conversationType))::text[], \(entries.map(\.conversationID))::text[])
+                SELECT c.user_id, c.conv_type, c.conv_id
+                FROM unnest(\(entries.map(\.userID))::text[], \(entries.map(\.conversationType))::text[], \(entries.map(\.conversationID))::text[])
                      AS e(user_id, conv_type, conv_id)
-                  ON c.app_id = \(appID) AND c.user_id = e.user_id AND c.conv_type = e.conv_type AND c.conv_id = e.conv_id
-                WHERE c.notification_status = 'do_not_disturb'
+                CROSS JOIN LATERAL (
+                    SELECT c.user_id, c.conv_type, c.conv_id FROM conversations c
+                    WHERE c.app_id = \(appID) AND c.user_id = e.user_id AND c.conv_type = e.conv_type AND c.conv_id = e.conv_id
+                      AND c.notification_status = 'do_not_disturb'
+                ) c
                 """
             ).rows.map { conversationKey(try $0[0].string, try $0[1].string, try $0[2].string) })
     }
@@ -148,8 +166,6 @@ enum PushStore {
     /// test push, so the bridge cannot send it a second time meanwhile).
     static func insert(_ rows: [PushAttemptRow], appID: String, sentByCaller: Bool = false, on db: PostgresConnection) throws {
         guard !rows.isEmpty else { return }
-        // Arrays of arrays are not rectangular in PostgreSQL: the device ids and keys travel as JSON arrays.
-        func jsonArray(_ values: [String]) -> String { String(decoding: JSONValue.array(values.map(JSONValue.string)).serialized(), as: UTF8.self) }
         try db.query(
             """
             INSERT INTO push_attempts (app_id, attempt_id, kind, user_id, message_id, call_id, device_ids, push_keys, status, reason,
@@ -163,6 +179,233 @@ enum PushStore {
                         \(rows.map(\.url))::text[], \(rows.map(\.format))::text[], \(rows.map(\.body))::text[], \(rows.map(\.createdAt))::bigint[])
                  AS r(attempt_id, kind, user_id, message_id, call_id, device_ids, push_keys, status, reason, url, format, body, created_at)
             """)
+    }
+
+    /// Records in one statement what a round of the bridge finished: the attempts it planned whose first try ended
+    /// (or that needed none), each with its final status or `pending` with its retry time and body; the
+    /// `last_push_at` of the devices they reached; and the apps' cursors moved forward (never back: turning push on
+    /// may have moved one past). A message push whose message was revoked or deleted while it was tried is recorded
+    /// `failed` (`revoked`), as if the revoke had stopped it (the revoke saw no attempt to stop). Rejected keys are the
+    /// caller's (``deviceEffects(of:now:on:)``).
+    static func recordFinished(
+        _ rows: [(appID: String, row: PushAttemptRow)], cursors: [(appID: String, cursor: PushPosition)], now: Int64, on db: PostgresConnection
+    ) throws {
+        let r = rows.map(\.row)
+        var reached: (apps: [String], users: [String], devices: [String]) = ([], [], [])
+        for (appID, row) in rows where row.status == "sent" || row.status == "rejected" {
+            let refused = Set(row.rejectedPushKeys)
+            for (device, key) in zip(row.deviceIDs, row.pushKeys) where !refused.contains(key) {
+                reached.apps.append(appID)
+                reached.users.append(row.userID)
+                reached.devices.append(device)
+            }
+        }
+        try db.query(
+            """
+            WITH inserted AS (
+                INSERT INTO push_attempts (app_id, attempt_id, kind, user_id, message_id, call_id, device_ids, push_keys, status, reason,
+                                           gateway_status, rejected_push_keys, tries, url, format, body, next_attempt_at, created_at, updated_at)
+                SELECT r.app_id, r.attempt_id, r.kind, r.user_id, r.message_id, r.call_id, r.device_ids::text[], r.push_keys::text[],
+                       CASE WHEN m.gone THEN 'failed' ELSE r.status END, CASE WHEN m.gone THEN 'revoked' ELSE r.reason END, r.code,
+                       r.rejected::text[], r.tries, r.url, r.format,
+                       CASE WHEN m.gone THEN NULL ELSE r.body END, CASE WHEN m.gone THEN NULL ELSE r.next_at END, r.created_at, r.updated_at
+                FROM unnest(\(rows.map(\.appID))::text[], \(r.map(\.attemptID))::text[], \(r.map(\.kind))::text[], \(r.map(\.userID))::text[],
+                            \(r.map(\.messageID))::text[], \(r.map(\.callID))::text[], \(r.map { arrayLiteral($0.deviceIDs) })::text[],
+                            \(r.map { arrayLiteral($0.pushKeys) })::text[], \(r.map(\.status))::text[], \(r.map(\.reason))::text[],
+                            \(r.map(\.gatewayStatus))::int[], \(r.map { arrayLiteral($0.rejectedPushKeys) })::text[], \(r.map(\.tries))::int[],
+                            \(r.map(\.url))::text[], \(r.map(\.format))::text[], \(r.map(\.body))::text[], \(r.map(\.nextAttemptAt))::bigint[],
+                            \(r.map(\.createdAt))::bigint[], \(r.map(\.updatedAt))::bigint[])
+                     AS r(app_id, attempt_id, kind, user_id, message_id, call_id, device_ids, push_keys, status, reason, code, rejected, tries,
+                          url, format, body, next_at, created_at, updated_at)
+                LEFT JOIN LATERAL (
+                    SELECT (m.type = 31 OR m.deleted) AS gone FROM messages m
+                    WHERE r.kind = 'message' AND r.status IN ('sent', 'rejected', 'pending') AND m.app_id = r.app_id AND m.message_id = r.message_id
+                ) m ON true
+            ),
+            touched AS (
+                UPDATE devices d SET last_push_at = \(now)
+                FROM unnest(\(reached.apps)::text[], \(reached.users)::text[], \(reached.devices)::text[]) AS u(app_id, user_id, device_id)
+                WHERE d.app_id = u.app_id AND d.user_id = u.user_id AND d.device_id = u.device_id
+            )
+            UPDATE push_cursors c SET event_id = u.event_id, user_after = u.user_after
+            FROM unnest(\(cursors.map(\.appID))::text[], \(cursors.map(\.cursor.eventID))::bigint[], \(cursors.map(\.cursor.userAfter))::text[])
+                 AS u(app_id, event_id, user_after)
+            WHERE c.app_id = u.app_id AND c.event_id <= u.event_id
+            """)
+    }
+
+    /// A PostgreSQL array literal of `values` (`{"a","b"}`): arrays of arrays are not rectangular in PostgreSQL, so
+    /// each row's device ids and keys travel as one text, cast back per row.
+    static func arrayLiteral(_ values: [String]) -> String {
+        var out = "{"
+        for (i, value) in values.enumerated() {
+            if i > 0 { out += "," }
+            out += "\""
+            for c in value.unicodeScalars {
+                if c == "\"" || c == "\\" { out += "\\" }
+                out.unicodeScalars.append(c)
+            }
+            out += "\""
+        }
+        return out + "}"
+    }
+
+    /// An attempt whose try ended, as its devices' effects need it.
+    struct Tried {
+        let appID: String
+        let userID: String
+        let deviceIDs: [String]
+        let pushKeys: [String]
+        let rejectedKeys: [String]
+        let status: String
+    }
+
+    /// After tries that reached the gateway (`sent`, `rejected`): the rejected keys' devices are deleted
+    /// (`device.removed`, reason `rejected`), the others get `last_push_at` unless `rejectedOnly`. Returns the apps
+    /// that got events.
+    static func deviceEffects(of tried: [Tried], rejectedOnly: Bool = false, now: Int64, on db: PostgresConnection) throws -> [String] {
+        var pushed: (apps: [String], users: [String], devices: [String]) = ([], [], [])
+        var rejected: (apps: [String], users: [String], devices: [String]) = ([], [], [])
+        for attempt in tried where attempt.status == "sent" || attempt.status == "rejected" {
+            let refused = Set(attempt.rejectedKeys)
+            for (device, key) in zip(attempt.deviceIDs, attempt.pushKeys) {
+                if refused.contains(key) {
+                    rejected.apps.append(attempt.appID)
+                    rejected.users.append(attempt.userID)
+                    rejected.devices.append(device)
+                } else {
+                    pushed.apps.append(attempt.appID)
+                    pushed.users.append(attempt.userID)
+                    pushed.devices.append(device)
+                }
+            }
+        }
+        if !pushed.apps.isEmpty && !rejectedOnly {
+            try db.query(
+                """
+                UPDATE devices d SET last_push_at = \(now)
+                FROM unnest(\(pushed.apps)::text[], \(pushed.users)::text[], \(pushed.devices)::text[]) AS u(app_id, user_id, device_id)
+                WHERE d.app_id = u.app_id AND d.user_id = u.user_id AND d.device_id = u.device_id
+                """)
+        }
+        guard !rejected.apps.isEmpty else { return [] }
+        let removed = try db.query(
+            """
+            DELETE FROM devices d
+            USING unnest(\(rejected.apps)::text[], \(rejected.users)::text[], \(rejected.devices)::text[]) AS u(app_id, user_id, device_id)
+            WHERE d.app_id = u.app_id AND d.user_id = u.user_id AND d.device_id = u.device_id
+            RETURNING d.app_id, d.user_id, d.device_id
+            """
+        ).rows.map { (appID: try $0[0].string, userID: try $0[1].string, deviceID: try $0[2].string) }
+        let byApp = Dictionary(grouping: removed, by: \.appID)
+        for (appID, devices) in byApp {
+            try EventLog.append(
+                devices.map { Device.removedEvent(userID: $0.userID, deviceID: $0.deviceID, reason: "rejected") }, appID: appID, now: now, on: db)
+        }
+        return byApp.keys.sorted()
+    }
+
+    /// Arrays of arrays are not rectangular in PostgreSQL: device ids and keys travel as JSON arrays.
+    private static func jsonArray(_ values: [String]) -> String {
+        String(decoding: JSONValue.array(values.map(JSONValue.string)).serialized(), as: UTF8.self)
+    }
+
+    // MARK: - Cursors and the log
+
+    /// Takes the session advisory lock that makes this connection's node the planner of `appID` (not waiting).
+    static func tryLock(appID: String, lockClass: Int32, on db: PostgresConnection) throws -> Bool {
+        try db.query("SELECT pg_try_advisory_lock(\(Int(lockClass))::int, hashtext(\(appID)))").decodeFirst(Bool.self) ?? false
+    }
+
+    static func unlock(appID: String, lockClass: Int32, on db: PostgresConnection) throws {
+        try db.query("SELECT pg_advisory_unlock(\(Int(lockClass))::int, hashtext(\(appID)))")
+    }
+
+    /// The app's push cursor, created at the start of its log when it has none; nil when the app does not exist.
+    static func cursor(appID: String, on db: PostgresConnection) throws -> PushPosition? {
+        for _ in 0..<2 {
+            if let row = try db.query("SELECT event_id, user_after FROM push_cursors WHERE app_id = \(appID)").first {
+                return PushPosition(eventID: try row[0].int64, userAfter: row[1].isNull ? nil : try row[1].string)
+            }
+            // From the apps row: an app deleted meanwhile gets no cursor (and no foreign-key error).
+            let created = try db.query(
+                """
+                INSERT INTO push_cursors (app_id, event_id) SELECT app_id, 0 FROM apps WHERE app_id = \(appID)
+                ON CONFLICT DO NOTHING RETURNING event_id
+                """)
+            if created.first != nil { return PushPosition(eventID: 0, userAfter: nil) }
+            if try db.query("SELECT 1 FROM apps WHERE app_id = \(appID)").first == nil { return nil }
+        }
+        return nil
+    }
+
+    /// Which of `appIDs` still exist.
+    static func existingApps(_ appIDs: [String], on db: PostgresConnection) throws -> [String] {
+        try db.query("SELECT app_id FROM apps WHERE app_id = ANY(\(appIDs))").decode(String.self)
+    }
+
+    /// The apps with push configured whose log head is past their cursor, with the head.
+    static func behind(on db: PostgresConnection) throws -> [(appID: String, head: Int64)] {
+        try db.query(
+            """
+            SELECT h.app_id, h.head FROM event_heads h JOIN apps a ON a.app_id = h.app_id LEFT JOIN push_cursors c ON c.app_id = h.app_id
+            WHERE (h.head > coalesce(c.event_id, 0) OR c.user_after IS NOT NULL) AND \(sql: configuredSQL("a.settings"))
+            """
+        ).rows.map { (try $0[0].string, try $0[1].int64) }
+    }
+
+    /// The pushable-type events of `appID` after `after` and up to `upTo` (or the head), at most `limit`, with where
+    /// the read ends (`through`: the last event read when there may be more, else `upTo` or the head) and the head,
+    /// all in one snapshot.
+    static func log(
+        appID: String, after: Int64, upTo: Int64?, limit: Int, on db: PostgresConnection
+    ) throws -> (events: [PushLogEvent], through: Int64, head: Int64) {
+        let rows = try db.query(
+            """
+            SELECT h.head, e.id, e.type, e.data FROM event_heads h
+            LEFT JOIN LATERAL (
+                SELECT id, type, data FROM events
+                WHERE app_id = \(appID) AND id > \(after) AND id <= least(h.head, \(upTo ?? Int64.max))
+                  AND type = ANY(\(PushPlanner.pushableEventTypes))
+                ORDER BY id LIMIT \(limit)
+            ) e ON true
+            WHERE h.app_id = \(appID)
+            """
+        ).rows
+        guard let first = rows.first else { return ([], after, after) }
+        let head = try first[0].int64
+        let events = try rows.filter { !$0[1].isNull }.map {
+            PushLogEvent(id: try $0[1].int64, type: try $0[2].string, data: try $0[3].textBytes, fromLog: true)
+        }
+        let through = events.count == limit ? events.last!.id : min(head, upTo ?? head)
+        return (events, max(through, after), head)
+    }
+
+    /// Which of `messageIDs` are still stored, not revoked and not deleted.
+    static func stillPushable(appID: String, messageIDs: [String], on db: PostgresConnection) throws -> Set<String> {
+        Set(
+            try db.query(
+                """
+                SELECT message_id FROM messages WHERE app_id = \(appID) AND message_id = ANY(\(messageIDs)) AND type <> 31 AND NOT deleted
+                """
+            ).decode(String.self))
+    }
+
+    /// Display names of users and groups (those that exist), in one query.
+    static func names(appID: String, users: [String], groups: [String], on db: PostgresConnection) throws -> (
+        users: [String: String], groups: [String: String]
+    ) {
+        var out: (users: [String: String], groups: [String: String]) = ([:], [:])
+        for row in try db.query(
+            """
+            SELECT true, user_id, name FROM users WHERE app_id = \(appID) AND user_id = ANY(\(users))
+            UNION ALL
+            SELECT false, group_id, name FROM groups WHERE app_id = \(appID) AND group_id = ANY(\(groups))
+            """
+        ).rows {
+            if try row[0].bool { out.users[try row[1].string] = try row[2].string } else { out.groups[try row[1].string] = try row[2].string }
+        }
+        return out
     }
 
     /// The columns ``attempt(_:)`` decodes.
