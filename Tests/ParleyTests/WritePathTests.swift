@@ -150,6 +150,33 @@ struct WritePathTests: GroupTestSupport {
     // MARK: - 1. Concurrent senders, one conversation
 
     /// 32 concurrent senders × 100 messages, all u1 → u2: seqs exactly 1…3200, every send 201, events in seq order.
+    /// A send of an app key runs on the event loop that read it; one that needs the database first (a `reply_to` to
+    /// look up, a user token, an `Idempotency-Key`) runs again on a worker. Either way it takes one token of the app's
+    /// rate limit: the event loop's token is given back when the request moves on.
+    @Test func sendsMovedToAWorkerTakeOneRateLimitToken() throws {
+        let server = try TestServer.start()
+        defer { server.stop() }
+        let app = try server.createApp(settings: #"{"rate_limit_app_rps": 2}"#)
+        try app.createUser("a")
+        try app.createUser("b")
+        let reply = #"{"from":"a","conversation_type":"peer","to":"b","type":1,"body":{"text":"re"},"reply_to":"m-nowhere"}"#
+        let plain = #"{"from":"a","conversation_type":"peer","to":"b","type":1,"body":{"text":"hi"}}"#
+        for body in [reply, plain] {
+            // A full bucket holds twice the rate: 4 tokens, refilled 2 a second.
+            Wakeup.sleep(millis: 2_500)
+            var statuses: [Int] = []
+            var remaining: [String] = []
+            for _ in 0..<5 {
+                let r = try app.request(.post, "/v1/messages", json: body)
+                statuses.append(r.status)
+                remaining.append(r.headers["RateLimit-Remaining"] ?? "-")
+            }
+            let expected = body == reply ? 404 : 201
+            #expect(statuses == [expected, expected, expected, expected, 429], "\(body): \(statuses)")
+            #expect(remaining.prefix(4) == ["3", "2", "1", "0"], "\(body): \(remaining)")
+        }
+    }
+
     @Test func thirtyTwoSendersIntoOnePeerPairGetSeqsOneTo3200() throws {
         let (server, app) = try Self.start()
         defer { server.stop() }

@@ -3,6 +3,11 @@ import ParleyHTTP
 import ParleyPostgres
 import ParleySync
 
+extension AppCaller {
+    /// True when an enabled endpoint serves before-event `type` in the app and the request does not skip hooks.
+    package func hasHook(_ type: String, skip: Bool = false) -> Bool { !skip && app.beforeHooks[type] != nil }
+}
+
 /// Before-event hooks (API.md §15.3) from a handler: the hook call holds no PostgreSQL connection and no pool worker
 /// while it waits; the handler continues on a pool worker with a fresh connection once the verdicts are in.
 extension APIContext {
@@ -10,9 +15,6 @@ extension APIContext {
     package func rebound(to db: PostgresConnection) -> APIContext {
         APIContext(request: request, credential: credential, app: app, now: now, services: services, db: db)
     }
-
-    /// True when an enabled endpoint serves before-event `type` in the app and the request does not skip hooks.
-    package func hasHook(_ type: String, skip: Bool = false) -> Bool { !skip && app.beforeHooks[type] != nil }
 
     /// Calls the `type` hook with `data` (the `data` member's JSON), then `then` with the context rebound to a fresh
     /// connection and the verdict. Without an endpoint serving `type` (or with `skip`), `then` runs at once on this

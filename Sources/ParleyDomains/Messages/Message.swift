@@ -12,7 +12,7 @@ enum MessageViewer: Sendable, Equatable {
     case user(String)
 
     /// The viewer of a request's credential.
-    init(_ ctx: APIContext) {
+    init(_ ctx: some AppCaller) {
         self = ctx.tokenUserID.map(MessageViewer.user) ?? .app
     }
 }

@@ -8,7 +8,10 @@ import ParleySync
 package enum MessageRoutes {
     /// `writer`: the node's message writer (built and started by the app layer).
     package static func register(on api: inout API, writer: MessageWriter) {
-        api.add(.post, "/v1/messages", .appOrUser, "sendMessage", numbersItsEvents: true) { ctx in
+        api.add(
+            .post, "/v1/messages", .appOrUser, "sendMessage", numbersItsEvents: true,
+            onEventLoop: { caller in try sendOnEventLoop(caller, writer: writer) }
+        ) { ctx in
             try send(ctx, writer: writer)
         }
 
@@ -102,6 +105,23 @@ package enum MessageRoutes {
         }
     }
 
+    /// `POST /v1/messages` on the event loop that read it, for the common send that needs no database before the writer:
+    /// an app key's (a user token's user is read first), without `reply_to` or combined messages to look up and with no
+    /// `message.before_send` hook to call. It validates and answers its problems as ``send(_:writer:)`` would, and hands
+    /// anything else to a worker (``NeedsConnection``) before it has done anything.
+    private static func sendOnEventLoop(_ caller: CallerContext, writer: MessageWriter) throws -> Response {
+        // A user token's own send bucket is taken on the worker (the pipeline hands user tokens over anyway).
+        if caller.tokenUserID != nil { throw NeedsConnection() }
+        var body = try caller.body()
+        let request = try SendRequest(&body, ctx: caller, settings: caller.app.settings)
+        if writer.sheds(request) {
+            throw APIError.retryLater(.rateLimited, "the server is overloaded: low-priority room messages are refused", retryAfterSeconds: 1)
+        }
+        if caller.hasHook("message.before_send", skip: request.skipHooks) { throw NeedsConnection() }
+        let item = try MessageService.item(for: request, settings: caller.app.settings, appID: caller.appID, now: caller.now, on: nil)
+        return write(item, request, origin: SendOrigin(caller), writer: writer)
+    }
+
     /// What answering a send needs from its request, without its connection (a hook's verdict answers on its thread).
     private struct SendOrigin: Sendable {
         let viewer: MessageViewer
@@ -110,7 +130,9 @@ package enum MessageRoutes {
         let appID: String
         let now: Int64
 
-        init(_ ctx: APIContext) { (viewer, services, request, appID, now) = (MessageViewer(ctx), ctx.services, ctx.request, ctx.appID, ctx.now) }
+        init(_ caller: some AppCaller) {
+            (viewer, services, request, appID, now) = (MessageViewer(caller), caller.services, caller.request, caller.appID, caller.now)
+        }
     }
 
     /// Queues a checked send on the node's writer; the answer comes when its batch has committed.

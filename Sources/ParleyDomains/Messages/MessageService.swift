@@ -20,6 +20,14 @@ struct MessageService: DomainService {
     /// item and checks steps 3–5 inside its statement. `filter` false skips the sensitive-word filter (a hook's
     /// patched body: policy checks are not run again).
     func item(for request: SendRequest, settings: AppSettings, filter: Bool = true, on db: PostgresConnection) throws -> MessageWrite.Item {
+        try Self.item(for: request, settings: settings, appID: appID, now: now, filter: filter, on: db)
+    }
+
+    /// ``item(for:settings:filter:on:)`` of app `appID` at `now`; without a connection (a send on the event loop),
+    /// ``NeedsConnection`` when the send replies to or combines messages, which are read first.
+    static func item(
+        for request: SendRequest, settings: AppSettings, appID: String, now: Int64, filter: Bool = true, on connection: PostgresConnection?
+    ) throws -> MessageWrite.Item {
         var body = request.body
         let threadID = MessageStore.thread(request.conversationType, request.from, request.to)
         var message = Message(
@@ -35,11 +43,13 @@ struct MessageService: DomainService {
             mentionNotify: request.notifyMentioned, checks: request.skipChecks ? .existence : .all,
             blacklistError: settings.string("blacklist_feedback") == "error", friendOnly: settings.bool("friend_only_c2c"))
         item.cache = request.conversationType == .room && request.cache
-        if let replyTo = request.replyTo {
+        if request.replyTo != nil || body.type == .combine, connection == nil { throw NeedsConnection() }
+        if let replyTo = request.replyTo, let db = connection {
+            let service = MessageService(db: db, appID: appID, now: now)
             if let replied = try MessageStore.fetch(appID: appID, messageID: replyTo, on: db),
                 replied.conversationType == request.conversationType,
                 MessageStore.thread(replied.conversationType, replied.from, replied.to) == threadID, !replied.deleted,
-                try isVisible(replied, to: .user(request.from), on: db)
+                try service.isVisible(replied, to: .user(request.from), on: db)
             {
                 message.reply = Self.replyJSON(replied)
                 message.rootMessageID = replied.rootMessageID ?? replied.messageID
@@ -47,11 +57,12 @@ struct MessageService: DomainService {
                 item.replyMissing = true
             }
         }
-        if body.type == .combine {
+        if body.type == .combine, let db = connection {
+            let service = MessageService(db: db, appID: appID, now: now)
             let found = try MessageStore.fetchMany(appID: appID, messageIDs: body.combineMessageIDs, on: db)
             let byID = Dictionary(found.map { ($0.messageID, $0) }, uniquingKeysWith: { a, _ in a })
             let snapshots = try body.combineMessageIDs.compactMap { byID[$0] }.filter {
-                try isVisible($0, to: .user(request.from), on: db)
+                try service.isVisible($0, to: .user(request.from), on: db)
             }
             if snapshots.count == body.combineMessageIDs.count {
                 let combineID = IdentifierKind.generateSortableID(prefix: "cb", timestampMs: now)

@@ -41,7 +41,7 @@ struct SendRequest: Sendable {
 
     /// Reads and validates a send body. `batchRecipient` is set for one item of a batch send (`to_user_ids` replace
     /// `conversation_type`/`to`; the dedupe key is `client_msg_id:recipient`).
-    init(_ r: inout BodyReader, ctx: APIContext, settings: AppSettings, batchRecipient: String? = nil) throws {
+    init(_ r: inout BodyReader, ctx: some AppCaller, settings: AppSettings, batchRecipient: String? = nil) throws {
         let from = try ctx.actingUser(r.id("from", .userID), field: r.fieldPath("from"))
         skipChecks = try ctx.appOnlyFlag(r.bool("skip_checks"))
         skipHooks = try ctx.appOnlyFlag(r.bool("skip_hooks"))
