@@ -357,7 +357,7 @@ package final class PushBridge: Sendable {
 
     /// The pushable messages among a batch's events (`parley_push_skipped_total`).
     private static func pushableMessages(_ batch: CommittedEvents) -> Int {
-        batch.events.count { $0.event.type == "message.sent" && $0.event.roomID == nil && PushSources.messageItem(sentEvent: $0.event.data) != nil }
+        batch.events.count { $0.event.type == "message.sent" && $0.event.roomID == nil && PushSources.isPushable(sentEvent: $0.event.data) }
     }
 
     /// Takes `appID`'s planning for this node (its advisory lock) and starts its lane at the app's cursor; false when

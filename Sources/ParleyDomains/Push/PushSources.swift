@@ -107,20 +107,44 @@ enum PushSources {
     /// when the bridge pushes it: a stored, unsuppressed peer or group message of a pushable type with `push.enable`
     /// not false; nil otherwise. The sender's and the group's names are left empty (``PushStore/names``).
     static func messageItem(sentEvent data: [UInt8]) -> Sourced? {
-        guard let message = (try? JSONValue.parse(data))?["message"] else { return nil }
+        // Most events of an app's log are not pushed: they are told apart without parsing the whole message.
+        guard isPushable(sentEvent: data), let message = (try? JSONValue.parse(data))?["message"] else { return nil }
         return messageItem(message)
+    }
+
+    /// The rule of a pushable message, whichever way its fields were read: stored, in a peer or group conversation,
+    /// of a pushable type, not suppressed, not deleted, and its `push.enable` not false.
+    static func isPushable(conversationType: String?, stored: Bool, type: Int64?, suppressed: Bool, deleted: Bool, pushEnabled: Bool) -> Bool {
+        (conversationType == "peer" || conversationType == "group") && stored && type.map { PushItem.pushableMessageTypes.contains(Int($0)) } == true
+            && !suppressed && !deleted && pushEnabled
+    }
+
+    /// Whether a `message.sent` event's message is pushable, read in place (``JSONMembers``): the bridge counts the
+    /// pushable messages of apps without push configured this way, and skips the others before parsing.
+    static func isPushable(sentEvent data: [UInt8]) -> Bool {
+        data.withUnsafeBufferPointer { bytes in
+            guard let message = JSONMembers(bytes).member("message") else { return false }
+            let conversationType = message.member("conversation_type")
+            let push = message.member("push")
+            return isPushable(
+                conversationType: conversationType?.isString("peer") == true ? "peer" : conversationType?.isString("group") == true ? "group" : nil,
+                stored: message.member("seq")?.int != nil, type: message.member("type")?.int,
+                suppressed: message.member("suppressed")?.isString == true, deleted: message.member("deleted")?.bool == true,
+                pushEnabled: push?.member("enable")?.bool != false)
+        }
     }
 
     /// ``messageItem(sentEvent:)`` from the parsed Message object.
     static func messageItem(_ message: JSONValue) -> Sourced? {
+        let push = message["push"]?.objectValue
         guard let id = message["message_id"]?.stringValue, let conversationType = message["conversation_type"]?.stringValue,
-            conversationType == "peer" || conversationType == "group", let seq = message["seq"]?.intValue,
-            let type = message["type"]?.intValue, PushItem.pushableMessageTypes.contains(Int(type)),
-            message["suppressed"]?.stringValue == nil, message["deleted"]?.boolValue != true,
+            isPushable(
+                conversationType: conversationType, stored: message["seq"]?.intValue != nil, type: message["type"]?.intValue,
+                suppressed: message["suppressed"]?.stringValue != nil, deleted: message["deleted"]?.boolValue == true,
+                pushEnabled: push?["enable"]?.boolValue != false),
+            let seq = message["seq"]?.intValue, let type = message["type"]?.intValue,
             let from = message["from"]?.stringValue, let to = message["to"]?.stringValue
         else { return nil }
-        let push = message["push"]?.objectValue
-        guard push?["enable"]?.boolValue != false else { return nil }
         let item = PushItem(
             kind: .message, eventID: id, messageID: id, callID: nil, conversationType: conversationType,
             groupID: conversationType == "group" ? to : nil, sender: from, senderName: "", groupName: nil, applicationKind: nil,
