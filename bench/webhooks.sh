@@ -6,7 +6,7 @@
 #       event stored in the run has reached the receiver and checks the set of webhook-ids against them (missing,
 #       extra, duplicates);
 #   (e) a paced phase at BENCH_PACED_SHARE (0.8) of the median no-endpoint rate with the endpoint on
-#       (bench/lua/send_paced.lua, BENCH_PACED_CONNECTIONS connections, an open loop while a connection is free):
+#       (bench/lua/paced_send.lua, BENCH_PACED_CONNECTIONS connections, an open loop while a connection is free):
 #       commit → receipt p50/p99/max over every delivery, each delivery checked present exactly once; target p99 < 1 s;
 #   (c)/(d) at BENCH_HOOK_CONNECTIONS (256), alternating with the no-hook rate: a `message.before_send` hook answering
 #       {"action":"allow"} after 1 ms and after 50 ms.
@@ -174,8 +174,8 @@ if ((PACED == 1)); then
     log "paced: $PACED_RATE sends/s offered ($PACED_SHARE × the median no-endpoint rate at $first_conns connections)"
     SAVED_DURATION=$DURATION
     DURATION=$PACED_DURATION SECS=$(seconds_of "$PACED_DURATION")
-    export SEND_RATE=$PACED_RATE
-    measure "paced" send_paced.lua "$PACED_CONNECTIONS"
+    export PACE_RATE=$PACED_RATE PACE_THREADS=$THREADS
+    measure "paced" paced_send.lua "$PACED_CONNECTIONS"
     wait_delivered "paced" "$wid" "$first"
     PACED_SECS=$SECS
     DURATION=$SAVED_DURATION SECS=$(seconds_of "$SAVED_DURATION")
@@ -251,7 +251,7 @@ SECTION=$(
     echo "- load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared with other sessions' builds: read the CPU columns)"
     echo "- parley: release build ($SCRATCH/release/parley), embedded PostgreSQL 15, log level error, PARLEY_WEBHOOK_ALLOW_PRIVATE=1; 50 users; one server run$( ((PGSS == 1)) && echo "; pg_stat_statements loaded (track = all)")"
     echo "- load: wrk \`-t$THREADS -c<conns> -d$DURATION --latency\` with bench/lua/send.lua (peer texts between random u1..u50), 2 s warm-up per run; rounds alternate a (no endpoint) and b (one endpoint, \`event_types: [\"message.*\"]\`, created before its run and deleted once its deliveries arrived), $BENCH_ROUNDS rounds per connection count; rates are the median round"
-    ((PACED == 1)) && echo "- paced: bench/lua/send_paced.lua, \`-c$PACED_CONNECTIONS -d$PACED_DURATION\`, $PACED_RATE sends/s offered with the endpoint on; lag over every delivery of the phase (warm-up, run and the wait for the last deliveries)"
+    ((PACED == 1)) && echo "- paced: bench/lua/paced_send.lua, \`-c$PACED_CONNECTIONS -d$PACED_DURATION\`, $PACED_RATE sends/s offered with the endpoint on; lag over every delivery of the phase (warm-up, run and the wait for the last deliveries)"
     echo "- receiver: bench/py/webhook_receiver.py ($(json_field "$RECEIVER_FINAL" loop), one process) on 127.0.0.1, 204 at once; lag = receipt time − body \`created_at\` (the server time the send was taken, a few ms before its batch commits: an upper bound of commit → receipt); the check compares the receiver's unique \`webhook-id\`s with the ids of the message.sent events stored from the endpoint's creation on (missing, extra), and counts repeated requests"
     echo "- cpu: seconds over the measured run (and over the wait for the deliveries), from /proc/<pid>/stat: parley / its PostgreSQL processes / receiver / machine busy of total ($(nproc) CPUs × the run; the busy rest is wrk and other sessions); ms per send = seconds / sends of the run"
     [[ -n ${BENCH_NOTE:-} ]] && echo "- note: $BENCH_NOTE"
