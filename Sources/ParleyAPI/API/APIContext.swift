@@ -108,12 +108,6 @@ package struct CallerContext: AppCaller {
     package let services: Services
 }
 
-/// Thrown by code on the event-loop path of a route that needs the database after all (a cache entry to refresh, a
-/// lookup the request asks for): nothing has been done yet, and the request starts again on a worker.
-package struct NeedsConnection: Error {
-    package init() {}
-}
-
 /// What an app route's handler works with: the request, the verified caller, its app, the server time and the
 /// database connection of the worker thread it runs on.
 public struct APIContext: RequestContext, AppCaller {

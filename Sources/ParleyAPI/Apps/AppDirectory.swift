@@ -107,3 +107,10 @@ public final class AppDirectory: Sendable {
         }
     }
 }
+
+/// Thrown by code on the event-loop path of a route that needs the database after all (a cache entry to refresh, a
+/// lookup the request asks for; the app directory is the first such reader): nothing has been done yet, and the
+/// request starts again on a worker.
+package struct NeedsConnection: Error {
+    package init() {}
+}
