@@ -215,14 +215,7 @@ done
 # --- diagnostics: pg_stat_statements and the due query's plan ---------------------------------------------------------------
 if ((DIAG == 1)); then
     log "diagnostic pass: restarting the server with pg_stat_statements"
-    q "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'" >/dev/null
-    stop_pid "$PARLEY_PID"
-    forget_pid "$PARLEY_PID"
-    PARLEY_LOG_LEVEL=error "$SCRATCH/release/parley" serve --listen "127.0.0.1:$PORT" --data-dir "$DATA" >>"$TMP/parley.log" 2>&1 &
-    PARLEY_PID=$!
-    PIDS=("$PARLEY_PID" "${PIDS[@]}")
-    wait_ready parley "$PARLEY_PID" "$PORT" "$TMP/parley.log"
-    q "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
+    restart_with_pg_stat_statements q
     declare -A DIAG_ADV DIAG_CPU DIAG_LEFT PGSS_TOTAL
     for inv in "${INV_LIST[@]}"; do
         log "  $CALLS calls × $inv invitee(s)"

@@ -162,15 +162,29 @@ start_parley() {  # the release binary on a fresh data dir (embedded PostgreSQL)
     PORT=$(free_port)
     DATA="$TMP/parley-data"
     mkdir -p "$DATA"
-    PARLEY_LOG_LEVEL=error "$SCRATCH/release/parley" serve --listen "127.0.0.1:$PORT" --data-dir "$DATA" >"$TMP/parley.log" 2>&1 &
-    PARLEY_PID=$!
-    PIDS=("$PARLEY_PID" "${PIDS[@]}")
-    wait_ready parley "$PARLEY_PID" "$PORT" "$TMP/parley.log"
+    : >"$TMP/parley.log"
+    launch_parley
     export PARLEY_KEY
     PARLEY_KEY=$(grep '^PARLEY_KEY=' "$TMP/parley.log" | head -1 | cut -d= -f2-)
     [[ -n $PARLEY_KEY ]] || die "no PARLEY_KEY in the server output"
     BASE="http://127.0.0.1:$PORT"
     api -X PATCH "$BASE/v1/settings" -d '{"rate_limit_app_rps":100000}' >/dev/null
+}
+
+launch_parley() {  # the release binary on $PORT and $DATA, its output appended to $TMP/parley.log; sets PARLEY_PID
+    PARLEY_LOG_LEVEL=error "$SCRATCH/release/parley" serve --listen "127.0.0.1:$PORT" --data-dir "$DATA" >>"$TMP/parley.log" 2>&1 &
+    PARLEY_PID=$!
+    PIDS=("$PARLEY_PID" "${PIDS[@]}")
+    wait_ready parley "$PARLEY_PID" "$PORT" "$TMP/parley.log"
+}
+
+restart_with_pg_stat_statements() {  # sql-function: loads pg_stat_statements (a restart of the server and its
+                                     # embedded PostgreSQL) and creates the extension, through the script's psql function
+    "$1" "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'" >/dev/null
+    stop_pid "$PARLEY_PID"
+    forget_pid "$PARLEY_PID"
+    launch_parley
+    "$1" "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
 }
 
 api() {  # curl with the app key and a JSON body type; fails on HTTP errors

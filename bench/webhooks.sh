@@ -50,14 +50,7 @@ start_parley
 psql_value() { psql -h "$DATA/run" -p 5432 -U parley -d postgres -X -qtA -c "$1"; }
 if ((PGSS == 1)); then
     log "restarting the server with pg_stat_statements (track = all)"
-    psql_value "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'" >/dev/null
-    stop_pid "$PARLEY_PID"
-    forget_pid "$PARLEY_PID"
-    PARLEY_LOG_LEVEL=error "$SCRATCH/release/parley" serve --listen "127.0.0.1:$PORT" --data-dir "$DATA" >>"$TMP/parley.log" 2>&1 &
-    PARLEY_PID=$!
-    PIDS=("$PARLEY_PID" "${PIDS[@]}")
-    wait_ready parley "$PARLEY_PID" "$PORT" "$TMP/parley.log"
-    psql_value "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
+    restart_with_pg_stat_statements psql_value
     # A setting of the library: known once it is loaded.
     psql_value "ALTER SYSTEM SET pg_stat_statements.track = 'all'" >/dev/null
     psql_value "SELECT pg_reload_conf()" >/dev/null
