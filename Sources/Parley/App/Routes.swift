@@ -42,7 +42,7 @@ enum Routes {
         MessageReceiptRoutes.register(on: &api)
         MessageSearchRoutes.register(on: &api)
         MessageImportRoutes.register(on: &api)
-        MessageExport.register(on: &api)
+        MessageExportRoutes.register(on: &api)
         ConversationRoutes.register(on: &api)
         PushRoutes.register(on: &api, bridge: push)
         CallRoutes.register(on: &api)

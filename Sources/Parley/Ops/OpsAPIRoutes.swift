@@ -34,13 +34,14 @@ enum OpsAPIRoutes {
             text += Metrics.family("parley_sse_streams_open", "gauge", "Open SSE streams.")
             let streams = hub.openStreams()
             text += "parley_sse_streams_open{kind=\"user\"} \(streams.user)\nparley_sse_streams_open{kind=\"app\"} \(streams.app)\n"
-            if let queue = try? services.pool.withConnection({ db in try StatsStore.webhookQueue(now: services.clock.now(), on: db) }) {
+            let gauges = StatsService.gauges(pool: services.pool, now: services.clock.now())
+            if let queue = gauges.webhookQueue {
                 text += services.webhooks.metrics.render(queueDepth: Int(queue.depth), oldestPendingSeconds: Double(queue.oldestMillis) / 1000)
             }
-            if let depth = try? services.pool.withConnection({ db in try PushBridge.queueDepth(on: db) }) {
+            if let depth = gauges.pushQueueDepth {
                 text += push.metrics.render(queueDepth: depth)
             }
-            if let heads = try? services.pool.withConnection({ db in try StatsStore.eventHeads(on: db) }) {
+            if let heads = gauges.eventHeads {
                 text += Metrics.family("parley_event_log_head", "gauge", "Newest event id per app.")
                 for (app, head) in heads { text += "parley_event_log_head{app_id=\"\(Metrics.escape(app))\"} \(head)\n" }
             }
@@ -55,9 +56,8 @@ enum OpsAPIRoutes {
         }
 
         api.add(.get, "/v1/stats", .app, "getStats") { ctx in
-            guard let stats = try StatsStore.counts(appID: ctx.appID, since: ctx.now - 86_400_000, on: ctx.db) else {
-                throw APIError(.notFound, "app \(ctx.appID) does not exist")
-            }
+            let appStats = try StatsService.appStats(appID: ctx.appID, now: ctx.now, on: ctx.db)
+            let stats = appStats.counts
             var o = JSONObjectWriter()
             o["users_total"] = stats.usersTotal
             o["users_online"] = stats.usersOnline
@@ -67,14 +67,13 @@ enum OpsAPIRoutes {
             // User streams on every node, app-level streams on this one (they are not recorded in the database).
             o["streams_open"] = stats.userStreams + Int64(hub.openStreams(appID: ctx.appID).app)
             o["rooms_active"] = stats.roomsActive
-            o["calls_active"] = try CallStore.activeCount(appID: ctx.appID, on: ctx.db)
+            o["calls_active"] = appStats.callsActive
             o["event_log_head"] = String(stats.eventLogHead)
             o["event_log_trim_point"] = String(stats.eventLogTrimPoint)
             o["webhook_pending"] = stats.webhookPending
             o["webhook_dead_24h"] = stats.webhookDeadSince
-            let pushCounts = try PushBridge.counts(appID: ctx.appID, since: ctx.now - 86_400_000, on: ctx.db)
-            o["push_sent_24h"] = pushCounts.sent
-            o["push_failed_24h"] = pushCounts.failed
+            o["push_sent_24h"] = appStats.pushSent
+            o["push_failed_24h"] = appStats.pushFailed
             o["generated_at"] = ctx.now
             return Reply.json(o.finish())
         }

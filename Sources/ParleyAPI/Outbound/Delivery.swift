@@ -76,24 +76,11 @@ package enum DeliveryStore {
             attemptLog: withLog ? try row[16].textBytes : nil)
     }
 
-    /// Filters of the delivery list (§15.1).
-    package struct Filter {
-        var status: Delivery.Status?
-        var kind: Delivery.Kind?
-        var eventType: String?
-
-        package init(status: Delivery.Status?, kind: Delivery.Kind?, eventType: String?) {
-            self.status = status
-            self.kind = kind
-            self.eventType = eventType
-        }
-    }
-
     /// An endpoint's deliveries by `created_at` desc, then `delivery_id` desc (the order of `id`: the index's), after the
     /// cursor position.
-    package static func list(appID: String, webhookID: String, filter: Filter, before: (Int64, String)?, limit: Int, on db: PostgresConnection) throws
-        -> [Delivery]
-    {
+    package static func list(
+        appID: String, webhookID: String, filter: DeliveryFilter, before: (Int64, String)?, limit: Int, on db: PostgresConnection
+    ) throws -> [Delivery] {
         // One always-present bound in the index's own columns (none: past the newest row), so a generic plan starts
         // the index scan at the cursor: with `$1 IS NULL OR …` it filtered every newer row (35 ms at 60,000 deep).
         let bound =
@@ -182,5 +169,18 @@ package enum DeliveryStore {
               AND coalesce(last_attempt_at, created_at) < \(now - keptMillis)
             """
         ).affectedRows
+    }
+}
+
+/// The filters of an endpoint's delivery list (`GET /v1/webhooks/{webhook_id}/deliveries`, docs/webhooks.md).
+package struct DeliveryFilter {
+    var status: Delivery.Status?
+    var kind: Delivery.Kind?
+    var eventType: String?
+
+    package init(status: Delivery.Status?, kind: Delivery.Kind?, eventType: String?) {
+        self.status = status
+        self.kind = kind
+        self.eventType = eventType
     }
 }

@@ -543,7 +543,7 @@ package struct CallService: DomainService {
     }
 
     private func requireUser(_ userID: String, on db: PostgresConnection) throws {
-        guard let user = try UserStore.fetch(appID: appID, userID: userID, on: db), !user.isDeleted else { throw UserService.notFound(userID) }
+        try UserService.requireActive(userID, appID: appID, on: db)
     }
 
     private func requireStarted(_ call: Call) throws {

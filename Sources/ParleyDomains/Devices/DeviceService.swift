@@ -19,14 +19,14 @@ struct DeviceService: DomainService {
 
     /// The user's rule (both lists empty when none was set).
     func pushRule(_ userID: String, on db: PostgresConnection) throws -> PushRule {
-        try requireLiveUser(userID, on: db)
+        try UserService.requireActive(userID, appID: appID, on: db)
         return try DeviceStore.pushRule(appID: appID, userID: userID, on: db) ?? .empty
     }
 
     /// Replaces the user's rule and writes `user.push_rule_updated` to the user.
     func setPushRule(_ userID: String, _ rule: PushRule) throws -> PushRule {
         try db.transaction { db in
-            try lockLiveUser(userID, on: db)
+            try UserService.requireActive(userID, appID: appID, forUpdate: true, on: db)
             try DeviceStore.savePushRule(appID: appID, userID: userID, rule: rule, now: now, on: db)
             var data = JSONObjectWriter(capacity: 160)
             data["user_id"] = userID
@@ -41,7 +41,7 @@ struct DeviceService: DomainService {
 
     /// The user's devices by `created_at`, then `device_id`.
     func list(_ userID: String, on db: PostgresConnection) throws -> [Device] {
-        try requireLiveUser(userID, on: db)
+        try UserService.requireActive(userID, appID: appID, on: db)
         return try DeviceStore.list(appID: appID, userID: userID, on: db)
     }
 
@@ -119,7 +119,7 @@ struct DeviceService: DomainService {
     /// Removes one device of the user; 404 `not_found` when it has no such device.
     package func delete(_ userID: String, deviceID: String) throws {
         try db.transaction { db in
-            try lockLiveUser(userID, on: db)
+            try UserService.requireActive(userID, appID: appID, forUpdate: true, on: db)
             guard try DeviceStore.delete(appID: appID, userID: userID, deviceID: deviceID, on: db) else {
                 throw APIError(.notFound, "user \(userID) has no device \(deviceID)")
             }
@@ -128,20 +128,6 @@ struct DeviceService: DomainService {
     }
 
     // MARK: - Locks
-
-    /// 404 `user_not_found` unless the user exists and is not soft-deleted.
-    private func requireLiveUser(_ userID: String, on db: PostgresConnection) throws {
-        guard let user = try UserStore.fetch(appID: appID, userID: userID, on: db), !user.isDeleted else {
-            throw UserService.notFound(userID)
-        }
-    }
-
-    /// Locks the user's row; 404 `user_not_found` unless it exists and is not soft-deleted.
-    private func lockLiveUser(_ userID: String, on db: PostgresConnection) throws {
-        guard let user = try UserStore.fetch(appID: appID, userID: userID, forUpdate: true, on: db), !user.isDeleted else {
-            throw UserService.notFound(userID)
-        }
-    }
 
     /// Locks the registering user and, when another user holds the key, that user too (in `user_id` order, so
     /// two opposite moves cannot deadlock). Returns the key's holder as read under those locks.

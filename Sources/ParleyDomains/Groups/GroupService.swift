@@ -87,9 +87,7 @@ package struct GroupService: DomainService {
             attributes[key] = .string(value)
         }
         return try db.transaction { db in
-            guard let owner = try UserStore.fetch(appID: appID, userID: input.owner, on: db), !owner.isDeleted else {
-                throw UserService.notFound(input.owner)
-            }
+            try UserService.requireActive(input.owner, appID: appID, on: db)
             var group = Group(
                 groupID: input.groupID ?? IdentifierKind.generateGroupID(), name: input.name, avatarURL: input.avatarURL,
                 notice: input.notice, extendedData: input.extendedData, ownerID: input.owner, joinMode: input.joinMode,

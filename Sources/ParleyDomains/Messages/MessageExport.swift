@@ -3,104 +3,55 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// `GET /v1/messages/export` (API.md §11.10): one conversation's stored messages as NDJSON, one app-view Message per
-/// line (tombstones and suppressed messages included), in seq order.
+/// The export of `GET /v1/messages/export` (docs/messages.md): one conversation's stored messages as NDJSON, one
+/// app-view Message per line (tombstones and suppressed messages included), in seq order.
 ///
 /// Constant memory: pages of ``pageSize`` rows are read by seq (the history statement of ``MessageStore``, app view,
 /// keyset on `seq`), rendered straight from libpq's buffer by ``MessageRow`` (the renderer of every other read) and
 /// written to the stream in chunks; before each chunk the writer waits until the client has taken what was sent
 /// (``ResponseStream/waitForBacklog(below:)``), so neither the server nor the connection buffers more than a page.
 /// The export holds one pool worker (and its connection) while it runs.
-package enum MessageExport {
+enum MessageExport {
     static let pageSize = 1_000
     /// Bytes rendered before they are handed to the stream, and the most left unsent before more are written.
     static let chunkBytes = 64 * 1024
     static let maxBacklog = 256 * 1024
 
-    package static func register(on api: inout API) {
-        api.add(.get, "/v1/messages/export", .app, "exportMessages") { ctx in
-            try export(ctx)
+    /// One conversation's export: its thread, the peer or conversation id, and where it starts and ends.
+    struct Request: Sendable {
+        var type: ConversationType
+        var threadID: String
+        /// The peer of a peer conversation, the group or the room id.
+        var id: String
+        var bounds: MessageStore.HistoryQuery
+
+        /// `user` and `id` name a peer conversation; `id` alone a group or a room.
+        init(_ type: ConversationType, user: String = "", id: String, afterSeq: Int64, startAt: Int64, endAt: Int64) {
+            self.type = type
+            self.id = id
+            threadID = type == .peer ? MessageStore.peerThread(user, id) : id
+            bounds = MessageStore.HistoryQuery()
+            bounds.forward = true
+            bounds.limit = MessageExport.pageSize
+            bounds.afterSeq = afterSeq
+            bounds.startAt = startAt
+            bounds.endAt = endAt
         }
     }
 
-    private static func export(_ ctx: APIContext) throws -> Response {
-        var query = ctx.query()
-        let type = query.choice("conversation_type", ["peer", "group", "room"]).flatMap(ConversationType.init(rawValue:))
-        if type == nil && query.raw("conversation_type") == nil { query.addError("conversation_type", "is required") }
-        var id = ""
-        var threadID = ""
-        switch type {
-        case .peer?:
-            let user = query.id("user_id", .userID) ?? ""
-            let peer = query.id("peer_id", .userID) ?? ""
-            if query.raw("user_id") == nil { query.addError("user_id", "is required for a peer conversation") }
-            if query.raw("peer_id") == nil { query.addError("peer_id", "is required for a peer conversation") }
-            if !user.isEmpty && user == peer { query.addError("peer_id", "must differ from user_id") }
-            id = peer
-            threadID = MessageStore.peerThread(user, peer)
-        case .group?, .room?:
-            id = query.id("conversation_id", type == .group ? .groupID : .roomID) ?? ""
-            if query.raw("conversation_id") == nil { query.addError("conversation_id", "is required") }
-            threadID = id
-        case nil:
-            break
+    /// 404 `target_not_found` unless the conversation exists: both users (peer), the group (dismissed too: its
+    /// history stays) or the room.
+    static func requireConversation(_ request: Request, appID: String, on db: PostgresConnection) throws {
+        guard try MessageStore.conversationExists(appID: appID, request.type, threadID: request.threadID, id: request.id, on: db) else {
+            let what = request.type == .peer ? "peer conversation" : request.type.rawValue
+            throw APIError(.targetNotFound, "\(what) \(request.id) does not exist")
         }
-        var bounds = MessageStore.HistoryQuery()
-        bounds.forward = true
-        bounds.limit = pageSize
-        bounds.afterSeq = query.int("after_seq", range: 0...Int64.max) ?? 0
-        bounds.startAt = query.int("start_at", range: 0...Int64.max) ?? .min
-        bounds.endAt = query.int("end_at", range: 0...Int64.max) ?? .max
-        try query.check()
-        guard let type else { throw APIError.internalError }
-        guard try exists(ctx, type, threadID: threadID, id: id) else {
-            throw APIError(.targetNotFound, "\(type == .peer ? "peer conversation" : type.rawValue) \(id) does not exist")
-        }
-
-        let (appID, conversation, peer, query0) = (ctx.appID, threadID, id, bounds)
-        let pool = ctx.services.pool
-        let logger = ctx.services.logger
-        var headers = HTTPHeaders()
-        headers.add("Content-Type", "application/x-ndjson")
-        return Response(status: 200, headers: headers) { stream in
-            pool.submit(
-                {
-                    do {
-                        try pool.withConnection { db in
-                            try write(appID: appID, type, threadID: conversation, peer: peer, query0, on: db, to: stream)
-                        }
-                    } catch {
-                        // The head is out: the client sees the stream end early (no final newline-terminated page).
-                        logger.error("msg=\"message export failed\" app=\(appID) error=\"\(error)\"")
-                    }
-                    stream.close()
-                }, rejected: { stream.close() })
-        }
-    }
-
-    /// Whether the conversation exists: both users (peer), the group (dismissed too: its history stays) or the room.
-    private static func exists(_ ctx: APIContext, _ type: ConversationType, threadID: String, id: String) throws -> Bool {
-        let found: Int64?
-        switch type {
-        case .peer:
-            let users = threadID.split(separator: " ").map(String.init)
-            found = try ctx.db.query(
-                "SELECT count(*) FROM users WHERE app_id = \(ctx.appID) AND user_id = ANY(\(users)::text[])"
-            ).decodeFirst(Int64.self).flatMap { $0 == 2 ? 1 : nil }
-        case .group:
-            found = try ctx.db.query("SELECT 1::bigint FROM groups WHERE app_id = \(ctx.appID) AND group_id = \(id)").decodeFirst(Int64.self)
-        case .room:
-            found = try ctx.db.query("SELECT 1::bigint FROM rooms WHERE app_id = \(ctx.appID) AND room_id = \(id)").decodeFirst(Int64.self)
-        }
-        return found != nil
     }
 
     /// Reads and writes the pages until the conversation ends or the client goes.
-    private static func write(
-        appID: String, _ type: ConversationType, threadID: String, peer: String, _ bounds: MessageStore.HistoryQuery,
-        on db: PostgresConnection, to stream: ResponseStream
-    ) throws {
-        var query = bounds
+    static func write(_ request: Request, appID: String, on db: PostgresConnection, to stream: ResponseStream) throws {
+        let (type, threadID, peer) = (request.type, request.threadID, request.id)
+        var query = request.bounds
         var chunk: [UInt8] = []
         chunk.reserveCapacity(chunkBytes + 16 * 1024)
         while !stream.isClosed {

@@ -43,6 +43,13 @@ struct MessageLifecycle {
         var isApp: Bool { userID == nil || skipChecks }
     }
 
+    /// The actor of a revoke, edit or delete for everyone; 404 `user_not_found` when the acting user does not exist
+    /// or is deleted.
+    func actor(userID: String?, skipChecks: Bool) throws -> Actor {
+        if let userID { try UserService.requireActive(userID, appID: appID, on: db) }
+        return Actor(userID: userID, skipChecks: skipChecks)
+    }
+
     // MARK: - Revoke
 
     /// `POST /v1/messages/{message_id}/revoke`: the message becomes a type-31 record in place, in a transaction of
@@ -147,6 +154,24 @@ struct MessageLifecycle {
         }
     }
 
+    /// `GET /v1/messages/{message_id}/edits`: the versions of a message the viewer can read, from `version` `from`
+    /// on, oldest first; a message never edited has one, itself as it is.
+    func edits(_ messageID: String, viewer: MessageViewer, from: Int, limit: Int) throws -> [(version: Int, json: [UInt8])] {
+        let message = try service.get(messageID, viewer: viewer, on: db)
+        if message.deleted { throw MessageService.notFound(messageID) }
+        guard message.editCount == 0 else {
+            return try MessageStore.edits(appID: appID, messageID: messageID, from: from, limit: limit, on: db)
+        }
+        guard from == 1 else { return [] }
+        var o = JSONObjectWriter(capacity: 256 + (message.body?.count ?? 0))
+        o["version"] = 1
+        o.raw("body", message.body ?? Array("null".utf8))
+        o["extended_data"] = message.extendedData
+        o["edited_at"] = message.timestamp
+        o["editor_id"] = message.from
+        return [(1, o.finish())]
+    }
+
     // MARK: - Delete
 
     enum DeleteScope: String, CaseIterable, Sendable {
@@ -156,7 +181,8 @@ struct MessageLifecycle {
     /// `POST /v1/messages/delete`: one result per id; one `message.deleted` per distinct conversation of the
     /// messages deleted, listing them in request order.
     func delete(_ items: [BatchItem], scope: DeleteScope, userID: String?, by actor: Actor, revokePush: RevokePush) throws -> [BatchResult] {
-        try db.transaction { db in
+        if let userID { try UserService.requireActive(userID, appID: appID, on: db) }
+        return try db.transaction { db in
             var results: [BatchResult] = []
             var deleted: [(message: Message, id: String)] = []
             var effects: [NewEvent] = []

@@ -64,9 +64,6 @@ package enum MessageLifecycleRoutes {
             }
             try body.check()
             guard let scope else { throw APIError.internalError }
-            if let userID, try UserStore.fetch(appID: ctx.appID, userID: userID, on: ctx.db).map({ !$0.isDeleted }) != true {
-                throw UserService.notFound(userID)
-            }
             let results = try MessageLifecycle(ctx).delete(items, scope: scope, userID: userID, by: actor, revokePush: revokePush)
             return Reply.batch(results)
         }
@@ -77,8 +74,6 @@ package enum MessageLifecycleRoutes {
             let limit = query.limit()
             let cursor = query.cursor()
             try query.check()
-            let message = try MessageService(ctx).get(messageID, viewer: MessageViewer(ctx), on: ctx.db)
-            if message.deleted { throw MessageService.notFound(messageID) }
             let list = "edits|\(ctx.appID)|\(messageID)"
             var from = 1
             if let cursor {
@@ -87,17 +82,7 @@ package enum MessageLifecycleRoutes {
                 }
                 from = Int(version) + 1
             }
-            var rows = try MessageStore.edits(appID: ctx.appID, messageID: messageID, from: from, limit: limit + 1, on: ctx.db)
-            if message.editCount == 0 && from == 1 {
-                // Never edited: the message as it is is version 1.
-                var o = JSONObjectWriter(capacity: 256 + (message.body?.count ?? 0))
-                o["version"] = 1
-                o.raw("body", message.body ?? Array("null".utf8))
-                o["extended_data"] = message.extendedData
-                o["edited_at"] = message.timestamp
-                o["editor_id"] = message.from
-                rows = [(1, o.finish())]
-            }
+            let rows = try MessageLifecycle(ctx).edits(messageID, viewer: MessageViewer(ctx), from: from, limit: limit + 1)
             let page = rows.prefix(limit)
             let next = rows.count > limit ? page.last.map { ctx.cursors.encode(list: list, values: [.int(Int64($0.version))]) } : nil
             return Reply.list(page.map(\.json), nextCursor: next)
@@ -110,9 +95,6 @@ package enum MessageLifecycleRoutes {
         let named = body.id("operator", .userID)
         let operatorID = ctx.tokenUserID == nil ? named : try ctx.actingUser(named, field: body.fieldPath("operator"))
         let skipChecks = try ctx.appOnlyFlag(body.bool("skip_checks"))
-        if let operatorID, try UserStore.fetch(appID: ctx.appID, userID: operatorID, on: ctx.db).map({ !$0.isDeleted }) != true {
-            throw UserService.notFound(operatorID)
-        }
-        return MessageLifecycle.Actor(userID: operatorID, skipChecks: skipChecks)
+        return try MessageLifecycle(ctx).actor(userID: operatorID, skipChecks: skipChecks)
     }
 }

@@ -133,7 +133,7 @@ struct MessagePins: DomainService {
     /// as rows in ``MessageColumn`` order. The history's access rules (§11.3): the user exists (404), a group exists
     /// (404), is not dismissed (409) and has the user as a member (403).
     func list(_ type: ConversationType, id: String, userID: String) throws -> PostgresResult {
-        try UserService(db: db, appID: appID, now: now).requireLive(userID)
+        try UserService(db: db, appID: appID, now: now).requireActive(userID)
         if type == .group {
             try MessageService(db: db, appID: appID, now: now).requireGroupHistory(id, viewer: userID, on: db)
         }

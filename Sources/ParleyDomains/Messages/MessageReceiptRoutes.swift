@@ -16,9 +16,6 @@ package enum MessageReceiptRoutes {
             var body = try ctx.body()
             let items = body.batchIDs("message_ids", minItems: 1, maxItems: 100, kind: .opaque)
             try body.check()
-            if try UserStore.fetch(appID: ctx.appID, userID: userID, on: ctx.db).map({ !$0.isDeleted }) != true {
-                throw UserService.notFound(userID)
-            }
             return Reply.batch(try MessageReceipts(ctx).read(items, by: userID, ctx: ctx))
         }
 

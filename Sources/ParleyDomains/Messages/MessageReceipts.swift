@@ -46,7 +46,8 @@ struct MessageReceipts {
     /// `POST /v1/users/{user_id}/receipts/read`: marks each message read by `userID`, one result per item (`data` =
     /// `{message_id, receipt_status}`), and one `message.receipt_updated` per message whose readers grew.
     func read(_ items: [BatchItem], by userID: String, ctx: APIContext) throws -> [BatchResult] {
-        try db.transaction { db in
+        try UserService.requireActive(userID, appID: appID, on: db)
+        return try db.transaction { db in
             var results: [BatchResult] = []
             var events: [NewEvent] = []
             for (index, item) in items.enumerated() {

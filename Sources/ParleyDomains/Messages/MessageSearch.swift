@@ -151,3 +151,27 @@ struct MessageSearch {
         try db.query(query(appID: appID))
     }
 }
+
+extension MessageService {
+    /// `GET /v1/messages/search`: the rows `search` finds, in its order. A viewer must exist and may read the named
+    /// conversation's history under the rules of reading it (404, 409 for a dismissed group, 403 for a non-member);
+    /// the app's own search reads whatever is stored.
+    func search(_ search: MessageSearch, conversationID: String?, keywords: [String]) throws -> PostgresResult {
+        var search = search
+        if let type = search.conversationType, let conversationID {
+            search.conversation = .init(type: type, threadID: MessageStore.thread(type, search.viewer ?? "", conversationID))
+        }
+        if let viewer = search.viewer {
+            try UserService.requireActive(viewer, appID: appID, on: db)
+            if let conversation = search.conversation, let conversationID {
+                switch conversation.type {
+                case .group: try requireGroupHistory(conversationID, viewer: viewer, on: db)
+                case .room: _ = try RoomAccess.requireRead(appID: appID, roomID: conversationID, viewer: viewer, on: db)
+                case .peer: break
+                }
+            }
+        }
+        search.keywords = try MessageSearch.lowercased(keywords, on: db)
+        return try search.run(appID: appID, on: db)
+    }
+}

@@ -50,10 +50,6 @@ package enum MessageSearchRoutes {
             }
         }
         try query.check()
-        if let type = s.conversationType, let conversationID {
-            s.conversation = .init(type: type, threadID: MessageStore.thread(type, s.viewer ?? "", conversationID))
-        }
-
         let list =
             "search|\(ctx.appID)|\(s.viewer ?? "")|\(keywords.joined(separator: " "))|\(s.conversationType?.rawValue ?? "")|"
             + "\(conversationID ?? "")|\(query.raw("types") ?? "")|\(query.raw("sub_types") ?? "")|\(query.raw("senders") ?? "")|"
@@ -65,23 +61,9 @@ package enum MessageSearchRoutes {
             s.after = .init(timestamp: timestamp, seq: seq, messageID: messageID)
         }
 
-        if let viewer = s.viewer {
-            try UserService(db: ctx.db, appID: ctx.appID, now: ctx.now).requireLive(viewer)
-            // The access rules of the conversation's history (§11.3): 404, 409 for a dismissed group, 403 for a
-            // non-member. The app's own search reads whatever is stored.
-            if let conversation = s.conversation, let conversationID {
-                switch conversation.type {
-                case .group: try MessageService(ctx).requireGroupHistory(conversationID, viewer: viewer, on: ctx.db)
-                case .room: _ = try RoomAccess.requireRead(appID: ctx.appID, roomID: conversationID, viewer: viewer, on: ctx.db)
-                case .peer: break
-                }
-            }
-        }
-
-        s.keywords = try MessageSearch.lowercased(keywords, on: ctx.db)
         let limit = s.limit
         s.limit = limit + 1
-        let rows = try s.run(appID: ctx.appID, on: ctx.db)
+        let rows = try MessageService(ctx).search(s, conversationID: conversationID, keywords: keywords)
         let pageCount = min(rows.count, limit)
         var next: String?
         if rows.count > limit {

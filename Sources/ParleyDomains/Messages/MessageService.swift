@@ -194,9 +194,7 @@ struct MessageService: DomainService {
             repeatCount: 1, push: push.map { $0.serialized() }, suppressed: nil, deleted: false)
         message.isBroadcast = true
         try db.transaction { db in
-            guard let user = try UserStore.fetch(appID: appID, userID: from, on: db), !user.isDeleted else {
-                throw UserService.notFound(from)
-            }
+            try UserService.requireActive(from, appID: appID, on: db)
             let json = message.json(.app)
             var data = JSONObjectWriter(capacity: json.count + 16)
             data.raw("message", json)
@@ -296,7 +294,7 @@ extension MessageService {
         let rows = try MessageStore.history(
             appID: appID, conversationType: type, threadID: MessageStore.thread(type, userID ?? "", id), peer: id, query: query, on: db)
         if rows.rowCount == 0 {
-            if let userID { try UserService(db: db, appID: appID, now: now).requireLive(userID) }
+            if let userID { try UserService(db: db, appID: appID, now: now).requireActive(userID) }
             if type == .group { try requireGroupHistory(id, viewer: userID, on: db) }
         }
         return rows

@@ -108,7 +108,7 @@ enum MessageStore {
         var types: [Int64]?
         var forward = false
         /// The viewing user of a user view (its `cleared_seq` applies and others' suppressed messages are hidden);
-        /// rows come only while that user exists and is not soft-deleted (`UserService.requireLive`, folded in).
+        /// rows come only while that user exists and is not soft-deleted (`UserService.requireActive`, folded in).
         var viewer: String?
         /// App key only: also the messages the viewer deleted for itself and other users' suppressed messages.
         var includeHidden = false
@@ -162,6 +162,23 @@ enum MessageStore {
 
     /// Up to `limit` stored messages of one conversation in seq order (`forward`) or reverse, as rows in
     /// ``MessageColumn`` order (read them with ``MessageRow``).
+    /// Whether a conversation exists: both users of the peer `threadID`, the group `id` (dismissed too) or the room.
+    static func conversationExists(
+        appID: String, _ type: ConversationType, threadID: String, id: String, on db: PostgresConnection
+    ) throws -> Bool {
+        switch type {
+        case .peer:
+            let users = threadID.split(separator: " ").map(String.init)
+            return try db.query(
+                "SELECT count(*) FROM users WHERE app_id = \(appID) AND user_id = ANY(\(users)::text[])"
+            ).decodeFirst(Int64.self) == 2
+        case .group:
+            return try db.query("SELECT 1::bigint FROM groups WHERE app_id = \(appID) AND group_id = \(id)").decodeFirst(Int64.self) != nil
+        case .room:
+            return try db.query("SELECT 1::bigint FROM rooms WHERE app_id = \(appID) AND room_id = \(id)").decodeFirst(Int64.self) != nil
+        }
+    }
+
     static func history(
         appID: String, conversationType: ConversationType, threadID: String, peer: String, query: HistoryQuery, on db: PostgresConnection
     )

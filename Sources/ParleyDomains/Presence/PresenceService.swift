@@ -58,9 +58,7 @@ package struct PresenceService: DomainService {
     /// unexpired subscribers. The user's row is locked so a concurrent hard delete cannot break the insert.
     func setCustomStatus(_ userID: String, customStatus: String, expiresInSeconds: Int64) throws -> UserStatus {
         try db.transaction { db in
-            guard let user = try UserStore.fetch(appID: appID, userID: userID, forUpdate: true, on: db), !user.isDeleted else {
-                throw UserService.notFound(userID)
-            }
+            try UserService.requireActive(userID, appID: appID, forUpdate: true, on: db)
             let expiresAt = customStatus.isEmpty ? 0 : now + expiresInSeconds * 1000
             let status = try PresenceStore.setCustom(
                 appID: appID, userID: userID, customStatus: customStatus, expiresAt: expiresAt, now: now, on: db
@@ -126,9 +124,7 @@ package struct PresenceService: DomainService {
     func subscriptions(
         _ subscriberID: String, targetIDs: [String]?, afterTargetID: String?, limit: Int, on db: PostgresConnection
     ) throws -> [(subscription: PresenceStore.Subscription, status: UserStatus)] {
-        guard let user = try UserStore.fetch(appID: appID, userID: subscriberID, on: db), !user.isDeleted else {
-            throw UserService.notFound(subscriberID)
-        }
+        try UserService.requireActive(subscriberID, appID: appID, on: db)
         return try PresenceStore.list(
             appID: appID, subscriberID: subscriberID, targetIDs: targetIDs, afterTargetID: afterTargetID, limit: limit,
             now: now, on: db
@@ -138,8 +134,6 @@ package struct PresenceService: DomainService {
     /// The subscriber must exist and not be soft-deleted (404 `user_not_found`); locks its row until the
     /// transaction ends.
     private func lockSubscriber(_ subscriberID: String, on db: PostgresConnection) throws {
-        guard let user = try UserStore.fetch(appID: appID, userID: subscriberID, forUpdate: true, on: db), !user.isDeleted else {
-            throw UserService.notFound(subscriberID)
-        }
+        try UserService.requireActive(subscriberID, appID: appID, forUpdate: true, on: db)
     }
 }

@@ -433,18 +433,9 @@ enum PushStore {
         try db.query("SELECT \(sql: columns) FROM push_attempts WHERE app_id = \(appID) AND attempt_id = \(attemptID)").first.map(attempt)
     }
 
-    /// The filters of `GET /v1/push/attempts`.
-    struct Filter {
-        var userID: String?
-        var messageID: String?
-        var callID: String?
-        var kind: String?
-        var status: String?
-    }
-
     /// Attempts by `created_at` desc, then `attempt_id` desc, after `after`.
     static func list(
-        appID: String, filter: Filter, after: (createdAt: Int64, attemptID: String)?, limit: Int, on db: PostgresConnection
+        appID: String, filter: PushAttemptFilter, after: (createdAt: Int64, attemptID: String)?, limit: Int, on db: PostgresConnection
     ) throws -> [PushAttemptRow] {
         // Only the filters given are in the statement (one prepared statement per combination), and the cursor is one
         // always-present bound in the list index's columns (none: after every row's time): with `$1 IS NULL OR …`
@@ -494,4 +485,13 @@ enum PushStore {
         else { return (0, 0) }
         return (try row[0].int64, try row[1].int64)
     }
+}
+
+/// The filters of `GET /v1/push/attempts`.
+struct PushAttemptFilter {
+    var userID: String?
+    var messageID: String?
+    var callID: String?
+    var kind: String?
+    var status: String?
 }

@@ -52,9 +52,7 @@ package struct RoomService: DomainService {
     func create(_ input: NewRoom, creator: String?) throws -> Room {
         try db.transaction { db in
             if let creator {
-                guard let user = try UserStore.fetch(appID: appID, userID: creator, forUpdate: true, on: db), !user.isDeleted else {
-                    throw UserService.notFound(creator)
-                }
+                try UserService.requireActive(creator, appID: appID, forUpdate: true, on: db)
             }
             let roomID = input.roomID ?? IdentifierKind.generateRoomID()
             try RoomStore.lockCreation(appID: appID, on: db)
@@ -85,9 +83,7 @@ package struct RoomService: DomainService {
     /// room without `create_if_missing`, the app's room limit, the user's room limit, the initial attributes.
     func enter(_ roomID: String, userID: String, extendedData: String, createIfMissing: Bool, newRoom: NewRoom) throws -> Entered {
         try db.transaction { db in
-            guard let user = try UserStore.fetch(appID: appID, userID: userID, forUpdate: true, on: db), !user.isDeleted else {
-                throw UserService.notFound(userID)
-            }
+            try UserService.requireActive(userID, appID: appID, forUpdate: true, on: db)
             var existing = try RoomStore.fetch(appID: appID, roomID: roomID, forUpdate: true, on: db)
             if existing == nil {
                 guard createIfMissing else { throw APIError.roomNotFound(roomID) }

@@ -82,9 +82,7 @@ struct BlacklistService: DomainService {
     /// Whether `blockedID` (an existing, not soft-deleted user, else 404) is on `owner`'s list.
     func isBlocked(owner: String, blockedID: String, on db: PostgresConnection) throws -> Bool {
         try requireOwner(owner, on: db)
-        guard let user = try UserStore.fetch(appID: appID, userID: blockedID, on: db), !user.isDeleted else {
-            throw UserService.notFound(blockedID)
-        }
+        try UserService.requireActive(blockedID, appID: appID, on: db)
         return try !BlacklistStore.present(appID: appID, owner: owner, blockedIDs: [blockedID], on: db).isEmpty
     }
 
@@ -92,15 +90,11 @@ struct BlacklistService: DomainService {
 
     /// The owner must exist and not be soft-deleted (404 `user_not_found`); locks its row until the transaction ends.
     private func lockOwner(_ owner: String, on db: PostgresConnection) throws {
-        guard let user = try UserStore.fetch(appID: appID, userID: owner, forUpdate: true, on: db), !user.isDeleted else {
-            throw UserService.notFound(owner)
-        }
+        try UserService.requireActive(owner, appID: appID, forUpdate: true, on: db)
     }
 
     private func requireOwner(_ owner: String, on db: PostgresConnection) throws {
-        guard let user = try UserStore.fetch(appID: appID, userID: owner, on: db), !user.isDeleted else {
-            throw UserService.notFound(owner)
-        }
+        try UserService.requireActive(owner, appID: appID, on: db)
     }
 
     /// The one event of a request, `{user_id, user_ids}` to the owner only; none when no id changed.

@@ -270,9 +270,7 @@ struct FriendService: DomainService {
 
     /// The owner must exist and not be soft-deleted (404 `user_not_found`).
     private func requireOwner(_ owner: String, on db: PostgresConnection) throws {
-        guard let user = try UserStore.fetch(appID: appID, userID: owner, on: db), !user.isDeleted else {
-            throw UserService.notFound(owner)
-        }
+        try UserService.requireActive(owner, appID: appID, on: db)
     }
 
     /// 403 `20007` when `applicant` is on `blocker`'s blacklist (API.md §8: always an error for friend requests).

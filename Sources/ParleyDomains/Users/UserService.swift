@@ -304,10 +304,19 @@ extension UserService {
     }
 
     /// 404 `user_not_found` unless the user exists and is not soft-deleted: reads of a user's own data (its
-    /// conversations, unread count, history) are hidden with the user (API.md §4, §19 `6000011`).
-    package func requireLive(_ userID: String) throws {
-        guard let user = try UserStore.fetch(appID: appID, userID: userID, on: db), !user.isDeleted else {
-            throw Self.notFound(userID)
+    /// conversations, unread count, history) are hidden with the user.
+    package func requireActive(_ userID: String) throws {
+        try Self.requireActive(userID, appID: appID, on: db)
+    }
+
+    /// The user `userID` if it exists and is not soft-deleted, else 404 `user_not_found`: a deleted user cannot act
+    /// or be acted on, and its data is hidden with it. `forUpdate` locks the user's row (a change that must not race
+    /// the user's deletion).
+    @discardableResult
+    package static func requireActive(_ userID: String, appID: String, forUpdate: Bool = false, on db: PostgresConnection) throws -> User {
+        guard let user = try UserStore.fetch(appID: appID, userID: userID, forUpdate: forUpdate, on: db), !user.isDeleted else {
+            throw notFound(userID)
         }
+        return user
     }
 }

@@ -74,7 +74,7 @@ package enum WebhookRoutes {
             var query = ctx.query()
             let limit = query.limit()
             let cursor = query.cursor()
-            let filter = DeliveryStore.Filter(
+            let filter = DeliveryFilter(
                 status: query.choice("status", Delivery.Status.allCases.map(\.rawValue)).flatMap(Delivery.Status.init),
                 kind: query.choice("kind", Delivery.Kind.allCases.map(\.rawValue)).flatMap(Delivery.Kind.init),
                 eventType: query.string("event_type", maxBytes: 64))

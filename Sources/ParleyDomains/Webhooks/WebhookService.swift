@@ -140,7 +140,7 @@ struct WebhookService: DomainService {
 
     // MARK: - Deliveries
 
-    func deliveries(_ webhookID: String, filter: DeliveryStore.Filter, before: (Int64, String)?, limit: Int) throws -> [Delivery] {
+    func deliveries(_ webhookID: String, filter: DeliveryFilter, before: (Int64, String)?, limit: Int) throws -> [Delivery] {
         _ = try get(webhookID)
         return try DeliveryStore.list(appID: appID, webhookID: webhookID, filter: filter, before: before, limit: limit, on: db)
     }
