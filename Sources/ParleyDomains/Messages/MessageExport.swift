@@ -3,8 +3,8 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// `GET /v1/messages/export` (API.md §11.10): one conversation's stored messages as NDJSON, one app-view Message per
-/// line (tombstones and suppressed messages included), in seq order.
+/// `GET /v1/messages/export` (docs/messages.md#import-and-export): one conversation's stored messages as NDJSON, one
+/// app-view Message per line (tombstones and suppressed messages included), in seq order.
 ///
 /// Constant memory: pages of ``pageSize`` rows are read by seq (the history statement of ``MessageStore``, app view,
 /// keyset on `seq`), rendered straight from libpq's buffer by ``MessageRow`` (the renderer of every other read) and

@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Message search (API.md §11.9): HTTP ↔ ``MessageSearch``.
+/// Message search (docs/messages.md#search): HTTP ↔ ``MessageSearch``.
 package enum MessageSearchRoutes {
     package static func register(on api: inout API) {
         api.add(.get, "/v1/messages/search", .appOrUser, "searchMessages") { ctx in
@@ -15,7 +15,8 @@ package enum MessageSearchRoutes {
     private static func search(_ ctx: APIContext) throws -> Response {
         var query = ctx.query()
         var s = MessageSearch()
-        // A user token searches its own history only (§1.3 rule 1); the app searches everything, or one user's view.
+        // A user token searches its own history only (docs/users.md#user-tokens); the app searches everything, or one
+        // user's view.
         if let tokenUser = ctx.tokenUserID {
             if let named = query.raw("user_id"), named != tokenUser { throw APIError.forbidden("a user token acts only for its own user") }
             s.viewer = tokenUser
@@ -67,8 +68,8 @@ package enum MessageSearchRoutes {
 
         if let viewer = s.viewer {
             try UserService(db: ctx.db, appID: ctx.appID, now: ctx.now).requireLive(viewer)
-            // The access rules of the conversation's history (§11.3): 404, 409 for a dismissed group, 403 for a
-            // non-member. The app's own search reads whatever is stored.
+            // The access rules of the conversation's history (docs/messages.md#history): 404, 409 for a dismissed
+            // group, 403 for a non-member. The app's own search reads whatever is stored.
             if let conversation = s.conversation, let conversationID {
                 switch conversation.type {
                 case .group: try MessageService(ctx).requireGroupHistory(conversationID, viewer: viewer, on: ctx.db)

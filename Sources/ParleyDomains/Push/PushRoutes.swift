@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// The push bridge's routes (API.md §16.3): the dry run (or a real test push) and the attempt log.
+/// The push bridge's routes (docs/push.md#the-attempt-log): the dry run (or a real test push) and the attempt log.
 package enum PushRoutes {
     /// A real test push holds its pool worker while it waits for the gateway: at most this long.
     static let testTimeoutMillis = 5000
@@ -50,8 +50,9 @@ package enum PushRoutes {
         }
     }
 
-    /// `POST /v1/push/test`: the §16.1 decision for each of the user's devices and the request it comes to; with
-    /// `dry_run: false` the request is really sent (kind `test`) and logged as an attempt.
+    /// `POST /v1/push/test`: the push decision (docs/push.md#what-is-pushed-to-whom) for each of the user's devices and
+    /// the request it comes to; with `dry_run: false` the request is really sent (kind `test`) and logged as an
+    /// attempt.
     private static func test(_ ctx: APIContext, bridge: PushBridge) throws -> Response {
         var body = try ctx.body()
         let userID = body.id("user_id", .userID, required: true)
@@ -166,7 +167,7 @@ package enum PushRoutes {
         return (recipient, PushDecision(kind: kind, configured: settings.configured, recipient: recipient))
     }
 
-    /// The item of a §11.1 send body, as if it were sent now (no `event_id`, no `seq`).
+    /// The item of a send body (`POST /v1/messages`), as if it were sent now (no `event_id`, no `seq`).
     private static func unsentMessageItem(_ object: JSONObject, ctx: APIContext) throws -> PushItem {
         var reader = BodyReader(object, path: "body.message")
         let request = try SendRequest(&reader, ctx: ctx, settings: ctx.app.settings)
