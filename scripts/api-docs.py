@@ -11,12 +11,13 @@ usage: scripts/api-docs.py build   rewrites docs/api.md
                                        repository (or its #fragment to no heading of the page), or leaves it
                                        (`..` above the root, ../shared), or a link is an
                                        absolute http(s) URL other than a 127.0.0.1/localhost example, or a page
-                                       names the team's contract (API.md) instead of a page of docs/.
+                                       names a file kept outside the repository (the team's contract or design
+                                       notes) instead of a page of docs/.
 
 One entry per operation, grouped by the document's tags in their order: method and path, operationId, summary,
 description, who may call it, parameters, the request body's top-level fields and the responses with their status
-codes. Section references of the contract (§…) in openapi.json descriptions are left out: a reader of the
-repository has only docs/.
+codes. Descriptions cite pages of docs/ or say the rule in words (scripts/check-references.py keeps it so): a
+reader of the repository has only docs/.
 """
 
 import json
@@ -42,6 +43,8 @@ Conventions that hold for every operation (see [errors](errors.md) for problems 
   an app on app routes when the request carries `Parley-App-Id: <app_id>`.
 - **Bodies** are JSON (`Content-Type: application/json`); errors are `application/problem+json` (RFC 9457).
   Unknown request fields are ignored. In a `PATCH`, an absent field is left unchanged and `""` clears a string.
+  An integer field takes any whole number however it is written (`3600`, `3600.0`, `3.6e3`); `1.5` and `"1"` are
+  400.
 - **Times** (`*_at`, `timestamp`) are integer milliseconds since the Unix epoch. In `*_until` fields, `0` means
   not set and `-1` means permanent. Length limits are in bytes of UTF-8.
 - **Lists** answer `{items, next_cursor}` and take `limit` (1–100, default 20) and `cursor` (from the previous
@@ -59,20 +62,15 @@ with `Parley-App-Id`), **U** a user token.
 
 
 def clean(text):
-    """A description without the contract's section references; code spans keep their spacing."""
+    """A description with its prose spacing tidied; code spans keep their spacing."""
     if not text:
         return ""
-    text = text.replace("(contract: API.md)", "")
-    text = re.sub(r"\s*\((?:see )?(?:API\.md)?[^()]*§[^()]*\)", "", text)
-    text = re.sub(r"\s*\(API\.md[^()]*\)", "", text)
     parts = re.split(r"(`[^`]*`)", text)
     text = "".join(part if part.startswith("`") else clean_prose(part) for part in parts)
     return re.sub(r"^\s*[;,]\s*", "", text).strip()
 
 
 def clean_prose(text):
-    text = re.sub(r"(?:API\.md\s*)?§\s*[\d.]+(?:\s*[–-]\s*§?[\d.]+)?(?:\s*item\s*\d+)?(?:\s*\"[^\"]*\")?", "", text)
-    text = re.sub(r"\bAPI\.md\b", "", text)
     text = re.sub(r"[ \t]+", " ", text)
     text = re.sub(r"\b(order|steps?) of\s*:", r"\1:", text)
     text = re.sub(r"\b(of|of the)\s+(step)", r"\2", text)

@@ -180,7 +180,7 @@ SECURITY = {
 
 
 def idempotent(route):
-    """The pipeline replays an Idempotency-Key on every POST it runs (API.md §1.6)."""
+    """The pipeline replays an Idempotency-Key on every POST it runs (docs/errors.md#retrying-safely)."""
     return route.method == "post" and route.access != "none"
 
 

@@ -321,10 +321,11 @@ def doc_above(lines, k):
     text = " ".join(reversed(docs)).strip()
     if not text:
         return ""
-    # The contract (API.md, DESIGN.md) is not part of docs/: its section references are left out.
-    text = re.sub(r"\s*\((?:see )?(?:API|DESIGN)\.md[^()]*\)", "", text)
-    text = re.sub(r"\s*(?:API|DESIGN)\.md(?:\s*§\s*[\d.]+)?", "", text)
-    text = re.sub(r"\s*\(§[^()]*\)", "", text)
+    # References to pages of docs/ are left out: the table sits in docs/scaling.md, where a path from the root of the
+    # repository would not resolve, and the page it cites is beside the point there.
+    text = re.sub(r"\s*\((?:see )?docs/[\w-]+\.md(?:#[\w-]+)?\)", "", text)
+    text = re.sub(r"[,;]?\s*docs/[\w-]+\.md(?:#[\w-]+)?(?=[,;)])", "", text)
+    text = re.sub(r"\(\s*[,;]\s*", "(", text)
     sentence = re.split(r"(?<=[.:])\s", text, maxsplit=1)[0].rstrip(".:;")
     sentence = sentence.replace("``", "`").replace("|", "\\|")
     if len(sentence) > 110:

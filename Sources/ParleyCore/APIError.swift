@@ -1,4 +1,4 @@
-/// An error the API answers with a problem response (RFC 9457, API.md §1.4).
+/// An error the API answers with a problem response (RFC 9457, docs/errors.md#problems-rfc-9457).
 ///
 /// Services throw it with a catalogue code and a caller-safe `detail`; the HTTP layer renders it with
 /// ``problemBody(requestID:)``, sends `code.status`, and adds `extraHeaders` (`Retry-After`, `WWW-Authenticate`).
@@ -58,7 +58,7 @@ public struct APIError: Error, Sendable, CustomStringConvertible {
         invalidParams([FieldError(field: field, message: message)])
     }
 
-    /// 401 `unauthenticated` with `WWW-Authenticate: Bearer` (API.md §1.3).
+    /// 401 `unauthenticated` with `WWW-Authenticate: Bearer` (docs/users.md#user-tokens).
     public static func unauthenticated(_ detail: String = "missing or invalid credential") -> APIError {
         APIError(.unauthenticated, detail, extraHeaders: [("WWW-Authenticate", "Bearer")])
     }
@@ -90,7 +90,7 @@ public struct APIError: Error, Sendable, CustomStringConvertible {
 
     // MARK: - Rendering
 
-    /// The `application/problem+json` body, members in the order API.md §1.4 shows.
+    /// The `application/problem+json` body, members in the order docs/errors.md#problems-rfc-9457 shows.
     public func problemBody(requestID: String) -> [UInt8] {
         var o = JSONObjectWriter(capacity: 192 + detail.utf8.count + fieldErrors.count * 64)
         o["type"] = "urn:parley:error:\(code.code)"

@@ -1,4 +1,5 @@
-/// App keys of the form `pk.<app_id>.<43 base64url chars>` (API.md §1.3).
+/// App keys of the form `pk.<app_id>.<43 base64url chars>`
+/// (docs/getting-started.md#2-keys-the-admin-key-and-an-app-key).
 ///
 /// The secret part is 32 random bytes, base64url without padding (exactly 43 chars). Only ``hash(_:)`` of the
 /// whole key is stored; the key itself is shown once at creation.
@@ -24,7 +25,8 @@ public enum AppKey {
         return (appID, String(secret))
     }
 
-    /// Whether `value` has the app-key form (used to classify a bearer value, §1.3 "Recognising the credential").
+    /// Whether `value` has the app-key form (used to classify a bearer value,
+    /// docs/getting-started.md#2-keys-the-admin-key-and-an-app-key).
     public static func looksLikeAppKey(_ value: String) -> Bool { parse(value) != nil }
 
     /// The stored form of a key: lowercase hex SHA-256 of the whole key string.

@@ -1,7 +1,7 @@
 /// URL members: the media URLs of message bodies, webhook endpoints and the push gateway are all absolute
-/// `http`/`https` URLs of at most 2048 bytes (API.md §2, §3.1, §20).
+/// `http`/`https` URLs of at most 2048 bytes (avatars, webhook and gateway URLs).
 extension BodyReader {
-    /// The longest URL the API accepts, in UTF-8 bytes (API.md §20).
+    /// The longest URL the API accepts, in UTF-8 bytes.
     static let maxURLBytes = 2048
 
     /// A string member that must be an absolute `http`/`https` URL of at most `maxBytes` UTF-8 bytes.

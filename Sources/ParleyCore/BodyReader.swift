@@ -1,10 +1,10 @@
 /// Typed extraction of request-body fields that collects every field error instead of stopping at the first.
 ///
 /// A handler reads all the fields it needs, then calls ``check()``, so one 400 `6000001` lists every invalid
-/// field (API.md §1.4). Each accessor returns nil when the field is absent *or* invalid; in the invalid case it has
-/// recorded a ``FieldError`` with the field's path. Unknown fields are ignored (API.md §1.1). An explicit `null`
-/// is a type error except through ``value(_:required:)`` and ``isNull(_:)``, which callers use for fields that
-/// are documented as nullable.
+/// field (docs/errors.md#problems-rfc-9457). Each accessor returns nil when the field is absent *or* invalid; in the
+/// invalid case it has recorded a ``FieldError`` with the field's path. Unknown fields are ignored (docs/api.md). An
+/// explicit `null` is a type error except through ``value(_:required:)`` and ``isNull(_:)``, which callers use for
+/// fields that are documented as nullable.
 ///
 /// ```swift
 /// var r = try BodyReader.parse(body)
@@ -25,7 +25,7 @@ public struct BodyReader: Sendable {
         self.path = path
     }
 
-    /// Parses a request body that must be a JSON object; an empty body reads as `{}` (API.md §1.1).
+    /// Parses a request body that must be a JSON object; an empty body reads as `{}` (docs/api.md).
     ///
     /// - Throws: ``APIError`` `invalid_params` naming `path` when the body is not JSON or not an object, and naming
     ///   every field that holds U+0000 (``NULCharacter``: refused in request text, at any depth).
@@ -115,7 +115,7 @@ public struct BodyReader: Sendable {
         return nil
     }
 
-    /// A string member that must be a valid identifier of `kind` (API.md §1.2).
+    /// A string member that must be a valid identifier of `kind` (``IdentifierKind``).
     public mutating func id(_ key: String, _ kind: IdentifierKind, required: Bool = false) -> String? {
         guard let s = typed(key, required: required, expected: "string", { $0.stringValue }) else { return nil }
         if let message = kind.problem(s) {
@@ -126,7 +126,7 @@ public struct BodyReader: Sendable {
     }
 
     /// An integer member: a whole number however written (`3600`, `3600.0`, `3.6e3`; ``JSONValue/intValue``); `1.5`
-    /// and `"1"` are type errors (API.md §1.1).
+    /// and `"1"` are type errors (docs/api.md).
     public mutating func int(_ key: String, required: Bool = false, range: ClosedRange<Int64>? = nil) -> Int64? {
         guard let i = typed(key, required: required, expected: "integer", { $0.intValue }) else { return nil }
         if let range, !range.contains(i) {
@@ -145,7 +145,7 @@ public struct BodyReader: Sendable {
         typed(key, required: required, expected: "boolean", { $0.boolValue })
     }
 
-    /// A string enumeration member (API.md §1.9); an unknown value lists the accepted ones.
+    /// A string enumeration member (docs/api.md); an unknown value lists the accepted ones.
     public mutating func enumeration<E: RawRepresentable & CaseIterable>(
         _ key: String, _ type: E.Type, required: Bool = false
     ) -> E? where E.RawValue == String {

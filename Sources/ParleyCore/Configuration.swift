@@ -51,11 +51,12 @@ public struct Configuration: Sendable {
     public var logLevel = Logger.Level.info
     public var testClock = false
     public var metricsToken: String?
-    /// Interval of the `: ping` comment on idle SSE streams (API.md §14.3: 15 s; tests shorten it).
+    /// Interval of the `: ping` comment on idle SSE streams (15 s, docs/events.md#live-streams-server-sent-events;
+    /// tests shorten it).
     public var sseHeartbeatMillis = 15_000
     /// How long one exchange with PostgreSQL (a statement, a connect) may wait for its answer before the connection is
     /// abandoned and the request answered 503 (`PostgresConfiguration.responseTimeout`). While the database does not
-    /// answer, an API request fails within about twice this (API.md §21 item 60 asks for 5 s; docs/reliability.md).
+    /// answer, an API request fails within about twice this, well within 5 s (docs/reliability.md#a-stalled-database).
     public var databaseTimeoutMillis = 2_000
     /// A request head must arrive within this, and a body must not stall for longer, else 408 `7000015` and the
     /// connection closes (the HTTP server's `headerTimeout` and `bodyTimeout`; tests shorten them).
@@ -66,8 +67,9 @@ public struct Configuration: Sendable {
     public var webhookCAFile: String?
     public var requestHeadTimeoutMillis = 10_000
     public var requestBodyTimeoutMillis = 30_000
-    /// Tests only (no setting reads it): the message writer's overload threshold (API.md §1.8, priority-1 room sends
-    /// are refused while more sends than this wait); nil keeps the writer's default. -1 forces overload.
+    /// Tests only (no setting reads it): the message writer's overload threshold (docs/errors.md#rate-limits,
+    /// priority-1 room sends are refused while more sends than this wait); nil keeps the writer's default. -1 forces
+    /// overload.
     public var sendOverloadThreshold: Int?
 
     public init() {}

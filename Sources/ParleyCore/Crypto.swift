@@ -69,7 +69,7 @@ public enum Crypto {
     /// HMAC-SHA256 of `message` under `key` (32 bytes), RFC 2104 over the cached SHA-256.
     public static func hmacSHA256(key: some Collection<UInt8>, message: some Collection<UInt8>) -> [UInt8] {
         let blockSize = 64
-        // Keys longer than a block are hashed first (RFC 2104 §2).
+        // Keys longer than a block are hashed first (RFC 2104, section 2).
         var block = key.count > blockSize ? sha256(key) : Array(key)
         block.append(contentsOf: repeatElement(0, count: blockSize - block.count))
         var pad = [UInt8](repeating: 0, count: blockSize)
@@ -206,7 +206,7 @@ public enum Crypto {
         return t
     }
 
-    /// Base64url (RFC 4648 §5) without padding, as JWTs, keys and cursors use it.
+    /// Base64url (RFC 4648, section 5) without padding, as JWTs, keys and cursors use it.
     public static func base64URLEncode(_ bytes: some Collection<UInt8>) -> String {
         String(decoding: encode(bytes, alphabet: urlAlphabet, pad: false), as: UTF8.self)
     }
@@ -229,7 +229,7 @@ public enum Crypto {
         urlTable.withUnsafeBufferPointer { decode(utf8, table: $0, padded: false) }
     }
 
-    /// Standard base64 (RFC 4648 §4) with `=` padding.
+    /// Standard base64 (RFC 4648, section 4) with `=` padding.
     public static func base64Encode(_ bytes: some Collection<UInt8>) -> String {
         String(decoding: encode(bytes, alphabet: standardAlphabet, pad: true), as: UTF8.self)
     }

@@ -1,4 +1,4 @@
-/// Opaque, tamper-evident pagination cursors (API.md §1.5).
+/// Opaque, tamper-evident pagination cursors (docs/api.md).
 ///
 /// A cursor is `base64url(payload) "." base64url(HMAC-SHA256(secret, payload)[0..<16])`, where the payload is the
 /// JSON `{"l": list, "v": [sort key values of the last item]}`. The MAC stops callers from forging positions (and

@@ -1,4 +1,4 @@
-/// One entry of the error catalogue (API.md §19): the numeric code, its name and its one HTTP status.
+/// One entry of the error catalogue (docs/errors.md#code-families): the numeric code, its name and its one HTTP status.
 ///
 /// Every problem response the server sends uses one of the constants below; `all` lists them in catalogue order
 /// so tests and the OpenAPI document can check the catalogue is complete and unique.
@@ -34,7 +34,7 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
     /// options, operations on unstored or system messages, advanced-only call operations in general mode.
     public static let unsupportedOperation = ErrorCode(6000013, "unsupported_operation", 422)
     /// A value of the JWT form that fails verification as a user token: wrong algorithm or signature, unknown app,
-    /// unknown or deleted user, or revoked by kick (§1.3).
+    /// unknown or deleted user, or revoked by kick (docs/users.md#user-tokens).
     public static let tokenInvalid = ErrorCode(6000103, "token_invalid", 401)
     /// User token past `exp`.
     public static let tokenExpired = ErrorCode(6000106, "token_expired", 401)
@@ -123,7 +123,7 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
     public static let groupAttributeValueTooLong = ErrorCode(6000533, "group_attribute_value_too_long", 422)
     /// Group attributes over 5120 B in total.
     public static let groupAttributesTotalExceeded = ErrorCode(6000534, "group_attributes_total_exceeded", 422)
-    /// The operator's role does not allow the group action (§9.1).
+    /// The operator's role does not allow the group action (docs/groups.md#roles).
     public static let groupPermissionDenied = ErrorCode(6000541, "group_permission_denied", 403)
     /// The user has no (undeleted) entry for that conversation.
     public static let conversationNotFound = ErrorCode(6000603, "conversation_not_found", 404)
@@ -161,7 +161,7 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
     /// Unexpected server failure (the transaction was rolled back).
     public static let internalError = ErrorCode(7000000, "internal_error", 500)
     /// Missing credential, a bearer value that is neither the admin key, an app key nor of the JWT form, or an
-    /// unknown or revoked app key (§1.3); a wrong metrics token.
+    /// unknown or revoked app key (docs/getting-started.md#2-keys-the-admin-key-and-an-app-key); a wrong metrics token.
     public static let unauthenticated = ErrorCode(7000001, "unauthenticated", 401)
     /// The credential may not do this: wrong scope, another user's resource, `skip_checks`/`skip_hooks` with a user
     /// token.
@@ -208,7 +208,7 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
     public static let userBanned = ErrorCode(7000102, "user_banned", 403)
     /// More than 1000 status subscriptions.
     public static let subscriptionLimit = ErrorCode(7000103, "subscription_limit", 422)
-    /// A message's `text` or `data` exceeds its byte limit (§2 length rules).
+    /// A message's `text` or `data` exceeds its byte limit (`text_max_bytes`, or the fixed limit of its type).
     public static let messageTooLarge = ErrorCode(7000201, "message_too_large", 413)
     /// `client_msg_id` reused by the same sender with different content.
     public static let clientMsgIdConflict = ErrorCode(7000203, "client_msg_id_conflict", 409)
@@ -247,7 +247,7 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
     /// No push gateway configured for a real (non-dry-run) push test.
     public static let pushNotConfigured = ErrorCode(7000701, "push_not_configured", 422)
 
-    /// Every catalogue entry, in the order of API.md §19.
+    /// Every catalogue entry, in code order within each family (docs/errors.md#code-families).
     public static let all: [ErrorCode] = [
         .invalidParams,
         .rateLimited,

@@ -1,4 +1,4 @@
-/// One invalid request field, as listed in a 400 problem's `errors[]` (API.md §1.4).
+/// One invalid request field, as listed in a 400 problem's `errors[]` (docs/errors.md#problems-rfc-9457).
 public struct FieldError: Sendable, Equatable, CustomStringConvertible {
     /// JSONPath-like location: `body.text`, `body.user_ids[2]`, `header Idempotency-Key`, `query limit`.
     public var field: String

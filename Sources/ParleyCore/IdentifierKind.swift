@@ -1,21 +1,23 @@
-/// The identifier formats of API.md §1.2, with validation and generation of server-assigned ids.
+/// The identifier formats of the API, with validation and generation of server-assigned ids. The identifier set
+/// is the letters, the digits and `!#$%&()+-:;<=.>?@[]^_{}|~`; an id that violates its format is 400 `6000001`
+/// naming the field or parameter.
 ///
 /// Validation works on UTF-8 bytes with a 128-bit membership mask, so checking an id costs a few instructions
 /// per byte and no allocation.
 public enum IdentifierKind: Sendable, Hashable, CaseIterable {
     /// 3–32 chars `[a-z0-9][a-z0-9_-]*`.
     case appID
-    /// 1–32 bytes from the §1.2 set.
+    /// 1–32 bytes from the identifier set (``isIDByte(_:)``).
     case userID
-    /// 1–32 bytes from the §1.2 set.
+    /// 1–32 bytes from the identifier set (``isIDByte(_:)``).
     case roomID
-    /// 1–32 bytes from the §1.2 set, not starting with `#`.
+    /// 1–32 bytes from the identifier set (``isIDByte(_:)``), not starting with `#`.
     case groupID
     /// 1–64 bytes, no control characters.
     case clientMsgID
     /// 1–64 bytes, no control characters.
     case deviceID
-    /// A server-assigned opaque id (message, call, application, webhook …): 1–32 bytes from the §1.2 set.
+    /// A server-assigned opaque id (message, call, application, webhook …): 1–32 bytes from the identifier set.
     case opaque
 
     /// Whether `value` is valid for this kind.
@@ -118,7 +120,7 @@ public enum IdentifierKind: Sendable, Hashable, CaseIterable {
         }
     }
 
-    /// A generated group or room id: 20 chars `[A-Za-z0-9]` (API.md §1.2).
+    /// A generated group or room id: 20 chars `[A-Za-z0-9]`.
     public static func generateGroupID() -> String { generateID(length: 20) }
 
     /// A generated room id: 20 chars `[A-Za-z0-9]`.
@@ -164,7 +166,7 @@ public enum IdentifierKind: Sendable, Hashable, CaseIterable {
             i -= 1
         }
         appendRandom(randomLength, from: base62, to: &out)
-        assert(out.count <= 32, "opaque ids are at most 32 bytes (API.md §1.2)")
+        assert(out.count <= 32, "opaque ids are at most 32 bytes")
         return String(decoding: out, as: UTF8.self)
     }
 }

@@ -14,7 +14,7 @@ public struct JSONParseError: Error, Sendable, Equatable, CustomStringConvertibl
 }
 
 extension JSONValue {
-    /// The default nesting limit for request bodies (API.md §20: header, body and JSON depth limits).
+    /// The default nesting limit for request bodies (with the header and body size limits, what bounds a request).
     public static let defaultMaxDepth = 64
 
     /// Parses one JSON document (RFC 8259, strict) from UTF-8 bytes.

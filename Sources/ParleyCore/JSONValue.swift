@@ -2,7 +2,7 @@
 ///
 /// Numbers keep the distinction the API needs: a literal without fraction or exponent that fits `Int64` is
 /// `.int`, anything else is `.double`, so "a number with a fraction where an integer is expected" can be rejected
-/// (API.md §1.1). Objects keep key order (``JSONObject``).
+/// (docs/api.md). Objects keep key order (``JSONObject``).
 public enum JSONValue: Sendable, Equatable {
     case null
     case bool(Bool)
@@ -35,7 +35,7 @@ public enum JSONValue: Sendable, Equatable {
         return nil
     }
 
-    /// The value as an integer, as JSON Schema defines one (API.md §1.1): `.int`, or a `.double` with no fraction
+    /// The value as an integer, as JSON Schema defines one (docs/api.md): `.int`, or a `.double` with no fraction
     /// that `Int64` holds exactly (`3600.0`, `3.6e3`); nil for `1.5`, `1e300` and non-numbers. Every reader of
     /// request integers goes through this, so "integer" means the same as in the OpenAPI document.
     public var intValue: Int64? {

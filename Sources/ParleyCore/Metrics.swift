@@ -2,7 +2,8 @@ import ParleyHTTP
 import ParleySync
 import Synchronization
 
-/// Prometheus counters and histograms of the HTTP layer and of accepted messages (API.md §17 `/metrics`).
+/// Prometheus counters and histograms of the HTTP layer and of accepted messages (`/metrics`,
+/// docs/operations.md#health-readiness-and-metrics).
 ///
 /// Owner: `state` behind its `LockedValue`; recorded from the event loops after each response.
 package final class Metrics: Sendable {

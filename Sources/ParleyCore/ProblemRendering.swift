@@ -1,7 +1,7 @@
 import ParleyHTTP
 import ParleyPostgres
 
-/// Turns every failure into the RFC 9457 problem response of API.md §1.4.
+/// Turns every failure into an RFC 9457 problem response (docs/errors.md#problems-rfc-9457).
 package enum ProblemRendering {
     /// The response for an `APIError`: catalogue status, problem body, its extra headers.
     package static func response(_ error: APIError, requestID: String) -> Response {
@@ -23,7 +23,7 @@ package enum ProblemRendering {
         case .internalError: return response(.internalError, requestID: requestID)
         case .methodNotAllowed, .headersTooLarge, .notImplemented, .versionNotSupported, .requestTimeout:
             // The HTTP layer's own answer keeps its headers (`Allow`, `Connection: close`); the body is the catalogue's
-            // problem (§19, 7000014–7000018).
+            // problem (docs/errors.md#code-families, 7000014–7000018).
             var response = HTTPServerHooks.defaultProblem(problem, requestID)
             let error = transportError(problem)
             response.headers.replace("Content-Type", "application/problem+json")

@@ -1,7 +1,7 @@
-/// The offline push options of a message, call or application action (API.md §2 "PushConfig", the ZIMPushConfig
-/// fields): validated once where a request carries them, then stored as JSON for the push bridge.
+/// The offline push options of a message, call or application action (docs/push.md#what-is-pushed-to-whom, the
+/// ZIMPushConfig fields): validated once where a request carries them, then stored as JSON for the push bridge.
 package enum PushConfig {
-    /// VoIP `handle_type` (API.md §1.9).
+    /// VoIP `handle_type` (docs/api.md).
     enum HandleType: String, CaseIterable {
         case generic
         case phoneNumber = "phone_number"

@@ -1,7 +1,7 @@
 import ParleySync
 import Synchronization
 
-/// Token-bucket rate limiting per credential (API.md §1.8).
+/// Token-bucket rate limiting per credential (docs/errors.md#rate-limits).
 ///
 /// Each key (`"app:<app_id>"`, `"user:<app_id>:<user_id>"`, `"send:<app_id>:<user_id>"` …) has a bucket that holds
 /// at most `2 × rate` tokens, refills continuously at `rate` per second and starts full. A request takes one

@@ -1,8 +1,8 @@
 import ParleyHTTP
 import Synchronization
 
-/// The one clock everything the server stamps or schedules reads (API.md §17): system time, plus a movable
-/// offset when the test clock is enabled.
+/// The one clock everything the server stamps or schedules reads (docs/operations.md#test-clock): system time, plus a
+/// movable offset when the test clock is enabled.
 ///
 /// Owner: `offset` is atomic; anyone may read, only `advance` (admin, test mode) writes.
 public final class ServerClock: Sendable {

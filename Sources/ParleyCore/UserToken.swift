@@ -1,7 +1,7 @@
-/// User tokens: HS256 JWTs naming an app, a user and the user's token generation (API.md §1.3).
+/// User tokens: HS256 JWTs naming an app, a user and the user's token generation (docs/users.md#user-tokens).
 ///
 /// Verification is two-step because the signing secret is per app: ``decodeUnverified(_:)`` reads `iss` to find
-/// the app (and its secret), then ``verify(_:secret:now:)`` checks, in the order §1.3 prescribes, the algorithm,
+/// the app (and its secret), then ``verify(_:secret:now:)`` checks, in this order, the algorithm,
 /// the signature and the expiry. User existence, generation and bans are the caller's checks.
 ///
 /// ```swift
@@ -105,13 +105,14 @@ public enum UserToken {
         }
     }
 
-    /// Whether `value` has the JWT form of §1.3: three base64url segments, the first two decoding to JSON objects.
+    /// Whether `value` has the JWT form: three base64url segments, the first two decoding to JSON objects.
     ///
     /// The signature segment may be empty (an `alg: none` token is still "of the JWT form" and must be rejected as
     /// `6000103`, not `7000001`).
     public static func looksLikeJWT(_ value: String) -> Bool { decodeUnverified(value) != nil }
 
-    /// Verifies a token with the app's secret at time `now` (seconds), in the order of §1.3.
+    /// Verifies a token with the app's secret at time `now` (seconds), in the order of ``verify(_:secret:now:)``'s
+    /// steps.
     public static func verify(_ token: String, secret: [UInt8], now: Int64) -> Result<Claims, Failure> {
         var token = token
         return token.withUTF8 { t in

@@ -113,7 +113,7 @@ public struct HTTPRequestParser: Sendable {
         var expectContinue = false
     }
 
-    /// Empty lines tolerated before a request line (RFC 9112 §2.2), bounded so garbage cannot spin us.
+    /// Empty lines tolerated before a request line (RFC 9112, section 2.2), bounded so garbage cannot spin us.
     static let maxLeadingEmptyLines = 8
     /// A chunk-size line (with extensions) longer than this is rejected; real clients send a few bytes.
     static let maxChunkLineBytes = 4096
@@ -347,7 +347,7 @@ public struct HTTPRequestParser: Sendable {
         guard let line = requestLine else {
             consume(through: lf)
             if end == start {
-                // Robustness: a client may send a stray CRLF after a previous body (RFC 9112 §2.2).
+                // Robustness: a client may send a stray CRLF after a previous body (RFC 9112, section 2.2).
                 headBytes = 0
                 leadingEmptyLines += 1
                 if leadingEmptyLines > Self.maxLeadingEmptyLines { throw .bad("too many empty lines") }
@@ -383,9 +383,9 @@ public struct HTTPRequestParser: Sendable {
     private mutating func completeHead(_ line: RequestLine) throws(HTTPParseError) -> HTTPRequestHead {
         let framing: Framing
         if facts.transferEncodingSeen {
-            // Both framings at once is the classic request-smuggling vector (RFC 9112 §6.3).
+            // Both framings at once is the classic request-smuggling vector (RFC 9112, section 6.3).
             if facts.contentLength != nil { throw .bad("both Transfer-Encoding and Content-Length") }
-            // HTTP/1.0 has no chunked coding; RFC 9112 §6.1 says to treat this framing as faulty.
+            // HTTP/1.0 has no chunked coding; RFC 9112, section 6.1 says to treat this framing as faulty.
             if line.version == .http1_0 { throw .bad("Transfer-Encoding in HTTP/1.0") }
             if facts.otherCodingSeen {
                 throw HTTPParseError(.notImplemented, "unsupported transfer coding")
@@ -410,7 +410,7 @@ public struct HTTPRequestParser: Sendable {
         let head = HTTPRequestHead(
             method: line.method, target: line.target, version: line.version, headers: HTTPHeaders(fields),
             keepAlive: keepAlive, contentLength: facts.contentLength, chunked: facts.transferEncodingSeen,
-            // RFC 9110 §10.1.1: a 100-continue expectation in an HTTP/1.0 request must be ignored.
+            // RFC 9110, section 10.1.1: a 100-continue expectation in an HTTP/1.0 request must be ignored.
             expectsContinue: facts.expectContinue && line.version == .http1_1)
         fields = []
         state = .headDelivered(framing)
@@ -499,7 +499,7 @@ public struct HTTPRequestParser: Sendable {
         lf > start && p[lf - 1] == 0x0D ? lf - 1 : lf
     }
 
-    /// `tchar` of RFC 9110 §5.6.2, as a 128-bit set: one shift and mask per byte on the hottest loop.
+    /// `tchar` of RFC 9110, section 5.6.2, as a 128-bit set: one shift and mask per byte on the hottest loop.
     @inline(__always)
     static func isTokenChar(_ c: UInt8) -> Bool {
         // Bits for ! # $ % & ' * + - . 0-9 (below 64) and A-Z ^ _ ` a-z | ~ (64..<128).
@@ -513,7 +513,7 @@ public struct HTTPRequestParser: Sendable {
     @inline(__always)
     private static func isOWS(_ c: UInt8) -> Bool { c == 0x20 || c == 0x09 }
 
-    /// `METHOD SP request-target SP HTTP/x.y` (RFC 9112 §3).
+    /// `METHOD SP request-target SP HTTP/x.y` (RFC 9112, section 3).
     private static func parseRequestLine(
         _ p: UnsafeBufferPointer<UInt8>, _ start: Int, _ end: Int
     ) throws(HTTPParseError) -> RequestLine {
@@ -589,7 +589,7 @@ public struct HTTPRequestParser: Sendable {
             guard isOptions else { throw .bad("asterisk target outside OPTIONS") }
             return "*"
         }
-        // absolute-form (RFC 9112 §3.2.2): http[s]://authority[path][?query]
+        // absolute-form (RFC 9112, section 3.2.2): http[s]://authority[path][?query]
         var i = start
         while i < end, p[i] != UInt8(ascii: ":") { i += 1 }
         let scheme = UnsafeBufferPointer(rebasing: p[start..<i])
@@ -611,7 +611,7 @@ public struct HTTPRequestParser: Sendable {
         var value: Range<Int>
     }
 
-    /// `field-name ":" OWS field-value OWS` (RFC 9112 §5), rejecting obs-fold and control characters.
+    /// `field-name ":" OWS field-value OWS` (RFC 9112, section 5), rejecting obs-fold and control characters.
     private static func parseField(
         _ p: UnsafeBufferPointer<UInt8>, _ start: Int, _ end: Int
     ) throws(HTTPParseError) -> FieldRanges {
@@ -709,7 +709,7 @@ public struct HTTPRequestParser: Sendable {
         return value
     }
 
-    /// `chunk-size [ chunk-ext ]` (RFC 9112 §7.1): hex size; extensions are checked for controls and ignored.
+    /// `chunk-size [ chunk-ext ]` (RFC 9112, section 7.1): hex size; extensions are checked for controls and ignored.
     private static func parseChunkSize(
         _ p: UnsafeBufferPointer<UInt8>, _ start: Int, _ end: Int
     ) throws(HTTPParseError) -> Int {
@@ -755,7 +755,7 @@ public struct HTTPRequestParser: Sendable {
         return true
     }
 
-    /// Non-empty, OWS-trimmed elements of a comma-separated list (RFC 9110 §5.6.1), without allocating.
+    /// Non-empty, OWS-trimmed elements of a comma-separated list (RFC 9110, section 5.6.1), without allocating.
     private struct ListElements {
         let p: UnsafeBufferPointer<UInt8>
         var i: Int

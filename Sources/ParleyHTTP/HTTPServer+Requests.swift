@@ -88,7 +88,7 @@ extension HTTPServer {
     }
 
     /// What makes a head the parser accepted a malformed request (400 `7000019` in Parley): `Host` is required in
-    /// HTTP/1.1, at most one is allowed, and its value is `host[:port]` (RFC 9112 §3.2). Nil for a good head.
+    /// HTTP/1.1, at most one is allowed, and its value is `host[:port]` (RFC 9112, section 3.2). Nil for a good head.
     ///
     /// Here rather than in the parser, which delimits messages and stays usable for heads without `Host`; both ways
     /// a request arrives (socket and in process) start with ``begin(_:generateID:)``.
@@ -101,7 +101,8 @@ extension HTTPServer {
         }
         if count > 1 { return .badRequest("more than one Host header") }
         if count == 0 { return head.version == .http1_1 ? .badRequest("missing Host header") : nil }
-        // reg-name, IPv4 or an IP literal in brackets, and an optional port (an empty value is allowed: RFC 9112 §3.2).
+        // reg-name, IPv4 or an IP literal in brackets, and an optional port (an empty value is allowed: RFC 9112,
+        // section 3.2).
         let valid = value.utf8.withContiguousStorageIfAvailable { $0.allSatisfy(Self.isHostByte) } ?? value.utf8.allSatisfy(Self.isHostByte)
         if !valid { return .badRequest("invalid Host header") }
         return nil

@@ -12,7 +12,7 @@ public struct RouteOptions: Sendable {
     public var executor: (any RequestExecutor)?
     /// The handler answers a body over `maxBodyBytes` itself: the request reaches it with `bodyOverLimit` set and
     /// no body, so 413 can come after the checks its API orders first (Parley: credentials, `Idempotency-Key`
-    /// replay, 415; API.md §1.4). Otherwise the server answers 413 without calling it.
+    /// replay, 415; docs/errors.md#problems-rfc-9457). Otherwise the server answers 413 without calling it.
     public var answersOversizedBody: Bool
 
     public init(
@@ -66,8 +66,8 @@ public struct RouterBuilder: Sendable {
     public init() {}
 
     /// Adds a route. A template is `/`-separated literals and `{name}` parameters, exactly as OpenAPI writes it.
-    /// Literal segments are unreserved characters only (RFC 3986 §2.3), which the router's canonical form relies on
-    /// (``Router/match(method:path:)``).
+    /// Literal segments are unreserved characters only (RFC 3986, section 2.3), which the router's canonical form
+    /// relies on (``Router/match(method:path:)``).
     public mutating func add(
         _ method: HTTPMethod, _ template: String, options: RouteOptions = RouteOptions(),
         _ handler: @escaping HTTPHandler
@@ -212,9 +212,9 @@ public struct Router: Sendable {
     /// One canonical form of a path reaches a route, so that a proxy rule on `/v1/apps` cannot be bypassed by
     /// another spelling of it:
     /// - Each segment is percent-decoded before it is compared. Literals are unreserved characters only (checked by
-    ///   `RouterBuilder.add`), so a literal matches exactly the spellings RFC 3986 §6.2.2.2 calls equivalent, the
-    ///   ones a normalising proxy (nginx) also takes for it: `/%76%31/apps` is `/v1/apps`; `%2F` never matches a
-    ///   literal and stays inside a parameter (`/v1/users/a%2Fb` is user `a/b`).
+    ///   `RouterBuilder.add`), so a literal matches exactly the spellings RFC 3986, section 6.2.2.2 calls equivalent,
+    ///   the ones a normalising proxy (nginx) also takes for it: `/%76%31/apps` is `/v1/apps`; `%2F` never matches
+    ///   a literal and stays inside a parameter (`/v1/users/a%2Fb` is user `a/b`).
     /// - An empty segment matches nothing: `//v1//apps` and `/v1/apps/` are 404, not `/v1/apps` (a proxy that does
     ///   not merge slashes would not see `/v1/apps` in them).
     /// - Dot segments are not resolved: `.` and `..` are values like any other (a user id may be `..`), so
@@ -393,7 +393,7 @@ public enum PercentDecoding {
         return result
     }
 
-    /// Whether `c` is an unreserved character of RFC 3986 §2.3: `A-Z a-z 0-9 - . _ ~`.
+    /// Whether `c` is an unreserved character of RFC 3986, section 2.3: `A-Z a-z 0-9 - . _ ~`.
     public static func isUnreserved(_ c: UInt8) -> Bool {
         switch c {
         case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"): true

@@ -6,8 +6,8 @@ import ParleyHTTP
 import ParleyPostgres
 import ParleySync
 
-/// The live fan-out of one node (DESIGN.md): reads each new event of the log once and hands it to every
-/// interested SSE stream of this node, without a thread or a database connection per stream.
+/// The live fan-out of one node (docs/scaling.md#event-fan-out): reads each new event of the log once and hands it to
+/// every interested SSE stream of this node, without a thread or a database connection per stream.
 ///
 /// How new events are found: a request that may have written events pokes the hub for its app once it has
 /// committed; the hub reads the app's new events on its own connection, delivers them, and tells the other
@@ -33,7 +33,7 @@ package final class EventHub: Sendable {
         let after: Int64
         /// The app's log head when the stream opened: where a new feed starts reading.
         let head: Int64
-        /// For a user stream: its `platform`, and whether it makes the user online (API.md §5).
+        /// For a user stream: its `platform`, and whether it makes the user online (docs/users.md#presence).
         var platform = "unknown"
         var countsPresence = false
         /// When the user token it was opened with expires (server-clock ms); the stream closes then.
@@ -54,7 +54,8 @@ package final class EventHub: Sendable {
         var signalled = false
         var stopped = false
         var nextID: UInt64 = 1
-        /// Open streams per counting key (`u:<app>:<user>`, `a:<app>`), for the caps of API.md §14.2.
+        /// Open streams per counting key (`u:<app>:<user>`, `a:<app>`), for the stream caps
+        /// (docs/events.md#live-streams-server-sent-events).
         var openStreams: [String: Int] = [:]
         /// Reservations whose stream has not started: counting key and release deadline (monotonic ms).
         var unconfirmed: [UInt64: (key: String, deadline: Int64)] = [:]
@@ -441,8 +442,8 @@ package final class EventHub: Sendable {
 
     /// Hands one subscriber, as one write, the events of `page` past its cursor that it may see (`members`: each
     /// event's members, from ``observe(_:appID:audience:db:)``): an app stream the app view frames, a user stream its
-    /// user's view (API.md §14.1) from `userFrames`; applies the closing rules (the frames before a closing event, and
-    /// that event's own, are written before the stream closes).
+    /// user's view (docs/events.md#two-views-of-the-same-event) from `userFrames`; applies the closing rules (the
+    /// frames before a closing event, and that event's own, are written before the stream closes).
     private func deliver(
         _ page: [LiveEvent], _ members: [MemberAudience.Members?], _ userFrames: inout UserFrames, to id: UInt64, _ subscriber: Subscriber,
         in feed: inout Feed
@@ -468,8 +469,9 @@ package final class EventHub: Sendable {
         subscriber.stream.write(frames)
     }
 
-    /// Closes the streams whose credential lapsed (API.md §14.3 "Closing"): the user token expired, the app key was
-    /// revoked, or the app was deleted. Clients reconnect with `Last-Event-ID` and a valid credential.
+    /// Closes the streams whose credential lapsed (docs/events.md#live-streams-server-sent-events): the user token
+    /// expired, the app key was revoked, or the app was deleted. Clients reconnect with `Last-Event-ID` and a valid
+    /// credential.
     private func closeLapsed(_ feeds: inout [String: Feed], on db: PostgresConnection) throws {
         guard let clock = services.withLock({ $0?.clock }) else { return }
         let now = clock.now()

@@ -3,10 +3,10 @@ import ParleyCore
 import ParleyDomains
 import ParleyPostgres
 
-/// Trims each app's event log to `event_retention_hours` (API.md §14.1): deletes the events created before the
-/// horizon and moves the trim point `T` to the newest deleted id. Then it deletes the past room memberships that
-/// ended at or before `T` (`room_member_history.left_event` ≤ T): such an interval can never contain a retained event
-/// (k > T ≥ left_event), so neither `parley_room_member_at` nor the hub's cache needs it any more.
+/// Trims each app's event log to `event_retention_hours` (docs/events.md#the-event-object): deletes the events created
+/// before the horizon and moves the trim point `T` to the newest deleted id. Then it deletes the past room memberships
+/// that ended at or before `T` (`room_member_history.left_event` ≤ T): such an interval can never contain a retained
+/// event (k > T ≥ left_event), so neither `parley_room_member_at` nor the hub's cache needs it any more.
 ///
 /// Ids grow with `created_at` (both are taken in the writer's transaction under the event-head lock), so the
 /// trimmable events are a leading run of the log after `T`: each pass reads at most `batchSize` of them per app

@@ -4,8 +4,8 @@ import ParleyDomains
 import ParleyHTTP
 import ParleyPostgres
 
-/// Reading the event log (API.md §14.2): the app's (`GET /v1/events/log`, app view) and one user's audience
-/// (`GET /v1/users/{user_id}/events/log`, that user's view, §14.1).
+/// Reading the event log (docs/events.md#polling-the-log): the app's (`GET /v1/events/log`, app view) and one user's
+/// audience (`GET /v1/users/{user_id}/events/log`, that user's view, docs/events.md#two-views-of-the-same-event).
 package enum EventRoutes {
     package static func register(on api: inout API) {
         api.add(.get, "/v1/events/log", .app, "getEventLog") { ctx in
@@ -36,8 +36,8 @@ package enum EventRoutes {
         }
     }
 
-    /// One page of the log after `afterText` (§14.2 polling): `{items, next_cursor, previous_event_id}`, each item
-    /// written by `render`.
+    /// One page of the log after `afterText` (docs/events.md#polling-the-log): `{items, next_cursor,
+    /// previous_event_id}`, each item written by `render`.
     private static func page(
         _ ctx: APIContext, after afterText: String?, limit: Int, filter: EventLog.Filter, render: (LoggedEvent) throws -> [UInt8]
     ) throws -> Response {
@@ -58,7 +58,8 @@ package enum EventRoutes {
     }
 }
 
-/// A resume position of the event log (API.md §14.3): `Last-Event-ID`, `last_event_id` or `after`.
+/// A resume position of the event log (docs/events.md#resuming-without-losing-events): `Last-Event-ID`, `last_event_id`
+/// or `after`.
 struct ResumePosition: Equatable {
     /// Deliver events with id > `after`.
     let after: Int64

@@ -4,10 +4,11 @@ import ParleyDomains
 import ParleyHTTP
 import ParleyPostgres
 
-/// The SSE streams of API.md §14.2–§14.3: `GET /v1/events` (the app's events) and
+/// The SSE streams (docs/events.md#live-streams-server-sent-events): `GET /v1/events` (the app's events) and
 /// `GET /v1/users/{user_id}/events` (one user's audience), both resumable by event id.
 package enum LiveRoutes {
-    /// Stream caps per node (API.md §14.2): a user's streams, an app's app-level streams.
+    /// Stream caps per node (docs/events.md#live-streams-server-sent-events): a user's streams, an app's app-level
+    /// streams.
     static let maxStreamsPerUser = 10
     static let maxAppStreams = 100
 
@@ -31,7 +32,8 @@ package enum LiveRoutes {
             filter.userID = userID
             filter.types = EventTypeFilter(query.list("types") ?? [])
             let platform = query.choice("platform", Device.Platform.allCases.map(\.rawValue)) ?? "unknown"
-            // A user's own stream always makes it online; the app key opts in (API.md §14.2).
+            // A user's own stream always makes it online; the app key opts in
+            // (docs/events.md#live-streams-server-sent-events).
             let presenceFlag = try ctx.appOnlyFlag(query.bool("presence"))
             let countsPresence = ctx.credential.userID != nil || presenceFlag
             let resume = resumeValue(ctx, &query)

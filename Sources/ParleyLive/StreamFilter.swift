@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyDomains
 
-/// Which events a stream delivers (API.md §14.2): an app stream's filters, combined with AND, or a user stream's
-/// audience rule (`user` set, with the user's own type filter).
+/// Which events a stream delivers (docs/events.md#live-streams-server-sent-events): an app stream's filters, combined
+/// with AND, or a user stream's audience rule (`user` set, with the user's own type filter).
 struct StreamFilter: Sendable {
     var types = EventTypeFilter()
     /// App stream: the `user_id` filter; user stream: its user. Either way: events whose audience includes it.

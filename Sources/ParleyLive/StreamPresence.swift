@@ -5,11 +5,11 @@ import ParleyHTTP
 import ParleyPostgres
 import ParleySync
 
-/// Presence from open user streams (API.md §5, §14.2): every user stream is a row of `user_streams`; a user is
-/// `online` while one of its presence-counting rows exists, on the platforms of those rows. Rows are written
-/// when the hub starts a stream and removed when it closes, each in a transaction that locks the user and
-/// recomputes its status from the rows, so concurrent opens and closes (on any node) always end in the status
-/// the rows say, and each change is announced once with `user.status_updated`.
+/// Presence from open user streams (docs/users.md#presence, docs/events.md#live-streams-server-sent-events): every user
+/// stream is a row of `user_streams`; a user is `online` while one of its presence-counting rows exists, on the
+/// platforms of those rows. Rows are written when the hub starts a stream and removed when it closes, each in a
+/// transaction that locks the user and recomputes its status from the rows, so concurrent opens and closes (on any
+/// node) always end in the status the rows say, and each change is announced once with `user.status_updated`.
 package enum StreamPresence {
     /// How a stream ended: `logout` (kick, ban, delete) makes a user with no other stream `logout`, not `offline`.
     enum Ending: Sendable {
@@ -27,7 +27,7 @@ package enum StreamPresence {
                 INSERT INTO user_streams (app_id, user_id, stream_id, node_id, platform, counts_presence, opened_at)
                 VALUES (\(appID), \(userID), \(streamID), \(nodeID), \(platform), \(countsPresence), \(Timestamp.wallMillis())) ON CONFLICT DO NOTHING
                 """)
-            // The user's call invitations not received yet are now (API.md §13), under the user's row lock.
+            // The user's call invitations not received yet are now (docs/calls.md), under the user's row lock.
             return countsPresence ? try CallService(db: db, appID: appID, now: now).streamOpened(userID, on: db) : []
         }
     }

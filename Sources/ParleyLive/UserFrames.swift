@@ -1,7 +1,7 @@
 import ParleyAPI
 
-/// The frames of one page of events as user streams receive them (API.md §14.1 user view), each rendered on first need
-/// and shared by every user stream the page goes to.
+/// The frames of one page of events as user streams receive them (docs/events.md#two-views-of-the-same-event), each
+/// rendered on first need and shared by every user stream the page goes to.
 ///
 /// An event has at most three frames: the app view (``LiveEvent/frame``, rendered with the page), its sender's user view
 /// and everyone else's (``EventUserView``): so however many streams receive an event, its JSON is rendered at most three

@@ -66,8 +66,9 @@ public final class WorkerLoop<Message: Sendable>: Sendable {
         return done.wait(timeout: .now() + seconds) == .success
     }
 
-    /// The worker's thread took a round within `window` and has not stopped: it runs (readiness, API.md §17). A
-    /// round waits at most its poll interval for work, so a live worker stays well within a window of seconds.
+    /// The worker's thread took a round within `window` and has not stopped: it runs (readiness,
+    /// docs/operations.md#health-readiness-and-metrics). A round waits at most its poll interval for work, so a live
+    /// worker stays well within a window of seconds.
     public func isRunning(within window: Duration) -> Bool {
         state.withLock { state in
             guard !state.stopped, let last = state.lastRound else { return false }

@@ -315,7 +315,7 @@ struct HTTPRequestParserTests {
         #expect(try Self.head("POST / HTTP/1.1\r\nexpect: 100-Continue\r\n\r\n").expectsContinue)
         #expect(try !Self.head("POST / HTTP/1.1\r\nExpect: something-else\r\n\r\n").expectsContinue)
         #expect(try !Self.head("POST / HTTP/1.1\r\n\r\n").expectsContinue)
-        // RFC 9110 §10.1.1: ignored in HTTP/1.0.
+        // RFC 9110, section 10.1.1: ignored in HTTP/1.0.
         #expect(try !Self.head("POST / HTTP/1.0\r\nExpect: 100-continue\r\n\r\n").expectsContinue)
     }
 

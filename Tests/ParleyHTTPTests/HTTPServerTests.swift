@@ -408,7 +408,8 @@ private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) thr
         }
     }
 
-    /// RFC 9112 §3.2: an HTTP/1.1 request needs exactly one valid `Host`; the answer is 400 and the connection closes.
+    /// RFC 9112, section 3.2: an HTTP/1.1 request needs exactly one valid `Host`; the answer is 400 and the connection
+    /// closes.
     @Test func anHTTP11RequestWithoutOneValidHostIs400() throws {
         try withServer { server in
             for head in [

@@ -11,7 +11,7 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Apps, app keys and app settings end to end through HTTP (API.md §3, §3.1), against PostgreSQL.
+/// Apps, app keys and app settings end to end through HTTP (docs/users.md#apps-and-settings), against PostgreSQL.
 @Suite("Apps, keys and settings", .inProcess)
 struct AppsTests: ProblemAssertions {
     // MARK: - Helpers (namespaced so they never clash with other test files of the module)
@@ -23,7 +23,7 @@ struct AppsTests: ProblemAssertions {
         }
     }
 
-    /// The default settings of §3.1, `push.secret` excepted (generated).
+    /// The default settings of an app (docs/users.md#apps-and-settings), `push.secret` excepted (generated).
     static let defaultSettings: [String: JSONValue] = [
         "friend_only_c2c": false, "blacklist_feedback": "silent", "revoke_window_s": 120, "edit_window_s": 86400,
         "sensitive_words": .array([]), "sensitive_word_action": "reject", "history_retention_days": 0,
@@ -36,7 +36,7 @@ struct AppsTests: ProblemAssertions {
         "max_attempts": 3,
     ]
 
-    /// Asserts that `settings` holds exactly the §3.1 defaults (and a valid generated push secret).
+    /// Asserts that `settings` holds exactly the default settings (and a valid generated push secret).
     static func expectDefaults(_ settings: JSONValue?, sourceLocation: SourceLocation = #_sourceLocation) {
         guard let object = settings?.objectValue else {
             Issue.record("settings is not an object: \(String(describing: settings))", sourceLocation: sourceLocation)
@@ -158,7 +158,7 @@ struct AppsTests: ProblemAssertions {
         #expect(settings?["push"]?["format"]?.stringValue == "matrix")
         #expect(settings?["push"]?["max_attempts"]?.intValue == 3)
         Self.expectPushSecret(settings?["push"]?["secret"])
-        // Creation writes no event (§3: "—").
+        // Creation writes no event.
         let log = try server.request(
             .get, "/v1/events/log?after=earliest", bearer: server.adminKey, headers: ["Parley-App-Id": "partial"])
         #expect(log.status == 200, "\(log.text)")
@@ -235,7 +235,7 @@ struct AppsTests: ProblemAssertions {
     }
 
     @Test func createListsEveryInvalidFieldAtOnce() throws {
-        // §1.4: `errors` lists every invalid field, the settings of the request included.
+        // `errors` lists every invalid field, the settings of the request included (docs/errors.md#problems-rfc-9457).
         let server = try TestServer.start()
         defer { server.stop() }
         let r = try server.request(
@@ -262,7 +262,7 @@ struct AppsTests: ProblemAssertions {
         let server = try TestServer.start()
         defer { server.stop() }
         let app = try server.createApp()
-        // §1.1: a number with a fraction where an integer is expected → 400; a whole number written with one is
+        // A number with a fraction where an integer is expected → 400; a whole number written with one is
         // that integer (stored as one).
         Self.expectInvalid(try app.request(.patch, "/v1/settings", json: #"{"revoke_window_s":120.5}"#), field: "body.revoke_window_s")
         Self.expectInvalid(try app.request(.patch, "/v1/settings", json: #"{"push":{"max_attempts":3.25}}"#), field: "body.push.max_attempts")
@@ -719,7 +719,7 @@ struct AppsTests: ProblemAssertions {
         #expect(try app.events().isEmpty)
     }
 
-    /// (patch body, expected field path) for every kind of invalid value of §3.1.
+    /// (patch body, expected field path) for every kind of invalid value of the app settings.
     static let invalidSettings: [(String, String)] = [
         (#"{"friend_only_c2c":"yes"}"#, "body.friend_only_c2c"),
         (#"{"friend_only_c2c":null}"#, "body.friend_only_c2c"),

@@ -10,7 +10,7 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Before-event hooks (API.md §15.3) end to end: a real server calling a loopback receiver.
+/// Before-event hooks (docs/webhooks.md#before-event-hooks) end to end: a real server calling a loopback receiver.
 @Suite("Before-event hooks", .inProcess)
 struct BeforeHookTests: ProblemAssertions {
     /// A server that may call loopback hooks, an app with users a and b, a receiver, and an endpoint serving `types`.

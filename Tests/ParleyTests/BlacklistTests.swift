@@ -11,7 +11,7 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// The blacklist (API.md §8) end to end: real HTTP against a real server and database.
+/// The blacklist (docs/social.md#blacklists) end to end: real HTTP against a real server and database.
 @Suite("Blacklist", .inProcess)
 struct BlacklistTests: ProblemAssertions {
     // MARK: - Helpers

@@ -8,10 +8,10 @@ import Testing
 @testable import ParleyCore
 @testable import ParleyDomains
 
-/// Call pushes (API.md §13, last paragraphs; §16) end to end over HTTP against a loopback gateway: `call` on create
-/// and invite-more to the new invitees (their `voip` devices when they have any), `call_cancel` on cancel to the
-/// invitees it cancelled and on quit or end with `push` to the others pending or accepted before, nothing on
-/// answers and timers, and the dry run of `POST /v1/push/test` with `call_id`.
+/// Call pushes (docs/calls.md#how-a-call-ends, docs/push.md#what-is-pushed-to-whom) end to end over HTTP against a
+/// loopback gateway: `call` on create and invite-more to the new invitees (their `voip` devices when they have any),
+/// `call_cancel` on cancel to the invitees it cancelled and on quit or end with `push` to the others pending or
+/// accepted before, nothing on answers and timers, and the dry run of `POST /v1/push/test` with `call_id`.
 @Suite("Call pushes", .inProcess)
 struct CallPushTests: GroupTestSupport {
     /// A server with the test clock, an app whose push bridge points at a fresh gateway, and `users` (id → name).
@@ -58,7 +58,8 @@ struct CallPushTests: GroupTestSupport {
         return stream
     }
 
-    /// Checks the §16.2 fields every call notification of `callID` by `sender` carries.
+    /// Checks the gateway request fields (docs/push.md#how-the-bridge-sends) every call notification of `callID` by
+    /// `sender` carries.
     static func expectCallNotification(
         _ n: JSONValue?, type: String, callID: String, sender: String, title: String, body: String = "",
         sourceLocation: SourceLocation = #_sourceLocation
@@ -89,7 +90,7 @@ struct CallPushTests: GroupTestSupport {
         try PushTests.device(app, "alice", platform: "ios", key: "key-alice-voip", voip: true)
         try PushTests.device(app, "alice", platform: "android", key: "key-alice-android")
         // bob, offline: a voip device and an android one; his conversation with alice is do_not_disturb (calls are
-        // not affected, §16.1 step 2).
+        // not affected, step 2 of docs/push.md#what-is-pushed-to-whom).
         let bobVoIP = try PushTests.device(app, "bob", platform: "ios", key: "key-bob-voip", voip: true)
         try PushTests.device(app, "bob", platform: "android", key: "key-bob-android")
         _ = try PushTests.send(app, extra: #","push":{"enable":false}"#)
@@ -190,7 +191,8 @@ struct CallPushTests: GroupTestSupport {
         let (server, app, gateway) = try Self.scene([("alice", "Alice"), ("bob", "Bob")])
         defer { PushTests.stop(server, gateway) }
         try PushTests.device(app, "bob", platform: "ios", key: "key-bob-voip", voip: true)
-        // An app-key stream of bob without `presence=true` on ios: bob is not online (§14.2), so not on ios either.
+        // An app-key stream of bob without `presence=true` on ios: bob is not online
+        // (docs/events.md#live-streams-server-sent-events), so not on ios either.
         let watcher = try LiveStreamTests.open(server, "/v1/users/bob/events?platform=ios", bearer: app.key)
         defer { watcher.close() }
         var rows: Int64 = 0

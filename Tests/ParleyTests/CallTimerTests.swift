@@ -11,10 +11,10 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// The timers and the changes without a request of calls (API.md §13, §17): invitation timeouts and the
-/// not-received check on the test clock and in real time, `received` from presence-counting streams, answers racing
-/// the timers, timers across a restart and across two nodes, hard deletes, a user's call list; end to end through
-/// HTTP against PostgreSQL.
+/// The timers and the changes without a request of calls (docs/calls.md, docs/operations.md#test-clock): invitation
+/// timeouts and the not-received check on the test clock and in real time, `received` from presence-counting streams,
+/// answers racing the timers, timers across a restart and across two nodes, hard deletes, a user's call list; end to
+/// end through HTTP against PostgreSQL.
 @Suite("Call timers", .inProcess)
 struct CallTimerTests: GroupTestSupport {
     // MARK: - Helpers
@@ -468,8 +468,8 @@ struct CallTimerTests: GroupTestSupport {
         #expect(try Self.callEvents(app, late ?? "").count == before)
     }
 
-    /// API.md §17: a timer with due time D "fires, or has passed, once server time ≥ D" — an answer after
-    /// `invited_at + timeout_s·1000` is too late even while the sweep (4×/s) has not fired the timeout yet.
+    /// A timer with due time D fires, or has passed, once server time ≥ D (docs/operations.md#test-clock) — an answer
+    /// after `invited_at + timeout_s·1000` is too late even while the sweep (4×/s) has not fired the timeout yet.
     @Test func anAnswerAfterTheDeadlineIsRefusedBeforeTheSweepFires() throws {
         let server = try TestServer.start()
         defer { server.stop() }

@@ -8,7 +8,7 @@ import Testing
 @testable import ParleyCore
 @testable import ParleyDomains
 
-/// Calls (API.md §13): every row of the state-machine table and every error code of the call routes, end to end
+/// Calls (docs/calls.md): every row of the state-machine table and every error code of the call routes, end to end
 /// through HTTP (timers: CallTimerTests).
 @Suite("Calls", .inProcess)
 struct CallsTests: GroupTestSupport {

@@ -13,8 +13,9 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// The conventions of API.md §1 end to end through HTTP: credentials (§1.3), problems (§1.4), CORS and content
-/// types (§1.1), `Idempotency-Key` (§1.6) and rate limits (§1.8).
+/// The API conventions (docs/api.md) end to end through HTTP: credentials (docs/users.md#user-tokens), problems
+/// (docs/errors.md#problems-rfc-9457), CORS and content types (docs/api.md), `Idempotency-Key`
+/// (docs/errors.md#retrying-safely) and rate limits (docs/errors.md#rate-limits).
 @Suite("API conventions")
 struct ConventionsTests: ProblemAssertions {
     // MARK: - Helpers (namespaced so they never clash with other test files of the module)
@@ -35,7 +36,7 @@ struct ConventionsTests: ProblemAssertions {
     static let exposeHeaders =
         "X-Request-Id, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, Retry-After, WWW-Authenticate, Idempotent-Replayed, Parley-Duplicate, Parley-Last-Event-ID"
 
-    // MARK: - Credentials (§1.3)
+    // MARK: - Credentials (docs/users.md#user-tokens)
 
     @Test func aMissingOrUnrecognisedCredentialIs401WithWWWAuthenticate() throws {
         let server = try TestServer.start()
@@ -178,7 +179,7 @@ struct ConventionsTests: ProblemAssertions {
         let token = try app.token(for: "u1")
         // A token is "valid but not allowed" on an app-only route: 403, not 401.
         Self.expectProblem(try server.request(.get, "/v1/settings", bearer: token), 403, 7_000_002, "fresh token")
-        // Revoking the key that minted it leaves it valid (§3: "User tokens are unaffected").
+        // Revoking the key that minted it leaves it valid (user tokens are unaffected by app key revocation).
         let second = try server.request(.post, "/v1/apps/\(app.appID)/keys", bearer: server.adminKey, json: "{}")
         #expect(second.status == 201)
         let keys = try server.request(.get, "/v1/apps/\(app.appID)/keys", bearer: server.adminKey).json?["items"]?.arrayValue ?? []
@@ -192,7 +193,8 @@ struct ConventionsTests: ProblemAssertions {
     }
 
     @Test func adminRoutesAreNotRateLimitedEvenWithParleyAppID() throws {
-        // §1.8: "the admin key on /v1/apps/** and /v1/test/** … are not limited"; only app routes use the app's bucket.
+        // The admin key on /v1/apps/** and /v1/test/** is not limited (docs/errors.md#rate-limits); only app routes use
+        // the app's bucket.
         let server = try TestServer.start()
         defer { server.stop() }
         let app = try server.createApp(settings: #"{"rate_limit_app_rps": 1}"#)
@@ -211,12 +213,12 @@ struct ConventionsTests: ProblemAssertions {
         let server = try TestServer.start()
         defer { server.stop() }
         _ = try server.createApp()
-        // §1.3 defines Parley-App-Id for app routes only; admin routes ignore it.
+        // Parley-App-Id applies to app routes only (docs/api.md); admin routes ignore it.
         let r = try server.request(.get, "/v1/apps", bearer: server.adminKey, headers: ["Parley-App-Id": "nosuchapp"])
         #expect(r.status == 200, "\(r.text)")
     }
 
-    // MARK: - Content types and bodies (§1.1, §1.4)
+    // MARK: - Content types and bodies (docs/api.md, docs/errors.md#problems-rfc-9457)
 
     @Test func bodiesMustBeJSON() throws {
         let server = try TestServer.start()
@@ -291,7 +293,7 @@ struct ConventionsTests: ProblemAssertions {
         Self.expectProblem(r, 413, 7_000_005)
     }
 
-    // MARK: - Problems, request ids, routing (§1.4)
+    // MARK: - Problems, request ids, routing (docs/errors.md#problems-rfc-9457)
 
     @Test func everyErrorIsAProblemCarryingTheRequestID() throws {
         let server = try TestServer.start()
@@ -340,7 +342,7 @@ struct ConventionsTests: ProblemAssertions {
         }
         let wrong = try app.request(.delete, "/v1/settings")
         #expect(wrong.status == 405, "\(wrong.text)")
-        // The HTTP layer's own answers carry their catalogue codes too (API.md §19, 7000014–7000019).
+        // The HTTP layer's own answers carry their catalogue codes too (docs/errors.md#code-families, 7000014–7000019).
         Self.expectProblem(wrong, 405, 7_000_014, "wrong method")
         Self.expectProblem(try app.request(.get, "/v1/users/%zz"), 400, 7_000_019, "bad percent-encoding in the path")
         #expect(wrong.headers["Content-Type"]?.hasPrefix("application/problem+json") == true)
@@ -356,7 +358,7 @@ struct ConventionsTests: ProblemAssertions {
         #expect(put.headers["Access-Control-Allow-Origin"] == "*")
     }
 
-    // MARK: - CORS (§1.1)
+    // MARK: - CORS
 
     @Test func corsHeadersOnEveryResponseAndPreflights() throws {
         let server = try TestServer.start()
@@ -389,7 +391,7 @@ struct ConventionsTests: ProblemAssertions {
         }
     }
 
-    // MARK: - Idempotency-Key (§1.6)
+    // MARK: - Idempotency-Key (docs/errors.md#retrying-safely)
 
     @Test func idempotencyKeyReplaysTheStoredResponseWithoutASecondEffect() throws {
         let server = try TestServer.start()
@@ -536,7 +538,7 @@ struct ConventionsTests: ProblemAssertions {
         #expect(try Self.keyCount(server, app.appID) == 3)
     }
 
-    // MARK: - Rate limits (§1.8)
+    // MARK: - Rate limits (docs/errors.md#rate-limits)
 
     @Test func theAppBucketAllowsABurstOfTwiceTheRateThen429() throws {
         let server = try TestServer.start()

@@ -8,7 +8,8 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Conversation entries, read state, unread counts and mentions (API.md §12, §11.7, §21 items 15–19) end to end.
+/// Conversation entries, read state, unread counts and mentions (docs/conversations.md,
+/// docs/messages.md#unread-read-state-and-mentions) end to end.
 @Suite("Conversations", .inProcess)
 struct ConversationsTests: ProblemAssertions {
     typealias M = MessagesTests

@@ -58,7 +58,8 @@ struct DatabaseFaultTests {
     // MARK: - 1. A stalled database
 
     /// The production figures are PARLEY_DB_TIMEOUT_MS = 2000 (requests fail within ~4 s); the test uses 400 ms so the
-    /// stall stays short: requests must fail within twice that plus hand-offs, and surely within API.md's 5 s.
+    /// stall stays short: requests must fail within twice that plus hand-offs, and surely within 5 s
+    /// (docs/reliability.md#a-stalled-database).
     @Test func stalledDatabaseAnswers503QuicklyAndThePoolRecovers() throws {
         let (cluster, database) = try TestDatabase.makePrivateDatabase()
         defer { cluster.stop(.immediate) }

@@ -10,7 +10,8 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Offline push rule and devices (API.md §6) end to end: real HTTP against a real server and database.
+/// Offline push rule and devices (docs/users.md#devices-and-the-offline-push-rule) end to end: real HTTP against a real
+/// server and database.
 @Suite("Devices", .inProcess)
 struct DevicesTests: ProblemAssertions {
     // MARK: - Helpers

@@ -11,7 +11,7 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Friends and friend applications (API.md §7) end to end: real HTTP against a real server and database.
+/// Friends and friend applications (docs/social.md#friends) end to end: real HTTP against a real server and database.
 @Suite("Friends", .inProcess)
 struct FriendsTests: ProblemAssertions {
     // MARK: - Helpers

@@ -9,7 +9,7 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Join and invite applications (API.md §9.4) with their expiry on the test clock.
+/// Join and invite applications (docs/groups.md#applications) with their expiry on the test clock.
 @Suite("Group applications", .inProcess)
 struct GroupApplicationTests: GroupTestSupport {
     @Test func joinApplicationAcceptRejectAndLists() throws {

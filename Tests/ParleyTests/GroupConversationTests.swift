@@ -8,8 +8,9 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Group conversation entries on the read side (API.md §12, §11.7, §21 items 15–18 and 26) end to end: entries that
-/// follow their group's head, unread counts and mentions, order, deletion, `disabled` entries and PATCH.
+/// Group conversation entries on the read side (docs/conversations.md, docs/messages.md#unread-read-state-and-mentions)
+/// end to end: entries that follow their group's head, unread counts and mentions, order, deletion, `disabled` entries
+/// and PATCH.
 @Suite("Group conversations", .inProcess)
 struct GroupConversationTests: GroupTestSupport {
     typealias M = MessagesTests

@@ -7,8 +7,8 @@ import Testing
 @testable import ParleyCore
 @testable import ParleyDomains
 
-/// The `group.before_join` before-event hook (API.md §15.3): joins with `join_mode` `any`, application accepts and
-/// direct invites (per invitee), end to end against a loopback receiver.
+/// The `group.before_join` before-event hook (docs/webhooks.md#before-event-hooks): joins with `join_mode` `any`,
+/// application accepts and direct invites (per invitee), end to end against a loopback receiver.
 @Suite("Group join hook", .inProcess)
 struct GroupJoinHookTests: GroupTestSupport {
     /// A server that may call loopback hooks, an app with `users`, and an endpoint serving `group.before_join` that
@@ -82,7 +82,7 @@ struct GroupJoinHookTests: GroupTestSupport {
         #expect(try Self.member(f.app, g, "b") != nil)
         #expect(f.calls.count == 2)
 
-        // Errors that come first in §9.3 are answered without asking the hook.
+        // Errors that come first in a join's check order are answered without asking the hook.
         Self.expectProblem(try Self.join(f, g, "b"), 409, 6_000_522)
         let forbidden = try Self.createGroup(f.app, "o", extra: #","join_mode":"forbid""#)
         Self.expectProblem(try Self.join(f, forbidden, "c"), 403, 7_000_301)

@@ -8,7 +8,7 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Group lifecycle (API.md §9.2) and the reads of §9.3 end to end.
+/// Group lifecycle and the membership reads (docs/groups.md#lifecycle-and-membership) end to end.
 @Suite("Group lifecycle", .inProcess)
 struct GroupLifecycleTests: GroupTestSupport {
     @Test func createReadUpdateAndList() throws {

@@ -11,8 +11,8 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Membership rules (API.md §9.3, §9.7): owner continuity, dismissal by the last leaver, concurrent joins, big
-/// groups and walking a 2,000-member list.
+/// Membership rules (docs/groups.md#lifecycle-and-membership, docs/groups.md#big-groups): owner continuity, dismissal
+/// by the last leaver, concurrent joins, big groups and walking a 2,000-member list.
 @Suite("Group membership", .inProcess)
 struct GroupMembershipTests: GroupTestSupport {
     @Test func joinAndOwnerContinuity() throws {

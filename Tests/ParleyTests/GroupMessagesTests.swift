@@ -10,7 +10,7 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Group messages end to end (API.md §11.1 group branch, §11.3, §11.4, §21 items 1, 11, 44): the send checks, one
+/// Group messages end to end (docs/messages.md#sending, docs/messages.md#history): the send checks, one
 /// gap-free sequence per group, history for the app and for members, and delivery to the members at write time.
 @Suite("Group messages", .inProcess)
 struct GroupMessagesTests: GroupTestSupport {
@@ -62,7 +62,7 @@ struct GroupMessagesTests: GroupTestSupport {
         #expect(try Self.asUser(app, try app.token(for: "o"), .get, "/v1/messages/\(id)").status == 200)
         Self.expectProblem(try Self.asUser(app, try app.token(for: "x"), .get, "/v1/messages/\(id)"), 404, 7_000_210)
 
-        // need_receipt is refused in a big group (§11.1 step 4).
+        // need_receipt is refused in a big group (docs/groups.md#big-groups).
         let big = try Self.createGroup(app, "o", members: ["m"], extra: #","big_group":true"#)
         Self.expectProblem(try Self.send(app, "m", big, extra: #","need_receipt":true"#), 422, 6_000_282)
         #expect(try Self.send(app, "m", g, extra: #","need_receipt":true"#).status == 201)
@@ -73,7 +73,7 @@ struct GroupMessagesTests: GroupTestSupport {
         Self.expectProblem(try app.request(.get, "/v1/groups/\(g)/messages"), 409, 6_000_527)
     }
 
-    /// §21 item 11: a member muted for 60 s is refused until the mute expires; group mute `all` blocks admins but
+    /// A member muted for 60 s is refused until the mute expires; group mute `all` blocks admins but
     /// not the owner; `normal` blocks only roles ≥ 3.
     @Test func memberAndGroupMutesRefuseSendsUntilTheyExpire() throws {
         let server = try TestServer.start(testClock: true)
@@ -99,7 +99,7 @@ struct GroupMessagesTests: GroupTestSupport {
         Self.expectProblem(try Self.send(app, "m", g), 403, 6_000_231)
     }
 
-    /// §21 item 1 for groups: 16 concurrent senders × 25 messages give one gap-free sequence, and history walks
+    /// For groups: 16 concurrent senders × 25 messages give one gap-free sequence, and history walks
     /// visit every message exactly once in both directions.
     @Test func concurrentSendersGetOneGapFreeSequence() throws {
         let server = try TestServer.start()
@@ -148,7 +148,7 @@ struct GroupMessagesTests: GroupTestSupport {
         Self.expectProblem(try app.request(.get, "/v1/groups/nosuch/messages"), 404, 6_000_523)
     }
 
-    /// §21 item 44: a user stream receives a group's messages only while the user is a member at write time —
+    /// A user stream receives a group's messages only while the user is a member at write time —
     /// live, and on replay from an older event id.
     @Test func groupMessagesReachMembersAtWriteTimeOnly() throws {
         let server = try TestServer.start()

@@ -8,7 +8,7 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Group mute, member mute (API.md §9.5) and group attributes (§9.6).
+/// Group mute, member mute (docs/groups.md#mute) and group attributes (docs/groups.md#attributes).
 @Suite("Group mute and attributes", .inProcess)
 struct GroupMuteAttributeTests: GroupTestSupport {
     @Test func groupMuteModesAndExpiry() throws {
@@ -49,7 +49,7 @@ struct GroupMuteAttributeTests: GroupTestSupport {
             try app.request(.put, "/v1/groups/\(g)/mute", json: #"{"mode":"custom","duration_s":60,"roles":[1]}"#), field: "body.roles[0]")
         Self.expectInvalid(try app.request(.put, "/v1/groups/\(g)/mute", json: #"{"mode":"loud"}"#), field: "body.mode")
         Self.expectProblem(try app.request(.put, "/v1/groups/\(g)/mute", json: #"{"operator":"m","mode":"all","duration_s":-1}"#), 403, 6_000_541)
-        // A user who is not a member; one who does not exist fails earlier (§11.1 step 4).
+        // A user who is not a member; one who does not exist fails earlier (existence is checked before policy).
         try app.createUser("outsider")
         #expect(Self.muteCheck(server, app, g, "outsider") == 6_000_521)
         #expect(Self.muteCheck(server, app, g, "nobody") == 6_000_011)

@@ -8,7 +8,8 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Every cell of the §9.1 role matrix, allowed and denied, through the HTTP API with the operator's user token.
+/// Every cell of the role matrix (docs/groups.md#roles), allowed and denied, through the HTTP API with the operator's
+/// user token.
 @Suite("Group role matrix", .inProcess)
 struct GroupRoleMatrixTests: GroupTestSupport {
     /// One cell: `op` does the request on a fresh group of owner `o`, admins `a`/`a2`, members `m`/`m2`, custom

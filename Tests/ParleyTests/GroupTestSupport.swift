@@ -9,7 +9,7 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Shared helpers of the group suites (API.md §9): fixtures through the HTTP API, batch and event readers.
+/// Shared helpers of the group suites (docs/groups.md): fixtures through the HTTP API, batch and event readers.
 protocol GroupTestSupport: ProblemAssertions {}
 
 extension GroupTestSupport {
@@ -62,8 +62,8 @@ extension GroupTestSupport {
         #expect(r.status == 200, "\(r.text)")
     }
 
-    /// Sends a text to the group as `userID` with the app key (the §11.1 group checks: existence, membership,
-    /// group and member mute); nil when it is accepted (201), else the problem `code`.
+    /// Sends a text to the group as `userID` with the app key (the group send checks of docs/messages.md#sending:
+    /// existence, membership, group and member mute); nil when it is accepted (201), else the problem `code`.
     static func muteCheck(_ server: TestServer, _ app: TestApp, _ groupID: String, _ userID: String) -> Int? {
         let body = #"{"from":"\#(userID)","conversation_type":"group","to":"\#(groupID)","type":1,"body":{"text":"hi"}}"#
         guard let r = try? app.request(.post, "/v1/messages", json: body) else { return -1 }

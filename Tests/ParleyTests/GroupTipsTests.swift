@@ -9,8 +9,9 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Tips messages of group actions (API.md §9.8) and the group conversation entries membership changes write
-/// (§12, §11.7), end to end: history, the event log and the entry rows.
+/// Tips messages of group actions (docs/groups.md#tips-messages) and the group conversation entries membership changes
+/// write (docs/conversations.md, docs/messages.md#unread-read-state-and-mentions), end to end: history, the event log
+/// and the entry rows.
 @Suite("Group tips", .inProcess)
 struct GroupTipsTests: GroupTestSupport {
     /// The user ids of a tips message's `targets`.

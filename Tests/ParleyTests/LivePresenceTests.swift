@@ -9,7 +9,8 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Presence from open user streams (API.md §5, §14.2, §21 item 45), end to end.
+/// Presence from open user streams (docs/users.md#presence, docs/events.md#live-streams-server-sent-events), end to
+/// end.
 @Suite("Presence from streams")
 struct LivePresenceTests: ProblemAssertions {
     /// Polls `user`'s status until `done` holds (the hub records streams asynchronously), for up to 5 s.

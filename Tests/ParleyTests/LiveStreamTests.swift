@@ -11,7 +11,8 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// The SSE streams of API.md §14.2–§14.3 end to end: real server, real database, a real HTTP stream reader.
+/// The SSE streams (docs/events.md#live-streams-server-sent-events) end to end: real server, real database, a real HTTP
+/// stream reader.
 @Suite("Live streams")
 struct LiveStreamTests: ProblemAssertions {
     /// Opens an SSE stream on `server` with `credential` (Authorization header unless nil).
@@ -96,8 +97,8 @@ struct LiveStreamTests: ProblemAssertions {
         #expect(theirs.id == second.id, "u2's stream skips u1's event")
     }
 
-    /// API.md §21 item 40: resume with Last-Event-ID while writes continue: every later event exactly once, in
-    /// order, no gap between replay and live; `Parley-Last-Event-ID` equals the id sent.
+    /// Resume with Last-Event-ID while writes continue (docs/events.md#resuming-without-losing-events): every later
+    /// event exactly once, in order, no gap between replay and live; `Parley-Last-Event-ID` equals the id sent.
     @Test func resumeDeliversEveryLaterEventExactlyOnceWhileWritesContinue() throws {
         let server = try TestServer.start()
         defer { server.stop() }
@@ -229,7 +230,7 @@ struct LiveStreamTests: ProblemAssertions {
         #expect(ContinuousClock.now - sent < .milliseconds(900))
     }
 
-    /// API.md §21 item 41: after trimming (event_retention_hours, driven by the test clock), resuming from an
+    /// After trimming (event_retention_hours, driven by the test clock), resuming from an
     /// older id starts at the oldest retained event and `Parley-Last-Event-ID` is the trim point.
     @Test func resumeFromBeforeTheTrimPointStartsAtTheTrimPoint() throws {
         let server = try TestServer.start(testClock: true)
@@ -301,8 +302,8 @@ struct LiveStreamTests: ProblemAssertions {
         return false
     }
 
-    /// API.md §14.3 "Closing": a stream closes when its user token expires and when the app key it was opened
-    /// with is revoked; streams on other credentials stay open.
+    /// Closing (docs/events.md#live-streams-server-sent-events): a stream closes when its user token expires and when
+    /// the app key it was opened with is revoked; streams on other credentials stay open.
     @Test func streamsCloseWhenTheirTokenExpiresOrTheirKeyIsRevoked() throws {
         let server = try TestServer.start(testClock: true)
         defer { server.stop() }

@@ -6,8 +6,9 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Pure unit tests of message body validation (API.md §2 "Message bodies" and length rules, §11.1 step 2).
-@Suite("Message bodies (API.md §2)")
+/// Pure unit tests of message body validation (the body and length rules and the validation order of
+/// docs/messages.md#sending).
+@Suite("Message bodies: types, fields and length rules")
 struct MessageBodyTests {
     // MARK: - Helpers
 
@@ -497,7 +498,7 @@ struct MessageBodyTests {
         )
     }
 
-    // MARK: - Precedence (API.md §11.1 step 2)
+    // MARK: - Precedence (400 before 413 before 422)
 
     @Test func fieldErrorsOutrankSizes() {
         let items = [Self.item(.text, ["text": Self.bytes(70)]), Self.item(.image, ["file_name": "a.png"])]

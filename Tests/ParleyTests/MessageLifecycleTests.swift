@@ -9,8 +9,9 @@ import Testing
 @testable import ParleyCore
 @testable import ParleyDomains
 
-/// Revoke, edit and delete (API.md §11.5) end to end: the permission ladders on the test clock, the revoke record's
-/// shape, unread and mentions before and after, delete for self vs everyone, reply trees through revoke and delete.
+/// Revoke, edit and delete (docs/messages.md#revoke-edit-delete) end to end: the permission ladders on the test clock,
+/// the revoke record's shape, unread and mentions before and after, delete for self vs everyone, reply trees through
+/// revoke and delete.
 @Suite("Message lifecycle", .inProcess)
 struct MessageLifecycleTests: GroupTestSupport {
     static func send(_ app: TestApp, _ from: String, _ to: String, _ text: String = "hi", extra: String = "") throws -> JSONValue {
@@ -75,7 +76,8 @@ struct MessageLifecycleTests: GroupTestSupport {
         let events = try app.events(query: "types=message.revoked")
         #expect(events.count == 1)
         #expect(events.first?["data"]?["message"]?["type"] == .int(31))
-        // The app log carries the app view (API.md §14.1): the original text too (UserEventLogTests: each user's view).
+        // The app log carries the app view (docs/events.md#two-views-of-the-same-event): the original text too
+        // (UserEventLogTests: each user's view).
         #expect(events.first?["data"]?["message"]?["body"]?["original_text"] == .string("secret text"))
         // The event is rendered before the statement that changes the row and writes it: it is the row as stored.
         #expect(events.first?["data"]?["message"] == (try Self.get(app, id)))
@@ -241,8 +243,9 @@ struct MessageLifecycleTests: GroupTestSupport {
         Self.expectInvalid(try app.request(.post, "/v1/messages/delete", json: #"{"scope":"all","message_ids":["x"]}"#), field: "body.scope")
     }
 
-    /// §11.1 "Stored or not": revoke, edit, pin and reaction calls naming an unstored message answer 422 `6000013` for
-    /// `event_retention_hours` after its send, and 404 `7000210` afterwards; `GET /v1/messages/{id}` never finds it.
+    /// Stored or not (docs/messages.md#sending): revoke, edit, pin and reaction calls naming an unstored message answer
+    /// 422 `6000013` for `event_retention_hours` after its send, and 404 `7000210` afterwards; `GET /v1/messages/{id}`
+    /// never finds it.
     @Test func unstoredMessagesAreToldFromUnknownOnesUntilTheEventRetentionPasses() throws {
         let (server, app) = try MessagesTests.start(settings: #"{"event_retention_hours":1}"#)
         defer { server.stop() }
@@ -302,8 +305,9 @@ struct MessageLifecycleTests: GroupTestSupport {
         #expect(try Self.get(app, inner)?["type"] == .int(1))
     }
 
-    /// §2 `last_message` is the highest-seq message visible to the user: a delete for self moves that user's, nobody
-    /// else's; `include_hidden` (app key) brings the hidden messages back into that user's history (§11.3).
+    /// `last_message` is the highest-seq message visible to the user: a delete for self moves that user's, nobody
+    /// else's; `include_hidden` (app key) brings the hidden messages back into that user's history
+    /// (docs/messages.md#history).
     @Test func deleteForSelfMovesOnlyThatUsersLastMessage() throws {
         let (server, app) = try MessagesTests.start()
         defer { server.stop() }

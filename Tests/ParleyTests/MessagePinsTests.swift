@@ -11,8 +11,9 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Message pins and the replies list (API.md §11.6), end to end: pin and unpin with `message.pin_updated` and the
-/// tips message (§9.8 event 9), permissions, the 20-pin limit, a conversation's pins and a reply tree.
+/// Message pins and the replies list (docs/messages.md#reactions-pins-and-replies), end to end: pin and unpin with
+/// `message.pin_updated` and the tips message (event 9, docs/groups.md#tips-messages), permissions, the 20-pin limit, a
+/// conversation's pins and a reply tree.
 @Suite("Message pins and replies", .inProcess)
 struct MessagePinsTests: GroupTestSupport {
     /// Sends a text as `from` to `to` (peer or group) with the app key; returns its message id.

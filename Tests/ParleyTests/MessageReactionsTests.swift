@@ -11,7 +11,8 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Message reactions (API.md §11.6) end to end: real HTTP against a real server and database.
+/// Message reactions (docs/messages.md#reactions-pins-and-replies) end to end: real HTTP against a real server and
+/// database.
 @Suite("Message reactions", .inProcess)
 struct MessageReactionsTests: GroupTestSupport {
     // MARK: - Helpers
@@ -241,7 +242,7 @@ struct MessageReactionsTests: GroupTestSupport {
         defer { server.stop() }
         for user in ["s", "r"] { try app.createUser(user) }
         let unstored = try Self.peerMessage(app, "s", "r", extra: #""online_only":true"#)
-        // Unstored messages: 422 for reaction calls (§11.1 "Stored or not").
+        // Unstored messages: 422 for reaction calls (docs/messages.md#sending).
         Self.expectProblem(try Self.react(app, unstored, "s", "like"), 422, 6_000_013, "unstored")
         Self.expectProblem(try Self.unreact(app, unstored, "s", "like"), 422, 6_000_013, "unstored")
         let revoked = try Self.peerMessage(app, "s", "r")

@@ -8,8 +8,9 @@ import Testing
 @testable import ParleyCore
 @testable import ParleyDomains
 
-/// Read receipts (API.md §11.8) end to end: peer and group receipts with their counts, member lists and events, the
-/// recipients fixed at send, expiry on the test clock, the refusals, and receipts marked by reading a conversation.
+/// Read receipts (docs/messages.md#receipts) end to end: peer and group receipts with their counts, member lists and
+/// events, the recipients fixed at send, expiry on the test clock, the refusals, and receipts marked by reading a
+/// conversation.
 @Suite("Message receipts", .inProcess)
 struct MessageReceiptsTests: GroupTestSupport {
     static let receiptExtra = #""need_receipt":true"#

@@ -9,8 +9,8 @@ import Testing
 @testable import ParleyCore
 @testable import ParleyDomains
 
-/// Message search (API.md §11.9) end to end: substrings in Chinese, Japanese and emoji text, keywords, every filter,
-/// paging in both orders, and what each user's view leaves out (§11.3).
+/// Message search (docs/messages.md#search) end to end: substrings in Chinese, Japanese and emoji text, keywords, every
+/// filter, paging in both orders, and what each user's view leaves out (docs/messages.md#history).
 @Suite("Message search", .inProcess)
 struct MessageSearchTests: GroupTestSupport {
     /// `GET /v1/messages/search` with `params` (values percent-encoded here), with the app key or `token`.

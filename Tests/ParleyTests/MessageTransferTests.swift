@@ -8,8 +8,9 @@ import Testing
 @testable import ParleyCore
 @testable import ParleyDomains
 
-/// Message import and export (API.md §11.10) end to end, over sockets (the export is a stream): the round trip of
-/// real exported data into a fresh app, dedupe on a re-run, per-line errors, request limits, unread and events.
+/// Message import and export (docs/messages.md#import-and-export) end to end, over sockets (the export is a stream):
+/// the round trip of real exported data into a fresh app, dedupe on a re-run, per-line errors, request limits, unread
+/// and events.
 @Suite("Message import and export")
 struct MessageTransferTests: GroupTestSupport {
     /// `POST /v1/messages/import` with an NDJSON body.
@@ -82,7 +83,7 @@ struct MessageTransferTests: GroupTestSupport {
         try app.server.count("SELECT count(*) FROM events WHERE app_id = $1", [app.appID])
     }
 
-    /// The members the round trip must reproduce (§11.10).
+    /// The members the round trip must reproduce (docs/messages.md#import-and-export).
     static func essence(_ message: JSONValue) -> [JSONValue?] {
         ["type", "body", "from", "to", "timestamp", "conversation_type", "extended_data", "deleted", "client_msg_id", "priority"].map {
             message[$0]
@@ -246,7 +247,7 @@ struct MessageTransferTests: GroupTestSupport {
         Self.expectProblem(try app.request(.get, "/v1/messages/export?conversation_type=group&conversation_id=nogroup"), 404, 6_000_204)
         Self.expectProblem(try app.request(.get, "/v1/messages/export?conversation_type=peer&user_id=a&peer_id=ghost"), 404, 6_000_204)
         Self.expectProblem(try app.request(.get, "/v1/messages/export?conversation_type=peer&user_id=a"), 400, 6_000_001)
-        // Another media type is refused (§1.1).
+        // Another media type is refused (docs/api.md).
         Self.expectProblem(try app.request(.post, "/v1/messages/import", json: "{}"), 415, 7_000_008)
     }
 
@@ -273,8 +274,8 @@ struct MessageTransferTests: GroupTestSupport {
         func entry(_ user: String, _ type: String, _ id: String) throws -> JSONValue? {
             try app.request(.get, "/v1/users/\(user)/conversations/\(type)/\(id)").json
         }
-        // §11.10 moves only read positions that were at the old last_seq: b, one message behind, keeps its read_seq, so
-        // a's imported lines (5 of the 10) count for it after the one it had not read.
+        // An import moves only read positions that were at the old last_seq: b, one message behind, keeps its read_seq,
+        // so a's imported lines (5 of the 10) count for it after the one it had not read.
         #expect(try entry("b", "peer", "a")?["unread_count"] == 6)
         #expect(try entry("a", "peer", "b")?["unread_count"] == 0)
         #expect(try entry("a", "peer", "b")?["last_seq"] == 11)

@@ -11,7 +11,8 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Peer messages (API.md §11.1–§11.4) end to end: real HTTP against a real server and database.
+/// Peer messages (docs/messages.md#sending, docs/messages.md#history) end to end: real HTTP against a real server and
+/// database.
 @Suite("Messages", .inProcess)
 struct MessagesTests: ProblemAssertions {
     // MARK: - Helpers (shared with ConversationsTests)

@@ -17,13 +17,13 @@ import Testing
 ///   so every member the server emits is described by the document and every `required` member is emitted;
 /// - for a 2xx answer, the JSON request body sent validates against the operation's request schema.
 /// It also records which component schemas the validation went through, so the suite can assert that every object
-/// type of API.md §2 the server implements (and the list and batch wrappers) was checked against a real response.
+/// type the server implements (and the list and batch wrappers) was checked against a real response.
 @Suite("OpenAPI response schemas")
 struct OpenAPIResponseSchemaTests {
     /// Operations not driven here: the two SSE streams (`text/event-stream`, covered by the live stream suites).
     static let notDriven: Set<String> = ["streamAppEvents", "streamUserEvents"]
 
-    /// The component schemas that must have validated a real response: API.md §2 objects, list and batch wrappers.
+    /// The component schemas that must have validated a real response: the API's objects, list and batch wrappers.
     static let objectTypes: Set<String> = [
         "App", "AppSettings", "AppList", "AppCreated", "AppKey", "AppKeyList", "AppKeyCreated", "User", "UserList",
         "UserBatchResult", "UserToken", "KickResult", "UserStatus", "UserStatusBatchResult", "StatusSubscription",
@@ -47,7 +47,7 @@ struct OpenAPIResponseSchemaTests {
         "MessageReceiptMember",
     ]
 
-    /// The members of a User as the app key sees it (API.md §2: `deleted_at` is null unless soft-deleted).
+    /// The members of a User as the app key sees it (`deleted_at` is null unless soft-deleted).
     static let userKeys = [
         "user_id", "name", "avatar_url", "extended_data", "created_at", "updated_at", "muted_until", "banned_until",
         "deleted_at",
@@ -151,7 +151,7 @@ struct OpenAPIResponseSchemaTests {
             c.call(.post, "/v1/users", json: #"{"user_id":"\#(id)","name":"User \#(id)","extended_data":"x"}"#, status: 201)
         }
         c.call(.post, "/v1/users/import", json: #"{"users":[{"user_id":"e","name":"E"},{"user_id":"a"}]}"#, status: 200)
-        // The two views of a User the schema allows (API.md §2, §4): the app key's, and another user's.
+        // The two views of a User the schema allows (docs/users.md#the-user-object): the app key's, and another user's.
         let full = c.call(.get, "/v1/users/{user_id}", "a", status: 200)
         #expect(full.json?.objectValue?.keys == Self.userKeys)
         let other = c.call(.get, "/v1/users/{user_id}", "b", as: .user("a"), status: 200)
@@ -208,7 +208,7 @@ struct OpenAPIResponseSchemaTests {
 
         let applied = c.call(.post, "/v1/users/{user_id}/friend_applications", "a", json: #"{"to":"c","wording":"w"}"#, status: 201)
         c.call(.post, "/v1/users/{user_id}/friend_applications", "a", json: #"{"to":"c","wording":"w2"}"#, status: 200)
-        // `direction` only in the list (API.md §2 FriendApplication †).
+        // `direction` only in the list (a member of FriendApplication that only the list answers carry).
         #expect(applied.json?["direction"] == nil)
         let listed = c.call(.get, "/v1/users/{user_id}/friend_applications", "c", status: 200)
         #expect(listed.json?["items"]?[0]?["direction"] == "received")
@@ -280,7 +280,7 @@ struct OpenAPIResponseSchemaTests {
         c.call(.patch, "/v1/groups/{group_id}", "g2", json: #"{"name":"late"}"#, status: 409)
     }
 
-    /// Rooms (API.md §10): every route with its success answer and the usual errors (404 unknown room, 403 a
+    /// Rooms (docs/rooms.md): every route with its success answer and the usual errors (404 unknown room, 403 a
     /// non-member's token or an operator outside the room, per-item codes in the batches), and a room destroyed both
     /// ways (`DELETE`, and the last member leaving a room with `destroy_delay_s` 0).
     static func rooms(_ c: ContractChecker) throws {
@@ -417,7 +417,8 @@ struct OpenAPIResponseSchemaTests {
             status: 201)
         let groupMessageID = group.json?["message_id"]?.stringValue ?? ""
         c.call(.get, "/v1/messages/{message_id}", messageID, status: 200)
-        // The † members of a Message (API.md §2): `suppressed` for the app key, `push` for the app key and the sender.
+        // The members of a Message only some readers see: `suppressed` for the app key, `push` for the app key and the
+        // sender.
         let asApp = c.call(.get, "/v1/messages/{message_id}", groupMessageID, status: 200)
         #expect(asApp.json?.objectValue?.contains("suppressed") == true && asApp.json?.objectValue?.contains("push") == true)
         let asMember = c.call(.get, "/v1/messages/{message_id}", groupMessageID, as: .user("c"), status: 200)
@@ -425,14 +426,14 @@ struct OpenAPIResponseSchemaTests {
         let asSender = c.call(.get, "/v1/messages/{message_id}", groupMessageID, as: .user("a"), status: 200)
         #expect(asSender.json?.objectValue?.contains("suppressed") == false && asSender.json?.objectValue?.contains("push") == true)
         c.call(.get, "/v1/messages/{message_id}", "nope", status: 404)
-        // Reactions (API.md §11.6).
+        // Reactions (docs/messages.md#reactions-pins-and-replies).
         c.call(.post, "/v1/messages/{message_id}/reactions", messageID, json: #"{"user_id":"a","reaction_type":"like"}"#, status: 201)
         c.call(.post, "/v1/messages/{message_id}/reactions", messageID, as: .user("b"), json: #"{"reaction_type":"like"}"#, status: 201)
         c.call(.post, "/v1/messages/{message_id}/reactions", messageID, json: #"{"user_id":"a","reaction_type":"like"}"#, status: 409)
         c.call(.get, "/v1/messages/{message_id}/reactions/{reaction_type}/users", messageID, "like", status: 200)
         c.call(.delete, "/v1/messages/{message_id}/reactions/{reaction_type}", messageID, "like", query: "user_id=a", status: 204)
         c.call(.delete, "/v1/messages/{message_id}/reactions/{reaction_type}", messageID, "like", query: "user_id=a", status: 404)
-        // Receipts (§11.8).
+        // Receipts (docs/messages.md#receipts).
         let receipted =
             c.call(
                 .post, "/v1/messages",
@@ -454,7 +455,7 @@ struct OpenAPIResponseSchemaTests {
             status: 201)
         c.call(.get, "/v1/messages/{message_id}/combined", combined.json?["message_id"]?.stringValue ?? "", status: 200)
         c.call(.get, "/v1/messages/{message_id}/combined", messageID, status: 422)
-        // Pins and the reply tree (§11.6).
+        // Pins and the reply tree (docs/messages.md#reactions-pins-and-replies).
         c.call(.post, "/v1/messages/{message_id}/pin", messageID, as: .user("b"), json: "{}", status: 200)
         c.call(.post, "/v1/messages/{message_id}/pin", groupMessageID, json: "{}", status: 200)
         c.call(.post, "/v1/messages/{message_id}/pin", "nope", json: "{}", status: 404)
@@ -466,7 +467,7 @@ struct OpenAPIResponseSchemaTests {
         c.call(.get, "/v1/messages/{message_id}/replies", messageID, query: "limit=1", status: 200)
         c.call(.get, "/v1/messages/{message_id}/replies", "nope", status: 404)
         c.call(.post, "/v1/messages/batch", json: #"{"from":"a","to_user_ids":["b","c","ghost"],"type":1,"body":{"text":"all"}}"#, status: 200)
-        // Search (§11.9).
+        // Search (docs/messages.md#search).
         c.call(.get, "/v1/messages/search", query: "q=all&limit=1", status: 200)
         c.call(.get, "/v1/messages/search", query: "conversation_type=group&conversation_id=g1", as: .user("c"), status: 200)
         c.call(.get, "/v1/messages/search", query: "start_at=2&end_at=1", status: 400)
@@ -509,7 +510,7 @@ struct OpenAPIResponseSchemaTests {
             json: #"{"mark":3,"enable":true,"conversations":[{"type":"peer","id":"a"},{"type":"peer","id":"ghost"}]}"#, status: 200)
         c.call(.get, "/v1/users/{user_id}/unread_count", "c", status: 200)
         c.call(.delete, "/v1/users/{user_id}/conversations/{type}/{id}", "b", "peer", "a", status: 204)
-        // Import and export (API.md §11.10): an NDJSON body in, an NDJSON stream out.
+        // Import and export (docs/messages.md#import-and-export): an NDJSON body in, an NDJSON stream out.
         c.call(
             .post, "/v1/messages/import",
             json: #"{"conversation_type":"room","from":"a","to":"r1","type":1,"body":{"text":"old"},"timestamp":1,"message_id":"x1"}"#
@@ -522,7 +523,7 @@ struct OpenAPIResponseSchemaTests {
     static func events(_ c: ContractChecker) throws {
         // Every event written so far, page by page.
         // Each event whose type has a payload schema (a webhook of the document, or a `…Data` schema) is checked
-        // against it too: webhook bodies are the app view the log shows (API.md §14.1).
+        // against it too: webhook bodies are the app view the log shows (docs/events.md#two-views-of-the-same-event).
         var after = "earliest"
         var pages = 0
         var types: Set<String> = []
@@ -547,8 +548,8 @@ struct OpenAPIResponseSchemaTests {
         c.call(.get, "/v1/events/log", query: "after=earliest&types=message.*&group_id=g1", status: 200)
         c.call(.get, "/v1/events/log", status: 200)
         c.call(.get, "/v1/events/log", query: "after=x", status: 400)
-        // A user's log (API.md §14.2) in its user view, with the app key and the user's own token; its items are
-        // checked against the same payload schemas.
+        // A user's log (docs/events.md#polling-the-log) in its user view, with the app key and the user's own token;
+        // its items are checked against the same payload schemas.
         for credential in [ContractChecker.Credential.app, .user("a")] {
             let page = c.call(.get, "/v1/users/{user_id}/events/log", "a", query: "after=earliest&limit=100", as: credential, status: 200)
             #expect(page.json?["items"]?.arrayValue?.isEmpty == false)
@@ -560,8 +561,9 @@ struct OpenAPIResponseSchemaTests {
         c.call(.get, "/v1/users/{user_id}/events/log", "a", query: "after=x", status: 400)
     }
 
-    /// Webhook endpoints and their delivery log (API.md §15.1), against a destination nobody listens on (port 1): pings
-    /// answer `ok: false`, deliveries fail and stay retryable. Runs after `events` so its own events do not matter there.
+    /// Webhook endpoints and their delivery log (docs/webhooks.md#endpoints), against a destination nobody listens on
+    /// (port 1): pings answer `ok: false`, deliveries fail and stay retryable. Runs after `events` so its own events do
+    /// not matter there.
     static func webhooks(_ c: ContractChecker) throws {
         let url = "http://127.0.0.1:1/hook"
         let created = c.call(
@@ -596,8 +598,9 @@ struct OpenAPIResponseSchemaTests {
         c.call(.delete, "/v1/webhooks/{webhook_id}", id, status: 404)
     }
 
-    /// The push bridge (API.md §16.3) against a gateway nobody listens on (port 1): dry runs in both formats, with and
-    /// without `event_id_only` and a badge, a real test push that fails, the errors, and the attempt log.
+    /// The push bridge (docs/push.md#the-attempt-log) against a gateway nobody listens on (port 1): dry runs in both
+    /// formats, with and without `event_id_only` and a badge, a real test push that fails, the errors, and the attempt
+    /// log.
     static func push(_ c: ContractChecker) throws {
         let device = #"{"device_id":"push-phone","platform":"android","provider":"fcm","push_key":"push-k1","app_id":"com.x"}"#
         c.call(.post, "/v1/users/{user_id}/devices", "a", json: device, status: 201)
@@ -645,8 +648,8 @@ struct OpenAPIResponseSchemaTests {
         c.call(.patch, "/v1/settings", json: #"{"push":{"enabled":false,"format":"matrix"}}"#, status: 200)
     }
 
-    /// Calls (API.md §13): every route with its success answer and its codes, a general call resolved and an advanced
-    /// call through invite-more, join, quit and end (its events are checked against their payload schemas).
+    /// Calls (docs/calls.md): every route with its success answer and its codes, a general call resolved and an
+    /// advanced call through invite-more, join, quit and end (its events are checked against their payload schemas).
     static func calls(_ c: ContractChecker) throws {
         c.call(.post, "/v1/users", json: #"{"user_id":"cx"}"#, status: 201)
         let general = c.call(.post, "/v1/calls", json: #"{"caller":"a","invitees":["b","ghost"],"extended_data":"x"}"#, status: 200)
@@ -692,7 +695,7 @@ struct OpenAPIResponseSchemaTests {
         c.call(.get, "/v1/users/{user_id}/calls", "ghost", status: 404)
     }
 
-    /// Revoke, edit, delete and the edit history (API.md §11.5), with their codes.
+    /// Revoke, edit, delete and the edit history (docs/messages.md#revoke-edit-delete), with their codes.
     static func messageLifecycle(_ c: ContractChecker) throws {
         func send(_ text: String) -> String {
             let r = c.call(
@@ -743,7 +746,8 @@ struct OpenAPIResponseSchemaTests {
         c.call(.get, "/v1/users", as: .user("a"), status: 403)
         c.call(.get, "/v1/apps", status: 403)
         let invalid = c.call(.post, "/v1/users", json: #"{"user_id":"x y"}"#, status: 400)
-        // API.md §1.4: errors[] for 6000001; a body member is named `body.<member>` (the document's FieldError).
+        // docs/errors.md#problems-rfc-9457: errors[] for 6000001; a body member is named `body.<member>` (the
+        // document's FieldError).
         #expect(invalid.json?["errors"]?[0]?["field"] == "body.user_id")
         c.call(.post, "/v1/users", json: #"{"user_id":"z"}"#, contentType: "text/plain", status: 415)
         c.call(.get, "/v1/users", query: "limit=0", status: 400)
@@ -863,7 +867,7 @@ final class ContractChecker {
             return
         }
         if mediaType == "application/x-ndjson" {
-            // NDJSON (the message export, API.md §11.10): every line is a Message.
+            // NDJSON (the message export, docs/messages.md#import-and-export): every line is a Message.
             for line in r.body.split(separator: 0x0A) {
                 guard let body = try? JSONValue.parse(Array(line), maxDepth: 256) else {
                     Issue.record("\(label) \(r.status): a line is not JSON", sourceLocation: location)
@@ -886,8 +890,8 @@ final class ContractChecker {
         }
     }
 
-    /// `X-Request-Id` on every response (API.md §1.4); every declared header that is present matches its schema
-    /// (an integer header is a decimal integer).
+    /// `X-Request-Id` on every response (docs/errors.md#problems-rfc-9457); every declared header that is present
+    /// matches its schema (an integer header is a decimal integer).
     private func checkHeaders(_ r: TestResponse, _ declared: JSONValue, _ label: String, _ location: SourceLocation) {
         #expect(r.headers["X-Request-Id"]?.isEmpty == false, "\(label) \(r.status): no X-Request-Id", sourceLocation: location)
         for (name, header) in declared["headers"]?.objectValue ?? JSONObject() {
@@ -901,8 +905,8 @@ final class ContractChecker {
         }
     }
 
-    /// A problem body agrees with its response (API.md §1.4): `status` is the HTTP status, `type` names the
-    /// `code`, and `request_id` repeats `X-Request-Id`.
+    /// A problem body agrees with its response (docs/errors.md#problems-rfc-9457): `status` is the HTTP status, `type`
+    /// names the `code`, and `request_id` repeats `X-Request-Id`.
     private func checkProblem(_ body: JSONValue, _ r: TestResponse, _ label: String, _ location: SourceLocation) {
         #expect(body["status"]?.intValue == Int64(r.status), "\(label): problem status", sourceLocation: location)
         let code = body["code"]?.intValue.map { "urn:parley:error:\($0)" }

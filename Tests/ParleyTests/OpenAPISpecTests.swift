@@ -7,7 +7,7 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Structural checks of `openapi/openapi.json`, generated from `openapi/src/` by `scripts/openapi.py` (API.md §17: the
+/// Structural checks of `openapi/openapi.json`, generated from `openapi/src/` by `scripts/openapi.py` (the
 /// document served at `GET /openapi.json`). The comparison of the spec with the served router lives in a separate test.
 @Suite("OpenAPI document")
 struct OpenAPISpecTests {
@@ -244,8 +244,8 @@ struct OpenAPISpecTests {
     }
 
     /// Every path parameter's schema says which values the server accepts (issue 16 item 7): an `enum`, or the
-    /// character `pattern` and `maxLength` of its §1.2 format (`IdentifierKind`), so a generated "valid" id is one
-    /// the server does not reject.
+    /// character `pattern` and `maxLength` of its identifier format (`IdentifierKind`), so a generated "valid" id is
+    /// one the server does not reject.
     @Test func everyPathParameterHasTheFormatTheServerChecks() throws {
         let spec = try Self.loadSpec()
         for op in Self.operations(in: spec, container: "paths") {

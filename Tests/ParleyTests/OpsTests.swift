@@ -13,7 +13,8 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Operations routes, statistics, the test clock (API.md §17) and the polling event log (§14.1–14.3) end to end.
+/// Operations routes, statistics, the test clock (docs/operations.md) and the polling event log
+/// (docs/events.md#polling-the-log) end to end.
 @Suite("Ops, stats, test clock and event log")
 struct OpsTests: ProblemAssertions {
     // MARK: - Helpers (namespaced so they never clash with other test files of the module)
@@ -305,7 +306,7 @@ struct OpsTests: ProblemAssertions {
         #expect(try server.request(.get, "/v1/test/clock", bearer: server.adminKey).json?["offset_ms"]?.intValue == 60001)
     }
 
-    // MARK: - Event log (§14.1–14.3)
+    // MARK: - Event log (docs/events.md#polling-the-log)
 
     @Test func anEmptyLogStartsAtZero() throws {
         let server = try TestServer.start()
@@ -420,7 +421,7 @@ struct OpsTests: ProblemAssertions {
         #expect(visited == ["1", "2", "3"])
         #expect(previous == ["0", "1", "2", "3"])
 
-        // limit bounds (§1.5).
+        // limit bounds (docs/api.md).
         for limit in ["0", "101", "-1", "x"] {
             let r = try Self.log(app, "after=earliest&limit=\(limit)").response
             Self.expectProblem(r, 400, 6_000_001, "limit=\(limit)")
@@ -473,7 +474,7 @@ struct OpsTests: ProblemAssertions {
     }
 
     @Test func logFiltersValidateTheirIDs() throws {
-        // §1.2: an ID that violates its format → 400 6000001 naming it, query parameters included.
+        // An ID that violates its format → 400 6000001 naming it, query parameters included.
         let server = try TestServer.start()
         defer { server.stop() }
         let app = try server.createApp()

@@ -11,8 +11,8 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Presence (API.md §5) end to end: real HTTP against a real server and database, events read back from the log.
-/// The batch, clock and SQL fixture helpers are the blacklist suite's.
+/// Presence (docs/users.md#presence) end to end: real HTTP against a real server and database, events read back from
+/// the log. The batch, clock and SQL fixture helpers are the blacklist suite's.
 @Suite("Presence", .inProcess)
 struct PresenceTests: ProblemAssertions {
     typealias B = BlacklistTests

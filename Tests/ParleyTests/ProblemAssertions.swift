@@ -8,7 +8,7 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Assertions on RFC 9457 problem responses (API.md §1.4) shared by the end-to-end suites.
+/// Assertions on RFC 9457 problem responses (docs/errors.md#problems-rfc-9457) shared by the end-to-end suites.
 protocol ProblemAssertions {}
 
 extension ProblemAssertions {

@@ -6,7 +6,7 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-@Suite("PushConfig (API.md §2)")
+@Suite("PushConfig: offline push options")
 struct PushConfigTests {
     private func read(_ json: String) throws -> (JSONValue?, [String]) {
         var reader = BodyReader(try #require(try JSONValue.parse(json).objectValue))

@@ -10,7 +10,7 @@ import Testing
 @testable import ParleyCore
 @testable import ParleyDomains
 
-/// The push bridge (API.md §16) end to end against a loopback gateway: each step of the §16.1 decision, the Matrix
+/// The push bridge (docs/push.md) end to end against a loopback gateway: each step of the push decision, the Matrix
 /// and generic bodies field by field, rejected keys pruned, retries then `failed`, revoke and call pushes, a
 /// 5,000-member group, application and broadcast pushes, the dry run and the attempt log.
 @Suite("Push bridge", .inProcess)
@@ -94,7 +94,7 @@ struct PushTests: ProblemAssertions {
         return app
     }
 
-    // MARK: - §16.1 decisions
+    // MARK: - Push decisions (docs/push.md#what-is-pushed-to-whom)
 
     @Test func aStoredPeerMessageIsPushedToTheRecipientsDevicesInMatrixFormat() throws {
         let (server, app, gateway) = try Self.scene()
@@ -468,7 +468,8 @@ struct PushTests: ProblemAssertions {
         // A device registered after the push gets no revoke push.
         try Self.device(app, "bob", platform: "web", key: "key-web")
         let messageID = message["message_id"]?.stringValue ?? ""
-        // Revoked through the API (API.md §11.5): the revoke push is decided in the revoke's transaction.
+        // Revoked through the API (docs/messages.md#revoke-edit-delete): the revoke push is decided in the revoke's
+        // transaction.
         let revoked = try app.request(.post, "/v1/messages/\(messageID)/revoke", json: #"{"operator":"alice"}"#)
         #expect(revoked.status == 200, "\(revoked.text)")
         server.app.push.poke()

@@ -118,8 +118,8 @@ struct RequestHygieneTests: ProblemAssertions {
         #expect(slow.isClosedByPeer(timeout: .seconds(3)))
     }
 
-    /// API.md §1.4: credentials → `Idempotency-Key` → 415 → 413. The body is never buffered past 1 MiB: the request is
-    /// answered from its head and the rest of the body dropped.
+    /// The precedence of docs/errors.md#problems-rfc-9457: credentials → `Idempotency-Key` → 415 → 413. The body is
+    /// never buffered past 1 MiB: the request is answered from its head and the rest of the body dropped.
     @Test func aBodyOverOneMiBIs413OnlyAfterCredentialsIdempotencyAndMediaType() throws {
         let server = try TestServer.start()
         defer { server.stop() }
@@ -157,7 +157,8 @@ struct RequestHygieneTests: ProblemAssertions {
         let app = try server.createApp()
         try app.createUser("u1")
         #expect(try server.request(.get, "/v1/apps", bearer: server.adminKey).status == 200)
-        // Percent-encoded unreserved characters are those characters (RFC 3986 §6.2.2.2), as a normalising proxy sees them.
+        // Percent-encoded unreserved characters are those characters (RFC 3986, section 6.2.2.2), as a normalising
+        // proxy sees them.
         #expect(try server.request(.get, "/%76%31/apps", bearer: server.adminKey).status == 200)
         #expect(try app.request(.get, "/v1/users/%75%31").json?["user_id"]?.stringValue == "u1")
         for path in ["//v1//apps", "//v1/apps", "/v1//apps", "/v1/apps/", "/v1/apps//", "/v1/apps%2F", "/v1%2Fapps", "/v1/apps/\(app.appID)/"] {

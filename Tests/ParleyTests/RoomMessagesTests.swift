@@ -8,8 +8,9 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Room messages end to end (API.md §10, §11.1 room branch, §11.3, §11.4, §1.8, §21 items 6–7): stored, unstored and
-/// cached room sends, the room seq, the room history and recent cache, membership and visibility.
+/// Room messages end to end (docs/rooms.md#messages-in-rooms, docs/messages.md#sending, docs/messages.md#history,
+/// docs/errors.md#rate-limits): stored, unstored and cached room sends, the room seq, the room history and recent
+/// cache, membership and visibility.
 ///
 /// Rooms and members are made with white-box SQL on the tables of Migrations/0015 (`TestServer.sql`), so these tests
 /// do not depend on the Rooms domain's routes.
@@ -169,7 +170,9 @@ struct RoomMessagesTests: GroupTestSupport {
         Self.expectProblem(try app.request(.get, "/v1/rooms/r1/messages?direction=sideways"), 400, 6_000_001)
     }
 
-    /// §11.1 fields table and §21 item 7.
+    /// Which options and types fit which target (422 `6000013` otherwise, docs/messages.md#sending): barrage, `storage`
+    /// and `cache` for rooms only, `repeat_count` and `need_receipt` by target, `priority` 1–3, mentions ignored in
+    /// rooms.
     @Test func roomOnlyOptionsAreValidated() throws {
         let server = try TestServer.start()
         defer { server.stop() }
@@ -218,7 +221,7 @@ struct RoomMessagesTests: GroupTestSupport {
         #expect(custom.status == 201, "\(custom.text)")
     }
 
-    /// §10: the recent cache answers the 50 newest cached messages, newest first.
+    /// The recent cache answers the 50 newest cached messages, newest first (docs/messages.md#history).
     @Test func recentCacheKeepsTheFiftyNewest() throws {
         let server = try TestServer.start()
         defer { server.stop() }
@@ -242,8 +245,8 @@ struct RoomMessagesTests: GroupTestSupport {
         #expect(Self.items(try app.request(.get, "/v1/rooms/r1/messages/recent")).isEmpty)
     }
 
-    /// §10 destruction and §11.4: a room id used again continues its seq; its history and GET show the current
-    /// life to members, and the app still reads older stored messages.
+    /// Destruction and history (docs/rooms.md#lifecycle, docs/messages.md#history): a room id used again continues its
+    /// seq; its history and GET show the current life to members, and the app still reads older stored messages.
     @Test func visibilityAndRecreatedRooms() throws {
         let server = try TestServer.start()
         defer { server.stop() }
@@ -288,8 +291,9 @@ struct RoomMessagesTests: GroupTestSupport {
         #expect(try Self.asUser(app, u2, .get, "/v1/messages/\(freshID)").status == 200)
     }
 
-    /// §1.8 end to end, with the overload forced (threshold -1): priority-1 room sends get 429 6000005 with
-    /// `Retry-After: 1` before anything is checked or written; other priorities and conversations still go through.
+    /// Overload (docs/errors.md#rate-limits) end to end, with the overload forced (threshold -1): priority-1 room sends
+    /// get 429 6000005 with `Retry-After: 1` before anything is checked or written; other priorities and conversations
+    /// still go through.
     @Test func overloadedServerRefusesPriorityOneRoomSends() throws {
         let server = try TestServer.start { $0.sendOverloadThreshold = -1 }
         defer { server.stop() }
@@ -306,7 +310,8 @@ struct RoomMessagesTests: GroupTestSupport {
         #expect(Self.items(try app.request(.get, "/v1/rooms/r1/messages")).count == 1)
     }
 
-    /// §1.8: the overload decision sheds priority-1 room sends only, and only above the threshold.
+    /// The overload decision (docs/errors.md#rate-limits) sheds priority-1 room sends only, and only above the
+    /// threshold.
     @Test func overloadShedsLowPriorityRoomSendsFirst() {
         let t = MessageWriter.defaultOverloadThreshold
         #expect(t >= MessageWriter.maxBatch)

@@ -9,7 +9,7 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Rooms (API.md §10): lifecycle, membership, attributes with ownership and quotas, member attributes, delayed
+/// Rooms (docs/rooms.md): lifecycle, membership, attributes with ownership and quotas, member attributes, delayed
 /// destruction and offline removal on the test clock, end to end through HTTP.
 @Suite("Rooms", .inProcess)
 struct RoomsTests: GroupTestSupport {

@@ -8,9 +8,9 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// The per-user event log (API.md §14.2 `GET /v1/users/{user_id}/events/log`) and the two renderings of event data
-/// (§14.1) end to end: the user's audience, the credentials, the polling rules, and what the app view and each user's
-/// view carry, in the logs and on live streams.
+/// The per-user event log (`GET /v1/users/{user_id}/events/log`, docs/events.md#polling-the-log) and the two renderings
+/// of event data (docs/events.md#two-views-of-the-same-event) end to end: the user's audience, the credentials, the
+/// polling rules, and what the app view and each user's view carry, in the logs and on live streams.
 @Suite("User event log")
 struct UserEventLogTests: GroupTestSupport {
     /// `GET /v1/users/{user}/events/log?<query>` with the app key, or with `token`.

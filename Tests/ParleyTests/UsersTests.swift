@@ -10,7 +10,7 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Users (API.md §4) end to end: real HTTP against a real server and database.
+/// Users (docs/users.md) end to end: real HTTP against a real server and database.
 @Suite("Users", .inProcess)
 struct UsersTests {
     // MARK: - Helpers

@@ -10,9 +10,9 @@ import Testing
 @testable import ParleyCore
 @testable import ParleyDomains
 
-/// After-event deliveries (API.md §15.2) end to end: the outbox, the retry schedule on the test clock, `dead`, the
-/// ordering rule, auto-disable and resume, a receiver that is away for most of a day, a restart mid-queue and two
-/// nodes sharing the queue — against real loopback receivers.
+/// After-event deliveries (docs/webhooks.md#retries) end to end: the outbox, the retry schedule on the test clock,
+/// `dead`, the ordering rule, auto-disable and resume, a receiver that is away for most of a day, a restart mid-queue
+/// and two nodes sharing the queue — against real loopback receivers.
 @Suite("Webhook deliveries", .inProcess)
 struct WebhookDeliveryTests: ProblemAssertions {
     /// A server whose webhooks may reach loopback receivers (refused by default).

@@ -10,8 +10,8 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// Webhooks (API.md §15.1–§15.2) end to end: real HTTP against a real server and database, deliveries to a loopback
-/// receiver, signatures checked with an HMAC computed here.
+/// Webhooks (docs/webhooks.md#endpoints, docs/webhooks.md#how-deliveries-are-made) end to end: real HTTP against a real
+/// server and database, deliveries to a loopback receiver, signatures checked with an HMAC computed here.
 @Suite("Webhooks", .inProcess)
 struct WebhooksTests: ProblemAssertions {
     // MARK: - Helpers

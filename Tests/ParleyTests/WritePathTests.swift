@@ -12,10 +12,10 @@ import Testing
 @testable import ParleyDomains
 @testable import ParleyLive
 
-/// The write path end to end (DESIGN.md "per-conversation seqs are taken once per batch of sends"): the node's
-/// ``MessageWriter`` group-commits sends with ``MessageWrite`` and the ``EventSequencer`` numbers their events after
-/// commit. Real HTTP against a real server and database, plus the batch statement called directly where only that
-/// makes a mixed batch deterministic.
+/// The write path end to end (README.md#how-writes-are-ordered: per-conversation seqs are taken once per batch of
+/// sends): the node's ``MessageWriter`` group-commits sends with ``MessageWrite`` and the ``EventSequencer`` numbers
+/// their events after commit. Real HTTP against a real server and database, plus the batch statement called directly
+/// where only that makes a mixed batch deterministic.
 @Suite("Write path", .inProcess)
 struct WritePathTests: GroupTestSupport {
     // MARK: - Helpers

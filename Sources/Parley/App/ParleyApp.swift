@@ -21,7 +21,7 @@ public final class ParleyApp: Sendable {
     /// This node's live hub and message writer (started after the server, stopped around it).
     let hub: EventHub
     let writer: MessageWriter
-    /// This node's push bridge (API.md §16): plans the event log into gateway requests and sends them.
+    /// This node's push bridge (docs/push.md): plans the event log into gateway requests and sends them.
     let push: PushBridge
     /// The readiness probe and the database's state (`/healthz`, `/readyz`, `/metrics`).
     let health: DatabaseHealth
@@ -138,7 +138,7 @@ public final class ParleyApp: Sendable {
             http.port = configuration.listenPort
             http.headerTimeout = .milliseconds(configuration.requestHeadTimeoutMillis)
             http.bodyTimeout = .milliseconds(configuration.requestBodyTimeoutMillis)
-            // API.md §1.1: what browser consoles may read and send.
+            // CORS: what browser consoles may read and send.
             http.corsExposedHeaders = [
                 "X-Request-Id", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Retry-After", "WWW-Authenticate",
                 "Idempotent-Replayed", "Parley-Duplicate", "Parley-Last-Event-ID",

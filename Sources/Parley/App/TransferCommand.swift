@@ -2,9 +2,9 @@ import Glibc
 import ParleyCore
 import ParleyHTTP
 
-/// `parley export` and `parley import` (API.md §11.10) against a running server over HTTP: an NDJSON file (or
-/// stdout/stdin) on one side, `GET /v1/messages/export` or `POST /v1/messages/import` on the other. Progress goes to
-/// stderr: a bar on a terminal, plain lines otherwise.
+/// `parley export` and `parley import` (docs/messages.md#import-and-export) against a running server over HTTP: an
+/// NDJSON file (or stdout/stdin) on one side, `GET /v1/messages/export` or `POST /v1/messages/import` on the other.
+/// Progress goes to stderr: a bar on a terminal, plain lines otherwise.
 enum TransferCommand {
     static let usage = """
         usage: parley export --url URL [--key KEY] [--app APP_ID] --conversation-type peer|group|room
@@ -19,7 +19,7 @@ enum TransferCommand {
 
         """
 
-    /// Per-request bounds of the import route (§11.10).
+    /// Per-request bounds of the import route (docs/messages.md#import-and-export).
     static let maxLines = 10_000
     static let maxBytes = 32 * 1024 * 1024
 

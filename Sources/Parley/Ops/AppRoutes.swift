@@ -5,7 +5,7 @@ import ParleyHTTP
 import ParleyLive
 import ParleyPostgres
 
-/// Apps, keys and settings (API.md §3).
+/// Apps, keys and settings (docs/users.md#apps-and-settings).
 enum AppRoutes {
     static func register(on api: inout API) {
         api.addAdmin(.post, "/v1/apps", "createApp") { ctx in

@@ -12,8 +12,8 @@ struct DatabaseHealth: Sendable {
     let probeExecutor: ThreadPoolExecutor
     let circuit: PostgresCircuit
 
-    /// `/readyz` answers within 1 s (API.md §21 item 60): the check gets this, the rest is for the hand-offs on a busy
-    /// machine.
+    /// `/readyz` answers within 1 s, even while the database does not answer (docs/reliability.md#a-stalled-database):
+    /// the check gets this, the rest is for the hand-offs on a busy machine.
     static let readinessBudget: Duration = .milliseconds(700)
 
     init(embedded: EmbeddedPostgres?, database: PostgresConfiguration, circuit: PostgresCircuit, logger: PostgresLogger) {

@@ -5,7 +5,7 @@ import ParleyHTTP
 import ParleyLive
 import ParleyPostgres
 
-/// Statistics, metrics, the OpenAPI document and the test clock (API.md §17).
+/// Statistics, metrics, the OpenAPI document and the test clock (docs/operations.md#health-readiness-and-metrics).
 enum OpsAPIRoutes {
     /// `hub`: the node's live hub, for the stream counts; `push`: its push bridge; `health`: the database's circuit and embedded cluster.
     static func register(on api: inout API, hub: EventHub, push: PushBridge, health: DatabaseHealth) {

@@ -5,7 +5,7 @@ import ParleyHTTP
 import ParleyLive
 import ParleyPostgres
 
-/// Liveness and readiness (API.md §17).
+/// Liveness and readiness (docs/operations.md#health-readiness-and-metrics).
 struct OpsRoutes {
     let services: Services
     let push: PushBridge

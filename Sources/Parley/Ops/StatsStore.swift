@@ -4,7 +4,8 @@ import ParleyDomains
 import ParleyLive
 import ParleyPostgres
 
-/// SQL for the app statistics of API.md §17 (`GET /v1/stats`) and the event-log heads of `/metrics`. No rules here.
+/// SQL for the app statistics (`GET /v1/stats`, docs/api.md#getstats) and the event-log heads of `/metrics`. No rules
+/// here.
 enum StatsStore {
     /// The counts of one app, read in one statement.
     struct Counts {

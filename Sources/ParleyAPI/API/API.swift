@@ -57,8 +57,8 @@ struct RunsOnTheCallingThread: RequestExecutor {
     func execute(_ work: @escaping @Sendable () -> Void, rejected: @escaping @Sendable () -> Void) { work() }
 }
 
-/// Registers API routes behind the request pipeline of API.md §1 (``RequestPipeline``): every failure becomes a
-/// problem response.
+/// Registers API routes behind the request pipeline (``RequestPipeline``; the conventions of docs/api.md): every
+/// failure becomes a problem response.
 package struct API {
     package let services: Services
     package var builder: RouterBuilder
@@ -78,7 +78,7 @@ package struct API {
     /// also accept the credential as the `access_token` query parameter when there is no `Authorization`.
     /// `numbersItsEvents` routes write their events with ids before they answer (the message writer), so their
     /// answer need not wait for the sequencer. `bodyMediaType`: the media type of request bodies (JSON unless the route
-    /// says otherwise, §1.1).
+    /// says otherwise, docs/api.md).
     package mutating func add(
         _ method: HTTPMethod, _ template: String, _ access: Access, _ operationID: String, maxBodyBytes: Int? = nil,
         queryToken: Bool = false, numbersItsEvents: Bool = false, bodyMediaType: String = "application/json",
@@ -147,7 +147,8 @@ package struct API {
         _ handler: @escaping @Sendable (RequestPipeline.Exchange) throws -> Response
     ) {
         let services = self.services
-        // The pipeline answers a body over the limit itself, after the checks API.md §1.4 puts before 413.
+        // The pipeline answers a body over the limit itself, after the checks that come before 413
+        // (docs/errors.md#problems-rfc-9457).
         let options = RouteOptions(maxBodyBytes: maxBodyBytes, operationID: operationID, answersOversizedBody: true)
         builder.add(method, template, options: options) { request in Self.runOnWorker(request, route, services, handler) }
     }
@@ -194,7 +195,7 @@ package enum Reply {
         return .json(w.bytes)
     }
 
-    /// The batch shape of §1.7.
+    /// The batch shape: 200 with one result per input item, in input order (docs/errors.md#problems-rfc-9457).
     package static func batch(_ results: [BatchResult], extra: ((inout JSONWriter) -> Void)? = nil, status: Int = 200) -> Response {
         var w = JSONWriter()
         w.object { w in
@@ -206,7 +207,7 @@ package enum Reply {
     }
 }
 
-/// One entry of a batch response (§1.7).
+/// One entry of a batch response (docs/errors.md#problems-rfc-9457).
 package struct BatchResult {
     var index: Int
     package var id: String

@@ -8,8 +8,9 @@ extension AppCaller {
     package func hasHook(_ type: String, skip: Bool = false) -> Bool { !skip && app.beforeHooks[type] != nil }
 }
 
-/// Before-event hooks (API.md §15.3) from a handler: the hook call holds no PostgreSQL connection and no pool worker
-/// while it waits; the handler continues on a pool worker with a fresh connection once the verdicts are in.
+/// Before-event hooks (docs/webhooks.md#before-event-hooks) from a handler: the hook call holds no PostgreSQL
+/// connection and no pool worker while it waits; the handler continues on a pool worker with a fresh connection once
+/// the verdicts are in.
 extension APIContext {
     /// This context on another connection (the continuation of a request on another pool worker).
     package func rebound(to db: PostgresConnection) -> APIContext {
@@ -93,9 +94,9 @@ extension APIContext {
 }
 
 extension APIContext {
-    /// The request after a `modify` verdict (§15.3): `proposed` (what the hook was sent) is patched in its `patchable`
-    /// members, the request body gets the members the patch touched, and `read` reads and validates it with the
-    /// request's own rules. Any failure is 422 `7000503`, never 400 or 413.
+    /// The request after a `modify` verdict (docs/webhooks.md#before-event-hooks): `proposed` (what the hook was sent)
+    /// is patched in its `patchable` members, the request body gets the members the patch touched, and `read` reads and
+    /// validates it with the request's own rules. Any failure is 422 `7000503`, never 400 or 413.
     package func repatched<T>(
         _ verdict: HookVerdict, proposed: JSONObject, patchable: Set<String>, read: (inout BodyReader) throws -> T
     ) throws -> T {

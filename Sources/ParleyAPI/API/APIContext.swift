@@ -79,8 +79,8 @@ extension AppCaller {
     package var tokenUserID: String? { credential.userID }
 
     /// With a user token, a field naming the acting user must be that user or absent (then it defaults to it);
-    /// with an app key it is required (§1.3 rule 1–2). Returns the acting user. `field` is the field's path in the
-    /// request (`BodyReader.fieldPath`: `body.from`, or `body.message.from` in a nested send body).
+    /// with an app key it is required (docs/users.md#user-tokens). Returns the acting user. `field` is the field's path
+    /// in the request (`BodyReader.fieldPath`: `body.from`, or `body.message.from` in a nested send body).
     package func actingUser(_ value: String?, field: String) throws -> String {
         if let tokenUser = tokenUserID {
             if let value, value != tokenUser { throw APIError.forbidden("a user token acts only for its own user") }
@@ -90,7 +90,7 @@ extension AppCaller {
         return value
     }
 
-    /// `skip_checks`/`skip_hooks` are for app keys only (§1.3 rule 1).
+    /// `skip_checks`/`skip_hooks` are for app keys only (docs/users.md#user-tokens).
     package func appOnlyFlag(_ value: Bool?) throws -> Bool {
         guard let value, value else { return false }
         if !isApp { throw APIError.forbidden("skip_checks and skip_hooks need an app key") }
@@ -178,7 +178,7 @@ public struct QueryReader {
         }
     }
 
-    /// An identifier parameter of `kind` (API.md §1.2; a bad one → 400 naming the parameter).
+    /// An identifier parameter of `kind` (``IdentifierKind``; a bad one → 400 naming the parameter).
     public mutating func id(_ name: String, _ kind: IdentifierKind) -> String? {
         guard let v = raw(name) else { return nil }
         if let problem = kind.problem(v) {
@@ -208,11 +208,11 @@ public struct QueryReader {
         return items
     }
 
-    /// `limit` (1–100, default 20) of a list (§1.5).
+    /// `limit` (1–100, default 20) of a list (docs/api.md).
     public mutating func limit() -> Int { Int(int("limit", range: 1...100) ?? 20) }
 
-    /// `cursor` of a list (§1.5). An empty `cursor=` is no cursor (the first page): the OpenAPI document types it as
-    /// a plain string, and a client that always sends the parameter starts with an empty one.
+    /// `cursor` of a list (docs/api.md). An empty `cursor=` is no cursor (the first page): the OpenAPI document types
+    /// it as a plain string, and a client that always sends the parameter starts with an empty one.
     public mutating func cursor() -> String? { string("cursor").flatMap { $0.isEmpty ? nil : $0 } }
 
     public mutating func addError(_ name: String, _ message: String) { errors.append(FieldError(field: name, message: message)) }

@@ -2,8 +2,8 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// What verifying a user token needs to know of its user at the server time (§1.3): read by the user domain and
-/// handed in by the app layer, so the request pipeline does not name the user domain.
+/// What verifying a user token needs to know of its user at the server time (docs/users.md#user-tokens): read by the
+/// user domain and handed in by the app layer, so the request pipeline does not name the user domain.
 package struct TokenSubject: Sendable {
     package var isDeleted: Bool
     package var tokenGeneration: Int64
@@ -19,7 +19,7 @@ package struct TokenSubject: Sendable {
     package typealias Reader = @Sendable (_ appID: String, _ userID: String, _ now: Int64, _ db: PostgresConnection) throws -> TokenSubject?
 }
 
-/// Recognises and verifies the bearer credential of a request (API.md §1.3).
+/// Recognises and verifies the bearer credential of a request (docs/users.md#user-tokens).
 package struct Authenticator: Sendable {
     package let adminKey: String
     package let apps: AppDirectory
@@ -68,7 +68,8 @@ package struct Authenticator: Sendable {
         throw APIError.unauthenticated("the bearer value is not a Parley credential")
     }
 
-    /// Verification in the order of §1.3: algorithm/signature/issuer, expiry, user and generation, ban.
+    /// Verification in this order: algorithm/signature/issuer, expiry, user and generation, ban (so an expired token
+    /// with a bad signature is 401 `6000103`, not `6000106`).
     private func verifyUserToken(_ token: String, db: PostgresConnection?) throws -> Verified {
         guard let db else { throw NeedsConnection() }
         // An `iss` that is no app id names no app, and is not looked up: a forged one (U+0000 included) never

@@ -1,6 +1,7 @@
 import ParleyCore
 
-/// One input id of a batch request (API.md §1.7): its natural key and, when valid, the id to act on.
+/// One input id of a batch request (docs/errors.md#problems-rfc-9457): its natural key and, when valid, the id to act
+/// on.
 package struct BatchItem {
     package var id: String
     /// Nil when the item failed validation (then `problem` says why).
@@ -17,7 +18,7 @@ package struct BatchItem {
 extension BodyReader {
     /// The user-id items of the array `key` (request-level errors, such as its count, go to the reader): a
     /// non-string or malformed id, or a repeated one after its first occurrence, fails only its own item with
-    /// `invalid_params` (§1.7).
+    /// `invalid_params` (docs/errors.md#problems-rfc-9457).
     package mutating func batchIDs(
         _ key: String = "user_ids", minItems: Int = 1, maxItems: Int = 100, required: Bool = true, kind: IdentifierKind = .userID
     ) -> [BatchItem] {

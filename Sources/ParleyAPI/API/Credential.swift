@@ -1,6 +1,6 @@
 import ParleyCore
 
-/// Who is calling (API.md §1.3), after the bearer value was recognised and verified.
+/// Who is calling (docs/users.md#user-tokens), after the bearer value was recognised and verified.
 public enum Credential: Sendable, Equatable {
     /// The server admin key, not acting for an app.
     case admin
@@ -33,7 +33,7 @@ public enum Credential: Sendable, Equatable {
         }
     }
 
-    /// The idempotency scope (§1.6): the app's key kind, or the user for user tokens.
+    /// The idempotency scope (docs/errors.md#retrying-safely): the app's key kind, or the user for user tokens.
     var idempotencyScope: String {
         switch self {
         case .admin: "admin"
@@ -43,8 +43,8 @@ public enum Credential: Sendable, Equatable {
     }
 }
 
-/// Which credentials an app route accepts (the "Who" column of API.md; server-admin routes, `S`, are added with
-/// ``API/addAdmin(_:_:_:maxBodyBytes:_:)``).
+/// Which credentials an app route accepts (the "Who" of each operation in docs/api.md; server-admin routes, `S`, are
+/// added with ``API/addAdmin(_:_:_:maxBodyBytes:_:)``).
 public enum Access: Sendable {
     /// `A`: an app key (or admin + `Parley-App-Id`).
     case app

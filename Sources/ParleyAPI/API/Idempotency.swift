@@ -2,7 +2,8 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// `Idempotency-Key` storage and replay (API.md §1.6), in PostgreSQL so every node sees the same keys.
+/// `Idempotency-Key` storage and replay (docs/errors.md#retrying-safely), in PostgreSQL so every node sees the same
+/// keys.
 enum Idempotency {
     /// A key this request holds while it runs.
     struct Claim: Sendable {

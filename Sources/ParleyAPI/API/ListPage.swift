@@ -1,8 +1,8 @@
 import ParleyCore
 import ParleyHTTP
 
-/// The list responses of API.md §1.5 built from `limit + 1` rows read in the list's order, and their cursors: the
-/// values of the last row's sort keys, sealed for that list (``CursorCodec``).
+/// The list responses of docs/api.md (`{items, next_cursor}`) built from `limit + 1` rows read in the list's order, and
+/// their cursors: the values of the last row's sort keys, sealed for that list (``CursorCodec``).
 package enum ListPage {
     /// The values of `cursor` for `list` (nil without a cursor); a cursor of another shape → 400 `7000007`.
     package static func cursorValues(_ ctx: APIContext, _ cursor: String?, list: String, count: Int) throws -> [JSONValue]? {

@@ -2,7 +2,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// The steps every API request goes through (API.md §1), in order: ``before`` steps until one answers or throws, then
+/// The steps every API request goes through (docs/api.md), in order: ``before`` steps until one answers or throws, then
 /// the handler, then every ``after`` step on whatever the answer is (a problem included). Each step is a small
 /// function of the request's ``Exchange``, so the order is written in one place and a step reads alone.
 enum RequestPipeline {
@@ -14,7 +14,7 @@ enum RequestPipeline {
         var queryToken: Bool
         /// A write's answer waits until its events are sequenced (false for routes that number their own events).
         var sequenced: Bool
-        /// The media type request bodies must have (§1.1: JSON, except the NDJSON import).
+        /// The media type request bodies must have (JSON, except the NDJSON import; docs/api.md).
         var bodyMediaType = "application/json"
     }
 
@@ -55,7 +55,8 @@ enum RequestPipeline {
     typealias After = @Sendable (Exchange, Response) -> Response
 
     /// The steps before the handler, in order; one that returns a response ends the request there. The order is
-    /// API.md §1.4's precedence: credentials (401/403), `Idempotency-Key` (replay, 422, 409), 415, 413, then 400.
+    /// The precedence of docs/errors.md#problems-rfc-9457: credentials (401/403), `Idempotency-Key` (replay, 422, 409),
+    /// 415, 413, then 400.
     static let before: [Before] = [
         authenticate, resolveApp, rateLimit, readClock, replayIdempotent, requireJSON, limitBody, refuseNUL,
     ]
@@ -104,7 +105,7 @@ enum RequestPipeline {
 
     // MARK: - Before the handler
 
-    /// The bearer credential (§1.3), and the "Who" rules of the route.
+    /// The bearer credential (docs/users.md#user-tokens), and the "Who" rules of the route.
     static func authenticate(_ x: inout Exchange) throws -> Response? {
         let request = x.request
         let presented = x.route.queryToken && request.headers["Authorization"] == nil ? request.queryValue("access_token") : nil
@@ -124,7 +125,7 @@ enum RequestPipeline {
         return nil
     }
 
-    /// The app's or the user's request rate (§1.8), with its headers on every answer.
+    /// The app's or the user's request rate (docs/errors.md#rate-limits), with its headers on every answer.
     static func rateLimit(_ x: inout Exchange) throws -> Response? {
         guard let app = x.app else { return nil }
         let (bucket, rate) =
@@ -142,13 +143,14 @@ enum RequestPipeline {
         return nil
     }
 
-    /// The server clock, read once for the whole request (§17).
+    /// The server clock, read once for the whole request (docs/operations.md#test-clock).
     static func readClock(_ x: inout Exchange) throws -> Response? {
         x.now = x.services.clock.now()
         return nil
     }
 
-    /// A POST with an `Idempotency-Key` seen before answers with the stored answer; a new one is claimed (§1.6).
+    /// A POST with an `Idempotency-Key` seen before answers with the stored answer; a new one is claimed
+    /// (docs/errors.md#retrying-safely).
     static func replayIdempotent(_ x: inout Exchange) throws -> Response? {
         guard x.request.method == .post, let key = x.request.headers["Idempotency-Key"] else { return nil }
         switch try Idempotency.begin(
@@ -166,8 +168,8 @@ enum RequestPipeline {
         }
     }
 
-    /// Request bodies are JSON (§1.1), or the route's own media type; a body over the limit counts as one (it was sent,
-    /// only not read).
+    /// Request bodies are JSON (docs/api.md), or the route's own media type; a body over the limit counts as one (it
+    /// was sent, only not read).
     static func requireJSON(_ x: inout Exchange) throws -> Response? {
         let expected = x.route.bodyMediaType
         if !x.request.body.isEmpty || x.request.bodyOverLimit, !isMediaType(x.request.headers["Content-Type"], expected) {
@@ -176,8 +178,9 @@ enum RequestPipeline {
         return nil
     }
 
-    /// A body over the route's limit (§1.1: 1 MiB unless the route says otherwise) was not read; 413 comes here, after
-    /// the credential, idempotency and media-type checks (§1.4). The HTTP layer closes the connection after it.
+    /// A body over the route's limit (1 MiB unless the route says otherwise) was not read; 413 comes here, after
+    /// the credential, idempotency and media-type checks (docs/errors.md#problems-rfc-9457). The HTTP layer closes the
+    /// connection after it.
     static func limitBody(_ x: inout Exchange) throws -> Response? {
         if x.request.bodyOverLimit { throw APIError(.payloadTooLarge, "request body too large") }
         return nil
@@ -242,7 +245,7 @@ enum RequestPipeline {
     }
 
     /// A change may have committed events: they are sequenced before the answer goes out, so a client that has its
-    /// answer finds them in the log (API.md §14.1; the sequencer then pokes the live hub).
+    /// answer finds them in the log (docs/events.md#the-event-object; the sequencer then pokes the live hub).
     static func publishEvents(_ x: Exchange, _ response: Response) -> Response {
         guard x.route.sequenced, !x.replayed, x.request.method != .get, x.request.method != .head, let appID = x.appID else {
             return response

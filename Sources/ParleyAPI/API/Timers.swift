@@ -30,7 +30,7 @@ package struct TimerKind: Sendable {
 }
 
 /// Fires due timers: about once a second in the background, and synchronously when the test clock moves
-/// (API.md §17: "every timer that became due fires before the response").
+/// (docs/operations.md#test-clock: "every timer that became due fires before the answer").
 ///
 /// Reads never depend on a timer having fired: domain code treats an item whose due time has passed as
 /// expired, so the background sweep only has to make the state (and its event) durable soon after.

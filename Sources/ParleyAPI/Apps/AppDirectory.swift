@@ -12,8 +12,8 @@ public struct AppRecord: Sendable {
     package let tokenSecret: [UInt8]
     public let createdAt: Int64
     public let updatedAt: Int64
-    /// The enabled endpoint serving each before-event hook type (§15.3), so a request learns whether to call a hook
-    /// without a query (a change on another node is seen within the cache's TTL).
+    /// The enabled endpoint serving each before-event hook type (docs/webhooks.md#before-event-hooks), so a request
+    /// learns whether to call a hook without a query (a change on another node is seen within the cache's TTL).
     package let beforeHooks: [String: HookEndpoint]
 }
 

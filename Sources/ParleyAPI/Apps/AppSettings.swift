@@ -1,6 +1,7 @@
 import ParleyCore
 
-/// An app's settings (API.md §3.1): every field with its default and allowed values, validated by one table.
+/// An app's settings (docs/users.md#apps-and-settings): every field with its default and allowed values, validated by
+/// one table.
 ///
 /// Stored as one JSON object (all fields, defaults filled in); typed accessors read the hot ones.
 public struct AppSettings: Sendable, Equatable {
@@ -119,7 +120,7 @@ public struct AppSettings: Sendable, Equatable {
         return changed
     }
 
-    /// Integer settings are stored as integers however they were written: `200.0` is 200 (API.md §1.1).
+    /// Integer settings are stored as integers however they were written: `200.0` is 200 (docs/api.md).
     private static func normalized(_ value: JSONValue, _ kind: Kind) -> JSONValue {
         switch kind {
         case .int, .zeroOr: value.intValue.map(JSONValue.int) ?? value

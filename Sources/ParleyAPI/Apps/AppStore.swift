@@ -1,10 +1,11 @@
 import ParleyCore
 import ParleyPostgres
 
-/// SQL for apps and app keys (API.md §3). No rules here: callers check permissions and inputs.
+/// SQL for apps and app keys (docs/users.md#apps-and-settings). No rules here: callers check permissions and inputs.
 package enum AppStore {
-    /// The app's columns, and the before-event hook types an enabled webhook serves (§15.3; Apps/AppDirectory.swift
-    /// caches them with the app, so a request learns whether to call a hook without a query).
+    /// The app's columns, and the before-event hook types an enabled webhook serves
+    /// (docs/webhooks.md#before-event-hooks; Apps/AppDirectory.swift caches them with the app, so a request learns
+    /// whether to call a hook without a query).
     static let columns = """
         app_id, name, settings::text, token_secret, created_at, updated_at,
         (SELECT json_agg(json_build_object('type', h.hook_type, 'webhook_id', w.webhook_id, 'url', w.url, 'secret', w.secret,
@@ -149,7 +150,7 @@ package enum AppStore {
 }
 
 extension AppRecord {
-    /// The App object of API.md §3: `{app_id, name, created_at, updated_at, settings}`.
+    /// The App object (docs/users.md#apps-and-settings): `{app_id, name, created_at, updated_at, settings}`.
     package var json: [UInt8] {
         var o = JSONObjectWriter()
         o["app_id"] = appID

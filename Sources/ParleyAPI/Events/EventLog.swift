@@ -1,7 +1,7 @@
 import ParleyCore
 import ParleyPostgres
 
-/// An event about to be written: its type, `data` JSON, audience and ordering key (API.md §14.1, §18).
+/// An event about to be written: its type, `data` JSON, audience and ordering key (docs/events.md#the-event-object).
 public struct NewEvent: Sendable {
     public var type: String
     public var data: [UInt8]
@@ -16,7 +16,7 @@ public struct NewEvent: Sendable {
     /// `room.member_joined` are, the leavers of `room.member_left` and the members of `room.destroyed` are not).
     /// Membership at event k: some interval has joined at an event < k and not left at an event ≤ k.
     public var toGroupMembers: Bool
-    /// The webhook ordering key (§15.2): conversation, group, room, call, app or primary user.
+    /// The webhook ordering key (docs/webhooks.md#ordering): conversation, group, room, call, app or primary user.
     public var orderKey: String
 
     public init(
@@ -259,7 +259,7 @@ public enum EventLog {
         return (try row[0].int64, try row[1].int64)
     }
 
-    /// Filters of a log read (§14.2); they combine with AND.
+    /// Filters of a log read (docs/events.md#polling-the-log); they combine with AND.
     public struct Filter: Sendable {
         public var types: [String] = []
         /// The events whose audience includes the user: listed in `audience`, or written `to_group_members` while it

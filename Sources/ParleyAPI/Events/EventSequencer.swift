@@ -32,7 +32,8 @@ package final class EventSequencer: Sendable {
 
     /// How long a request waits for its events to be sequenced while the database fails; then it is answered
     /// anyway (its change is committed; its events follow when the database answers again). Below the 5 s within
-    /// which API.md §21 item 60 has requests answered while the database does not answer.
+    /// which an API request must be answered while the database does not answer
+    /// (docs/reliability.md#a-stalled-database).
     static let maxWaitMillis: Int64 = 3_000
     static let sweepMillis: Int64 = 1_000
 

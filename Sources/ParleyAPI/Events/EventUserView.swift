@@ -1,10 +1,10 @@
 import ParleyCore
 
-/// The user view of one event's `data` (API.md §14.1), made from the app view the log stores: exactly the fields a
-/// token of the audience user gets from the REST reads.
+/// The user view of one event's `data` (docs/events.md#two-views-of-the-same-event), made from the app view the log
+/// stores: exactly the fields a token of the audience user gets from the REST reads.
 ///
 /// Events are written once, in the app view (every field an app key sees). The user view only leaves fields out:
-/// `suppressed` of a Message always, its `push` and a revoke record's `original_text` unless the user sent it (§2 †),
+/// `suppressed` of a Message always, its `push` and a revoke record's `original_text` unless the user sent it,
 /// and a User's `deleted_at`. So an event has at most two user views, the sender's and everyone else's: the hub renders
 /// each once per event for all its user streams, the user log renders the one of its user. This is the one place those
 /// rules are applied to stored JSON (the room recent cache uses ``message(_:for:)`` too).
@@ -66,7 +66,8 @@ package struct EventUserView: Sendable {
             conversation["last_message"] = .object(message)
             data["conversation"] = .object(conversation)
         case .user:
-            // The only user.updated audience is the user itself: its own view has every field but `deleted_at` (§2).
+            // The only user.updated audience is the user itself: its own view has every field but `deleted_at`
+            // (docs/events.md#the-event-object).
             guard case .object(var user)? = data["user"] else { return nil }
             user["deleted_at"] = nil
             data["user"] = .object(user)
@@ -74,7 +75,8 @@ package struct EventUserView: Sendable {
         return JSONValue.object(data).serialized()
     }
 
-    /// A Message object's JSON in the app view (`message`) as `userID`'s token sees it (API.md §2 †).
+    /// A Message object's JSON in the app view (`message`) as `userID`'s token sees it
+    /// (docs/events.md#two-views-of-the-same-event).
     package static func message(_ message: [UInt8], for userID: String) throws -> [UInt8] {
         guard case .object(var object) = try JSONValue.parse(message) else {
             throw APIError(.internalError, "a stored message is not a JSON object")

@@ -11,12 +11,13 @@ package struct LiveEvent: Sendable {
     /// An event to members: besides `audience`, it goes to the members of `groupID`, or of `roomID` when `groupID` is
     /// nil, when it was written (`MemberAudience` in ParleyLive).
     package let toGroupMembers: Bool
-    /// For `user.deleted`: the deleted user (its streams close, API.md §14.3 "Closing").
+    /// For `user.deleted`: the deleted user (its streams close, docs/events.md#live-streams-server-sent-events).
     package let deletedUserID: String?
     /// For `user.kicked`: the platforms whose streams close (nil: every platform).
     package let kickedPlatforms: [String]?
-    /// `id: …`, `event: …`, `data: <Event JSON>` and the blank line (API.md §14.3 "Event frame"), in the app view:
-    /// rendered once for every app stream, and for every user stream when no user view differs from it.
+    /// `id: …`, `event: …`, `data: <Event JSON>` and the blank line (docs/events.md#live-streams-server-sent-events),
+    /// in the app view: rendered once for every app stream, and for every user stream when no user view differs from
+    /// it.
     package let frame: [UInt8]
     /// The `data` JSON in the app view, as stored (what a user view is made from, ``EventUserView``).
     package let data: [UInt8]
@@ -63,7 +64,8 @@ package struct LiveEvent: Sendable {
     private static let frameTail = Array("}\n\n".utf8)
 }
 
-/// The `types` filter of the event routes (API.md §14.2): exact types, `prefix.*` and `*`.
+/// The `types` filter of the event routes (docs/events.md#live-streams-server-sent-events): exact types, `prefix.*` and
+/// `*`.
 package struct EventTypeFilter: Sendable, Equatable {
     private(set) var all = true
     private(set) var exact: [String] = []

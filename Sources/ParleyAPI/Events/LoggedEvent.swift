@@ -1,4 +1,5 @@
-/// One event read from the log (API.md §2 "Event"), ready to be written in the app view or in a user view (§14.1).
+/// One event read from the log (docs/events.md#the-event-object), ready to be written in the app view or in a user view
+/// (docs/events.md#two-views-of-the-same-event).
 public struct LoggedEvent: Sendable {
     public let id: Int64
     public let type: String

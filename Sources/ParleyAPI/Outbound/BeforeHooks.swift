@@ -2,7 +2,8 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// The endpoint serving a before-event type in an app (API.md §15.3), as cached with the app record.
+/// The endpoint serving a before-event type in an app (docs/webhooks.md#before-event-hooks), as cached with the app
+/// record.
 package struct HookEndpoint: Sendable, Equatable {
     package var webhookID: String
     package var url: String
@@ -22,7 +23,7 @@ package struct HookEndpoint: Sendable, Equatable {
     }
 }
 
-/// What a before-event hook decided (§15.3).
+/// What a before-event hook decided (docs/webhooks.md#before-event-hooks).
 package struct HookVerdict: Sendable, Equatable {
     package enum Action: String, Sendable { case allow, modify, reject, drop }
     package var action: Action
@@ -84,9 +85,9 @@ package struct HookVerdict: Sendable, Equatable {
     }
 }
 
-/// Calls before-event hooks (§15.3): one signed POST with the endpoint's `timeout_ms`, on a call thread, so the
-/// request waiting for it holds no PostgreSQL connection and no pool worker; each call is logged as a `before`
-/// delivery by the webhook dispatcher's thread, in batches.
+/// Calls before-event hooks (docs/webhooks.md#before-event-hooks): one signed POST with the endpoint's `timeout_ms`, on
+/// a call thread, so the request waiting for it holds no PostgreSQL connection and no pool worker; each call is logged
+/// as a `before` delivery by the webhook dispatcher's thread, in batches.
 package final class BeforeHooks: Sendable {
     private let transport: WebhookTransport
     private let calls: OutboundCalls

@@ -1,8 +1,8 @@
 import ParleyCore
 import ParleyPostgres
 
-/// One webhook request and its attempts (API.md §2 "Delivery"): an after-event delivery from the outbox, a
-/// before-event hook call, or a ping.
+/// One webhook request and its attempts (docs/webhooks.md#how-deliveries-are-made): an after-event delivery from the
+/// outbox, a before-event hook call, or a ping.
 package struct Delivery: Sendable {
     package enum Kind: String, Sendable, CaseIterable { case after, before, ping }
     package enum Status: String, Sendable, CaseIterable { case pending, succeeded, failed, dead }
@@ -51,9 +51,9 @@ package struct Delivery: Sendable {
     }
 }
 
-/// SQL for the delivery log (API.md §15.1–§15.2).
+/// SQL for the delivery log (docs/webhooks.md#endpoints, docs/webhooks.md#how-deliveries-are-made).
 package enum DeliveryStore {
-    /// How long finished deliveries are kept (§15.1: 7 days).
+    /// How long finished deliveries are kept: 7 days (docs/webhooks.md#retries).
     package static let keptMillis: Int64 = 7 * 24 * 3_600_000
 
     package static let columns = """
@@ -113,8 +113,9 @@ package enum DeliveryStore {
         ).first.map { try delivery($0, withLog: true) }
     }
 
-    /// Re-queues an after delivery that is not pending (§15.1 retry): `pending` now; a dead one gets one attempt.
-    /// Nil when there is no such delivery; the unchanged delivery when it cannot be retried.
+    /// Re-queues an after delivery that is not pending (`retryWebhookDelivery`, docs/webhooks.md#retries): `pending`
+    /// now; a dead one gets one attempt. Nil when there is no such delivery; the unchanged delivery when it cannot be
+    /// retried.
     package static func retry(appID: String, webhookID: String, deliveryID: String, now: Int64, on db: PostgresConnection) throws
         -> (delivery: Delivery, retried: Bool)?
     {
@@ -130,7 +131,8 @@ package enum DeliveryStore {
         return try fetch(appID: appID, webhookID: webhookID, deliveryID: deliveryID, on: db).map { ($0, false) }
     }
 
-    /// Adds finished one-attempt deliveries (hook calls and pings) to the log: `succeeded` or `dead` (§15.3).
+    /// Adds finished one-attempt deliveries (hook calls and pings) to the log: `succeeded` or `dead`
+    /// (docs/webhooks.md#before-event-hooks).
     package static func insertFinished(_ entries: [DeliveryLogEntry], on db: PostgresConnection) throws {
         try db.query(
             """
@@ -151,7 +153,7 @@ package enum DeliveryStore {
             """)
     }
 
-    /// One entry of `attempts` (§15.1): `{at, status_code, error, duration_ms}`.
+    /// One entry of `attempts` (docs/webhooks.md#endpoints): `{at, status_code, error, duration_ms}`.
     package static func attemptLogEntry(_ attempt: WebhookAttempt, at now: Int64) -> String {
         var o = JSONObjectWriter()
         o["at"] = now
@@ -172,7 +174,7 @@ package enum DeliveryStore {
     }
 }
 
-/// The filters of an endpoint's delivery list (`GET /v1/webhooks/{webhook_id}/deliveries`, docs/webhooks.md).
+/// The filters of an endpoint's delivery list (`GET /v1/webhooks/{webhook_id}/deliveries`, docs/webhooks.md#endpoints).
 package struct DeliveryFilter {
     var status: Delivery.Status?
     var kind: Delivery.Kind?

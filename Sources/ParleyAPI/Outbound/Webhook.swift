@@ -1,7 +1,7 @@
 import ParleyCore
 import ParleyPostgres
 
-/// A webhook endpoint of an app (API.md §2 "Webhook", §15.1).
+/// A webhook endpoint of an app (docs/webhooks.md#endpoints).
 package struct Webhook: Sendable, Equatable {
     package var webhookID: String
     package var url: String
@@ -43,16 +43,17 @@ package struct Webhook: Sendable, Equatable {
         self.updatedAt = updatedAt
     }
 
-    /// The before-event types (§15.3) this endpoint serves: listed explicitly, and only while enabled.
+    /// The before-event types (docs/webhooks.md#before-event-hooks) this endpoint serves: listed explicitly, and only
+    /// while enabled.
     package var beforeTypes: [String] { enabled ? eventTypes.filter(WebhookEventTypes.isBeforeType) : [] }
 
-    /// The secrets that sign a request at `now`, new first (two during a rotation's 24 h, §15.1).
+    /// The secrets that sign a request at `now`, new first (two during a rotation's 24 h, docs/webhooks.md#endpoints).
     package func signingSecrets(at now: Int64) -> [String] {
         if let previousSecret, let until = previousSecretUntil, now < until { return [secret, previousSecret] }
         return [secret]
     }
 
-    /// The Webhook view: every view carries `secret` (§15.1).
+    /// The Webhook view: every view carries `secret` (docs/webhooks.md#endpoints).
     package func json() -> [UInt8] {
         var o = JSONObjectWriter()
         o["webhook_id"] = webhookID
@@ -72,11 +73,11 @@ package struct Webhook: Sendable, Equatable {
     }
 }
 
-/// The `event_types` patterns of an endpoint (§2): `*`, `<prefix>.*`, an exact after-event type of §18, or a
-/// before-event type of §15.3.
+/// The `event_types` patterns of an endpoint (docs/webhooks.md#endpoints): `*`, `<prefix>.*`, an exact after-event type
+/// of the event catalogue, or a before-event type (docs/webhooks.md#before-event-hooks).
 package enum WebhookEventTypes {
-    /// Every after-event type of the catalogue (API.md §18), including those of domains still to come: an endpoint
-    /// may subscribe to them before they are written.
+    /// Every after-event type of the catalogue (docs/events.md#the-event-object), including those of domains still to
+    /// come: an endpoint may subscribe to them before they are written.
     package static let afterTypes: Set<String> = [
         "app.settings_updated", "webhook.disabled",
         "user.created", "user.updated", "user.deleted", "user.kicked", "user.status_updated", "user.push_rule_updated",
@@ -94,12 +95,13 @@ package enum WebhookEventTypes {
         "call.created", "call.invited", "call.user_state_changed", "call.ended",
     ]
 
-    /// The before-event hook types (§15.3): never written to the log, served only when listed exactly.
+    /// The before-event hook types (docs/webhooks.md#before-event-hooks): never written to the log, served only when
+    /// listed exactly.
     package static let beforeTypes: Set<String> = [
         "message.before_send", "group.before_create", "group.before_join", "friend.before_add", "call.before_invite",
     ]
 
-    /// The prefixes a `<prefix>.*` pattern may name: the part before the dot of a §18 type.
+    /// The prefixes a `<prefix>.*` pattern may name: the part before the dot of an after-event type of the catalogue.
     package static let prefixes: Set<String> = Set(afterTypes.map { String($0.prefix(while: { $0 != "." })) })
 
     package static func isBeforeType(_ type: String) -> Bool { beforeTypes.contains(type) }
@@ -111,7 +113,8 @@ package enum WebhookEventTypes {
         return "is not an event type of the catalogue, a <prefix>.* pattern or *"
     }
 
-    /// Reads `event_types` (1–100 valid, distinct patterns; §2), adding errors named `body.event_types[i]` (§1.4).
+    /// Reads `event_types` (1–100 valid, distinct patterns; docs/webhooks.md#endpoints), adding errors named
+    /// `body.event_types[i]` (docs/errors.md#problems-rfc-9457).
     package static func read(from body: inout BodyReader, required: Bool) -> [String]? {
         guard let patterns = body.stringArray("event_types", required: required, minItems: 1, maxItems: 100) else { return nil }
         var seen: Set<String> = []
@@ -135,7 +138,7 @@ package enum WebhookEventTypes {
     }
 }
 
-/// Webhook secrets: `whsec_` + base64 of 24–64 random bytes (§2).
+/// Webhook secrets: `whsec_` + base64 of 24–64 random bytes (docs/webhooks.md#endpoints).
 package enum WebhookSecret {
     package static let prefix = "whsec_"
 

@@ -23,11 +23,12 @@ import ParleySync
 /// Owner: `loop` (reports, pokes, drains; any thread) and `heldApps` (its lock); the cursors, queues and in-flight
 /// counts live in the dispatcher thread.
 package final class WebhookDispatcher: Sendable {
-    /// After failed attempt n (1…10) the next is scheduled this far out, times a random factor in [0.8, 1.2] (§15.2).
+    /// After failed attempt n (1…10) the next is scheduled this far out, times a random factor in [0.8, 1.2]
+    /// (docs/webhooks.md#retries).
     package static let retrySchedule: [Int64] = [5, 30, 120, 600, 1800, 3600, 7200, 14_400, 28_800, 28_800].map { $0 * 1000 }
     /// The 11th failure makes a delivery `dead`.
     package static let maxAttempts = 11
-    /// An after-event attempt's time limit (§15.2).
+    /// An after-event attempt's time limit (docs/webhooks.md#retries).
     static let attemptTimeoutMillis = 10_000
     /// How long a claim holds a delivery (real time): past the attempt's limit, so only a dead node's claim expires.
     static let leaseSeconds = 60
@@ -524,8 +525,9 @@ package final class WebhookDispatcher: Sendable {
         loop.post(.outcome(Outcome(claimed: item, attempt: result, at: now)))
     }
 
-    /// Leases up to `limit` due deliveries, each the earliest open one of its endpoint and ordering key (§15.2), and
-    /// no more per endpoint than its free slots (`inFlight`: this node's attempts in flight per endpoint).
+    /// Leases up to `limit` due deliveries, each the earliest open one of its endpoint and ordering key
+    /// (docs/webhooks.md#ordering), and no more per endpoint than its free slots (`inFlight`: this node's attempts in
+    /// flight per endpoint).
     ///
     /// The candidates are chosen without locks (a window function caps each endpoint), then locked with `SKIP LOCKED`
     /// and re-checked, so nodes claiming at once take different rows and a row is leased only when it will be sent.
@@ -678,7 +680,7 @@ package final class WebhookDispatcher: Sendable {
     }
 }
 
-/// The `webhook.*` events of the catalogue (API.md §18).
+/// The `webhook.*` events of the catalogue (docs/events.md#the-event-object).
 package enum WebhookEvents {
     package static func disabled(webhookID: String, reason: String) -> NewEvent {
         var data = JSONObjectWriter()
@@ -688,8 +690,9 @@ package enum WebhookEvents {
     }
 }
 
-/// The webhook part of `/metrics`: attempts by outcome and their latency (API.md §15.2, §17); the queue's depth and
-/// oldest pending age are read from the database when scraped (``DeliveryStore``).
+/// The webhook part of `/metrics`: attempts by outcome and their latency (docs/webhooks.md#retries,
+/// docs/operations.md#health-readiness-and-metrics); the queue's depth and oldest pending age are read from the
+/// database when scraped (``DeliveryStore``).
 ///
 /// Owner: `state` behind its lock; recorded by the sender threads and the dispatcher thread.
 package final class WebhookMetrics: Sendable {

@@ -1,7 +1,8 @@
 import ParleyCore
 import ParleyHTTP
 
-/// One signed webhook request (API.md §15.2): Standard Webhooks headers and signature, and Parley's own headers.
+/// One signed webhook request (docs/webhooks.md#signatures): Standard Webhooks headers and signature, and Parley's own
+/// headers.
 ///
 /// The signature is `v1,` + base64(HMAC-SHA256(key, "{webhook-id}.{webhook-timestamp}.{body}")) with the key taken
 /// from the secret after `whsec_`; during a rotation the header holds one signature per secret, new first,
@@ -55,7 +56,7 @@ package struct WebhookAttempt: Sendable {
     /// No answer within the time limit.
     package var timedOut = false
 
-    /// A 2xx answer: the attempt succeeded (§15.2).
+    /// A 2xx answer: the attempt succeeded (docs/webhooks.md#retries).
     package var succeeded: Bool { statusCode.map { (200...299).contains($0) } ?? false }
 }
 

@@ -1,7 +1,8 @@
 import ParleyCore
 import ParleyPostgres
 
-/// SQL for webhook endpoints (API.md §15.1). No rules here: ``WebhookService`` checks inputs and conflicts.
+/// SQL for webhook endpoints (docs/webhooks.md#endpoints). No rules here: ``WebhookService`` checks inputs and
+/// conflicts.
 package enum WebhookStore {
     package static let columns = """
         webhook_id, url, event_types, secret, previous_secret, previous_secret_until, enabled, disabled_reason, description,
@@ -29,7 +30,8 @@ package enum WebhookStore {
         ).first.map(webhook)
     }
 
-    /// The enabled endpoint serving the before-event `type`, if any (§15.3: at most one).
+    /// The enabled endpoint serving the before-event `type`, if any (at most one per type,
+    /// docs/webhooks.md#before-event-hooks).
     package static func beforeHook(appID: String, type: String, on db: PostgresConnection) throws -> Webhook? {
         try db.query(
             """
@@ -94,7 +96,7 @@ package enum WebhookStore {
         return types.filter { !claimed.contains($0) }
     }
 
-    /// Pauses (endpoint disabled) or resumes (re-enabled) the endpoint's open deliveries (§15.2 "Auto-disable"): a
+    /// Pauses (endpoint disabled) or resumes (re-enabled) the endpoint's open deliveries (docs/webhooks.md#retries): a
     /// resumed delivery is attempted at max(its `next_attempt_at`, now).
     package static func setDeliveriesPaused(_ paused: Bool, appID: String, webhookID: String, now: Int64, on db: PostgresConnection) throws {
         try db.query(

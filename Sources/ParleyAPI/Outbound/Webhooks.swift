@@ -2,7 +2,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// A node's webhook machinery (API.md §15): the outbound transport, the delivery dispatcher and the before-event
+/// A node's webhook machinery (docs/webhooks.md): the outbound transport, the delivery dispatcher and the before-event
 /// hook caller, sharing one transport and one set of metrics.
 package final class Webhooks: Sendable {
     package let transport: WebhookTransport

@@ -1,7 +1,7 @@
 import ParleyAPI
 import ParleyCore
 
-/// A call invitation (API.md §2 "Call", §13): signalling refereed by the server, no media.
+/// A call invitation (docs/calls.md#the-call-object): signalling refereed by the server, no media.
 package struct Call: Sendable {
     enum Mode: String, CaseIterable, Sendable {
         case general, advanced
@@ -54,7 +54,7 @@ package struct Call: Sendable {
     }
 }
 
-/// One user of a call (API.md §2 "Call" `users`).
+/// One user of a call (the Call object's `users`, docs/calls.md#the-call-object).
 package struct CallUser: Sendable {
     enum State: String, Sendable {
         case inviting, accepted, rejected, cancelled, received, timeout, quit, ended
@@ -88,7 +88,8 @@ package struct CallUser: Sendable {
     }
 }
 
-/// The limits of API.md §13.
+/// The limits of calls: invitees per request, users per advanced call, `timeout_s`, the not-received check and
+/// `extended_data`.
 enum CallLimits {
     static let maxInviteesPerRequest = 9
     static let maxTimeoutS: Int64 = 600

@@ -3,7 +3,8 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Calls (API.md §13): HTTP ↔ ``CallService``, and the `call.before_invite` hook of create and invite-more (§15.3).
+/// Calls (docs/calls.md): HTTP ↔ ``CallService``, and the `call.before_invite` hook of create and invite-more
+/// (docs/webhooks.md#before-event-hooks).
 package enum CallRoutes {
     package static func register(on api: inout API) {
         api.add(.post, "/v1/calls", .appOrUser, "createCall", create)
@@ -83,7 +84,7 @@ package enum CallRoutes {
         return Reply.json(try CallService(ctx).answer(callID, userID: userID, accept: accept, extendedData: extendedData).json())
     }
 
-    /// `{call, results}`: the batch shape with the call beside its results (§1.7).
+    /// `{call, results}`: the batch shape with the call beside its results (docs/errors.md#problems-rfc-9457).
     private static func batchReply(_ call: Call, _ results: [BatchResult]) -> Response {
         Reply.batch(results) { w in
             w.key("call")
@@ -105,7 +106,8 @@ package enum CallRoutes {
         let (new, invitation, skipHooks) = try readCreate(&body, ctx)
         let service = CallService(ctx)
         guard ctx.hasHook("call.before_invite", skip: skipHooks) else { return try created(ctx, new, invitation) }
-        // §15.3: after the per-invitee checks, with the invitees that passed (none: 422 and no hook call).
+        // The `call.before_invite` hook (docs/webhooks.md#before-event-hooks): after the per-invitee checks, with the
+        // invitees that passed (none: 422 and no hook call).
         let passed = try service.precheckCreate(invitation)
         let proposed = proposedCall(new, caller: invitation.inviter, invitees: passed, push: invitation.push)
         return try ctx.afterHook("call.before_invite", data: { hookData(proposed, inviter: invitation.inviter, invitees: passed) }) {
@@ -186,8 +188,8 @@ package enum CallRoutes {
         return (CallService.Invitation(inviter: operatorID, items: items, push: push, skipChecks: skipChecks), skipHooks)
     }
 
-    /// The call a create proposes, as its hook sees it: no `call_id`, no `created_at` (§15.3), and the request's
-    /// `push` beside it (patchable).
+    /// The call a create proposes, as its hook sees it: no `call_id`, no `created_at`
+    /// (docs/webhooks.md#before-event-hooks), and the request's `push` beside it (patchable).
     private static func proposedCall(_ new: CallService.NewCall, caller: String, invitees: [String], push: JSONValue?) -> JSONObject {
         var o = JSONObject()
         o["mode"] = .string(new.mode.rawValue)

@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The rules of API.md §13: the call state machine, its events and its pushes.
+/// The call rules (docs/calls.md): the call state machine, its events and its pushes.
 ///
 /// Every change runs in one transaction that locks the call row and re-reads its users under the lock (after the
 /// user rows it locks, if any: invitees on create and invite-more, the user of a stream opening or hard delete), so
@@ -24,14 +24,14 @@ package struct CallService: DomainService {
     // MARK: - Reads
 
     /// The call as it is at `now`: timers already due are applied (a window closes at its due time whether or not
-    /// the sweep has fired it yet, §17; the sweep writes them and their events).
+    /// the sweep has fired it yet, docs/operations.md#test-clock; the sweep writes them and their events).
     func get(_ callID: String, on db: PostgresConnection) throws -> Call {
         guard var call = try CallStore.fetch(appID: appID, callID: callID, on: db) else { throw Self.notFound(callID) }
         _ = applyDue(&call)
         return call
     }
 
-    /// `GET /v1/calls/{call_id}`: a user token reads only the calls it is in (others are 404, §13).
+    /// `GET /v1/calls/{call_id}`: a user token reads only the calls it is in (others are 404, docs/calls.md).
     func readable(_ callID: String, by userID: String?) throws -> Call {
         let call = try get(callID, on: db)
         if let userID, call.user(userID) == nil { throw Self.notFound(callID) }
@@ -57,7 +57,7 @@ package struct CallService: DomainService {
         var skipChecks = false
     }
 
-    /// The call a create request proposes (API.md §13 `POST /v1/calls`).
+    /// The call a create request proposes (`POST /v1/calls`, docs/calls.md#operations).
     struct NewCall: Sendable {
         var mode = Call.Mode.general
         var timeoutS = CallLimits.defaultTimeoutS
@@ -65,7 +65,7 @@ package struct CallService: DomainService {
         var notReceivedCheck = false
     }
 
-    /// The per-invitee checks of create and invite-more, in the §13 order, without writing: each item's failure, if
+    /// The per-invitee checks of create and invite-more, in their order, without writing: each item's failure, if
     /// any, and the invitees that passed (input order). Run before the `call.before_invite` hook (which is told who
     /// passed) and again under the locks of the write.
     func screen(_ invitation: Invitation, call: Call?, on db: PostgresConnection) throws -> (failures: [Int: APIError], passed: [String]) {
@@ -174,7 +174,7 @@ package struct CallService: DomainService {
     }
 
     /// Makes `userIDs` pending in `call` (new users appended, re-invited ones keep their place): `received` when
-    /// they have a presence-counting stream open now (their rows are locked, §13), else `inviting`.
+    /// they have a presence-counting stream open now (their rows are locked, docs/calls.md), else `inviting`.
     @discardableResult
     private func invite(_ call: inout Call, userIDs: [String], inviter: String, on db: PostgresConnection) throws -> Set<String> {
         let online = try CallStore.online(appID: appID, userIDs: userIDs, on: db)
@@ -204,7 +204,7 @@ package struct CallService: DomainService {
         }
     }
 
-    /// The 50-user cap of advanced calls (§13): the whole request fails.
+    /// The 50-user cap of advanced calls (docs/calls.md): the whole request fails.
     private func requireRoom(_ call: Call, adding userIDs: [String]) throws {
         guard call.mode == .advanced else { return }
         let total = call.activeUserIDs.count + userIDs.count
@@ -384,8 +384,9 @@ package struct CallService: DomainService {
         return events
     }
 
-    /// A user being hard-deleted (its row is locked first, §4): in its calls in progress it is `quit` where it had
-    /// accepted and `cancelled` where pending; a general call's caller also takes its pending invitations with it.
+    /// A user being hard-deleted (its row is locked first, docs/users.md): in its calls in progress it is `quit` where
+    /// it had accepted and `cancelled` where pending; a general call's caller also takes its pending invitations with
+    /// it.
     package func removeDeletedUser(_ userID: String, on db: PostgresConnection) throws -> [NewEvent] {
         _ = try db.query("SELECT 1 FROM users WHERE app_id = \(appID) AND user_id = \(userID) FOR UPDATE")
         var events: [NewEvent] = []
@@ -413,8 +414,9 @@ package struct CallService: DomainService {
 
     /// Runs a request's `change` in one transaction on the locked call, after `first` (which takes the locks that
     /// come before the call's) and after firing the call's timers due at `now`: an invitation whose deadline has
-    /// passed is `timeout` for the request even if the sweep has not fired it yet (§17). A change refused with a
-    /// problem still commits the timers it fired (their events included), then the problem is thrown.
+    /// passed is `timeout` for the request even if the sweep has not fired it yet (docs/operations.md#test-clock). A
+    /// change refused with a problem still commits the timers it fired (their events included), then the problem is
+    /// thrown.
     private func changing<First, T>(
         _ callID: String, first: (PostgresConnection) throws -> First, _ change: (inout Call, PostgresConnection, First) throws -> T
     ) throws -> T {

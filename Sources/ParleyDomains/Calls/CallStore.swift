@@ -117,7 +117,7 @@ package enum CallStore {
 
     /// The active (not soft-deleted) users among `userIDs`, locked `FOR SHARE` in user-id order: a stream opening
     /// (which locks its user `FOR UPDATE`) then either commits before this transaction reads the streams, or waits for
-    /// it and finds its invitations (API.md §13 `received`).
+    /// it and finds its invitations (the `received` state, docs/calls.md#the-call-object).
     static func lockActiveUsers(appID: String, userIDs: [String], on db: PostgresConnection) throws -> Set<String> {
         if userIDs.isEmpty { return [] }
         let rows = try db.query(

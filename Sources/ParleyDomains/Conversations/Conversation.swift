@@ -1,7 +1,8 @@
 import ParleyAPI
 import ParleyCore
 
-/// One user's conversation entry (API.md §2 Conversation) as read, with its derived counts and last message.
+/// One user's conversation entry (docs/conversations.md#the-conversation-object) as read, with its derived counts and
+/// last message.
 struct Conversation: Sendable {
     var userID: String
     package var type: String
@@ -10,7 +11,7 @@ struct Conversation: Sendable {
     package var name: String
     var avatarURL: String
     var alias: String
-    /// Derived (§11.7): countable messages in (`readSeq`, `lastSeq`].
+    /// Derived (docs/messages.md#unread-read-state-and-mentions): countable messages in (`readSeq`, `lastSeq`].
     var unreadCount: Int64
     var readSeq: Int64
     var lastSeq: Int64
@@ -27,7 +28,7 @@ struct Conversation: Sendable {
     var mentionAll: Bool
     var clearedSeq: Int64
     /// A group entry whose owner is no longer a member (left, kicked, or the group dismissed): frozen at the
-    /// group's head of that moment, still readable, patchable and deletable (§12).
+    /// group's head of that moment, still readable, patchable and deletable (docs/conversations.md).
     var disabled: Bool
     /// Group entries: the owner's member mute as stored (-1, 0 or ms); 0 for peers and former members.
     var mutedUntil: Int64

@@ -3,8 +3,8 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Conversations (API.md §12): HTTP ↔ ``ConversationService``. Paths are under the owner's `/v1/users/{user_id}`;
-/// a user token acts only on its own entries (`.appOrSelf`).
+/// Conversations (docs/conversations.md): HTTP ↔ ``ConversationService``. Paths are under the owner's
+/// `/v1/users/{user_id}`; a user token acts only on its own entries (`.appOrSelf`).
 package enum ConversationRoutes {
     package static func register(on api: inout API) {
         api.add(.get, "/v1/users/{user_id}/conversations", .appOrSelf, "listConversations") { ctx in
@@ -62,7 +62,7 @@ package enum ConversationRoutes {
         }
     }
 
-    /// `notification_status` (API.md §1.9).
+    /// `notification_status` (docs/api.md).
     enum NotificationStatus: String, CaseIterable {
         case notify
         case doNotDisturb = "do_not_disturb"

@@ -2,8 +2,9 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The rules of API.md §12 and §11.7 for conversation entries: settings, deletion, read positions and marks.
-/// Each change runs in one transaction that writes its events last (§18).
+/// The rules of conversation entries (docs/conversations.md, docs/messages.md#unread-read-state-and-mentions):
+/// settings, deletion, read positions and marks. Each change runs in one transaction that writes its events last
+/// (docs/events.md#the-event-object).
 ///
 /// A value made per request; it owns nothing mutable. Transaction bodies are re-runnable.
 struct ConversationService: DomainService {
@@ -13,7 +14,7 @@ struct ConversationService: DomainService {
     /// Server-clock ms of the request.
     let now: Int64
 
-    /// Most pinned entries per user (API.md §20).
+    /// Most pinned entries per user (more: 422 `6000604`).
     static let maxPinned = 100
 
     static func notFound(_ type: String, _ id: String) -> APIError {
@@ -83,7 +84,8 @@ struct ConversationService: DomainService {
             if !changed.isEmpty {
                 var data = JSONObjectWriter()
                 data["user_id"] = userID
-                // The app view (its user's stream and log show the user view, API.md §14.1).
+                // The app view (its user's stream and log show the user view,
+                // docs/events.md#two-views-of-the-same-event).
                 data.raw("conversation", conversation.json(.app, now: now))
                 data["changed"] = changed
                 try EventLog.append(
@@ -94,7 +96,7 @@ struct ConversationService: DomainService {
         }
     }
 
-    /// Deletes the entry until the next message (§12); `conversation.deleted` to the user.
+    /// Deletes the entry until the next message (docs/conversations.md); `conversation.deleted` to the user.
     package func delete(userID: String, type: String, id: String, deleteMessages: Bool) throws {
         try db.transaction { db in
             guard try ConversationStore.delete(appID: appID, userID: userID, type: type, id: id, clearHistory: deleteMessages, now: now, on: db)
@@ -110,7 +112,8 @@ struct ConversationService: DomainService {
         }
     }
 
-    /// Marks one entry read up to `seq` (default `last_seq`); read_seq never goes back (§11.7).
+    /// Marks one entry read up to `seq` (default `last_seq`); read_seq never goes back
+    /// (docs/messages.md#unread-read-state-and-mentions).
     func markRead(userID: String, type: String, id: String, seq: Int64?) throws -> Conversation {
         try db.transaction { db in
             guard try ConversationStore.lock(appID: appID, userID: userID, type: type, id: id, on: db)?.deleted == false else {
@@ -119,7 +122,7 @@ struct ConversationService: DomainService {
             let moved = try ConversationStore.markRead(appID: appID, userID: userID, keys: [(type, id)], seq: seq, now: now, on: db)
             let conversation = try get(userID: userID, type: type, id: id, on: db)
             // Receipts up to the read position even when it did not move: the user's own sends move it past others'
-            // messages without marking them read (§11.7).
+            // messages without marking them read (docs/messages.md#unread-read-state-and-mentions).
             let read = MessageReceipts.ReadRange(conversationType: type, threadID: conversation.threadID, throughSeq: conversation.readSeq)
             try EventLog.append(try readEvents(userID: userID, moved, receipts: [read]), appID: appID, now: now, on: db)
             return conversation
@@ -137,7 +140,8 @@ struct ConversationService: DomainService {
     }
 
     /// The events of a mark read: `conversation.read` per entry whose position moved, then `message.receipt_updated`
-    /// per `need_receipt` message of `receipts` newly marked read by the user (§11.7, §11.8).
+    /// per `need_receipt` message of `receipts` newly marked read by the user
+    /// (docs/messages.md#unread-read-state-and-mentions, docs/messages.md#receipts).
     private func readEvents(userID: String, _ moved: [ConversationStore.ReadMove], receipts: [MessageReceipts.ReadRange]) throws
         -> [NewEvent]
     {

@@ -2,7 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// SQL for conversation entries (API.md §12) and the derived read state of §11.7. No rules here.
+/// SQL for conversation entries (docs/conversations.md) and their derived read state
+/// (docs/messages.md#unread-read-state-and-mentions). No rules here.
 ///
 /// Unread counts and mention items are computed from each entry's `read_seq`/`last_seq` over the conversation's
 /// messages, so a group message stays one row however many members read it.
@@ -24,8 +25,9 @@ enum ConversationStore {
     static let orderKey =
         "(CASE WHEN c.follows_group THEN greatest(c.order_key, coalesce(\(groupHead("last_ts")), 0)) ELSE c.order_key END)"
 
-    /// The messages of entry `c` that count for its owner (§11.7): stored, from someone else, not `no_unread`,
-    /// not revoke/tips, not deleted (for everyone or for the owner) and not suppressed.
+    /// The messages of entry `c` that count for its owner (docs/messages.md#unread-read-state-and-mentions): stored,
+    /// from someone else, not `no_unread`, not revoke/tips, not deleted (for everyone or for the owner) and not
+    /// suppressed.
     private static let countable = """
         m.app_id = c.app_id AND m.conv_type = c.conv_type AND m.conv_id = c.thread_id AND m.seq > c.read_seq
           AND m.seq <= \(lastSeq) AND m.sender <> c.user_id AND m.type NOT IN (31, 32) AND NOT m.deleted
@@ -59,7 +61,7 @@ enum ConversationStore {
         LEFT JOIN LATERAL (\(lastVisible)) lm ON true
         """
 
-    /// The last message of entry `c` (§2 `last_message`): its highest-seq message the owner sees in its history — not
+    /// The last message of entry `c` (`last_message`): its highest-seq message the owner sees in its history — not
     /// deleted for the owner, not another user's suppressed message, after its `cleared_seq`. A backward walk of the
     /// conversation's primary key from `last_seq`: the first row qualifies unless the owner hid it.
     private static let lastVisible = """
@@ -115,7 +117,8 @@ enum ConversationStore {
         ).rows.map(conversation)
     }
 
-    /// The list and total filters of §12 (`types`, `marks`, `unread_only`, `pinned`, `exclude_dnd`).
+    /// The list and total filters of docs/conversations.md#operations (`types`, `marks`, `unread_only`, `pinned`,
+    /// `exclude_dnd`).
     struct Filter {
         var types: [String]?
         /// 1–20 marks of the filter (nil: no marks filter).
@@ -167,8 +170,8 @@ enum ConversationStore {
         ).decodeFirst(Int64.self) ?? 0
     }
 
-    /// Each user's total unread count with the default filters (the push bridge's badge, API.md §16.2), for many
-    /// users in one query; users with nothing unread are absent.
+    /// Each user's total unread count with the default filters (the push bridge's badge,
+    /// docs/push.md#how-the-bridge-sends), for many users in one query; users with nothing unread are absent.
     static func totalUnread(appID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: Int64] {
         guard !userIDs.isEmpty else { return [:] }
         var out: [String: Int64] = [:]
@@ -216,9 +219,9 @@ enum ConversationStore {
     }
 
     /// Creates the group entry of a current member (PATCH on a group conversation without an entry): it follows
-    /// the group and starts read up to the group's head, like an entry made on join (§11.7). False when `userID` is
-    /// not a member of `groupID`. The caller holds the member row (``lockMemberAlias``), so a concurrent leave
-    /// freezes the new entry after this transaction.
+    /// the group and starts read up to the group's head, like an entry made on join
+    /// (docs/messages.md#unread-read-state-and-mentions). False when `userID` is not a member of `groupID`. The caller
+    /// holds the member row (``lockMemberAlias``), so a concurrent leave freezes the new entry after this transaction.
     static func createGroupEntry(appID: String, userID: String, groupID: String, now: Int64, on db: PostgresConnection) throws -> Bool {
         try db.query(
             """

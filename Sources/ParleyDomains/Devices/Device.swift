@@ -1,7 +1,7 @@
 import ParleyAPI
 import ParleyCore
 
-/// A push device of a user (API.md §2 Device), with its JSON view.
+/// A push device of a user (docs/users.md#devices-and-the-offline-push-rule), with its JSON view.
 ///
 /// A value type read from and written back to one `devices` row; ``DeviceService`` changes rows under the
 /// owner's user-row lock.
@@ -20,17 +20,18 @@ package struct Device: Sendable, Equatable {
     var updatedAt: Int64
     var lastPushAt: Int64?
 
-    /// The `platform` enum of API.md §1.9, in ZIM number order.
+    /// The `platform` enum, in ZIM number order.
     package enum Platform: String, CaseIterable, Sendable {
         case win, ios, android, macos, linux, web, miniprogram, ipados, ohos, unknown
     }
 
-    /// The push `provider` enum of API.md §1.9.
+    /// The push `provider` enum.
     enum Provider: String, CaseIterable, Sendable {
         case apns, fcm, hms, honor, xiaomi, oppo, vivo, meizu, webpush
     }
 
-    /// At most this many devices per user; registering one more evicts the least recently updated (§6).
+    /// At most this many devices per user; registering one more evicts the least recently updated
+    /// (docs/users.md#devices-and-the-offline-push-rule).
     static let maxPerUser = 20
     static let maxPushKeyBytes = 4096
     static let maxPushAppIDBytes = 255
@@ -66,7 +67,8 @@ package struct Device: Sendable, Equatable {
         return o.finish()
     }
 
-    /// `device.removed` (API.md §6, §18) to the device's user: `deleted`, `evicted`, `moved` or `rejected`.
+    /// `device.removed` (docs/users.md#devices-and-the-offline-push-rule, docs/events.md#the-event-object) to the
+    /// device's user: `deleted`, `evicted`, `moved` or `rejected`.
     static func removedEvent(userID: String, deviceID: String, reason: String) -> NewEvent {
         var data = JSONObjectWriter(capacity: 96)
         data["user_id"] = userID
@@ -106,8 +108,8 @@ struct DeviceRegistration: Sendable, Equatable {
     }
 }
 
-/// A user's offline push rule (API.md §6): while the user is online on any of `onlinePlatforms`, devices whose
-/// platform is in `mutedPlatforms` get no offline push.
+/// A user's offline push rule (docs/users.md#devices-and-the-offline-push-rule): while the user is online on any of
+/// `onlinePlatforms`, devices whose platform is in `mutedPlatforms` get no offline push.
 struct PushRule: Sendable, Equatable {
     package var onlinePlatforms: [Device.Platform]
     /// `not_to_receive_offline_push_platforms`.

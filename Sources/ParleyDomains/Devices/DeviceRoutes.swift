@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Offline push rule and devices (API.md §6): HTTP ↔ ``DeviceService``.
+/// Offline push rule and devices (docs/users.md#devices-and-the-offline-push-rule): HTTP ↔ ``DeviceService``.
 package enum DeviceRoutes {
     package static func register(on api: inout API) {
         api.add(.get, "/v1/users/{user_id}/push_rule", .appOrSelf, "getPushRule") { ctx in

@@ -2,12 +2,13 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The rules of API.md §6: push rules and device registration, listing and removal.
+/// The rules of devices and the offline push rule (docs/users.md#devices-and-the-offline-push-rule): push rules and
+/// device registration, listing and removal.
 ///
 /// A value made per request; it owns nothing mutable. Every write locks the owner's `users` row first (both
 /// owners, in `user_id` order, when a push key moves), so the 20-device cap and key moves are race-free, and
-/// writes its events last (§18). Transaction bodies are re-runnable: they compute what they return from what they
-/// read.
+/// writes its events last (docs/events.md#the-event-object). Transaction bodies are re-runnable: they compute what they
+/// return from what they read.
 struct DeviceService: DomainService {
     /// The request's connection (its worker thread's): reads run on it and transactions open on it.
     let db: PostgresConnection
@@ -52,10 +53,10 @@ struct DeviceService: DomainService {
         var created: Bool
     }
 
-    /// Registers or updates a device (§6): an existing device of this user with the same `device_id`, or the same
-    /// provider + app_id + push_key, is updated; a key held by another user moves here (`device.removed`
-    /// `moved` to the former owner); a 21st device evicts the least recently updated (`device.removed`
-    /// `evicted`). Writes `device.registered`.
+    /// Registers or updates a device (docs/users.md#devices-and-the-offline-push-rule): an existing device of this user
+    /// with the same `device_id`, or the same provider + app_id + push_key, is updated; a key held by another user
+    /// moves here (`device.removed` `moved` to the former owner); a 21st device evicts the least recently updated
+    /// (`device.removed` `evicted`). Writes `device.registered`.
     package func register(_ userID: String, _ r: DeviceRegistration) throws -> Registered {
         // Two users registering one new key at once lock different user rows, so one of them meets the other's
         // row at the unique constraint: run it again, and it then sees (and locks) the key's holder.
@@ -73,7 +74,8 @@ struct DeviceService: DomainService {
         try db.transaction { db in
             var events: [NewEvent] = []
             let holder = try lockOwners(userID, r, on: db)
-            // 404 of the user comes before the push-key format check (§1.4 precedence).
+            // 404 of the user comes before the push-key format check (docs/errors.md#problems-rfc-9457: the resource
+            // missing before the domain's own rules).
             if !Device.isValidPushKey(r.pushKey, provider: r.provider) {
                 throw APIError(.pushKeyInvalid, "an APNs push key must be 64 to 200 hexadecimal characters")
             }

@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// SQL for devices and push rules (API.md §6). No rules here: ``DeviceService`` checks inputs and holds the
-/// user-row locks.
+/// SQL for devices and push rules (docs/users.md#devices-and-the-offline-push-rule). No rules here: ``DeviceService``
+/// checks inputs and holds the user-row locks.
 enum DeviceStore {
     /// The columns ``device(_:)`` decodes, in order.
     static let columns =

@@ -1,7 +1,8 @@
 import ParleyAPI
 import ParleyCore
 
-/// A group (API.md §2 Group) as stored, with its attributes; the JSON view applies the app's limits and the clock.
+/// A group (the Group object, docs/groups.md#the-objects) as stored, with its attributes; the JSON view applies the
+/// app's limits and the clock.
 ///
 /// A value read from one `groups` row; services change it under the row lock (``GroupStore/fetch``) and save it.
 package struct Group: Sendable, Equatable {
@@ -19,20 +20,20 @@ package struct Group: Sendable, Equatable {
     var memberCount: Int64
     var isBigGroup: Bool
     var mute: Mute
-    /// §9.6 attributes (never part of the Group object).
+    /// The group attributes (docs/groups.md#attributes; never part of the Group object).
     var attributes: JSONObject
     package var createdAt: Int64
     var updatedAt: Int64
     var dismissedAt: Int64?
 
-    /// `join_mode` (API.md §1.9).
+    /// `join_mode` (docs/api.md).
     enum JoinMode: String, CaseIterable, Sendable { case any, auth, forbid }
     /// `invite_mode`.
     enum InviteMode: String, CaseIterable, Sendable { case any, admin }
     /// `be_invite_mode`.
     enum BeInviteMode: String, CaseIterable, Sendable { case none, auth }
 
-    /// The group mute (§9.5): who may not send while it lasts.
+    /// The group mute (docs/groups.md#mute): who may not send while it lasts.
     struct Mute: Sendable, Equatable {
         var mode: Mode
         /// 0 none, -1 permanent, else ms.
@@ -44,7 +45,8 @@ package struct Group: Sendable, Equatable {
 
         static let none = Mute(mode: .none, expiresAt: 0, roles: [])
 
-        /// The mute as it reads at `now`: an expired one reads as none (no timer is needed, §18 has no event).
+        /// The mute as it reads at `now`: an expired one reads as none (no timer is needed: its expiry writes no
+        /// event).
         func asOf(_ now: Int64) -> Mute {
             mode == .none || (expiresAt != -1 && expiresAt <= now) ? .none : self
         }
@@ -99,7 +101,7 @@ package struct Group: Sendable, Equatable {
     }
 }
 
-/// The app settings that bound groups (API.md §3.1), read once per request.
+/// The app settings that bound groups (docs/users.md#apps-and-settings), read once per request.
 struct GroupLimits: Sendable {
     var maxGroupMembers: Int64 = 2000
     var bigGroupThreshold: Int64 = 1000

@@ -1,7 +1,7 @@
 import ParleyAPI
 import ParleyCore
 
-/// A group join or invite application (API.md §2 GroupApplication, §9.4).
+/// A group join or invite application (docs/groups.md#applications).
 ///
 /// A value read from one `group_applications` row; services change it under the row lock and save it.
 package struct GroupApplication: Sendable, Equatable {
@@ -19,7 +19,7 @@ package struct GroupApplication: Sendable, Equatable {
     var updatedAt: Int64
     var expiresAt: Int64
 
-    /// Application `state` is shared with friend applications (API.md §1.9).
+    /// Application `state` is shared with friend applications (docs/api.md).
     typealias State = FriendApplication.State
 
     /// Group application `type`.
@@ -54,8 +54,8 @@ package struct GroupApplication: Sendable, Equatable {
         return o.finish()
     }
 
-    /// `group.application_created` / `group.application_updated` (API.md §18): to the applicant or invitee, the
-    /// inviter, and for `join` the group's owner and admins (`managers`).
+    /// `group.application_created` / `group.application_updated` (docs/events.md#the-event-object): to the applicant or
+    /// invitee, the inviter, and for `join` the group's owner and admins (`managers`).
     func event(_ type: String, managers: [String]) -> NewEvent {
         var data = JSONObjectWriter()
         data.raw("application", json)

@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The expiry of waiting group applications (API.md §9.4): `application_expiry_s` after creation an application
-/// becomes `expired` and `group.application_updated` is written to its audience.
+/// The expiry of waiting group applications (docs/groups.md#applications): `application_expiry_s` after creation an
+/// application becomes `expired` and `group.application_updated` is written to its audience.
 ///
 /// Reads already treat an overdue waiting application as expired (``GroupApplication/asOf(_:)``); this timer makes
 /// the state and its event durable. It owns nothing: each batch is one transaction that claims its rows atomically.

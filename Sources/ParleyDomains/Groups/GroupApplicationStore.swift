@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// SQL for group applications (API.md §9.4). No rules here: callers check roles, states and inputs.
+/// SQL for group applications (docs/groups.md#applications). No rules here: callers check roles, states and inputs.
 enum GroupApplicationStore {
     private static let columns = """
         a.application_id, a.type, a.state, a.group_id, a.user_id, a.inviter_id, a.wording, a.operated_by, a.created_at,

@@ -2,15 +2,15 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The limits of group attributes (API.md §9.6, §20), checked per key in request order against the keys already
-/// set, and the set/delete operations on a locked group.
+/// The limits of group attributes (docs/groups.md#attributes), checked per key in request order against the keys
+/// already set, and the set/delete operations on a locked group.
 enum GroupAttributes {
     static let maxKeys = 10
     static let maxKeyBytes = 16
     static let maxValueBytes = 1024
     static let maxTotalBytes = 5120
 
-    /// Why `key` = `value` cannot be set on top of `current`, in the §9.6 order: a new key that would be the 11th,
+    /// Why `key` = `value` cannot be set on top of `current`, checked in this order: a new key that would be the 11th,
     /// key empty or over 16 B, value over 1024 B, total of keys plus values over 5120 B.
     static func problem(key: String, value: String, in current: JSONObject) -> ErrorCode? {
         let existing = current[key]?.stringValue

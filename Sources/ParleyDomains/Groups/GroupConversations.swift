@@ -2,9 +2,9 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The group conversation entries (API.md §12, §11.7) as membership changes: a member's entry follows the group's
-/// seq head (`follows_group`, Migrations/0009), and leaving, being removed or dismissal freezes it at the head of
-/// that moment (`disabled`).
+/// The group conversation entries (docs/conversations.md, docs/messages.md#unread-read-state-and-mentions) as
+/// membership changes: a member's entry follows the group's seq head (`follows_group`, Migrations/0009), and leaving,
+/// being removed or dismissal freezes it at the head of that moment (`disabled`).
 ///
 /// Stateless SQL; callers run it inside the membership change's transaction, under the group row lock.
 enum GroupConversations {

@@ -1,10 +1,11 @@
 import ParleyAPI
 import ParleyCore
 
-/// A group member (API.md §2 GroupMember): its membership row with the user's `name` and `avatar_url`.
+/// A group member (the GroupMember object, docs/groups.md#the-objects): its membership row with the user's `name` and
+/// `avatar_url`.
 ///
 /// A value read from one `group_members` row joined with `users`. The row is also where a member's future
-/// per-group state (its group conversation, §12) is keyed.
+/// per-group state (its group conversation, docs/conversations.md) is keyed.
 package struct GroupMember: Sendable, Equatable {
     var userID: String
     package var name: String
@@ -17,7 +18,7 @@ package struct GroupMember: Sendable, Equatable {
     var joinedAt: Int64
     var operatedBy: String?
 
-    /// `enter_type` (API.md §1.9).
+    /// `enter_type` (docs/api.md).
     enum EnterType: String, CaseIterable, Sendable {
         case created
         case joinApply = "join_apply"
@@ -25,7 +26,7 @@ package struct GroupMember: Sendable, Equatable {
         case inviteApply = "invite_apply"
     }
 
-    /// `muted_until` as it reads at `now`: an expired mute reads as 0 (no timer; §18 has no expiry event).
+    /// `muted_until` as it reads at `now`: an expired mute reads as 0 (no timer: its expiry writes no event).
     func mutedUntil(asOf now: Int64) -> Int64 { mutedUntil == -1 || mutedUntil > now ? mutedUntil : 0 }
 
     /// Whether the member's own mute covers it at `now`.

@@ -1,7 +1,7 @@
 import ParleyAPI
 import ParleyCore
 
-/// The default role matrix of API.md §9.1: which member roles may do which group action. Custom roles 4–10000
+/// The default role matrix (docs/groups.md#roles): which member roles may do which group action. Custom roles 4–10000
 /// have member rights. Each rule is one function so routes, services and tests name the same cell.
 enum GroupRole {
     static let owner: Int64 = 1

@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Application routes (API.md §9.4).
+/// Application routes (docs/groups.md#applications).
 extension GroupRoutes {
     static func registerApplications(on api: inout API) {
         api.add(.get, "/v1/groups/{group_id}/applications", .appOrUser, "listGroupApplications") { ctx in
@@ -26,8 +26,9 @@ extension GroupRoutes {
             let accept = { @Sendable (ctx: APIContext) throws -> Response in
                 Reply.json(try GroupService.forRequest(ctx).accept(applicationID, actor: actor, push: push).json)
             }
-            // §15.3 `group.before_join` (via `application`), after every check of the accept, so a rejecting hook
-            // leaves the application waiting; the application is read (unlocked) only when the hook is on.
+            // The `group.before_join` hook (docs/webhooks.md#before-event-hooks, via `application`), after every check
+            // of the accept, so a rejecting hook leaves the application waiting; the application is read (unlocked)
+            // only when the hook is on.
             guard ctx.hasHook(joinHook, skip: skipHooks) else { return try accept(ctx) }
             let application = try GroupService.forRequest(ctx).acceptable(applicationID, actor: actor)
             let data = joinHookData(application.groupID, userID: application.userID, via: "application", operator: actor.userID)

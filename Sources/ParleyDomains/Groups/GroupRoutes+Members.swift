@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Membership routes (API.md §9.3).
+/// Membership routes (docs/groups.md#lifecycle-and-membership).
 extension GroupRoutes {
     static func registerMembers(on api: inout API) {
         api.add(.post, "/v1/groups/{group_id}/join", .appOrUser, "joinGroup") { ctx in
@@ -20,10 +20,11 @@ extension GroupRoutes {
                 case .applied(let application): return Reply.json(application.json, status: 202)
                 }
             }
-            // §15.3 `group.before_join`, only for a direct join: the group is read (unlocked) only when the hook is on.
+            // The `group.before_join` hook (docs/webhooks.md#before-event-hooks), only for a direct join: the group is
+            // read (unlocked) only when the hook is on.
             guard ctx.hasHook(joinHook, skip: skipHooks) else { return try join(ctx, nil) }
             guard try GroupService.forRequest(ctx).joinsDirectly(groupID, userID: userID, skipChecks: skip) else { return try join(ctx, [:]) }
-            // The joiner is the acting user of a join (§1.3), with either credential.
+            // The joiner is the acting user of a join (docs/users.md#user-tokens), with either credential.
             let data = joinHookData(groupID, userID: userID, via: "join", operator: userID)
             return try ctx.afterHook(joinHook, data: { data }) { ctx, verdict in
                 try requireJoinAllowed(verdict)
@@ -58,7 +59,7 @@ extension GroupRoutes {
                     groupID, actor: actor, userIDs: userIDs, wording: wording, hookVerdicts: verdicts)
                 return inviteResults(items, outcomes)
             }
-            // §15.3 `group.before_join`, one call per invitee who would join directly (not for invite applications).
+            // The `group.before_join` hook, one call per invitee who would join directly (not for invite applications).
             // A reject, a drop or a failed fail-closed call fails that invitee's item alone (7000501 / 7000502).
             guard ctx.hasHook(joinHook, skip: skipHooks) else { return try invite(ctx, nil) }
             let direct = try GroupService.forRequest(ctx).directInvitees(groupID, actor: actor, userIDs: userIDs)
@@ -140,7 +141,7 @@ extension GroupRoutes {
         }
     }
 
-    /// The before-event hook of joins, direct invites and application accepts (API.md §15.3).
+    /// The before-event hook of joins, direct invites and application accepts (docs/webhooks.md#before-event-hooks).
     static let joinHook = "group.before_join"
 
     /// `group.before_join`'s `data`: `{group_id, user_id, via, operator}` (operator null when the app acts).

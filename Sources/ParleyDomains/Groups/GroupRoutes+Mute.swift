@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Mute (API.md §9.5) and attribute (§9.6) routes.
+/// Mute (docs/groups.md#mute) and attribute (docs/groups.md#attributes) routes.
 extension GroupRoutes {
     static func registerMuteAndAttributes(on api: inout API) {
         api.add(.put, "/v1/groups/{group_id}/mute", .appOrUser, "setGroupMute") { ctx in

@@ -3,8 +3,8 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Groups (API.md §9.1–§9.7): HTTP ↔ ``GroupService``. Lifecycle here; membership, applications, mute and
-/// attributes in the `GroupRoutes+…` files.
+/// Groups (docs/groups.md#roles, docs/groups.md#big-groups): HTTP ↔ ``GroupService``. Lifecycle here; membership,
+/// applications, mute and attributes in the `GroupRoutes+…` files.
 ///
 package enum GroupRoutes {
     package static func register(on api: inout API) {
@@ -86,7 +86,7 @@ package enum GroupRoutes {
     private static func create(_ ctx: APIContext) throws -> Response {
         var body = try ctx.body()
         let (input, items, skipHooks) = try newGroup(&body, ctx)
-        // §15.3 `group.before_create`, after validation.
+        // The `group.before_create` hook (docs/webhooks.md#before-event-hooks), after validation.
         return try ctx.afterHook("group.before_create", data: { hookData(input) }, skip: skipHooks) { ctx, verdict in
             var input = input
             switch verdict.action {
@@ -129,7 +129,8 @@ package enum GroupRoutes {
         return JSONValue.object(o).serialized()
     }
 
-    /// The validated fields of a create request (§9.2), its initial members and `skip_hooks`.
+    /// The validated fields of a create request (docs/groups.md#lifecycle-and-membership), its initial members and
+    /// `skip_hooks`.
     private static func newGroup(
         _ body: inout BodyReader, _ ctx: APIContext
     ) throws -> (input: GroupService.NewGroup, items: [BatchItem], skipHooks: Bool) {
@@ -145,7 +146,7 @@ package enum GroupRoutes {
         input.beInviteMode = body.enumeration("be_invite_mode", Group.BeInviteMode.self) ?? .none
         input.maxMembers = body.int("max_members", range: 0...100_000) ?? 0
         input.bigGroup = body.bool("big_group") ?? false
-        // More than 10 keys is 422 `6000531` from the service (§9.2), not a 400.
+        // More than 10 keys is 422 `6000531` from the service (docs/groups.md#lifecycle-and-membership), not a 400.
         if let attributes = body.rawObject("attributes") {
             for (key, value) in attributes {
                 guard let text = value.stringValue else {
@@ -185,9 +186,9 @@ package enum GroupRoutes {
 
     // MARK: - Shared request pieces
 
-    /// The operator of a group action (§1.3): a user token acts for itself (a different `operator`, or
-    /// `skip_checks`, → 403 `7000002`); an app key names the operator — whose role the checks then test unless
-    /// `skip_checks` — or omits it to act as the app itself.
+    /// The operator of a group action (docs/users.md#user-tokens): a user token acts for itself (a different
+    /// `operator`, or `skip_checks`, → 403 `7000002`); an app key names the operator — whose role the checks then test
+    /// unless `skip_checks` — or omits it to act as the app itself.
     static func actor(_ ctx: APIContext, _ body: inout BodyReader) throws -> GroupService.Actor {
         let op = body.id("operator", .userID)
         let skip = try ctx.appOnlyFlag(body.bool("skip_checks"))

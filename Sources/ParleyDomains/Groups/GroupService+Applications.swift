@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// Join and invite applications (API.md §9.4): accept and reject. Creation happens in ``GroupService/join`` and
-/// ``GroupService/invite``; expiry in ``GroupApplicationExpiry``.
+/// Join and invite applications (docs/groups.md#applications): accept and reject. Creation happens in
+/// ``GroupService/join`` and ``GroupService/invite``; expiry in ``GroupApplicationExpiry``.
 extension GroupService {
     /// Accepts a waiting application: a `join` by the owner or an admin, an `invite` by the invitee. The user
     /// becomes a member (`join_apply` / `invite_apply`).
@@ -24,7 +24,7 @@ extension GroupService {
     }
 
     /// The application an accept would make its applicant or invitee join, from an unlocked read and with every
-    /// check of the accept (§9.4 order): what the `group.before_join` hook is asked about before the write (a
+    /// check of the accept, in the accept's order: what the `group.before_join` hook is asked about before the write (a
     /// rejecting hook leaves the application waiting). The accept re-checks everything under its locks.
     func acceptable(_ applicationID: String, actor: Actor) throws -> GroupApplication {
         guard let application = try GroupApplicationStore.fetch(appID: appID, applicationID: applicationID, on: db) else {
@@ -52,7 +52,7 @@ extension GroupService {
         }
     }
 
-    /// The shared steps of accept and reject, in the §9.4 check order: 404 `not_found`, the group (409
+    /// The shared steps of accept and reject, checked in this order: 404 `not_found`, the group (409
     /// `group_dismissed`), the operator (403 `group_permission_denied`), 409 `application_expired`, 409
     /// `application_not_waiting`; then `decide` sets the state and returns its own events, which follow
     /// `group.application_updated`.

@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyPostgres
 
 /// The shared steps of the group rules: locking, the operator and role checks, adding and removing members with
-/// owner continuity, and the event shapes (API.md §18).
+/// owner continuity, and the event shapes (docs/events.md#the-event-object).
 extension GroupService {
     static func denied(_ detail: String) -> APIError { APIError(.groupPermissionDenied, detail) }
 
@@ -27,7 +27,7 @@ extension GroupService {
         return group
     }
 
-    /// The `group.before_join` hook's word (API.md §15.3) on one user who would join directly.
+    /// The `group.before_join` hook's word (docs/webhooks.md#before-event-hooks) on one user who would join directly.
     enum JoinHookVerdict: Sendable {
         case allowed
         /// 403 `7000501` (reject, drop) or 503 `7000502` (a fail-closed hook that failed).
@@ -50,8 +50,8 @@ extension GroupService {
         }
     }
 
-    /// The operator's membership when the §9.1 checks apply (nil for the app itself or with `skip_checks`); an
-    /// operator that is not a member → 403 `not_group_member`.
+    /// The operator's membership when the role checks (``GroupRole``) apply (nil for the app itself or with
+    /// `skip_checks`); an operator that is not a member → 403 `not_group_member`.
     func operatorMember(_ actor: Actor, _ group: Group, on db: PostgresConnection) throws -> GroupMember? {
         guard actor.checks, let userID = actor.userID else { return nil }
         guard let member = try GroupStore.member(appID: appID, groupID: group.groupID, userID: userID, on: db) else {
@@ -92,9 +92,9 @@ extension GroupService {
     }
 
     /// Adds `rows` (seats already checked) and returns them with their one `group.member_joined` event: to the
-    /// members, or in a big group only to the joiners, the owner and the admins (§9.7). Saves the group's count
-    /// and its big-group flag, which never reverts. Unless the group is (now) big, the `tips` event (3 join, 4
-    /// invite) by `tips.operator` follows with the joiners as targets; the joiners' conversation entries start
+    /// members, or in a big group only to the joiners, the owner and the admins (docs/groups.md#big-groups). Saves the
+    /// group's count and its big-group flag, which never reverts. Unless the group is (now) big, the `tips` event (3
+    /// join, 4 invite) by `tips.operator` follows with the joiners as targets; the joiners' conversation entries start
     /// after it.
     func addMembers(
         _ group: inout Group, _ rows: [NewMemberRow], via: String, operator: String?,
@@ -127,12 +127,12 @@ extension GroupService {
         return (members, events)
     }
 
-    /// Removes `userIDs` (members of the locked `group`) with owner continuity (§9.3): when the owner goes, the
-    /// earliest admin, else the earliest member, becomes owner (`group.member_updated`); when nobody is left
-    /// the group is dismissed. The leavers' conversation entries are frozen. Unless the group is big, a `tips`
-    /// event (5 leave, 6 kick) by `operator` follows `group.member_left`, with the leavers as targets and the new
-    /// owner as its change when ownership moved (no separate event 8). Returns the events (`group.member_left`
-    /// first) and the new owner.
+    /// Removes `userIDs` (members of the locked `group`) with owner continuity
+    /// (docs/groups.md#lifecycle-and-membership): when the owner goes, the earliest admin, else the earliest member,
+    /// becomes owner (`group.member_updated`); when nobody is left the group is dismissed. The leavers' conversation
+    /// entries are frozen. Unless the group is big, a `tips` event (5 leave, 6 kick) by `operator` follows
+    /// `group.member_left`, with the leavers as targets and the new owner as its change when ownership moved (no
+    /// separate event 8). Returns the events (`group.member_left` first) and the new owner.
     func removeMembers(
         _ group: inout Group, _ userIDs: [String], reason: String, operator: String?, tips: GroupTips.Event?, on db: PostgresConnection
     ) throws -> (events: [NewEvent], newOwnerID: String?) {
@@ -170,7 +170,8 @@ extension GroupService {
             events.append(memberUpdated(group, [newOwner], changed: ["role"], operator: `operator`, audience: members))
         }
         if group.memberCount <= 0 {
-            // The last member left: the group is dismissed (§9.3), with nobody left to tell.
+            // The last member left: the group is dismissed (docs/groups.md#lifecycle-and-membership), with nobody left
+            // to tell.
             events += try markDismissed(&group, operator: nil, audience: [], on: db)
         } else {
             try GroupStore.save(appID: appID, group, on: db)
@@ -243,7 +244,7 @@ extension GroupService {
         return events
     }
 
-    /// Stores `tips` in the group's conversation (§9.8) and returns its `message.sent` event.
+    /// Stores `tips` in the group's conversation (docs/groups.md#tips-messages) and returns its `message.sent` event.
     func writeTips(_ group: Group, _ tips: GroupTips, on db: PostgresConnection) throws -> NewEvent {
         try tips.write(appID: appID, group: group, now: now, on: db)
     }

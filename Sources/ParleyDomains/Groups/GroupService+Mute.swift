@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// Group mute and member mute (API.md §9.5). Both expire by time: reads and the send-time check compare with
-/// the clock, so no timer runs (§18 has no expiry event).
+/// Group mute and member mute (docs/groups.md#mute). Both expire by time: reads and the send-time check compare with
+/// the clock, so no timer runs (an expiry writes no event).
 extension GroupService {
     /// Longest timed mute (7 days).
     static let maxMuteSeconds: Int64 = 604_800

@@ -2,9 +2,9 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The rules of API.md §9.1–§9.7. Every change runs in one transaction that locks the group row first (so member
-/// counts, `max_members` and owner continuity are exact under concurrency), checks the §9.1 role matrix, changes
-/// the rows and writes its events last (§18).
+/// The group rules (docs/groups.md). Every change runs in one transaction that locks the group row first (so member
+/// counts, `max_members` and owner continuity are exact under concurrency), checks the role matrix (``GroupRole``),
+/// changes the rows and writes its events last (docs/events.md#the-event-object).
 ///
 /// A value made per request; it owns nothing mutable. Transaction bodies are re-runnable (the pool retries them on
 /// serialization failures), so they compute everything they return from what they read.
@@ -30,12 +30,13 @@ package struct GroupService: DomainService {
         return service
     }
 
-    /// Most initial members of a create and items of an invite, kick or mute (API.md §20).
+    /// Most initial members of a create and items of an invite, kick or mute.
     static let maxInitialMembers = 500
     static let maxBatch = 100
 
-    /// Who does a group action (API.md §1.3): a user — with the §9.1 checks unless the app said `skip_checks` —
-    /// or the app itself (an app key without `operator`: no role or membership check, events carry null).
+    /// Who does a group action (docs/users.md#user-tokens): a user — with the role checks (``GroupRole``) unless the
+    /// app said `skip_checks` — or the app itself (an app key without `operator`: no role or membership check, events
+    /// carry null).
     struct Actor: Sendable {
         var userID: String?
         var checks: Bool
@@ -43,7 +44,7 @@ package struct GroupService: DomainService {
         static let app = Actor(userID: nil, checks: false)
     }
 
-    // MARK: - Lifecycle (§9.2)
+    // MARK: - Lifecycle (docs/groups.md#lifecycle-and-membership)
 
     /// The fields of a create.
     package struct NewGroup: Sendable {
@@ -191,7 +192,8 @@ package struct GroupService: DomainService {
             data["operator"] = actor.userID
             let audience = try GroupStore.memberIDs(appID: appID, groupID: groupID, on: db)
             events.append(event("group.updated", group, data, audience))
-            // Only name, notice and avatar changes get a tips message (§9.8), carrying the new values.
+            // Only name, notice and avatar changes get a tips message (docs/groups.md#tips-messages), carrying the new
+            // values.
             func new(_ field: String, _ value: String) -> String? { changed.contains(field) ? value : nil }
             let groupData = GroupTips.Change.groupData(
                 name: new("name", group.name), notice: new("notice", group.notice), avatarURL: new("avatar_url", group.avatarURL))
@@ -217,7 +219,7 @@ package struct GroupService: DomainService {
         }
     }
 
-    // MARK: - Membership (§9.3)
+    // MARK: - Membership (docs/groups.md#lifecycle-and-membership)
 
     /// The outcome of a join: a membership, or (join_mode `auth`) a waiting application.
     enum JoinOutcome: Sendable {
@@ -263,7 +265,7 @@ package struct GroupService: DomainService {
         try joinsDirectly(try active(groupID, lock: false, on: db), userID: userID, skipChecks: skipChecks, on: db)
     }
 
-    /// The checks of a join in the §9.3 order — 404 user, 409 `already_group_member`, 403 `group_join_forbidden`,
+    /// The checks of a join, in this order — 404 user, 409 `already_group_member`, 403 `group_join_forbidden`,
     /// then (a direct join) 422 `group_full` — and whether it joins directly (false: it applies).
     private func joinsDirectly(_ group: Group, userID: String, skipChecks: Bool, on db: PostgresConnection) throws -> Bool {
         guard try liveUsers([userID], on: db).contains(userID) else { throw UserService.notFound(userID) }
@@ -450,7 +452,7 @@ package struct GroupService: DomainService {
         }
     }
 
-    /// Sets a member's nickname under the §9.1 nickname rule.
+    /// Sets a member's nickname under the nickname rule of ``GroupRole`` (docs/groups.md#roles).
     func setNickname(_ groupID: String, actor: Actor, memberID: String, nickname: String) throws -> GroupMember {
         try changeMember(groupID, actor: actor, memberID: memberID, field: "nickname") { op, target in
             try permit(
@@ -500,7 +502,8 @@ package struct GroupService: DomainService {
         return member
     }
 
-    /// The member list check (§9.1, §9.7): ordinary members of a big group may not read it (403 `7000303`).
+    /// The member list check (docs/groups.md#roles, docs/groups.md#big-groups): ordinary members of a big group may not
+    /// read it (403 `7000303`).
     func requireMemberListReader(_ group: Group, userID: String?, on db: PostgresConnection) throws {
         guard let member = try reader(group, userID: userID, on: db) else { return }
         if !GroupRole.canReadMembers(member.role, bigGroup: group.isBigGroup) {
@@ -508,7 +511,7 @@ package struct GroupService: DomainService {
         }
     }
 
-    // MARK: - Hard user delete (§4)
+    // MARK: - Hard user delete (docs/users.md)
 
     /// Removes a user being hard-deleted from every live group it is in (reason `deleted`, owner continuity,
     /// dismissal of a group it was the last member of). Runs inside the user service's transaction, before the
@@ -519,7 +522,8 @@ package struct GroupService: DomainService {
             guard var group = try GroupStore.fetch(appID: appID, groupID: groupID, forUpdate: true, on: db), !group.isDismissed else {
                 continue
             }
-            // No tips message: the user is gone, and §9.8 lists no trigger for a hard delete.
+            // No tips message: the user is gone, and no tips message is written for a hard delete
+            // (docs/groups.md#tips-messages).
             events += try removeMembers(&group, [userID], reason: "deleted", operator: nil, tips: nil, on: db).events
         }
         return events
@@ -543,7 +547,8 @@ extension GroupService {
         return member
     }
 
-    /// The member list (§9.3) by role, `joined_at`, `user_id`, strictly after `after`.
+    /// The member list (docs/groups.md#lifecycle-and-membership) by role, `joined_at`, `user_id`, strictly after
+    /// `after`.
     func members(
         of groupID: String, roles: [Int64]?, keywords: [String], after: (role: Int64, joinedAt: Int64, userID: String)?, limit: Int
     ) throws -> [GroupMember] {

@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// SQL for groups and their members (API.md §9). No rules here: callers lock, check roles and limits.
+/// SQL for groups and their members (docs/groups.md). No rules here: callers lock, check roles and limits.
 enum GroupStore {
     /// The columns ``group(_:from:)`` decodes, in order.
     static let groupColumns = """
@@ -193,8 +193,8 @@ enum GroupStore {
             """)
     }
 
-    /// Owner continuity (§9.3): the admin with the earliest `joined_at`, else the member with the earliest
-    /// `joined_at`, ties by smallest `user_id`; nil when nobody is left.
+    /// Owner continuity (docs/groups.md#lifecycle-and-membership): the admin with the earliest `joined_at`, else the
+    /// member with the earliest `joined_at`, ties by smallest `user_id`; nil when nobody is left.
     static func successor(appID: String, groupID: String, on db: PostgresConnection) throws -> String? {
         try db.query(
             """
@@ -204,8 +204,8 @@ enum GroupStore {
         ).decodeFirst(String.self)
     }
 
-    /// The member list (§9.3): by role asc, `joined_at` asc, `user_id` asc, strictly after `after`, optionally
-    /// only `roles`, each matching every keyword on user_id, name or nickname.
+    /// The member list (docs/groups.md#lifecycle-and-membership): by role asc, `joined_at` asc, `user_id` asc, strictly
+    /// after `after`, optionally only `roles`, each matching every keyword on user_id, name or nickname.
     static func listMembers(
         appID: String, groupID: String, roles: [Int64]?, keywords: [String], after: (role: Int64, joinedAt: Int64, userID: String)?,
         limit: Int, on db: PostgresConnection
@@ -237,7 +237,7 @@ enum GroupStore {
         ).rows.map { try member($0) }
     }
 
-    /// One entry of a user's group list (§9.3).
+    /// One entry of a user's group list (docs/groups.md#lifecycle-and-membership).
     struct Membership: Sendable {
         var group: Group
         var role: Int64

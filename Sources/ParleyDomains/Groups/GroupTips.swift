@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// Writes the tips messages (type 32, API.md §9.8) of group actions: the one place a tips message is stored and its
-/// `message.sent` event built, called by each group action inside its transaction.
+/// Writes the tips messages (type 32, docs/groups.md#tips-messages) of group actions: the one place a tips message is
+/// stored and its `message.sent` event built, called by each group action inside its transaction.
 ///
 /// A value per tips message; it owns nothing mutable.
 struct GroupTips: Sendable {

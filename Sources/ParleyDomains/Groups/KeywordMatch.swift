@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The SQL of a keyword filter (API.md §1.5 `q`): every keyword must be a substring of one of the named fields,
+/// The SQL of a keyword filter (the `q` of a list): every keyword must be a substring of one of the named fields,
 /// both sides compared after Unicode lowercasing. The group lists share it.
 enum KeywordMatch {
     /// Runs `body`, which builds its statement with the given clause maker (`match(fields)` → ` AND …` binding the

@@ -2,10 +2,11 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// Purges stored messages older than each app's `history_retention_days` (API.md §3; 0 = keep forever), at least
-/// hourly. Sequences are untouched, so numbering continues after a purge and seqs are never reused (§11.1);
-/// `client_msg_id` keys stay, so a retried send of a purged message answers with its tombstone (§1.6). The combine
-/// snapshots of purged type-100 messages go with them. Writes no events.
+/// Purges stored messages older than each app's `history_retention_days` (docs/users.md#apps-and-settings; 0 = keep
+/// forever), at least hourly. Sequences are untouched, so numbering continues after a purge and seqs are never reused
+/// (docs/messages.md#sequence-numbers); `client_msg_id` keys stay, so a retried send of a purged message answers with
+/// its tombstone (docs/messages.md#deduplication-with-client_msg_id). The combine snapshots of purged type-100 messages
+/// go with them. Writes no events.
 ///
 /// Deletes in batches of `batchSize`, one transaction each, so a first purge of a large history never holds one
 /// long transaction; concurrent runs only delete the same rows once.

@@ -1,7 +1,7 @@
 import ParleyAPI
 import ParleyCore
 
-/// The kind of conversation a message belongs to (API.md §1.9 `conversation_type`).
+/// The kind of conversation a message belongs to (`conversation_type`).
 enum ConversationType: String, CaseIterable, Sendable {
     case peer, room, group
 }
@@ -17,7 +17,7 @@ enum MessageViewer: Sendable, Equatable {
     }
 }
 
-/// A message as stored (API.md §2 Message), with its JSON views.
+/// A message as stored (docs/messages.md#sending), with its JSON views.
 ///
 /// A value read from one `messages` row (or built by a send before it commits). Bodies, `reply` and `push` are kept
 /// as the JSON bytes they are stored as, so reads copy them into responses without re-serialising.
@@ -51,25 +51,26 @@ struct Message: Sendable {
     var suppressed: String?
     /// Deleted for everyone: a tombstone.
     var deleted: Bool
-    /// True only for broadcasts (§11.2).
+    /// True only for broadcasts (docs/messages.md#sending).
     var isBroadcast = false
-    /// The last edit (API.md §11.5): when, by whom (null: the app), how many edits.
+    /// The last edit (docs/messages.md#revoke-edit-delete): when, by whom (null: the app), how many edits.
     var editedAt: Int64? = nil
     var editorID: String? = nil
     var editCount: Int64 = 0
-    /// Pinned (API.md §11.6): when and by whom (null `pinnedBy` with a time: the app).
+    /// Pinned (docs/messages.md#reactions-pins-and-replies): when and by whom (null `pinnedBy` with a time: the app).
     var pinnedAt: Int64? = nil
     var pinnedBy: String? = nil
     /// The reaction summary JSON as stored (`[{reaction_type, count, user_ids}]`).
     var reactions: [UInt8] = Array("[]".utf8)
     /// A revoked type-1 message's text, shown in its revoke body to the sender and the app only.
     var originalText: String? = nil
-    /// The receipt's final status once it is `done` or `expired` (API.md §11.8); nil while it follows `needReceipt`.
+    /// The receipt's final status once it is `done` or `expired` (docs/messages.md#receipts); nil while it follows
+    /// `needReceipt`.
     var settledReceipt: ReceiptStatus? = nil
 
     var stored: Bool { seq != nil }
 
-    /// Whether `viewer` may see this message at all (API.md §11.4 "visible", for a peer participant): another user's
+    /// Whether `viewer` may see this message at all (docs/messages.md#history, for a peer participant): another user's
     /// suppressed message is hidden.
     func isVisible(to viewer: MessageViewer) -> Bool {
         guard case .user(let userID) = viewer else { return true }
@@ -87,7 +88,8 @@ struct Message: Sendable {
         return w.bytes
     }
 
-    /// The tombstone a dedupe key answers with once its stored message is gone (API.md §1.6).
+    /// The tombstone a dedupe key answers with once its stored message is gone
+    /// (docs/messages.md#deduplication-with-client_msg_id).
     static func tombstone(
         messageID: String, clientMsgID: String, conversationType: ConversationType, from: String, to: String, seq: Int64?,
         timestamp: Int64

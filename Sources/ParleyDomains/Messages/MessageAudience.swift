@@ -1,12 +1,14 @@
 import ParleyAPI
 import ParleyCore
 
-/// The "message audience" of API.md §18 for the events of a change to a stored message (`message.revoked`,
-/// `message.edited`, `message.deleted` for everyone, `message.pin_updated`, `message.reactions_updated`,
-/// `message.reply_count_updated`): computed at the commit of the change — both peers, or the group's or room's members
-/// when the event is written (`toGroupMembers`); a suppressed message's events stay with its sender.
+/// The message audience (docs/events.md#the-event-object) for the events of a change to a stored message
+/// (`message.revoked`, `message.edited`, `message.deleted` for everyone, `message.pin_updated`,
+/// `message.reactions_updated`, `message.reply_count_updated`): computed at the commit of the change — both peers, or
+/// the group's or room's members when the event is written (`toGroupMembers`); a suppressed message's events stay with
+/// its sender.
 enum MessageAudience {
-    /// The event `type` with `data` about `message`, to its audience, ordered with its conversation (§15.2).
+    /// The event `type` with `data` about `message`, to its audience, ordered with its conversation
+    /// (docs/webhooks.md#how-deliveries-are-made).
     static func event(_ type: String, data: [UInt8], about message: Message) -> NewEvent {
         let delivered = message.suppressed == nil
         let isGroup = message.conversationType == .group && delivered
@@ -17,13 +19,13 @@ enum MessageAudience {
             toGroupMembers: isGroup || isRoom, orderKey: orderKey(of: message))
     }
 
-    /// The event `type` with `data` about `message` to its sender only (`message.receipt_updated`, §18), ordered with
-    /// its conversation.
+    /// The event `type` with `data` about `message` to its sender only (`message.receipt_updated`,
+    /// docs/events.md#the-event-object), ordered with its conversation.
     static func senderEvent(_ type: String, data: [UInt8], about message: Message) -> NewEvent {
         NewEvent(type: type, data: data, audience: [message.from], orderKey: orderKey(of: message))
     }
 
-    /// The webhook ordering key of `message`'s events (§15.2): its conversation.
+    /// The webhook ordering key of `message`'s events (docs/webhooks.md#ordering): its conversation.
     private static func orderKey(of message: Message) -> String {
         message.conversationType.rawValue + ":" + MessageStore.thread(message.conversationType, message.from, message.to)
     }

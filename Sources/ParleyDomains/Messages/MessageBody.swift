@@ -1,7 +1,7 @@
 import ParleyAPI
 import ParleyCore
 
-/// A validated, normalised message body (API.md §2 "Message bodies"), with the views the send pipeline needs:
+/// A validated, normalised message body (docs/messages.md#sending), with the views the send pipeline needs:
 /// the texts the sensitive-word filter reads and rewrites, the default push content and the search text.
 ///
 /// Built by ``MessageBodyValidator``, or from a stored body (the JSON the validator produced earlier). A value
@@ -23,7 +23,7 @@ struct MessageBody: Sendable {
         self.combineMessageIDs = combineMessageIDs
     }
 
-    /// The push content default for text is cut to this many characters (API.md §2 "PushConfig").
+    /// The push content default for text is cut to this many characters (docs/push.md#what-is-pushed-to-whom).
     static let pushSummaryMaxCharacters = 100
 
     /// The stored body of a type-100 message once its snapshot `combineID` holds `messageCount` messages.
@@ -38,7 +38,7 @@ struct MessageBody: Sendable {
 
     // MARK: - Sensitive-word filter
 
-    /// The texts the sensitive-word filter applies to (API.md §11.1 step 5f): the `text` of types 1 and 20 and of
+    /// The texts the sensitive-word filter applies to (docs/messages.md#sending): the `text` of types 1 and 20 and of
     /// the text items of type 10. Command (2) and custom (200) data are opaque to the server and never filtered.
     var filterableTexts: [String] {
         switch type {
@@ -53,7 +53,7 @@ struct MessageBody: Sendable {
         }
     }
 
-    /// Rewrites every filterable text with `transform` (masking, API.md §3.1 `sensitive_word_action`), keeping
+    /// Rewrites every filterable text with `transform` (masking, the app setting `sensitive_word_action`), keeping
     /// everything else, including the order of keys and items.
     mutating func mapFilterableTexts(_ transform: (String) -> String) {
         switch type {
@@ -81,8 +81,8 @@ struct MessageBody: Sendable {
 
     // MARK: - Push and search
 
-    /// The default push content (API.md §2 "PushConfig"): the text cut to 100 characters for type 1, otherwise
-    /// `[Image]`, `[File]`, `[Audio]`, `[Video]` or `[Message]`.
+    /// The default push content (docs/push.md#what-is-pushed-to-whom): the text cut to 100 characters for type 1,
+    /// otherwise `[Image]`, `[File]`, `[Audio]`, `[Video]` or `[Message]`.
     ///
     /// "Characters" are Swift `Character`s (extended grapheme clusters), so the cut never splits an emoji, a flag
     /// or a letter with combining marks; no ellipsis is added.
@@ -97,7 +97,7 @@ struct MessageBody: Sendable {
         }
     }
 
-    /// The field values message search matches (API.md §11.9), in body order: type 1 `text`; 200
+    /// The field values message search matches (docs/messages.md#search), in body order: type 1 `text`; 200
     /// `searched_content`; 11–14 `file_name`; 100 `title` and `summary`; 10 its text items and file names.
     /// Empty values are left out.
     var searchableFields: [String] {
@@ -107,7 +107,8 @@ struct MessageBody: Sendable {
     }
 
     /// ``searchableFields`` joined by newlines, for a single search column. A keyword cannot match across two
-    /// fields unless it contains a newline itself, which search keywords (split on spaces, API.md §1.5) rarely do.
+    /// fields unless it contains a newline itself, which search keywords (split on spaces, docs/messages.md#search)
+    /// rarely do.
     var searchableText: String { searchableFields.joined(separator: "\n") }
 
     private static func collectSearchable(_ type: MessageType, _ body: JSONValue, into out: inout [String]) {

@@ -1,17 +1,17 @@
 import ParleyAPI
 import ParleyCore
 
-/// Validates and normalises the `type` and `body` of a message (API.md §2 "Message bodies" and its length
-/// rules) for every path that accepts one: send, batch send, broadcast, import, edit and hook patches.
+/// Validates and normalises the `type` and `body` of a message (the body and length rules of docs/messages.md#sending)
+/// for every path that accepts one: send, batch send, broadcast, import, edit and hook patches.
 ///
-/// Problems are ranked as API.md §11.1 step 2 orders them, first kind wins: field, enum and JSON-type problems
-/// → 400 `6000001` listing every invalid field; a `text`/`data` over its byte limit → 413 `7000201`; a media
-/// extension the type does not allow → 422 `6000213`; an item type not allowed in type 10 → 422 `6000013`.
+/// Problems are ranked as validation ranks them in a send (docs/messages.md#sending), first kind wins: field, enum and
+/// JSON-type problems → 400 `6000001` listing every invalid field; a `text`/`data` over its byte limit → 413 `7000201`;
+/// a media extension the type does not allow → 422 `6000213`; an item type not allowed in type 10 → 422 `6000013`.
 /// Which types a conversation kind accepts (barrage in rooms only …) is the caller's check.
 enum MessageBodyValidator {
-    // Limits of API.md §2 and §20 that are not app settings (text and custom `data` use `text_max_bytes`).
+    // Limits of message bodies that are not app settings (text and custom `data` use `text_max_bytes`).
     static let fileNameMaxBytes = 255
-    /// Not in API.md: RFC 6838 caps a media type's name at 127 + 1 + 127 characters.
+    /// Not a documented API limit: RFC 6838 caps a media type's name at 127 + 1 + 127 characters.
     static let mimeTypeMaxBytes = 255
     static let commandMaxBytes = 5120
     static let barrageMaxBytes = 5120
@@ -43,7 +43,7 @@ enum MessageBodyValidator {
     ///
     /// Call it after reading every other field, then ``BodyReader/check()``: field errors go to `reader` (and
     /// nil is returned); a 413/422 is thrown only when `reader` has no field error at all, because every 400
-    /// outranks it (API.md §11.1 step 2).
+    /// outranks it (the validation order of docs/messages.md#sending).
     static func read(from reader: inout BodyReader, textMaxBytes: Int) throws(APIError) -> MessageBody? {
         guard let type = reader.int("type", required: true) else {
             _ = reader.value("body", required: true)
@@ -202,7 +202,8 @@ enum MessageBodyValidator {
         let ids = r.stringArray(
             "message_ids", required: true, minItems: 1, maxItems: combineMaxMessages, itemKind: .opaque)
         if let ids {
-            // A repeated id would snapshot one message twice; like a repeated batch item it is a 400 (API.md §1.7).
+            // A repeated id would snapshot one message twice; like a repeated batch item it is a 400
+            // (docs/errors.md#problems-rfc-9457).
             var firstIndex: [String: Int] = [:]
             for (i, id) in ids.enumerated() {
                 if let first = firstIndex[id] {
@@ -244,7 +245,7 @@ enum MessageBodyValidator {
         ("first_frame_url", .url(required: false)), ("first_frame_width", .size), ("first_frame_height", .size),
     ]
 
-    /// The fields of a media body in API.md §2 table order, which is also the order of the stored body.
+    /// The fields of a media body in documented order, which is also the order of the stored body.
     private static func mediaLayout(_ type: MessageType) -> [(String, MediaField)] {
         switch type {
         case .image: imageLayout
@@ -254,7 +255,7 @@ enum MessageBodyValidator {
         }
     }
 
-    /// A `text`/`data` member under the length rules of API.md §2: below `minBytes` (an empty text) is a field
+    /// A `text`/`data` member under the length rules of a message body: below `minBytes` (an empty text) is a field
     /// error, over `maxBytes` a 413.
     private static func sizedText(
         _ key: String, _ r: inout BodyReader, _ later: inout LaterProblems, minBytes: Int, maxBytes: Int

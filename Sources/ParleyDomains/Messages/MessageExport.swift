@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// The export of `GET /v1/messages/export` (docs/messages.md): one conversation's stored messages as NDJSON, one
+/// The export of `GET /v1/messages/export` (docs/messages.md#import-and-export): one conversation's stored messages as NDJSON, one
 /// app-view Message per line (tombstones and suppressed messages included), in seq order.
 ///
 /// Constant memory: pages of ``pageSize`` rows are read by seq (the history statement of ``MessageStore``, app view,

@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// `GET /v1/messages/export` (docs/messages.md): HTTP ↔ ``MessageExport``, streamed from a pool worker of its own.
+/// `GET /v1/messages/export` (docs/messages.md#import-and-export): HTTP ↔ ``MessageExport``, streamed from a pool worker of its own.
 package enum MessageExportRoutes {
     package static func register(on api: inout API) {
         api.add(.get, "/v1/messages/export", .app, "exportMessages") { ctx in

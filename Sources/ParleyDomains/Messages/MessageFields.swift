@@ -27,8 +27,8 @@ enum MessageFlag {
     case mentionAll, needReceipt, noUnread, onlineOnly, isBroadcast, deleted
 }
 
-/// What the Message JSON (API.md §2) is written from: a decoded ``Message``, or a `messages` row read in place
-/// (``MessageRow``). The layout below is the one definition of that JSON; conformances only hand over fields.
+/// What the Message JSON (docs/messages.md#sending) is written from: a decoded ``Message``, or a `messages` row read in
+/// place (``MessageRow``). The layout below is the one definition of that JSON; conformances only hand over fields.
 protocol MessageFields {
     associatedtype Failure: Error
     func writeText(_ field: MessageTextField, to w: inout JSONWriter) throws(Failure)
@@ -37,7 +37,7 @@ protocol MessageFields {
     func integer(_ field: MessageIntegerField) throws(Failure) -> Int64
     func optionalInteger(_ field: MessageOptionalIntegerField) throws(Failure) -> Int64?
     func flag(_ field: MessageFlag) throws(Failure) -> Bool
-    /// Writes `body`; with `originalText`, a revoke body (type 31) with its original text (API.md §2: only for the
+    /// Writes `body`; with `originalText`, a revoke body (type 31) with its original text (shown only to the
     /// original sender and the app key).
     func writeBody(to w: inout JSONWriter, originalText: Bool) throws(Failure)
     /// The seq; nil for messages that are not stored.
@@ -52,7 +52,8 @@ extension MessageFields {
     /// Writes the Message object as `viewer` sees it as the next value of `w` (one buffer for a whole list).
     func write(to w: inout JSONWriter, _ viewer: MessageViewer) throws(Failure) {
         w.beginObject()
-        // `suppressed` for the app; `push` and a revoke's original text for the app and the sender (API.md §2 †).
+        // `suppressed` for the app; `push` and a revoke's original text for the app and the sender
+        // (docs/events.md#two-views-of-the-same-event).
         let isApp = viewer == .app
         let seesPush: Bool
         switch viewer {

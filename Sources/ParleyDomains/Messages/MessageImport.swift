@@ -2,20 +2,22 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// `POST /v1/messages/import` (API.md §11.10): NDJSON lines validated one by one, then written set-based, many lines
-/// per statement and transaction, with no events, hooks, webhooks or pushes.
+/// `POST /v1/messages/import` (docs/messages.md#import-and-export): NDJSON lines validated one by one, then written
+/// set-based, many lines per statement and transaction, with no events, hooks, webhooks or pushes.
 ///
 /// Seqs: each statement upserts the `conversation_seqs` rows of its conversations once (in key order, like
 /// ``MessageWrite``), which locks them until commit, so imports and concurrent sends never share a seq and lines take
 /// their conversation's next seqs in line order. Dedupe keys live in `message_keys` with sends' keys: (`from`,
-/// `client_msg_id`), or (`from`, `"import:" + message_id`), with the send's content hash (§1.6), so a re-run answers
-/// `duplicate: true` and a changed line `7000203`.
+/// `client_msg_id`), or (`from`, `"import:" + message_id`), with the send's content hash
+/// (docs/messages.md#deduplication-with-client_msg_id), so a re-run answers `duplicate: true` and a changed line
+/// `7000203`.
 ///
-/// Conversation entries (§11.10): imported messages raise no unread. A peer entry is created with everything read; an
-/// existing entry (peer, or a group member's entry following the group head, Migrations/0009) whose `read_seq` was at
-/// the previous `last_seq` moves to the new one, and one that had unread messages keeps its `read_seq`.
+/// Conversation entries (docs/messages.md#import-and-export): imported messages raise no unread. A peer entry is
+/// created with everything read; an existing entry (peer, or a group member's entry following the group head,
+/// Migrations/0009) whose `read_seq` was at the previous `last_seq` moves to the new one, and one that had unread
+/// messages keeps its `read_seq`.
 struct MessageImport {
-    /// §11.10 request limits.
+    /// The import route's request limits (docs/messages.md#import-and-export).
     static let maxLines = 10_000
     static let maxBytes = 32 * 1024 * 1024
     /// Lines per statement (and transaction): large enough that per-statement costs vanish, small enough that a
@@ -60,7 +62,7 @@ struct MessageImport {
 
     // MARK: - Lines
 
-    /// Validates one line (§11.10: the §2 field and body rules, types 31 and 32 and tombstones as export writes them).
+    /// Validates one line (the field and body rules of a send, types 31 and 32 and tombstones as export writes them).
     /// Every problem is `6000001`: the statement decides existence and dedupe.
     func line(_ bytes: ArraySlice<UInt8>, ord: Int) throws(APIError) -> Line {
         let parsed = try BodyReader.parse(Array(bytes), path: "")
@@ -113,7 +115,7 @@ struct MessageImport {
             do {
                 body = try MessageBodyValidator.validate(type: type, body: bodyValue, textMaxBytes: textMaxBytes)
             } catch {
-                // §11.10: any violation of §2 is a per-line 6000001, whatever its code in a send.
+                // Any violation of the field or body rules is a per-line 6000001, whatever its code in a send.
                 throw error.code == .invalidParams ? error : APIError(.invalidParams, error.detail)
             }
         }

@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// `POST /v1/messages/import` (API.md §11.10): HTTP ↔ ``MessageImport``.
+/// `POST /v1/messages/import` (docs/messages.md#import-and-export): HTTP ↔ ``MessageImport``.
 package enum MessageImportRoutes {
     package static func register(on api: inout API) {
         api.add(
@@ -14,8 +14,8 @@ package enum MessageImportRoutes {
         }
     }
 
-    /// The batch of §1.7: `id` = the 0-based line number, `index` counts non-empty lines only, `data` =
-    /// `{message_id, seq, duplicate}`.
+    /// The batch answer (docs/errors.md#problems-rfc-9457): `id` = the 0-based line number, `index` counts non-empty
+    /// lines only, `data` = `{message_id, seq, duplicate}`.
     private static func importLines(_ ctx: APIContext) throws -> Response {
         let lines = split(ctx.request.body)
         if lines.count > MessageImport.maxLines {

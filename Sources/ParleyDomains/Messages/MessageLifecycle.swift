@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// Revoke, edit and delete (API.md §11.5) for stored peer, group and room messages.
+/// Revoke, edit and delete (docs/messages.md#revoke-edit-delete) for stored peer, group and room messages.
 ///
 /// Every change locks the message row, checks and writes in one transaction, and writes its events last:
 /// `message.revoked` / `message.edited` / `message.deleted` to the message audience at commit, then a reply's root
@@ -17,7 +17,8 @@ struct MessageLifecycle {
     var db: PostgresConnection { service.db }
     var appID: String { service.appID }
     var now: Int64 { service.now }
-    /// The app's `revoke_window_s` and `edit_window_s` (§3.1), read at the time of the action.
+    /// The app's `revoke_window_s` and `edit_window_s` (docs/users.md#apps-and-settings), read at the time of the
+    /// action.
     var revokeWindowS: Int64 = 120
     var editWindowS: Int64 = 86_400
 
@@ -39,7 +40,7 @@ struct MessageLifecycle {
         var userID: String?
         var skipChecks = false
 
-        /// The app's own authority (§1.3 rule 3, or `skip_checks`).
+        /// The app's own authority (an app key without a user, docs/users.md#user-tokens; or `skip_checks`).
         var isApp: Bool { userID == nil || skipChecks }
     }
 
@@ -103,8 +104,9 @@ struct MessageLifecycle {
         return revoked
     }
 
-    /// The first rung of the §11.5 ladder that allows `actor` to revoke `message`: the sender within
-    /// `revoke_window_s` (0), the group owner (4), a group admin for a sender of role ≥ 3 (3), the app (2).
+    /// The first rung of the revoke ladder (docs/messages.md#revoke-edit-delete) that allows `actor` to revoke
+    /// `message`: the sender within `revoke_window_s` (0), the group owner (4), a group admin for a sender of role ≥ 3
+    /// (3), the app (2).
     private func revokeStatus(_ message: Message, by actor: Actor, on db: PostgresConnection) throws -> Int64 {
         let withinWindow = revokeWindowS > 0 && now < message.timestamp + revokeWindowS * 1000
         if let userID = actor.userID, userID == message.from, withinWindow { return 0 }
@@ -246,8 +248,8 @@ struct MessageLifecycle {
         }
     }
 
-    /// Delete for everyone is administrative (§11.5): the app, the group owner (any group message), a group admin
-    /// (senders of role ≥ 3); anyone else → 6000285.
+    /// Delete for everyone is administrative (docs/messages.md#revoke-edit-delete): the app, the group owner (any group
+    /// message), a group admin (senders of role ≥ 3); anyone else → 6000285.
     private func requireDeleteForEveryone(_ message: Message, by actor: Actor, on db: PostgresConnection) throws {
         if actor.isApp { return }
         if let userID = actor.userID, message.conversationType == .group {
@@ -260,8 +262,8 @@ struct MessageLifecycle {
 
     // MARK: - Shared
 
-    /// The revoke push of a message revoked or deleted for everyone (§16.1), in its transaction; wired by the app
-    /// layer to the push bridge (Push sits above Messages).
+    /// The revoke push of a message revoked or deleted for everyone (docs/push.md#what-is-pushed-to-whom), in its
+    /// transaction; wired by the app layer to the push bridge (Push sits above Messages).
     typealias RevokePush =
         @Sendable (_ db: PostgresConnection, _ appID: String, _ messageID: String, _ push: JSONValue?, _ now: Int64)
         throws -> Void
@@ -313,7 +315,7 @@ struct MessageLifecycle {
     }
 
     /// `{message}` in the app view (`suppressed`, `push`, a revoke's original text): user streams and logs leave out
-    /// what their user may not see (``EventUserView``, API.md §14.1).
+    /// what their user may not see (``EventUserView``, docs/events.md#two-views-of-the-same-event).
     private static func wrapped(_ message: Message) -> [UInt8] {
         var o = JSONObjectWriter(capacity: 1024)
         o.raw("message", message.json(.app))

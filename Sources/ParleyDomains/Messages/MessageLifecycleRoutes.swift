@@ -3,9 +3,10 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Revoke, edit, delete and the edit history (API.md §11.5): HTTP ↔ ``MessageLifecycle``.
+/// Revoke, edit, delete and the edit history (docs/messages.md#revoke-edit-delete): HTTP ↔ ``MessageLifecycle``.
 package enum MessageLifecycleRoutes {
-    /// `revokePush`: the push bridge's revoke push (§16.1), which the app layer wires (Push sits above Messages).
+    /// `revokePush`: the push bridge's revoke push (docs/push.md#what-is-pushed-to-whom), which the app layer wires
+    /// (Push sits above Messages).
     package static func register(
         on api: inout API, pool: PostgresPool,
         revokePush:

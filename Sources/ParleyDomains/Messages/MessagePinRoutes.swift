@@ -3,7 +3,8 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Pins and the replies list (API.md §11.6): HTTP ↔ ``MessagePins`` and ``MessageReplies``.
+/// Pins and the replies list (docs/messages.md#reactions-pins-and-replies): HTTP ↔ ``MessagePins`` and
+/// ``MessageReplies``.
 package enum MessagePinRoutes {
     package static func register(on api: inout API) {
         api.add(.post, "/v1/messages/{message_id}/pin", .appOrUser, "pinMessage") { ctx in

@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The pins of API.md §11.6: pin and unpin a stored peer or group message (with `message.pin_updated` and a tips
-/// message, §9.8), and a conversation's pinned messages.
+/// Message pins (docs/messages.md#reactions-pins-and-replies): pin and unpin a stored peer or group message (with
+/// `message.pin_updated` and a tips message, docs/groups.md#tips-messages), and a conversation's pinned messages.
 ///
 /// A value made per request; it owns nothing mutable.
 struct MessagePins: DomainService {
@@ -13,7 +13,7 @@ struct MessagePins: DomainService {
     /// Server-clock ms of the request.
     let now: Int64
 
-    /// Pinned messages per conversation (§11.6, §20).
+    /// Pinned messages per conversation (more: 422 `7000205`).
     static let limit: Int64 = 20
 
     /// Types that cannot be pinned: never stored (2, 20), revoked (31) and tips (32).
@@ -52,7 +52,8 @@ struct MessagePins: DomainService {
                     throw MessageService.notFound(messageID)
                 }
                 if group.dismissed { throw APIError.groupDismissed(message.to) }
-                // Owner (1) or admin (2); anyone else of the group may not (§11.6).
+                // Owner (1) or admin (2); anyone else of the group may not
+                // (docs/messages.md#reactions-pins-and-replies).
                 if operatorID != nil, !(group.role.map { $0 == 1 || $0 == 2 } ?? false) {
                     throw APIError(.messagePermissionDenied, "only the group owner or an admin may pin or unpin messages")
                 }
@@ -130,8 +131,8 @@ struct MessagePins: DomainService {
     // MARK: - The pins of a conversation
 
     /// The pinned messages of `userID`'s conversation `type`/`id` visible to it, by `pinned_at` desc then `seq` desc,
-    /// as rows in ``MessageColumn`` order. The history's access rules (§11.3): the user exists (404), a group exists
-    /// (404), is not dismissed (409) and has the user as a member (403).
+    /// as rows in ``MessageColumn`` order. The history's access rules (docs/messages.md#history): the user exists
+    /// (404), a group exists (404), is not dismissed (409) and has the user as a member (403).
     func list(_ type: ConversationType, id: String, userID: String) throws -> PostgresResult {
         try UserService(db: db, appID: appID, now: now).requireActive(userID)
         if type == .group {

@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Message reactions (API.md §11.6): HTTP ↔ ``MessageReactions``.
+/// Message reactions (docs/messages.md#reactions-pins-and-replies): HTTP ↔ ``MessageReactions``.
 package enum MessageReactionRoutes {
     package static func register(on api: inout API, pool: PostgresPool) {
         let changes = MessageReactions.Changes(pool: pool)
@@ -29,7 +29,7 @@ package enum MessageReactionRoutes {
             let messageID = try ctx.pathID("message_id", .opaque)
             let reactionType = try pathReactionType(ctx)
             var query = ctx.query()
-            // 403 for another user's token first (§1.4), then the id's format.
+            // 403 for another user's token first (docs/errors.md#problems-rfc-9457), then the id's format.
             let userID = try ctx.actingUser(query.raw("user_id"), field: "user_id")
             _ = query.id("user_id", .userID)
             try query.check()

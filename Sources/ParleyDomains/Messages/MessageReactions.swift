@@ -3,8 +3,8 @@ import ParleyCore
 import ParleyPostgres
 import ParleySync
 
-/// The reaction rules of API.md §11.6: adding and removing a user's reaction to a stored message, and the reactors
-/// of one reaction type.
+/// The reaction rules (docs/messages.md#reactions-pins-and-replies): adding and removing a user's reaction to a stored
+/// message, and the reactors of one reaction type.
 ///
 /// A change is checked on the request's connection (the user, the message's visibility), then queued per message on
 /// the node's ``Changes``: one runner per message sends the queued changes together to `parley_reaction_changes`
@@ -23,9 +23,9 @@ struct MessageReactions: DomainService {
     /// Server-clock ms of the request.
     let now: Int64
 
-    /// Distinct reaction types one message may carry (§3.1 limits).
+    /// Distinct reaction types one message may carry (more: 422 `7000211`).
     static let maxTypes = 50
-    /// Bytes of a `reaction_type` (§11.6).
+    /// Bytes of a `reaction_type` (docs/messages.md#reactions-pins-and-replies).
     static let typeBytes = 1...32
 
     /// A reactor in `GET …/reactions/{reaction_type}/users`.
@@ -52,7 +52,7 @@ struct MessageReactions: DomainService {
         var userID: String
         var reactionType: String
         var adding: Bool
-        /// The user token's user, whose answer carries `self_included` (§2); nil for the app.
+        /// The user token's user, whose answer carries `self_included` (docs/messages.md#sending); nil for the app.
         var viewerID: String?
         /// Server-clock ms of the request: `reacted_at` and the event's time.
         var now: Int64
@@ -158,8 +158,9 @@ struct MessageReactions: DomainService {
         // Revoked or deleted between the checks and the lock: as if the checks had seen it.
         case .messageNotFound, .changed: return MessageService.notFound(messageID)
         case .noReactions:
-            // A revoked or tips message holds no reactions to remove (revoke drops them, §11.5): the DELETE route's
-            // contract lists 404 `reaction_not_found` for that.
+            // A revoked or tips message holds no reactions to remove (revoke drops them,
+            // docs/messages.md#revoke-edit-delete): the DELETE route's contract lists 404 `reaction_not_found` for
+            // that.
             if !change.adding { return APIError(.reactionNotFound, "message \(messageID) holds no reactions") }
             return APIError(.unsupportedOperation, "message \(messageID) is revoked or a tips message: it takes no reactions")
         case .typeLimit: return APIError(.reactionTypeLimit, "message \(messageID) already has \(maxTypes) reaction types")
@@ -188,8 +189,8 @@ struct MessageReactions: DomainService {
 
     // MARK: - Reads
 
-    /// `message` as `viewer`'s answer shows it: for a user token its reaction summary carries `self_included` (§2);
-    /// a message without reactions (the common case) costs nothing.
+    /// `message` as `viewer`'s answer shows it: for a user token its reaction summary carries `self_included`
+    /// (docs/messages.md#sending); a message without reactions (the common case) costs nothing.
     func forViewer(_ message: Message, _ viewer: MessageViewer) throws -> Message {
         guard case .user(let userID) = viewer, message.reactions != Array("[]".utf8) else { return message }
         var viewed = message
@@ -208,7 +209,8 @@ struct MessageReactions: DomainService {
         }
         let service = MessageService(db: db, appID: appID, now: now)
         guard try service.isVisible(message, to: viewer, on: db) else { throw MessageService.notFound(messageID) }
-        // Revoke and delete for everyone drop a message's reactions (§11.5); its type or tombstone answers for them.
+        // Revoke and delete for everyone drop a message's reactions (docs/messages.md#revoke-edit-delete); its type or
+        // tombstone answers for them.
         if message.deleted || message.type == 31 { return ([], 0) }
         var query: PostgresQuery = """
             SELECT r.user_id, coalesce(u.name, ''), r.reacted_at

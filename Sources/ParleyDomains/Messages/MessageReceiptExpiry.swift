@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The expiry of receipts (API.md §11.8, §17): a receipt not done 30 days after its message's `timestamp` becomes
-/// `expired`, with one `message.receipt_updated` (`reader_id` null) to the sender.
+/// The expiry of receipts (docs/messages.md#receipts, docs/operations.md#test-clock): a receipt not done 30 days after
+/// its message's `timestamp` becomes `expired`, with one `message.receipt_updated` (`reader_id` null) to the sender.
 ///
 /// Reads already treat an overdue receipt as expired; this timer makes the state and its event durable. It owns
 /// nothing: each batch is one transaction that claims its rows atomically.

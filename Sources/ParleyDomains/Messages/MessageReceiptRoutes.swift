@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Read receipts (API.md §11.8): HTTP ↔ ``MessageReceipts``.
+/// Read receipts (docs/messages.md#receipts): HTTP ↔ ``MessageReceipts``.
 package enum MessageReceiptRoutes {
     /// The `state` filter of `GET …/receipt/members`.
     enum MemberState: String, CaseIterable {

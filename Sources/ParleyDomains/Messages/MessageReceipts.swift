@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// A message's overall receipt status (API.md §1.9 `receipt_status`, §11.8).
+/// A message's overall receipt status (`receipt_status`, docs/messages.md#receipts).
 enum ReceiptStatus: String, Sendable {
     case none, processing, done, expired
 
@@ -12,7 +12,7 @@ enum ReceiptStatus: String, Sendable {
     }
 }
 
-/// Read receipts (API.md §11.8) of stored peer and group messages sent with `need_receipt`.
+/// Read receipts (docs/messages.md#receipts) of stored peer and group messages sent with `need_receipt`.
 ///
 /// The recipients are fixed at send: their number is stored with the message (`receipt_recipients`) and who they are
 /// is told from the group entries' `joined_seq` (Migrations/0020), so a group message stays one row at send. Each new
@@ -26,7 +26,8 @@ struct MessageReceipts {
     var appID: String { service.appID }
     var now: Int64 { service.now }
 
-    /// A receipt that is not done this long after the message's `timestamp` expires (§11.8, §17).
+    /// A receipt that is not done this long after the message's `timestamp` expires (docs/messages.md#receipts,
+    /// docs/operations.md#test-clock).
     static let lifetimeMillis: Int64 = 30 * 86_400_000
 
     init(_ ctx: APIContext) { service = MessageService(ctx) }
@@ -71,7 +72,8 @@ struct MessageReceipts {
         }
     }
 
-    /// A conversation read by a user up to `throughSeq` (its read position, §11.7).
+    /// A conversation read by a user up to `throughSeq` (its read position,
+    /// docs/messages.md#unread-read-state-and-mentions).
     struct ReadRange {
         var conversationType: String
         var threadID: String
@@ -168,7 +170,7 @@ struct MessageReceipts {
         return status == .processing && now >= message.timestamp + Self.lifetimeMillis ? .expired : status
     }
 
-    /// `message.receipt_updated` about `message` to its sender (§18).
+    /// `message.receipt_updated` about `message` to its sender (docs/events.md#the-event-object).
     static func event(_ message: Message, _ receipt: Receipt, readerID: String?) -> NewEvent {
         var data = JSONObjectWriter(capacity: 256)
         data["message_id"] = message.messageID
@@ -186,7 +188,7 @@ struct MessageReceipts {
     }
 
     /// Runs `body` for a receipt call naming `messageID`: an unstored message's id the server still knows answers
-    /// 422 `6000277` (§11.1: receipt calls on unstored messages) instead of 404.
+    /// 422 `6000277` (receipt calls on unstored messages, docs/messages.md#receipts) instead of 404.
     static func tellingUnstored<T>(_ messageID: String, _ ctx: APIContext, _ body: () throws -> T) throws -> T {
         do { return try body() } catch let error as APIError where error.code == .messageNotFound {
             guard MessageService.isRecentUnstored(messageID, ctx) else { throw error }

@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The reply tree of a message (API.md §11.6 `GET /v1/messages/{message_id}/replies`): its root and, page by page,
-/// the replies that count toward the root's `reply_count` and are visible to the caller.
+/// The reply tree of a message (`GET /v1/messages/{message_id}/replies`, docs/messages.md#reactions-pins-and-replies):
+/// its root and, page by page, the replies that count toward the root's `reply_count` and are visible to the caller.
 ///
 /// A value made per request; it owns nothing mutable.
 struct MessageReplies: DomainService {

@@ -4,7 +4,7 @@ import ParleyHTTP
 import ParleyPostgres
 import ParleySync
 
-/// Messages (API.md §11.1–§11.4): HTTP ↔ ``MessageService``.
+/// Messages (docs/messages.md#sending, docs/messages.md#history): HTTP ↔ ``MessageService``.
 package enum MessageRoutes {
     /// `writer`: the node's message writer (built and started by the app layer).
     package static func register(on api: inout API, writer: MessageWriter) {
@@ -68,7 +68,7 @@ package enum MessageRoutes {
     private static func send(_ ctx: APIContext, writer: MessageWriter) throws -> Response {
         let app = ctx.app
         if let userID = ctx.tokenUserID {
-            // User-token sends have their own bucket besides the token's (§1.8).
+            // User-token sends have their own bucket besides the token's (docs/errors.md#rate-limits).
             let decision = ctx.services.rateLimiter.take(key: "s:\(ctx.appID):\(userID)", ratePerSecond: app.settings.userSendRatePerS)
             if !decision.allowed {
                 throw APIError.retryLater(.rateLimited, "send rate limit exceeded", retryAfterSeconds: decision.retryAfterSeconds)
@@ -76,13 +76,15 @@ package enum MessageRoutes {
         }
         var body = try ctx.body()
         let request = try SendRequest(&body, ctx: ctx, settings: app.settings)
-        // Under overload, priority-1 room messages are refused first (§1.8), before any database work.
+        // Under overload, priority-1 room messages are refused first (docs/errors.md#rate-limits), before any database
+        // work.
         if writer.sheds(request) {
             throw APIError.retryLater(.rateLimited, "the server is overloaded: low-priority room messages are refused", retryAfterSeconds: 1)
         }
         let service = MessageService(ctx)
         let item = try service.item(for: request, settings: app.settings, on: ctx.db)
-        // §11.1 step 6: only for a send that would be delivered now (not a duplicate, failure or suppressed one).
+        // The `message.before_send` hook: only for a send that would be delivered now (not a duplicate, failure or
+        // suppressed one).
         let hooked = try ctx.hasHook("message.before_send", skip: request.skipHooks) && service.needsHook(item)
         // Only `modify` reads the database again: the other verdicts answer from the hook's thread.
         let origin = SendOrigin(ctx)
@@ -184,8 +186,8 @@ package enum MessageRoutes {
     }
 
     /// `POST /v1/messages/batch`: one peer message per recipient (≤ 500), results in input order; `data` =
-    /// `{message_id, seq}`. Request-level validation fails the whole request; steps 3–5 fail single items. The items
-    /// go to the node's writer together, so they share its transactions.
+    /// `{message_id, seq}`. Request-level validation fails the whole request; the dedupe, existence and policy checks
+    /// fail single items. The items go to the node's writer together, so they share its transactions.
     private static func batchSend(_ ctx: APIContext, writer: MessageWriter) throws -> Response {
         let app = ctx.app
         var body = try ctx.body()
@@ -321,9 +323,9 @@ package enum MessageRoutes {
         return Reply.json(w.bytes)
     }
 
-    /// A conversation's history (§11.3) in seq order: `viewer`'s view (its `cleared_seq`, others' suppressed
-    /// messages hidden), or with no viewer everything stored (the app's group read). `floor`, run once the query is
-    /// valid, checks access and returns a seq the read stays after (a room's `first_seq`).
+    /// A conversation's history (docs/messages.md#history) in seq order: `viewer`'s view (its `cleared_seq`, others'
+    /// suppressed messages hidden), or with no viewer everything stored (the app's group read). `floor`, run once the
+    /// query is valid, checks access and returns a seq the read stays after (a room's `first_seq`).
     private static func history(
         _ ctx: APIContext, type: ConversationType, id: String, viewer userID: String?, floor: () throws -> Int64 = { 0 }
     ) throws -> Response {
@@ -350,7 +352,7 @@ package enum MessageRoutes {
         h.types = types == nil ? nil : typeValues
         h.forward = direction.map { $0 == "forward" } ?? (afterSeq != nil && beforeSeq == nil)
         h.viewer = userID
-        // App key only (§11.3): a user token asking for it is 403, not silently refused.
+        // App key only (docs/messages.md#history): a user token asking for it is 403, not silently refused.
         if includeHidden == true && !ctx.isApp { throw APIError.forbidden("include_hidden needs an app key") }
         h.includeHidden = includeHidden ?? false
         h.requireGroupAccess = type == .group
@@ -380,8 +382,8 @@ package enum MessageRoutes {
         return try page(rows, count: pageCount, nextCursor: next, viewer: viewer)
     }
 
-    /// A list page (§1.5) of the first `count` message rows as `viewer` sees them. The hot read: the rows go straight
-    /// from libpq's buffer into one response buffer (the `Reply.list` shape).
+    /// A list page (docs/api.md) of the first `count` message rows as `viewer` sees them. The hot read: the rows go
+    /// straight from libpq's buffer into one response buffer (the `Reply.list` shape).
     static func page(_ rows: PostgresResult, count: Int, nextCursor next: String?, viewer: MessageViewer) throws -> Response {
         var w = JSONWriter(capacity: 1024 + count * 1024)
         w.beginObject()

@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// A message search (API.md §11.9): its filters, and the statement that answers it over `messages.search_text` and
-/// its trigram index (Migrations/0019_message_search.sql).
+/// A message search (docs/messages.md#search): its filters, and the statement that answers it over
+/// `messages.search_text` and its trigram index (Migrations/0019_message_search.sql).
 ///
 /// The statement's text is built from the filters present, so each combination is its own prepared statement with its
 /// own generic plan: one text with `($n IS NULL OR …)` for every optional filter would make one generic plan serve
@@ -26,7 +26,8 @@ struct MessageSearch {
     /// Each must occur in the searchable text. Lowercased by the database (``lowercased(_:on:)``) before the statement
     /// is built.
     var keywords: [String] = []
-    /// The user whose history (§11.3) bounds the search; nil: every stored message of the app, suppressed ones too.
+    /// The user whose history (docs/messages.md#history) bounds the search; nil: every stored message of the app,
+    /// suppressed ones too.
     var viewer: String?
     var conversationType: ConversationType?
     var conversation: Scope?
@@ -123,10 +124,11 @@ struct MessageSearch {
         return q
     }
 
-    /// The conditions under which message `m` appears in `userID`'s history (API.md §11.3), for any conversation: the
-    /// rules of ``MessageStore/historySQL`` for a user view (others' suppressed messages, the user's deletions for
-    /// itself and its `cleared_seq`, current group membership of a live group) and of room history (a current member,
-    /// the room's current life after `first_seq`), with the peer participant rule of §11.4.
+    /// The conditions under which message `m` appears in `userID`'s history (docs/messages.md#history), for any
+    /// conversation: the rules of ``MessageStore/historySQL`` for a user view (others' suppressed messages, the user's
+    /// deletions for itself and its `cleared_seq`, current group membership of a live group) and of room history (a
+    /// current member, the room's current life after `first_seq`), with the peer participant rule of
+    /// ``Message/isVisible(to:)``.
     private static func visible(to userID: String) -> PostgresQuery {
         """
          AND (m.suppressed IS NULL OR m.sender = \(userID))
@@ -154,8 +156,8 @@ struct MessageSearch {
 
 extension MessageService {
     /// `GET /v1/messages/search`: the rows `search` finds, in its order. A viewer must exist and may read the named
-    /// conversation's history under the rules of reading it (404, 409 for a dismissed group, 403 for a non-member);
-    /// the app's own search reads whatever is stored.
+    /// conversation's history under the rules of reading it (docs/messages.md#history: 404, 409 for a dismissed group,
+    /// 403 for a non-member); the app's own search reads whatever is stored.
     func search(_ search: MessageSearch, conversationID: String?, keywords: [String]) throws -> PostgresResult {
         var search = search
         if let type = search.conversationType, let conversationID {

@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Message search (API.md §11.9): HTTP ↔ ``MessageSearch``.
+/// Message search (docs/messages.md#search): HTTP ↔ ``MessageSearch``.
 package enum MessageSearchRoutes {
     package static func register(on api: inout API) {
         api.add(.get, "/v1/messages/search", .appOrUser, "searchMessages") { ctx in
@@ -15,7 +15,8 @@ package enum MessageSearchRoutes {
     private static func search(_ ctx: APIContext) throws -> Response {
         var query = ctx.query()
         var s = MessageSearch()
-        // A user token searches its own history only (§1.3 rule 1); the app searches everything, or one user's view.
+        // A user token searches its own history only (docs/users.md#user-tokens); the app searches everything, or one
+        // user's view.
         if let tokenUser = ctx.tokenUserID {
             if let named = query.raw("user_id"), named != tokenUser { throw APIError.forbidden("a user token acts only for its own user") }
             s.viewer = tokenUser

@@ -2,8 +2,9 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The rules of API.md §11.1–§11.4 for peer, group and room messages: preparing sends for the node's writer (which
-/// checks and commits them in batches, ``MessageWrite``), broadcast, history and reads.
+/// The message rules (docs/messages.md#sending, docs/messages.md#history) for peer, group and room messages: preparing
+/// sends for the node's writer (which checks and commits them in batches, ``MessageWrite``), broadcast, history and
+/// reads.
 ///
 /// A value made per request; it owns nothing mutable.
 struct MessageService: DomainService {
@@ -15,10 +16,10 @@ struct MessageService: DomainService {
 
     // MARK: - Send
 
-    /// The write item for one validated send (§11.1 step 2 is done): resolves `reply_to` and combined messages and
-    /// runs the sensitive-word filter on the request's connection, so the node's ``MessageWriter`` gets a batch-ready
-    /// item and checks steps 3–5 inside its statement. `filter` false skips the sensitive-word filter (a hook's
-    /// patched body: policy checks are not run again).
+    /// The write item for one send that passed validation (docs/messages.md#sending): resolves `reply_to` and
+    /// combined messages and runs the sensitive-word filter on the request's connection, so the node's
+    /// ``MessageWriter`` gets a batch-ready item and runs the dedupe, existence and policy checks inside its statement.
+    /// `filter` false skips the sensitive-word filter (a hook's patched body: policy checks are not run again).
     func item(for request: SendRequest, settings: AppSettings, filter: Bool = true, on db: PostgresConnection) throws -> MessageWrite.Item {
         try Self.item(for: request, settings: settings, appID: appID, now: now, filter: filter, on: db)
     }
@@ -83,12 +84,13 @@ struct MessageService: DomainService {
 
     // MARK: - The message.before_send hook
 
-    /// The members of the proposed message a `message.before_send` hook may patch (§15.3).
+    /// The members of the proposed message a `message.before_send` hook may patch
+    /// (docs/webhooks.md#before-event-hooks).
     static let patchable: Set<String> = ["body", "extended_data", "mentions", "push"]
 
     /// Whether `message.before_send` is called for `item`: a send that would be written now and delivered (not a
-    /// `client_msg_id` duplicate, not failing steps 3–5, not suppressed by a silent blacklist). One read; only asked
-    /// when the app has the hook.
+    /// `client_msg_id` duplicate, not failing the existence or policy checks, not suppressed by a silent blacklist).
+    /// One read; only asked when the app has the hook.
     func needsHook(_ item: MessageWrite.Item) throws -> Bool {
         let (outcome, suppressed) = try MessageWrite.check(item, on: db)
         return outcome == .sent && !suppressed
@@ -126,7 +128,8 @@ struct MessageService: DomainService {
         }
     }
 
-    /// The problem of a send the writer did not accept (§11.1 steps 3–5); nil for a sent message or a duplicate.
+    /// The problem of a send the writer did not accept (deduplication, existence or policy); nil for a sent message or
+    /// a duplicate.
     static func problem(_ outcome: MessageWrite.Outcome, _ request: SendRequest) -> APIError? {
         switch outcome {
         case .sent, .duplicate: nil
@@ -163,7 +166,8 @@ struct MessageService: DomainService {
         return json
     }
 
-    /// The `reply` object of a reply to `replied` (§2): its identity and a snapshot of its type and body.
+    /// The `reply` object of a reply to `replied` (docs/messages.md#sending): its identity and a snapshot of its type
+    /// and body.
     static func replyJSON(_ replied: Message) -> [UInt8] {
         var o = JSONObjectWriter(capacity: 160 + (replied.body?.count ?? 0))
         o["message_id"] = replied.messageID
@@ -184,7 +188,8 @@ struct MessageService: DomainService {
 
     // MARK: - Broadcast
 
-    /// A broadcast (§11.2): never stored; one `message.broadcast` event to every active user and the app.
+    /// A broadcast (docs/messages.md#sending): never stored; one `message.broadcast` event to every active user and the
+    /// app.
     func broadcast(from: String, body: MessageBody, extendedData: String, push: JSONValue?) throws -> (messageID: String, timestamp: Int64) {
         let messageID = IdentifierKind.generateSortableID(prefix: "m", timestampMs: now)
         var message = Message(
@@ -211,7 +216,7 @@ struct MessageService: DomainService {
 
     // MARK: - Reads
 
-    /// One message visible to `viewer` (§11.4), else 404 `message_not_found`.
+    /// One message visible to `viewer` (docs/messages.md#history), else 404 `message_not_found`.
     func get(_ messageID: String, viewer: MessageViewer, on db: PostgresConnection) throws -> Message {
         guard let message = try MessageStore.fetch(appID: appID, messageID: messageID, on: db), try isVisible(message, to: viewer, on: db)
         else {
@@ -220,9 +225,10 @@ struct MessageService: DomainService {
         return message
     }
 
-    /// "Visible to a user" (§11.4): ``Message/isVisible(to:)``, and for group and room messages a current member. A
-    /// room message is visible to a member only while it belongs to the room's current life (seq after `first_seq`,
-    /// as in the room's history); the app sees stored room messages even after the room is destroyed.
+    /// "Visible to a user" (docs/messages.md#history): ``Message/isVisible(to:)``, and for group and room messages a
+    /// current member. A room message is visible to a member only while it belongs to the room's current life (seq
+    /// after `first_seq`, as in the room's history); the app sees stored room messages even after the room is
+    /// destroyed.
     func isVisible(_ message: Message, to viewer: MessageViewer, on db: PostgresConnection) throws -> Bool {
         guard message.isVisible(to: viewer) else { return false }
         guard case .user(let userID) = viewer else { return true }
@@ -238,8 +244,8 @@ struct MessageService: DomainService {
         }
     }
 
-    /// Group history reads (§9.1, §11.3): the group exists (404), is not dismissed (409) and a reading user is a
-    /// current member (403).
+    /// Group history reads (docs/groups.md#roles, docs/messages.md#history): the group exists (404), is not dismissed
+    /// (409) and a reading user is a current member (403).
     func requireGroupHistory(_ groupID: String, viewer userID: String?, on db: PostgresConnection) throws {
         guard let access = try MessageStore.groupAccess(appID: appID, groupID: groupID, userID: userID, on: db) else {
             throw APIError.groupNotFound(groupID)
@@ -250,16 +256,16 @@ struct MessageService: DomainService {
 
     static func notFound(_ messageID: String) -> APIError { APIError(.messageNotFound, "message \(messageID) not found") }
 
-    /// A new message id (§1.2: opaque, sortable by send time): `m…` for a stored message, `u…` for an unstored one, so
+    /// A new message id (opaque, sortable by send time): `m…` for a stored message, `u…` for an unstored one, so
     /// an unstored message's id is told from an unknown one by its shape and send time, without a record of unstored
-    /// ids on the send path (§11.1 "Stored or not").
+    /// ids on the send path (docs/messages.md#sending).
     static func newMessageID(stored: Bool, now: Int64) -> String {
         IdentifierKind.generateSortableID(prefix: stored ? "m" : "u", timestampMs: now)
     }
 
     /// Runs `body` for the change of message `messageID` (revoke, edit, pin, reaction): its "no such message" (404
     /// `7000210`) becomes 422 `6000013` for an unstored message's id within the app's `event_retention_hours` of its
-    /// send (§11.1: "the server keeps unstored ids that long"), and stays 404 afterwards. An unstored id never has a
+    /// send (the server keeps unstored ids that long), and stays 404 afterwards. An unstored id never has a
     /// row, so every 404 for one means just that.
     static func tellingUnstored<T>(_ messageID: String, _ ctx: APIContext, _ body: () throws -> T) throws -> T {
         try tellingUnstored(messageID, isRecentUnstored(messageID, ctx), body)
@@ -273,7 +279,7 @@ struct MessageService: DomainService {
         }
     }
 
-    /// Whether `messageID` is an unstored message's id the server still knows (§11.1: within the app's
+    /// Whether `messageID` is an unstored message's id the server still knows (within the app's
     /// `event_retention_hours` of its send).
     static func isRecentUnstored(_ messageID: String, _ ctx: APIContext) -> Bool {
         guard let sentAt = IdentifierKind.sortableTimestamp(of: messageID, prefix: "u") else { return false }
@@ -286,10 +292,10 @@ struct MessageService: DomainService {
 extension MessageService {
     typealias HistoryQuery = MessageStore.HistoryQuery
 
-    /// The history rows of a conversation (§11.3), as ``MessageRow`` reads them. The statement returns rows only
-    /// when the read is allowed (a viewing user exists and is not soft-deleted; a group is live and the viewer a
-    /// member), so the allowed read costs one round trip; no rows asks why, in the order of the checks: 404
-    /// `user_not_found`, then the group's 404, 409, 403.
+    /// The history rows of a conversation (docs/messages.md#history), as ``MessageRow`` reads them. The statement
+    /// returns rows only when the read is allowed (a viewing user exists and is not soft-deleted; a group is live and
+    /// the viewer a member), so the allowed read costs one round trip; no rows asks why, in the order of the checks:
+    /// 404 `user_not_found`, then the group's 404, 409, 403.
     func history(_ type: ConversationType, id: String, viewer userID: String?, query: HistoryQuery) throws -> PostgresResult {
         let rows = try MessageStore.history(
             appID: appID, conversationType: type, threadID: MessageStore.thread(type, userID ?? "", id), peer: id, query: query, on: db)

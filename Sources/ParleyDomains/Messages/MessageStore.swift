@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// SQL for messages (API.md §11). No rules here: callers validate inputs and map outcomes to problems.
+/// SQL for messages (docs/messages.md). No rules here: callers validate inputs and map outcomes to problems.
 enum MessageStore {
     /// The thread key of a peer conversation: the unordered pair (user ids never contain a space).
     static func peerThread(_ a: String, _ b: String) -> String { a < b ? a + " " + b : b + " " + a }
@@ -85,7 +85,7 @@ enum MessageStore {
         return (message, try row[0].bool)
     }
 
-    /// Whether `userID` deleted `messageID` for itself (API.md §11.5 delete `scope=self`).
+    /// Whether `userID` deleted `messageID` for itself (delete with `scope=self`, docs/messages.md#revoke-edit-delete).
     static func isHidden(appID: String, messageID: String, from userID: String, on db: PostgresConnection) throws -> Bool {
         try db.query(
             "SELECT 1 FROM message_hidden WHERE app_id = \(appID) AND message_id = \(messageID) AND user_id = \(userID)"
@@ -99,7 +99,8 @@ enum MessageStore {
         return try result.rows.compactMap { try message($0) }
     }
 
-    /// Filters and bounds of a history read (API.md §11.3); seq bounds are exclusive, time bounds [start, end).
+    /// Filters and bounds of a history read (docs/messages.md#history); seq bounds are exclusive, time bounds [start,
+    /// end).
     struct HistoryQuery {
         var afterSeq: Int64 = 0
         var beforeSeq: Int64 = .max
@@ -116,7 +117,7 @@ enum MessageStore {
         /// access check costs no extra round trip; an empty answer leaves the reason to the caller.
         var requireGroupAccess = false
         var limit = 20
-        /// The user token's user (§2: `self_included` in reaction summaries is for answers to a user token only).
+        /// The user token's user (`self_included` in reaction summaries is for answers to a user token only).
         var tokenUser: String?
     }
 
@@ -221,7 +222,7 @@ enum MessageStore {
         return try result.rows.map { (try $0[0].int, try $0[1].textBytes) }
     }
 
-    // MARK: - Lifecycle (API.md §11.5)
+    // MARK: - Lifecycle (docs/messages.md#revoke-edit-delete)
 
     /// The group roles of those of `userIDs` who are members of `groupID`.
     static func groupRoles(appID: String, groupID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: Int64] {
@@ -288,7 +289,7 @@ enum MessageStore {
             """)
     }
 
-    /// How a message goes for everyone (§11.5).
+    /// How a message goes for everyone (docs/messages.md#revoke-edit-delete).
     enum Gone {
         /// Revoked: the type-31 record with `body`, the original text kept apart.
         case revoked(body: [UInt8], originalText: String?)
@@ -369,7 +370,7 @@ enum MessageStore {
         return after
     }
 
-    /// The reactions of a revoked or deleted message go (no event of their own, §11.5).
+    /// The reactions of a revoked or deleted message go (no event of their own, docs/messages.md#revoke-edit-delete).
     static func deleteReactions(appID: String, messageID: String, on db: PostgresConnection) throws {
         try db.query(
             """

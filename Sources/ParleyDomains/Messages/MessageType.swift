@@ -1,7 +1,7 @@
 import ParleyAPI
 import ParleyCore
 
-/// Message `type` (API.md §1.9): the ZIM `ZIMMessageType` numbers, sent and stored as JSON integers.
+/// Message `type` (docs/messages.md#sending): the ZIM `ZIMMessageType` numbers, sent and stored as JSON integers.
 ///
 /// 0 (unknown) and 30 (system, deprecated in ZIM) are never produced or accepted, so they have no case.
 enum MessageType: Int64, Sendable, CaseIterable {
@@ -37,7 +37,7 @@ enum MessageType: Int64, Sendable, CaseIterable {
     }
 
     /// Whether a send request may carry this type. Revoke and tips bodies are written by the server only
-    /// (API.md §2 length rules: "Types 31 and 32 in a send request → 400").
+    /// (types 31 and 32 in a send request → 400).
     var isSendable: Bool { self != .revoke && self != .tips }
 
     /// Whether an item of a type-10 message may have this type (ZIM `ZIMMultipleMessage`: text, image, file,
@@ -58,7 +58,7 @@ enum MessageType: Int64, Sendable, CaseIterable {
     }
 
     /// The file-name extensions a media type accepts (lowercase), nil when any extension is allowed, or for types
-    /// without a file (API.md §2 body table; extensions are compared case-insensitively).
+    /// without a file (the media body rules of docs/messages.md#sending; extensions are compared case-insensitively).
     var allowedExtensions: Set<String>? {
         switch self {
         case .image: ["jpg", "jpeg", "png", "bmp", "gif", "tiff"]

@@ -3,9 +3,9 @@ import ParleyCore
 import ParleyPostgres
 import ParleySync
 
-/// The one place messages are written: steps 3–5 and 7 of API.md §11.1 for a whole batch of sends in one statement —
-/// `client_msg_id` dedupe, existence and policy checks, seq allocation, the message rows, dedupe keys, conversation
-/// entries, reply counts and combine snapshots — and the `message.sent` events of what it wrote.
+/// The one place messages are written: the write steps of a send (docs/messages.md#sending) for a whole batch of sends
+/// in one statement — `client_msg_id` dedupe, existence and policy checks, seq allocation, the message rows, dedupe
+/// keys, conversation entries, reply counts and combine snapshots — and the `message.sent` events of what it wrote.
 ///
 /// Which rules live in SQL, and why: every rule that reads rows another transaction may change concurrently (the dedupe
 /// key, users, groups, memberships, mutes, blacklist, friends, the seq heads) is decided inside the statement that
@@ -16,10 +16,10 @@ import ParleySync
 /// and arrive here as flags (`reply_missing`, `sensitive_reject`) so their failures keep their place in the check
 /// order. The Message JSON is rendered once, in Swift, from the seq and timestamp the statement returns.
 ///
-/// Rooms (§10, §11.1): the room's row and the sender's `room_members` row are two more primary-key probes, like the
-/// group branch; stored room messages take seqs from `conversation_seqs` ('room', room_id); rooms have no conversation
-/// entries, unread counts or mention records; `cache: true` messages go to `room_recent_messages` in a follow-up
-/// statement of the same transaction (``cacheRecent``).
+/// Rooms (docs/rooms.md, docs/messages.md#sending): the room's row and the sender's `room_members` row are two more
+/// primary-key probes, like the group branch; stored room messages take seqs from `conversation_seqs` ('room',
+/// room_id); rooms have no conversation entries, unread counts or mention records; `cache: true` messages go to
+/// `room_recent_messages` in a follow-up statement of the same transaction (``cacheRecent``).
 ///
 /// Seqs: each conversation's `conversation_seqs` row is upserted once per batch and locked until commit, so seqs are
 /// gap-free, follow the batch order within a conversation and commit order across batches, and timestamps never
@@ -29,18 +29,18 @@ package enum MessageWrite {
     enum Checks: Int, Sendable {
         /// Written by the server itself (tips messages): no check at all.
         case none = 0
-        /// `skip_checks`: dedupe and existence (§11.1 steps 3–4), no policy (step 5).
+        /// `skip_checks`: dedupe and existence checks, no policy checks.
         case existence = 1
         /// Every check.
         case all = 2
     }
 
-    /// What the statement decided for one item (§11.1 check order, first failure wins).
+    /// What the statement decided for one item (the check order of docs/messages.md#sending, first failure wins).
     enum Outcome: Int, Sendable {
         case sent = 0
         case duplicate, conflict, fromNotFound, toNotFound, groupDismissed, replyNotFound, receiptGroupTooLarge, muted, notMember
         case blocked, notFriends, sensitive
-        /// Room: the sender is not in the room (§11.1 step 5b).
+        /// Room: the sender is not in the room (a policy check).
         case notInRoom
     }
 
@@ -118,9 +118,9 @@ package enum MessageWrite {
         return written
     }
 
-    /// What `write` would decide for `item` now (§11.1 steps 3–5), without writing: its outcome, and whether it would
-    /// be suppressed by a silent blacklist. Read before a `message.before_send` hook, which is not called for
-    /// duplicates, failed sends or suppressed messages; the write checks again.
+    /// What `write` would decide for `item` now (dedupe, existence and policy checks), without writing: its outcome,
+    /// and whether it would be suppressed by a silent blacklist. Read before a `message.before_send` hook, which is not
+    /// called for duplicates, failed sends or suppressed messages; the write checks again.
     static func check(_ item: Item, on db: PostgresConnection) throws -> (outcome: Outcome, suppressed: Bool) {
         guard let row = try db.query(PostgresQuery(sql: checkStatement(Shape([item])), binds: [itemsJSON([item])])).rows.first,
             let outcome = Outcome(rawValue: try row[0].int)
@@ -162,10 +162,11 @@ package enum MessageWrite {
         return w.bytes
     }
 
-    /// `message.sent`, then the root's `message.reply_count_updated` for a counted reply (API.md §18). A suppressed
-    /// message reaches only its sender (and the app), in a group or room too (a hook's `drop`); group and room events
-    /// go to the members at write time (``MessageAudience``). The message is written in the app view (`suppressed`,
-    /// `push`); user streams and logs leave out what their user may not see (``EventUserView``, §14.1).
+    /// `message.sent`, then the root's `message.reply_count_updated` for a counted reply
+    /// (docs/events.md#the-event-object). A suppressed message reaches only its sender (and the app), in a group or
+    /// room too (a hook's `drop`); group and room events go to the members at write time (``MessageAudience``). The
+    /// message is written in the app view (`suppressed`, `push`); user streams and logs leave out what their user may
+    /// not see (``EventUserView``, docs/events.md#two-views-of-the-same-event).
     static func events(of written: Written) -> [NewEvent] {
         let message = written.message
         let json = written.appJSON.isEmpty ? message.json(.app) : written.appJSON
@@ -212,10 +213,11 @@ package enum MessageWrite {
             """)
     }
 
-    /// The recent cache of rooms (§10 `…/messages/recent`): the delivered room messages sent with `cache: true`, as
-    /// the app reads them (``RoomRecent`` strips what a user may not see), and each touched room trimmed to about
-    /// ``RoomRecent/capacity`` rows: the existing rows beyond the newest `capacity - n` go, n being the batch's new
-    /// rows for that room (the statement does not see its own inserts). One statement, only when a batch caches.
+    /// The recent cache of rooms (`…/messages/recent`, docs/messages.md#history): the delivered room messages sent with
+    /// `cache: true`, as the app reads them (``RoomRecent`` strips what a user may not see), and each touched room
+    /// trimmed to about ``RoomRecent/capacity`` rows: the existing rows beyond the newest `capacity - n` go, n being
+    /// the batch's new rows for that room (the statement does not see its own inserts). One statement, only when a
+    /// batch caches.
     private static func cacheRecent(_ items: [Item], _ written: [Written], on db: PostgresConnection) throws {
         var w = JSONWriter()
         var count = 0
@@ -451,8 +453,9 @@ package enum MessageWrite {
         combine_id text
         """
 
-    /// The `i` and `checked` CTEs: the items and the outcome of §11.1 steps 3–5 for each, read in one snapshot. The
-    /// rules are written in their check order; a rule whose rows the batch cannot have is left out with its probe.
+    /// The `i` and `checked` CTEs: the items and the outcome of the dedupe, existence and policy checks for each, read
+    /// in one snapshot. The rules are written in their check order; a rule whose rows the batch cannot have is left out
+    /// with its probe.
     static func checked(_ shape: Shape) -> String {
         let peer = shape.contains(.peer)
         let group = shape.contains(.group)

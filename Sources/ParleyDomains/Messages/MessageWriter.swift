@@ -5,7 +5,8 @@ import ParleyPostgres
 import ParleySync
 
 /// The node's group commit for sends: concurrent sends are written together, in shared transactions, by two writer
-/// threads with a connection each (DESIGN.md "per-conversation seqs are taken once per batch of sends").
+/// threads with a connection each (README.md#how-writes-are-ordered: per-conversation seqs are taken once per batch of
+/// sends).
 ///
 /// Two, so PostgreSQL works on one batch while the other waits for its commit's WAL flush: with one writer the
 /// database sat idle through every flush (random-pair sends, same machine, alternating: 1.3–1.7k/s with one writer,
@@ -48,13 +49,14 @@ package final class MessageWriter: Sendable {
     static let maxBatch = 256
     /// Retries of a whole batch after a conflict it can win on the next try.
     static let maxConflictRetries = 5
-    /// Overload (API.md §1.8): with more sends than this waiting, priority-1 room sends are refused before they
-    /// queue. Four full batches: the two writers hold at most two in flight, so beyond this every new send waits
-    /// behind at least two more commits (about half a second at the measured 2k sends/s), and the sends the API lets
-    /// go first are the ones shed first, while ordinary sends still queue.
+    /// Overload (docs/errors.md#rate-limits): with more sends than this waiting, priority-1 room sends are refused
+    /// before they queue. Four full batches: the two writers hold at most two in flight, so beyond this every new send
+    /// waits behind at least two more commits (about half a second at the measured 2k sends/s), and the sends the API
+    /// lets go first are the ones shed first, while ordinary sends still queue.
     package static let defaultOverloadThreshold = 4 * maxBatch
 
-    /// Whether a send is refused as overload (§1.8): a priority-1 room send while more than `threshold` sends wait.
+    /// Whether a send is refused as overload (docs/errors.md#rate-limits): a priority-1 room send while more than
+    /// `threshold` sends wait.
     static func sheds(conversationType: ConversationType, priority: Int64, outstanding: Int, threshold: Int) -> Bool {
         conversationType == .room && priority == 1 && outstanding > threshold
     }
@@ -77,7 +79,8 @@ package final class MessageWriter: Sendable {
         self.overloadThreshold = overloadThreshold
     }
 
-    /// Whether `request` is to be refused now instead of queued (429 `rate_limited`, §1.8): see ``sheds``.
+    /// Whether `request` is to be refused now instead of queued (429 `rate_limited`, docs/errors.md#rate-limits): see
+    /// ``sheds``.
     func sheds(_ request: SendRequest) -> Bool {
         guard request.conversationType == .room && request.priority == 1 else { return false }
         let outstanding = inbox.withLock { $0.outstanding }

@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// Writes the tips message (type 32, event 9, change type 20, API.md §9.8) of a message pin or unpin into the pinned
-/// message's own conversation, peer or group.
+/// Writes the tips message (type 32, event 9, change type 20, docs/groups.md#tips-messages) of a message pin or unpin
+/// into the pinned message's own conversation, peer or group.
 ///
 /// The group actions' tips live with the groups (`GroupTips`); a pin is a message action below the group domain and
 /// may change a peer conversation too, so its tips is written here, through the same ``MessageWrite`` (the one seq

@@ -2,9 +2,9 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// What the message domain reads of rooms (API.md §10, §11.3, §11.4). Messages sit below the Rooms domain (rooms do
-/// not write messages today, but groups and rooms are peers above messages), so they read the `rooms` and
-/// `room_members` rows of Migrations/0015 directly, as they do for groups (``MessageStore/groupAccess``).
+/// What the message domain reads of rooms (docs/rooms.md, docs/messages.md#history). Messages sit below the Rooms
+/// domain (rooms do not write messages today, but groups and rooms are peers above messages), so they read the `rooms`
+/// and `room_members` rows of Migrations/0015 directly, as they do for groups (``MessageStore/groupAccess``).
 enum RoomAccess {
     /// The room's `first_seq` (the room seq head when the room was last created: messages up to it belong to an
     /// earlier room with the same id) and whether `userID` is a current member (false without a user); nil when
@@ -36,14 +36,14 @@ enum RoomAccess {
     }
 }
 
-/// The recent cache of a room (§10 `GET /v1/rooms/{room_id}/messages/recent`): the messages sent with `cache: true`,
-/// kept by ``MessageWrite`` in `room_recent_messages` as the app reads them.
+/// The recent cache of a room (`GET /v1/rooms/{room_id}/messages/recent`, docs/messages.md#history): the messages sent
+/// with `cache: true`, kept by ``MessageWrite`` in `room_recent_messages` as the app reads them.
 enum RoomRecent {
     /// The cache holds about this many messages per room; a read returns at most this many.
     static let capacity = 50
 
     /// The room's cached messages, newest first, as `viewer` sees them: a user sees no `suppressed` and the `push` of
-    /// its own messages only (the Message rule of §2).
+    /// its own messages only (the Message visibility rule of ``Message/isVisible(to:)``).
     static func read(appID: String, roomID: String, viewer: MessageViewer, on db: PostgresConnection) throws -> [[UInt8]] {
         let rows = try db.query(
             """

@@ -1,8 +1,9 @@
 import ParleyAPI
 import ParleyCore
 
-/// A validated send (API.md §11.1 check order step 2): the fields of `POST /v1/messages`, or of one recipient of a
-/// batch send, with the body validated by ``MessageBodyValidator`` and the type/target/option rules applied.
+/// A send that passed validation (docs/messages.md#sending): the fields of `POST /v1/messages`, or
+/// of one recipient of a batch send, with the body validated by ``MessageBodyValidator`` and the type/target/option
+/// rules applied.
 struct SendRequest: Sendable {
     var from: String
     var conversationType: ConversationType
@@ -27,16 +28,17 @@ struct SendRequest: Sendable {
     var skipChecks: Bool
     var skipHooks: Bool
 
-    /// Types a peer or group message may have (§11.1); rooms add barrage (20).
+    /// Types a peer or group message may have (docs/messages.md#sending); rooms add barrage (20).
     static let conversationTypes: Set<Int64> = [1, 2, 10, 11, 12, 13, 14, 100, 200]
 
-    /// "Stored or not" (§11.1): stored unless command (2), barrage (20) or `online_only`, and in a room only with
-    /// `storage: true`.
+    /// "Stored or not" (docs/messages.md#sending): stored unless command (2), barrage (20) or `online_only`, and in a
+    /// room only with `storage: true`.
     var stored: Bool {
         body.type != .command && body.type != .barrage && !onlineOnly && (conversationType != .room || storage)
     }
 
-    /// The dedupe content hash (API.md §1.6): conversation, type, body and extended_data as sent, before masking.
+    /// The dedupe content hash (docs/messages.md#deduplication-with-client_msg_id): conversation, type, body and
+    /// extended_data as sent, before masking.
     let contentHash: String
 
     /// Reads and validates a send body. `batchRecipient` is set for one item of a batch send (`to_user_ids` replace
@@ -80,7 +82,8 @@ struct SendRequest: Sendable {
         guard let body = validated else { throw APIError.internalError }
         let type: Int64? = body.type.rawValue
 
-        // Type, target and option compatibility (422 unsupported_operation, §11.1 fields table, §21 item 7).
+        // Type, target and option compatibility (422 unsupported_operation for a type or option that does not fit the
+        // target).
         if conversationType == .room {
             if type != MessageType.barrage.rawValue && !Self.conversationTypes.contains(type ?? 0) {
                 throw APIError(.unsupportedOperation, "type \(type ?? 0) cannot be sent to a room")
@@ -105,7 +108,7 @@ struct SendRequest: Sendable {
         self.mentionIDs =
             conversationType == .room
             ? [] : mentionIDs.filter { (conversationType != .peer || $0 == to || $0 == from) && seen.insert($0).inserted }
-        // Stored peer and group messages only (§11.8).
+        // Stored peer and group messages only (docs/messages.md#receipts).
         if needReceipt && (conversationType == .room || body.type == .command || body.type == .barrage || onlineOnly) {
             throw APIError(.unsupportedOperation, "need_receipt applies to stored peer and group messages only")
         }

@@ -1,8 +1,9 @@
 import ParleyAPI
 import ParleyCore
 
-/// The app's sensitive-word rule (API.md §3.1 `sensitive_words`, `sensitive_word_action`; §11.1 step 5f):
-/// case-insensitive substring matching on the filtered texts of a body, then reject or mask.
+/// The app's sensitive-word rule (the app settings `sensitive_words` and `sensitive_word_action`, checked as a policy
+/// step of docs/messages.md#sending): case-insensitive substring matching on the filtered texts of a body, then reject
+/// or mask.
 ///
 /// Matching compares characters after Unicode lowercasing on both sides, so masking replaces exactly the matched
 /// characters of the original text with `*`. A value made per request from the app's settings.

@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The expiry of custom statuses (API.md §5): at `custom_status_expires_at` a custom status reverts to `""` and
-/// `user.status_updated` is written to the user and its unexpired subscribers.
+/// The expiry of custom statuses (docs/users.md#presence): at `custom_status_expires_at` a custom status reverts to
+/// `""` and `user.status_updated` is written to the user and its unexpired subscribers.
 ///
 /// Reads already treat an overdue custom status as cleared (``UserStatus/asOf(_:)``); this timer makes the state and
 /// its event durable. It owns nothing: each batch is one transaction that claims its rows atomically.

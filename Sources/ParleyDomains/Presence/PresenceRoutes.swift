@@ -3,8 +3,8 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Presence (API.md §5): HTTP ↔ ``PresenceService``. Status reads are open to any user token of the app (`U·r`,
-/// `.appOrUser`); writes and a user's own subscriptions are for the app or that user (`.appOrSelf`).
+/// Presence (docs/users.md#presence): HTTP ↔ ``PresenceService``. Status reads are open to any user token of the app
+/// (`U·r`, `.appOrUser`); writes and a user's own subscriptions are for the app or that user (`.appOrSelf`).
 package enum PresenceRoutes {
     package static func register(on api: inout API) {
         api.add(.get, "/v1/users/{user_id}/status", .appOrUser, "getUserStatus") { ctx in

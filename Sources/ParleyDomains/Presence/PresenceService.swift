@@ -2,15 +2,17 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The rules of API.md §5 except the online/offline part: custom statuses and status subscriptions.
+/// The presence rules (docs/users.md#presence) except the online/offline part: custom statuses and status
+/// subscriptions.
 ///
 /// A value made per request; it owns nothing mutable. Transaction bodies are re-runnable (the pool retries them on
 /// serialization failures), so they compute everything they return from what they read.
 ///
-/// Online status: the live user streams (API.md §14.2) will own `online_status`, `online_platforms` and
-/// `last_online_status_updated_at` of `user_statuses`. Their open/close path plugs in here as one more write method
-/// next to ``setCustomStatus(_:customStatus:expiresInSeconds:)``: update those columns in one transaction, then
-/// append ``statusUpdatedEvent(_:on:)`` last, so subscribers hear online changes exactly like custom ones.
+/// Online status: the live user streams (docs/events.md#live-streams-server-sent-events) will own `online_status`,
+/// `online_platforms` and `last_online_status_updated_at` of `user_statuses`. Their open/close path plugs in here as
+/// one more write method next to ``setCustomStatus(_:customStatus:expiresInSeconds:)``: update those columns in one
+/// transaction, then append ``statusUpdatedEvent(_:on:)`` last, so subscribers hear online changes exactly like custom
+/// ones.
 package struct PresenceService: DomainService {
     /// The request's connection (its worker thread's): reads run on it and transactions open on it.
     let db: PostgresConnection
@@ -24,11 +26,11 @@ package struct PresenceService: DomainService {
         self.now = now
     }
 
-    /// Most unexpired subscriptions one subscriber may hold (API.md §20).
+    /// Most unexpired subscriptions one subscriber may hold (more: 422 `7000103`).
     static let maxSubscriptions = 1000
-    /// `expires_in_s` of a custom status (API.md §5).
+    /// `expires_in_s` of a custom status (docs/users.md#presence).
     static let customStatusExpiry: ClosedRange<Int64> = 1...86400
-    /// `duration_min` of a subscription (API.md §5).
+    /// `duration_min` of a subscription (docs/users.md#presence).
     static let subscriptionDuration: ClosedRange<Int64> = 1...43200
 
     /// The outcome of one subscribe item.

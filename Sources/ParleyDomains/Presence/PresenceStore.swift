@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// SQL for presence (API.md §5): status rows and status subscriptions. No rules here: callers check users, limits
-/// and inputs, and read statuses through ``UserStatus/asOf(_:)``.
+/// SQL for presence (docs/users.md#presence): status rows and status subscriptions. No rules here: callers check users,
+/// limits and inputs, and read statuses through ``UserStatus/asOf(_:)``.
 package enum PresenceStore {
     /// The status columns ``status(_:from:)`` decodes, in order, qualified by the alias `s`.
     static let columns = """
@@ -178,7 +178,7 @@ package enum PresenceStore {
 
     /// Up to `limit` of `subscriberID`'s unexpired subscriptions at `now` with their targets' stored statuses, by
     /// target id asc, strictly after `afterTargetID`, optionally only to `targetIDs`. Soft-deleted targets are
-    /// hidden (API.md §4) but keep their subscription.
+    /// hidden (docs/users.md) but keep their subscription.
     static func list(
         appID: String, subscriberID: String, targetIDs: [String]?, afterTargetID: String?, limit: Int, now: Int64,
         on db: PostgresConnection
@@ -200,7 +200,8 @@ package enum PresenceStore {
     }
 
     /// Deletes up to `limit` subscriptions due at `now` in any app and returns how many. Expired subscriptions go
-    /// silently (API.md §5); `SKIP LOCKED` plus the re-checked condition keep concurrent runs and re-subscribes safe.
+    /// silently (docs/users.md#presence); `SKIP LOCKED` plus the re-checked condition keep concurrent runs and
+    /// re-subscribes safe.
     static func deleteExpired(now: Int64, limit: Int, on db: PostgresConnection) throws -> Int {
         let result = try db.query(
             """

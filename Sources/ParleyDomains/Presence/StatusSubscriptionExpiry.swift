@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The expiry of status subscriptions (API.md §5): an expired subscription is removed silently (no event).
+/// The expiry of status subscriptions (docs/users.md#presence): an expired subscription is removed silently (no event).
 ///
 /// Reads and the subscription limit already ignore expired rows; this timer only reclaims them. It owns nothing:
 /// each batch is one transaction that claims its rows atomically.

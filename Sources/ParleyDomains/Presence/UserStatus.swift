@@ -1,7 +1,8 @@
 import ParleyAPI
 import ParleyCore
 
-/// A user's presence as stored (API.md §2 UserStatus), with its JSON view and its `user.status_updated` event.
+/// A user's presence as stored (the UserStatus object, docs/users.md#presence), with its JSON view and its
+/// `user.status_updated` event.
 ///
 /// A value type read from one `user_statuses` row (or the defaults when the user has none yet).
 package struct UserStatus: Sendable, Equatable {
@@ -17,7 +18,7 @@ package struct UserStatus: Sendable, Equatable {
     var customStatusExpiresAt: Int64 = 0
     var lastCustomStatusUpdatedAt: Int64 = 0
 
-    /// Most bytes of a custom status (API.md §20).
+    /// Most bytes of a custom status.
     static let maxCustomStatusBytes = 64
 
     /// The status as read at `now`: a custom status whose expiry has passed reads as cleared at its expiry, exactly
@@ -45,7 +46,8 @@ package struct UserStatus: Sendable, Equatable {
         return o.finish()
     }
 
-    /// `user.status_updated` `{status}` to the user and `subscribers` (its unexpired subscribers, API.md §18).
+    /// `user.status_updated` `{status}` to the user and `subscribers` (its unexpired subscribers,
+    /// docs/events.md#the-event-object).
     func event(subscribers: [String]) -> NewEvent {
         var data = JSONObjectWriter(capacity: 300 + userID.utf8.count + customStatus.utf8.count)
         data.raw("status", json)

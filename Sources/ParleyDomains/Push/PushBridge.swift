@@ -600,8 +600,9 @@ extension PushBridge.Outcome {
     }
 }
 
-/// What one try of an attempt came to (API.md §16.2): `sent` / `rejected` on a 2xx answer (with its `rejected` keys),
-/// `pending` again after a network error, timeout or 5xx while tries remain (after 1 s, 2 s, 4 s …), else `failed`.
+/// What one try of an attempt came to (docs/push.md#how-the-bridge-sends): `sent` / `rejected` on a 2xx answer (with
+/// its `rejected` keys), `pending` again after a network error, timeout or 5xx while tries remain (after 1 s, 2 s, 4 s
+/// …), else `failed`.
 struct PushResult: Sendable {
     let attempt: WebhookAttempt
     let status: String
@@ -640,8 +641,8 @@ struct PushResult: Sendable {
     }
 }
 
-/// The push part of `/metrics`: attempts by kind and outcome and the gateway's latency (API.md §16, §17); the queue's
-/// depth is read from the database when scraped.
+/// The push part of `/metrics`: attempts by kind and outcome and the gateway's latency (docs/push.md,
+/// docs/operations.md#health-readiness-and-metrics); the queue's depth is read from the database when scraped.
 ///
 /// Owner: `state` behind its lock; recorded by the bridge thread and the sender threads.
 package final class PushMetrics: Sendable {

@@ -1,7 +1,8 @@
 import ParleyCore
 
-/// What the bridge knows of one recipient when it decides (API.md §16.1): its devices, its conversation's
-/// notification status, the platforms it has open user streams on, its offline push rule and its unread total.
+/// What the bridge knows of one recipient when it decides (docs/push.md#what-is-pushed-to-whom): its devices, its
+/// conversation's notification status, the platforms it has open user streams on, its offline push rule and its unread
+/// total.
 struct PushRecipient: Sendable {
     var userID: String
     var devices: [Device]
@@ -14,10 +15,10 @@ struct PushRecipient: Sendable {
     var unread: Int64?
 }
 
-/// The §16.1 decision for one recipient: every device with the reason that removed it (nil: selected), and the
-/// attempt it comes to.
+/// The push decision for one recipient (docs/push.md#what-is-pushed-to-whom): every device with the reason that removed
+/// it (nil: selected), and the attempt it comes to.
 struct PushDecision: Sendable {
-    /// The §16.1 reasons, in the order the steps apply.
+    /// The reasons a device is removed, in the order the steps of the decision apply.
     enum Reason: String, Sendable {
         case notConfigured = "not_configured"
         case dnd, kind, online
@@ -36,7 +37,8 @@ struct PushDecision: Sendable {
         return devices.compactMap(\.reason).max { order.firstIndex(of: $0)! < order.firstIndex(of: $1)! }
     }
 
-    /// Decides for `recipient` (§16.1 steps 1–3). `filters`: false for revoke pushes, which apply step 1 only.
+    /// Decides for `recipient` (steps 1–3 of docs/push.md#what-is-pushed-to-whom). `filters`: false for revoke pushes,
+    /// which apply step 1 only.
     init(kind: PushItem.Kind, configured: Bool, recipient: PushRecipient, filters: Bool = true) {
         let all = recipient.devices
         if !configured {

@@ -1,7 +1,7 @@
 import ParleyAPI
 import ParleyCore
 
-/// An app's `push` settings (API.md §3.1) as the bridge uses them.
+/// An app's `push` settings (docs/users.md#apps-and-settings) as the bridge uses them.
 struct PushSettings: Sendable {
     enum Format: String, Sendable { case matrix, generic }
 
@@ -13,7 +13,8 @@ struct PushSettings: Sendable {
     var timeoutMillis: Int
     var maxAttempts: Int
 
-    /// §16.1 step 1: the master switch is on and there is a gateway.
+    /// Step 1 of the push decision (docs/push.md#what-is-pushed-to-whom): the master switch is on and there is a
+    /// gateway.
     var configured: Bool { enabled && !(gatewayURL ?? "").isEmpty }
 
     init(_ settings: AppSettings) {
@@ -39,7 +40,7 @@ struct PushSettings: Sendable {
     }
 }
 
-/// The gateway request bodies of §16.2, byte for byte what every try of an attempt sends.
+/// The gateway request bodies (docs/push.md#how-the-bridge-sends), byte for byte what every try of an attempt sends.
 enum PushGateway {
     /// The body of the request for `item` to `userID`'s `devices`. `attemptID` is the generic format's `push_id`;
     /// `now` its `created_at`.

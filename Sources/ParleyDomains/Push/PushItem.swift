@@ -1,18 +1,19 @@
 import ParleyAPI
 import ParleyCore
 
-/// One pushable item of API.md §16.1 (a stored message, a broadcast, a revoke, a call invitation or cancellation, an
-/// application action or a test), with what its gateway requests say about it whoever receives it.
+/// One pushable item (docs/push.md#what-is-pushed-to-whom: a stored message, a broadcast, a revoke, a call invitation
+/// or cancellation, an application action or a test), with what its gateway requests say about it whoever receives it.
 struct PushItem: Sendable {
     enum Kind: String, CaseIterable, Sendable {
         case message, revoke, call, broadcast, application, test
         case callCancel = "call_cancel"
 
-        /// The notification `type` (§16.2).
+        /// The notification `type` (docs/push.md#how-the-bridge-sends).
         var notificationType: String { "parley." + rawValue }
-        /// Call kinds go to `voip` devices first; the others never go to `voip` devices (§16.1 step 3).
+        /// Call kinds go to `voip` devices first; the others never go to `voip` devices (step 3 of
+        /// docs/push.md#what-is-pushed-to-whom).
         var isCall: Bool { self == .call || self == .callCancel }
-        /// Only messages respect a conversation's `do_not_disturb` (§16.1 step 2).
+        /// Only messages respect a conversation's `do_not_disturb` (step 2 of docs/push.md#what-is-pushed-to-whom).
         var respectsDoNotDisturb: Bool { self == .message }
     }
 
@@ -40,7 +41,7 @@ struct PushItem: Sendable {
     var priority: Int
     /// The PushConfig with every default filled in (``PushConfig/read(from:key:)``; defaults when none was given).
     var push: JSONObject
-    /// The default notification body (§2 PushConfig): the text cut to 100 characters, or `[Image]`, `[File]` ….
+    /// The default notification body (`PushConfig.content`): the text cut to 100 characters, or `[Image]`, `[File]` ….
     var defaultContent: String
 
     /// Whether `push.enable` allows this item at all (false: no attempt for anyone).
@@ -57,7 +58,7 @@ struct PushItem: Sendable {
     /// The notification body: `push.content`, else the default of the item.
     var content: String { push["content"]?.stringValue ?? defaultContent }
 
-    /// The notification's `room_id` as `userID` sees it (§16.2).
+    /// The notification's `room_id` as `userID` sees it (docs/push.md#how-the-bridge-sends).
     func roomID(for userID: String) -> String {
         switch kind {
         case .call, .callCancel: return "call:" + (callID ?? "")
@@ -96,7 +97,7 @@ struct PushItem: Sendable {
         return PushConfig.read(from: &reader)?.objectValue ?? [:]
     }()
 
-    /// The default notification body of a message of `type` with `body` JSON (§2 PushConfig).
+    /// The default notification body of a message of `type` with `body` JSON (`PushConfig.content`).
     static func defaultContent(type: Int, body: JSONValue?) -> String {
         switch type {
         case 1:
@@ -110,6 +111,6 @@ struct PushItem: Sendable {
         }
     }
 
-    /// Message types a stored message is pushed for (§16.1).
+    /// Message types a stored message is pushed for (docs/push.md#what-is-pushed-to-whom).
     static let pushableMessageTypes: Set<Int> = [1, 10, 11, 12, 13, 14, 100, 200]
 }

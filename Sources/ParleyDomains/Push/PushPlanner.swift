@@ -127,10 +127,10 @@ package enum PushPlanner {
 
     // MARK: - Pushes decided by other domains
 
-    /// The revoke push of a message revoked or deleted for everyone (§16.1), in the revoking transaction: for each
-    /// recipient whose push for it ended `sent`, one `revoke` attempt to the devices of that push still registered
-    /// (step 1 and `push.enable` apply, not steps 2–3); pushes still being retried stop (`failed`, `revoked`).
-    /// `push`: the revoke request's PushConfig. Returns the attempts written.
+    /// The revoke push of a message revoked or deleted for everyone (docs/push.md#what-is-pushed-to-whom), in the
+    /// revoking transaction: for each recipient whose push for it ended `sent`, one `revoke` attempt to the devices of
+    /// that push still registered (step 1 and `push.enable` apply, not steps 2–3); pushes still being retried stop
+    /// (`failed`, `revoked`). `push`: the revoke request's PushConfig. Returns the attempts written.
     @discardableResult
     static func revoke(appID: String, messageID: String, push: JSONValue?, now: Int64, on db: PostgresConnection) throws -> [PushAttemptRow] {
         let sent = try PushStore.revokeAttempts(appID: appID, messageID: messageID, now: now, on: db)
@@ -167,7 +167,8 @@ package enum PushPlanner {
         try revoke(appID: appID, messageID: messageID, push: push, now: now, on: db)
     }
 
-    /// A call push (`call` or `call_cancel`, §16.1) to `userIDs`, in the call's transaction (the calls domain).
+    /// A call push (`call` or `call_cancel`, docs/push.md#what-is-pushed-to-whom) to `userIDs`, in the call's
+    /// transaction (the calls domain).
     @discardableResult
     static func call(
         kind: PushItem.Kind, appID: String, callID: String, actor: String, userIDs: [String], push: JSONValue?, now: Int64,

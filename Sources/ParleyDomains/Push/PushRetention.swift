@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// Drops push attempts after 7 days (API.md §16.3), every ten minutes; pending ones finish within seconds, so age
-/// alone decides.
+/// Drops push attempts after 7 days (docs/push.md#the-attempt-log), every ten minutes; pending ones finish within
+/// seconds, so age alone decides.
 package enum PushRetention {
     static let keptMillis: Int64 = 7 * 86_400_000
 

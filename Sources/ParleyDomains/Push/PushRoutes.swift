@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// The push bridge's routes (API.md §16.3): the dry run (or a real test push) and the attempt log.
+/// The push bridge's routes (docs/push.md#the-attempt-log): the dry run (or a real test push) and the attempt log.
 package enum PushRoutes {
     package static func register(on api: inout API, bridge: PushBridge) {
         api.add(.post, "/v1/push/test", .app, "testPush") { ctx in
@@ -44,8 +44,9 @@ package enum PushRoutes {
         }
     }
 
-    /// `POST /v1/push/test`: the decision for each of the user's devices and the request it comes to; with
-    /// `dry_run: false` the request is really sent (kind `test`) and logged as an attempt.
+    /// `POST /v1/push/test`: the push decision (docs/push.md#what-is-pushed-to-whom) for each of the user's devices and
+    /// the request it comes to; with `dry_run: false` the request is really sent (kind `test`) and logged as an
+    /// attempt.
     private static func test(_ ctx: APIContext, bridge: PushBridge) throws -> Response {
         var body = try ctx.body()
         let userID = body.id("user_id", .userID, required: true)

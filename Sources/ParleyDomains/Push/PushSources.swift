@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// Where pushable items come from (API.md §16.1): the stored messages, broadcasts and application actions behind
-/// the events the planner takes, and who receives each one.
+/// Where pushable items come from (docs/push.md#what-is-pushed-to-whom): the stored messages, broadcasts and
+/// application actions behind the events the planner takes, and who receives each one.
 enum PushSources {
     /// An item and how to find its recipients.
     struct Sourced {

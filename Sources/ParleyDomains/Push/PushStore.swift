@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// One push attempt row (API.md §2 PushAttempt) as the planner writes it and the routes read it.
+/// One push attempt row (docs/push.md#the-attempt-log) as the planner writes it and the routes read it.
 struct PushAttemptRow: Sendable {
     var attemptID: String
     var kind: String
@@ -452,8 +452,9 @@ enum PushStore {
         ).rows.map(attempt)
     }
 
-    /// A revoked message's pushes (§16.1): its pending attempts fail (`revoked`), in the same statement that reads the
-    /// devices each recipient's `sent` (or partly rejected) push went to, which the revoke push then follows.
+    /// A revoked message's pushes (docs/push.md#what-is-pushed-to-whom): its pending attempts fail (`revoked`), in the
+    /// same statement that reads the devices each recipient's `sent` (or partly rejected) push went to, which the
+    /// revoke push then follows.
     static func revokeAttempts(appID: String, messageID: String, now: Int64, on db: PostgresConnection) throws -> [String: Set<String>] {
         var out: [String: Set<String>] = [:]
         for row in try db.query(

@@ -1,7 +1,7 @@
 import ParleyAPI
 import ParleyCore
 
-/// A room (API.md §2 "Room", §10): transient, explicit membership, no roles.
+/// A room (docs/rooms.md): transient, explicit membership, no roles.
 package struct Room: Sendable {
     var roomID: String
     var name: String
@@ -49,7 +49,7 @@ struct RoomMember: Sendable {
     }
 }
 
-/// A room attribute (API.md §2 "RoomAttribute").
+/// A room attribute (docs/rooms.md#room-attributes).
 struct RoomAttribute: Sendable, Equatable {
     var key: String
     var value: String
@@ -69,7 +69,7 @@ struct RoomAttribute: Sendable, Equatable {
     }
 }
 
-/// The limits of API.md §10 and §20 (Rooms).
+/// The limits of rooms (docs/rooms.md): names, rooms per app and per user, attributes and member attributes.
 enum RoomLimits {
     static let maxRoomsPerApp: Int64 = 10_000
     static let maxNameBytes = 64
@@ -90,7 +90,7 @@ enum RoomLimits {
     static let maxMemberAttributesBytes = 144
     static let maxUsersWithMemberAttributes = 500
 
-    /// Why `key` = `value` cannot be set on top of `current` (key → value), in the §10 order: a new key that would
+    /// Why `key` = `value` cannot be set on top of `current` (key → value), checked in this order: a new key that would
     /// be the 21st, key empty or over 16 B, value over 1024 B, total of keys plus values over 5120 B.
     static func attributeProblem(key: String, value: String, in current: [String: String]) -> ErrorCode? {
         let existing = current[key]
@@ -107,9 +107,9 @@ enum RoomLimits {
         attributes.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
     }
 
-    /// Why a member's full set of attributes after a change is refused (§10 "Member attributes"), in the table's
-    /// order after `not_in_room`: more than 30 pairs (after the change, or in the request itself), a changed key empty or over 8 B, a changed value over 64 B,
-    /// more than 144 B in total.
+    /// Why a member's full set of attributes after a change is refused (docs/rooms.md#member-attributes), in the
+    /// table's order after `not_in_room`: more than 30 pairs (after the change, or in the request itself), a changed
+    /// key empty or over 8 B, a changed value over 64 B, more than 144 B in total.
     static func memberAttributesProblem(after: [String: String], changed: [(key: String, value: String)]) -> ErrorCode? {
         if after.count > maxMemberAttributePairs || changed.count > maxMemberAttributePairs { return .memberAttributePairsExceeded }
         if changed.contains(where: { $0.key.utf8.isEmpty || $0.key.utf8.count > maxMemberAttributeKeyBytes }) {

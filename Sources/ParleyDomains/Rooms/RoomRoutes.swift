@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Rooms (API.md §10): HTTP ↔ ``RoomService``. Room messages are sent with `POST /v1/messages` and read through the
+/// Rooms (docs/rooms.md): HTTP ↔ ``RoomService``. Room messages are sent with `POST /v1/messages` and read through the
 /// message routes (`GET /v1/rooms/{room_id}/messages`, `…/recent`).
 package enum RoomRoutes {
     package static func register(on api: inout API) {
@@ -160,8 +160,8 @@ package enum RoomRoutes {
             })
     }
 
-    /// The operator of an attribute request (§1.3): a user token acts for itself, the app for `operator` if it
-    /// names one (then exactly as that user), else for itself.
+    /// The operator of an attribute request (docs/users.md#user-tokens): a user token acts for itself, the app for
+    /// `operator` if it names one (then exactly as that user), else for itself.
     private static func attributeOperator(_ ctx: APIContext, _ body: inout BodyReader) throws -> RoomService.Operator {
         let named = body.id("operator", .userID)
         if ctx.tokenUserID != nil { return RoomService.Operator(userID: try ctx.actingUser(named, field: body.fieldPath("operator"))) }

@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// Room attributes and member attributes (API.md §10 "Attribute ownership", "Member attributes").
+/// Room attributes and member attributes (docs/rooms.md#room-attributes, docs/rooms.md#member-attributes).
 extension RoomService {
     /// The options of an attribute set, delete or batch.
     struct AttributeOptions: Sendable {
@@ -101,7 +101,7 @@ extension RoomService {
     }
 
     /// Why `operation` fails on top of `current`: for a delete, a missing key then someone else's key; for a set,
-    /// someone else's key, then the quotas in §10 order.
+    /// someone else's key, then the quotas in the order of ``Room/attributeProblem``.
     private func problem(_ operation: AttributeOperation, current: [String: RoomAttribute], op: Operator, options: AttributeOptions)
         -> (ErrorCode, String)?
     {

@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The rules of API.md §10: room lifecycle, membership and destruction (attributes in `RoomService+Attributes`).
+/// The room rules (docs/rooms.md): room lifecycle, membership and destruction (attributes in `RoomService+Attributes`).
 ///
 /// Every change runs in one transaction that locks the room row (after the entering user's row, for an enter), so
 /// member counts, the destruction schedule and attribute quotas are exact under concurrency, and writes its events
@@ -14,7 +14,7 @@ package struct RoomService: DomainService {
     let db: PostgresConnection
     let appID: String
     let now: Int64
-    /// The app's `max_rooms_per_user` (§3.1).
+    /// The app's `max_rooms_per_user` (docs/users.md#apps-and-settings).
     var maxRoomsPerUser: Int64 = 5
 
     package init(db: PostgresConnection, appID: String, now: Int64) {
@@ -30,8 +30,8 @@ package struct RoomService: DomainService {
         return service
     }
 
-    /// Who acts on attributes (§1.3, §10 "Attribute ownership"): a user (a token, or the app naming `operator`),
-    /// who must be in the room, or the app itself, which always forces and owns nothing.
+    /// Who acts on attributes (docs/users.md#user-tokens, docs/rooms.md#room-attributes): a user (a token, or the app
+    /// naming `operator`), who must be in the room, or the app itself, which always forces and owns nothing.
     struct Operator: Sendable {
         var userID: String?
 
@@ -79,7 +79,7 @@ package struct RoomService: DomainService {
         var alreadyMember: Bool
     }
 
-    /// `POST /v1/rooms/{room_id}/enter`, in the §10 check order: unknown user, already a member (a no-op), unknown
+    /// `POST /v1/rooms/{room_id}/enter`, checked in this order: unknown user, already a member (a no-op), unknown
     /// room without `create_if_missing`, the app's room limit, the user's room limit, the initial attributes.
     func enter(_ roomID: String, userID: String, extendedData: String, createIfMissing: Bool, newRoom: NewRoom) throws -> Entered {
         try db.transaction { db in
@@ -184,8 +184,8 @@ package struct RoomService: DomainService {
         return events
     }
 
-    /// The offline removal of one member (§3.1 `room_offline_leave_s`), if it is still due under the room lock;
-    /// returns its events (none when it no longer applies).
+    /// The offline removal of one member (the app setting `room_offline_leave_s`), if it is still due under the room
+    /// lock; returns its events (none when it no longer applies).
     func removeOffline(_ roomID: String, userID: String, on db: PostgresConnection) throws -> [NewEvent] {
         guard var room = try RoomStore.fetch(appID: appID, roomID: roomID, forUpdate: true, on: db),
             try !RoomStore.offlineMembers(now: now, limit: 1, only: (appID, roomID, userID), on: db).isEmpty

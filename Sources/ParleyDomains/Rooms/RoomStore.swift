@@ -319,9 +319,9 @@ enum RoomStore {
         }
     }
 
-    /// Members to remove as offline (§3.1 `room_offline_leave_s`) in apps that set it: no presence-counting stream on
-    /// any node for that long, counted from the later of `entered_at` and the detected close of the last stream.
-    /// `only` narrows the search to one member (the re-check under the room lock).
+    /// Members to remove as offline (the app setting `room_offline_leave_s`, docs/rooms.md#lifecycle) in apps that set
+    /// it: no presence-counting stream on any node for that long, counted from the later of `entered_at` and the
+    /// detected close of the last stream. `only` narrows the search to one member (the re-check under the room lock).
     static func offlineMembers(
         now: Int64, limit: Int, only: (appID: String, roomID: String, userID: String)? = nil, on db: PostgresConnection
     ) throws -> [(appID: String, roomID: String, userID: String)] {

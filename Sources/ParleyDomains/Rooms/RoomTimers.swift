@@ -2,7 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The two room timers on the server clock (API.md §10 "Destruction", §3.1 `room_offline_leave_s`, §17).
+/// The two room timers on the server clock (docs/rooms.md#lifecycle: delayed destruction, and the app setting
+/// `room_offline_leave_s`; docs/operations.md#test-clock).
 ///
 /// They own nothing: each claims its rooms under their row locks (`SKIP LOCKED` for destruction; the offline
 /// removal re-checks its member under the room lock), so a background sweep, a test-clock advance and other nodes

@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// The blacklist (API.md §8): HTTP ↔ ``BlacklistService``. Every path is under the owner's
+/// The blacklist (docs/social.md#blacklists): HTTP ↔ ``BlacklistService``. Every path is under the owner's
 /// `/v1/users/{user_id}`; a user token acts only on its own list (`.appOrSelf`).
 package enum BlacklistRoutes {
     package static func register(on api: inout API) {

@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The rules of API.md §8: each change runs in one transaction that checks the owner, changes the list and writes
-/// its one `blacklist.added` / `blacklist.removed` event last (§18).
+/// The blacklist rules (docs/social.md#blacklists): each change runs in one transaction that checks the owner, changes
+/// the list and writes its one `blacklist.added` / `blacklist.removed` event last (docs/events.md#the-event-object).
 ///
 /// A value made per request; it owns nothing mutable. Transaction bodies are re-runnable (the pool retries them on
 /// serialization failures), so they compute everything they return from what they read.
@@ -14,7 +14,7 @@ struct BlacklistService: DomainService {
     /// Server-clock ms of the request.
     let now: Int64
 
-    /// Most entries one list may hold (API.md §20).
+    /// Most entries one list may hold (more: 422 `6000808`).
     static let maxEntries = 1000
 
     /// The outcome of one add item.

@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// SQL for blacklists (API.md §8). No rules here: callers check owners, limits and inputs.
+/// SQL for blacklists (docs/social.md#blacklists). No rules here: callers check owners, limits and inputs.
 enum BlacklistStore {
     /// One listed entry: the blocked user's public profile and when it was blocked.
     struct Entry: Sendable, Equatable {
@@ -11,7 +11,7 @@ enum BlacklistStore {
         var avatarURL: String
         var createdAt: Int64
 
-        /// `{user_id, name, avatar_url, created_at}` (API.md §8).
+        /// `{user_id, name, avatar_url, created_at}` (docs/social.md#blacklists).
         var json: [UInt8] {
             var o = JSONObjectWriter(capacity: 96 + name.utf8.count + avatarURL.utf8.count)
             o["user_id"] = userID
@@ -61,7 +61,7 @@ enum BlacklistStore {
     }
 
     /// Up to `limit` entries of `owner`'s list by `created_at` desc, then `blocked_id` desc, strictly after the
-    /// position `after`. Soft-deleted blocked users are hidden (API.md §4) but keep their entry.
+    /// position `after`. Soft-deleted blocked users are hidden (docs/users.md) but keep their entry.
     static func list(
         appID: String, owner: String, after: (createdAt: Int64, userID: String)?, limit: Int, on db: PostgresConnection
     ) throws -> [Entry] {

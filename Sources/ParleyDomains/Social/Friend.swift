@@ -1,8 +1,8 @@
 import ParleyAPI
 import ParleyCore
 
-/// One entry of a friend list (API.md §2 Friend): the owner's alias, attributes and add postscript for the friend,
-/// with the friend's public profile joined in.
+/// One entry of a friend list (docs/social.md#friends): the owner's alias, attributes and add postscript for the
+/// friend, with the friend's public profile joined in.
 ///
 /// A value read from one `friends` row (joined with the friend's `users` row); services build it and render it.
 struct Friend: Sendable, Equatable {
@@ -30,13 +30,13 @@ struct Friend: Sendable, Equatable {
         return o.finish()
     }
 
-    /// Longest `alias` and `wording` (API.md §20).
+    /// Longest `alias` and `wording`, in bytes.
     static let maxAliasBytes = 256
     static let maxWordingBytes = 256
-    /// Most entries one friend list may hold (API.md §20).
+    /// Most entries one friend list may hold (more: 422 `6000801`).
     static let maxFriends = 3000
 
-    /// The `relation` of a check (API.md §1.9).
+    /// The `relation` of a check (docs/api.md).
     enum Relation: String, Sendable {
         case singleNo = "single_no"
         case singleHave = "single_have"
@@ -58,13 +58,13 @@ struct Friend: Sendable, Equatable {
         }
     }
 
-    /// The delete / check `mode` (API.md §1.9): `both` covers both lists, `single` only the owner's.
+    /// The delete / check `mode` (docs/api.md): `both` covers both lists, `single` only the owner's.
     enum DeleteMode: String, CaseIterable, Sendable {
         case both, single
     }
 }
 
-/// Friend attributes (API.md §2): at most the keys `k0`–`k4`, string values of at most 256 bytes.
+/// Friend attributes (docs/social.md): at most the keys `k0`–`k4`, string values of at most 256 bytes.
 enum FriendAttributes {
     package static let keys: Set<String> = ["k0", "k1", "k2", "k3", "k4"]
     static let maxValueBytes = 256

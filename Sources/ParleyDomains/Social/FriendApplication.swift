@@ -1,7 +1,7 @@
 import ParleyAPI
 import ParleyCore
 
-/// A friend application (API.md §2 FriendApplication) as stored: the public fields plus what the applicant asked
+/// A friend application (docs/social.md#friends) as stored: the public fields plus what the applicant asked
 /// for its own entry (`alias`, `attributes`), applied when the application is accepted.
 ///
 /// A value read from one `friend_applications` row; services change it under the row lock and save it.
@@ -20,12 +20,12 @@ struct FriendApplication: Sendable, Equatable {
     var updatedAt: Int64
     var expiresAt: Int64
 
-    /// Application `state` (API.md §1.9).
+    /// Application `state` (docs/api.md).
     enum State: String, CaseIterable, Sendable {
         case waiting, accepted, rejected, expired
     }
 
-    /// Which applications of a user a list shows (API.md §7).
+    /// Which applications of a user a list shows (docs/social.md#friends).
     enum Direction: String, CaseIterable, Sendable {
         case received, sent, all
     }
@@ -59,8 +59,8 @@ struct FriendApplication: Sendable, Equatable {
         return o.finish()
     }
 
-    /// The `{application}` event data of `friend.application_created` / `friend.application_updated` (API.md §18):
-    /// to `from` and `to`, ordered by `from`.
+    /// The `{application}` event data of `friend.application_created` / `friend.application_updated`
+    /// (docs/events.md#the-event-object): to `from` and `to`, ordered by `from`.
     func event(_ type: String) -> NewEvent {
         var data = JSONObjectWriter()
         data.raw("application", json())

@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The expiry of waiting friend applications (API.md §7): `application_expiry_s` after creation an application
-/// becomes `expired` and `friend.application_updated` is written to `from` and `to`.
+/// The expiry of waiting friend applications (docs/social.md#friends): `application_expiry_s` after creation an
+/// application becomes `expired` and `friend.application_updated` is written to `from` and `to`.
 ///
 /// Reads already treat an overdue waiting application as expired (``FriendApplication/asOf(_:)``); this timer makes
 /// the state and its event durable. It owns nothing: each batch is one transaction that claims its rows atomically.

@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// SQL for friend applications (API.md §7). No rules here: callers check owners, states and inputs.
+/// SQL for friend applications (docs/social.md#friends). No rules here: callers check owners, states and inputs.
 enum FriendApplicationStore {
     /// The columns ``application(_:)`` decodes, in order.
     private static let columns =

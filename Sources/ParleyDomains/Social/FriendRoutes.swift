@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Friends and friend applications (API.md §7): HTTP ↔ ``FriendService``. Every path is under the owner's
+/// Friends and friend applications (docs/social.md#friends): HTTP ↔ ``FriendService``. Every path is under the owner's
 /// `/v1/users/{user_id}`; a user token acts only on its own list (`.appOrSelf`).
 package enum FriendRoutes {
     package static func register(on api: inout API) {
@@ -107,8 +107,9 @@ package enum FriendRoutes {
 
     /// `wording` (unless `wording` is false: an accept has none), `alias` and `attributes` of an add, application or
     /// accept; `""` attribute values are dropped.
-    /// The `friend.before_add` hook (§15.3) of a direct add or an application, then `then` with the entry, patched
-    /// in `wording`, `alias` and `attributes` by a `modify`. Called after validation; the self check (422) comes first.
+    /// The `friend.before_add` hook (docs/webhooks.md#before-event-hooks) of a direct add or an application, then
+    /// `then` with the entry, patched in `wording`, `alias` and `attributes` by a `modify`. Called after validation;
+    /// the self check (422) comes first.
     private static func beforeAdd(
         _ ctx: APIContext, _ userID: String, _ friendID: String, via: String, _ entry: FriendService.EntryRequest, skip: Bool,
         then: @escaping @Sendable (APIContext, FriendService.EntryRequest) throws -> Response

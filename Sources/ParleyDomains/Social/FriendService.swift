@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The rules of API.md §7: friend lists and friend applications. Each change runs in one transaction that checks,
-/// writes and appends its events last (§18).
+/// The friend rules (docs/social.md#friends): friend lists and friend applications. Each change runs in one transaction
+/// that checks, writes and appends its events last (docs/events.md#the-event-object).
 ///
 /// Changes that can add entries lock the users rows of both people in `user_id` order first
 /// (``UserStore/fetchMany(appID:userIDs:forUpdate:on:)``), so concurrent adds and accepts between the same two users
@@ -30,7 +30,8 @@ struct FriendService: DomainService {
     // MARK: - Direct add
 
     /// `POST …/friends`: adds `friendID` to `owner`'s list and, unless it is there, `owner` to the friend's list (empty
-    /// alias and attributes). Errors in the order of API.md §7.
+    /// alias and attributes). Errors in this order: yourself (422), an unknown user (404), an existing friend (409),
+    /// the friend's blacklist (403), a full list.
     func add(owner: String, friendID: String, _ entry: EntryRequest) throws -> Friend {
         if owner == friendID { throw Self.cannotFriendSelf() }
         return try db.transaction { db in
@@ -273,7 +274,8 @@ struct FriendService: DomainService {
         try UserService.requireActive(owner, appID: appID, on: db)
     }
 
-    /// 403 `20007` when `applicant` is on `blocker`'s blacklist (API.md §8: always an error for friend requests).
+    /// 403 `20007` when `applicant` is on `blocker`'s blacklist (always an error for friend requests,
+    /// docs/social.md#blacklists).
     private func checkNotBlocked(applicant: String, by blocker: String, on db: PostgresConnection) throws {
         if try !BlacklistStore.present(appID: appID, owner: blocker, blockedIDs: [applicant], on: db).isEmpty {
             throw APIError(.blockedByRecipient, "user \(applicant) is on the blacklist of \(blocker)")

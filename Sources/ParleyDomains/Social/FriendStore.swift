@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// SQL for friend lists (API.md §7). No rules here: callers check owners, limits and inputs.
+/// SQL for friend lists (docs/social.md#friends). No rules here: callers check owners, limits and inputs.
 enum FriendStore {
     /// The columns ``friend(_:)`` decodes, from `friends f` joined with the friend's `users u`.
     private static let select = """
@@ -19,7 +19,8 @@ enum FriendStore {
             updatedAt: updatedAt)
     }
 
-    /// `owner`'s entry for `friendID`; `visibleOnly` hides a soft-deleted friend (API.md §4: hidden from reads).
+    /// `owner`'s entry for `friendID`; `visibleOnly` hides a soft-deleted friend (soft-deleted users are hidden from
+    /// reads).
     package static func fetch(appID: String, owner: String, friendID: String, visibleOnly: Bool = false, on db: PostgresConnection) throws
         -> Friend?
     {
@@ -114,7 +115,7 @@ enum FriendStore {
     }
 
     /// `unicode`: lowercase with ICU's root locale, because lower() under the "C" locale of the embedded cluster
-    /// folds ASCII letters only (API.md §1.5 asks for Unicode lowercasing).
+    /// folds ASCII letters only (list filters compare after Unicode lowercasing).
     private static func list(
         appID: String, owner: String, keywords: [String], matchAlias: Bool, after: (createdAt: Int64, userID: String)?, limit: Int,
         unicode: Bool, on db: PostgresConnection

@@ -1,7 +1,7 @@
 import ParleyAPI
 import ParleyCore
 
-/// A user of an app as stored (API.md §2 User), with its JSON views.
+/// A user of an app as stored (docs/users.md#the-user-object), with its JSON views.
 ///
 /// A value type read from and written back to one `users` row; services change it under the row lock and save it.
 package struct User: Sendable, Equatable {
@@ -65,7 +65,7 @@ package struct User: Sendable, Equatable {
     /// Whether the user is globally muted at `now` (server clock ms).
     func isMuted(now: Int64) -> Bool { UserStore.isActive(until: mutedUntil, now: now) }
 
-    /// Which fields a reader may see (API.md §2, §4).
+    /// Which fields a reader may see (docs/users.md#the-user-object).
     enum View: Sendable {
         /// The app key: every field, `deleted_at` included.
         case app

@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Users (API.md §4): HTTP ↔ ``UserService``.
+/// Users (docs/users.md): HTTP ↔ ``UserService``.
 package enum UserRoutes {
     package static func register(on api: inout API, hooks: UserHooks) {
         api.add(.post, "/v1/users", .app, "createUser") { ctx in

@@ -2,8 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The rules of API.md §4: every user change runs in one transaction that locks the user's row, saves it and
-/// writes the change's events last (§18).
+/// The user rules (docs/users.md): every user change runs in one transaction that locks the user's row, saves it and
+/// writes the change's events last (docs/events.md#the-event-object).
 ///
 /// A value made per request; it owns nothing mutable. Transaction bodies are re-runnable (the pool retries them on
 /// serialization failures), so they compute everything they return from what they read.
@@ -20,10 +20,10 @@ package struct UserService: DomainService {
         self.now = now
     }
 
-    /// Longest mute or ban (API.md §20).
+    /// Longest mute or ban, in seconds (one year; -1 is permanent).
     static let maxRestrictionSeconds: Int64 = 31_536_000
 
-    /// The `platform` enum of API.md §1.9, in ZIM number order.
+    /// The `platform` enum, in ZIM number order.
     static let platforms = ["win", "ios", "android", "macos", "linux", "web", "miniprogram", "ipados", "ohos", "unknown"]
 
     // MARK: - Reads
@@ -225,7 +225,8 @@ package struct UserService: DomainService {
                 user.tokenGeneration += 1
                 try UserStore.save(appID: appID, user: user, on: db)
             case .hard:
-                // The user leaves its groups first (owner continuity, dismissal of emptied groups; API.md §9.3).
+                // The user leaves its groups first (owner continuity, dismissal of emptied groups;
+                // docs/groups.md#lifecycle-and-membership).
                 groupEvents = try removeFromGroups(db, appID, userID, now)
                 guard try UserStore.delete(appID: appID, userID: userID, on: db) else { throw Self.notFound(userID) }
             }
@@ -304,7 +305,7 @@ extension UserService {
     }
 
     /// 404 `user_not_found` unless the user exists and is not soft-deleted: reads of a user's own data (its
-    /// conversations, unread count, history) are hidden with the user.
+    /// conversations, unread count, history) are hidden with the user (docs/users.md#creating-and-changing-users).
     package func requireActive(_ userID: String) throws {
         try Self.requireActive(userID, appID: appID, on: db)
     }

@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// SQL for users (API.md §4). No rules here: callers check permissions and inputs.
+/// SQL for users (docs/users.md). No rules here: callers check permissions and inputs.
 package enum UserStore {
     /// What token verification needs to know about a user.
     package struct AuthState {
@@ -62,7 +62,7 @@ package enum UserStore {
         ).rows.map(user)
     }
 
-    /// Which users `GET /v1/users` lists (API.md §4).
+    /// Which users `GET /v1/users` lists (docs/users.md).
     enum ListState: String, CaseIterable, Sendable {
         case active, deleted, banned, muted, all
 
@@ -95,7 +95,7 @@ package enum UserStore {
     }
 
     /// `unicode`: lowercase names with ICU's root locale, because lower() under the "C" locale of the embedded
-    /// cluster folds ASCII letters only (API.md §1.5 asks for Unicode lowercasing).
+    /// cluster folds ASCII letters only (list filters compare after Unicode lowercasing).
     private static func list(
         appID: String, state: ListState, query: String?, after: String?, now: Int64, limit: Int, unicode: Bool,
         on db: PostgresConnection

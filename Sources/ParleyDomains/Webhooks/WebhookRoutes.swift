@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Webhook endpoints and their delivery log (API.md §15.1): HTTP ↔ ``WebhookService``.
+/// Webhook endpoints and their delivery log (docs/webhooks.md#endpoints): HTTP ↔ ``WebhookService``.
 package enum WebhookRoutes {
     package static func register(on api: inout API) {
         api.add(.post, "/v1/webhooks", .app, "createWebhook") { ctx in
@@ -109,9 +109,9 @@ package enum WebhookRoutes {
     /// caller (an operator at a console, a script) is never left waiting on a destination that drops packets.
     static let pingTimeoutMillis = 5_000
 
-    /// `POST …/ping`: one signed POST of a `webhook.ping` body, answered with its outcome (§15.1). The call runs on a
-    /// call thread (the request holds no connection while it waits) and is logged as a `ping` delivery; it does not
-    /// count toward the endpoint's consecutive failures.
+    /// `POST …/ping`: one signed POST of a `webhook.ping` body, answered with its outcome (docs/webhooks.md#endpoints).
+    /// The call runs on a call thread (the request holds no connection while it waits) and is logged as a `ping`
+    /// delivery; it does not count toward the endpoint's consecutive failures.
     private static func ping(_ ctx: APIContext) throws -> Response {
         let webhook = try WebhookService(ctx).get(try ctx.pathID("webhook_id", .opaque))
         let pingID = "ping_" + Crypto.base64URLEncode(Crypto.randomBytes(15))

@@ -2,7 +2,8 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The rules of API.md §15.1: endpoints, secrets and rotation, before-hook ownership, the delivery log and retries.
+/// The rules of webhook endpoints (docs/webhooks.md#endpoints): endpoints, secrets and rotation, before-hook ownership,
+/// the delivery log and retries.
 ///
 /// A value made per request; it owns nothing mutable. Endpoint writes lock the endpoint's row (or, on create, count
 /// the app's endpoints under the app's row lock) so the 20-endpoint limit and before-hook ownership hold under races;
@@ -12,12 +13,12 @@ struct WebhookService: DomainService {
     let appID: String
     let now: Int64
 
-    /// Most endpoints per app (§20).
+    /// Most endpoints per app (more: 422 `7000505`).
     static let maxEndpoints = 20
-    /// How long the old secret still signs after a rotation (§15.1).
+    /// How long the old secret still signs after a rotation (docs/webhooks.md#endpoints).
     static let rotationOverlapMillis: Int64 = 24 * 3_600_000
 
-    /// The fields of a create or a PATCH (§15.1); nil members were not given.
+    /// The fields of a create or a PATCH (docs/webhooks.md#endpoints); nil members were not given.
     struct Fields {
         var url: String?
         var eventTypes: [String]?
@@ -152,7 +153,8 @@ struct WebhookService: DomainService {
         return delivery
     }
 
-    /// Re-queues an after delivery now (§15.1); 409 `7000009` when it is pending, or a before or ping delivery.
+    /// Re-queues an after delivery now (docs/webhooks.md#endpoints); 409 `7000009` when it is pending, or a before or
+    /// ping delivery.
     func retry(_ webhookID: String, _ deliveryID: String) throws -> Delivery {
         _ = try get(webhookID)
         guard let (delivery, retried) = try DeliveryStore.retry(appID: appID, webhookID: webhookID, deliveryID: deliveryID, now: now, on: db)

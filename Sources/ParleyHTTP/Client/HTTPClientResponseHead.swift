@@ -1,4 +1,4 @@
-/// The status line and header fields of one response, and the body framing they imply (RFC 9112 §6.3).
+/// The status line and header fields of one response, and the body framing they imply (RFC 9112, section 6.3).
 ///
 /// Pure parsing, no I/O: `HTTPClientConnection` and `HTTPClientStream` feed it the bytes they buffered.
 struct HTTPClientResponseHead: Sendable {
@@ -22,7 +22,7 @@ struct HTTPClientResponseHead: Sendable {
     /// Parses a complete head at the start of `bytes`.
     ///
     /// Returns the head and how many bytes it used (through the empty line), or nil when the empty line has not
-    /// arrived yet. Lines end in CRLF; a bare LF is accepted too (RFC 9112 §2.2 allows it).
+    /// arrived yet. Lines end in CRLF; a bare LF is accepted too (RFC 9112, section 2.2 allows it).
     static func parse(_ bytes: ArraySlice<UInt8>, limit: Int) throws -> (head: HTTPClientResponseHead, length: Int)? {
         guard let end = headEnd(bytes) else {
             if bytes.count > limit {
@@ -116,7 +116,7 @@ struct HTTPClientResponseHead: Sendable {
         return (String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self))
     }
 
-    /// The body framing of this response to a request made with `method` (RFC 9112 §6.3, in its order).
+    /// The body framing of this response to a request made with `method` (RFC 9112, section 6.3, in its order).
     func framing(for method: HTTPMethod) throws -> Framing {
         if method == .head || (100..<200).contains(status) || status == 204 || status == 304 { return .none }
         let encodings = headers.values("Transfer-Encoding")

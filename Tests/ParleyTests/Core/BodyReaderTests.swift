@@ -38,7 +38,7 @@ struct BodyReaderTests {
         #expect(throws: Never.self) { try r.check() }
     }
 
-    /// API.md §1.1: an integer is a whole number however it is written, as JSON Schema says.
+    /// An integer is a whole number however it is written, as JSON Schema says.
     @Test func wholeNumbersAreIntegersHoweverWritten() throws {
         var r = try reader(#"{"a":3600.0,"b":3.6e3,"c":-2E0,"d":[1.0,2e0],"e":3600.5,"f":1e300,"p":3.0}"#)
         #expect(r.int("a") == 3600)

@@ -8,7 +8,7 @@ import Testing
 
 @Suite("Error catalogue and problem bodies")
 struct ErrorCodeTests {
-    /// API.md §19, row by row (code, name, HTTP status), copied from the contract as data.
+    /// The error catalogue, row by row (code, name, HTTP status), copied from the contract as data.
     static let contract: [(Int, String, Int)] = [
         (6000001, "invalid_params", 400),
         (6000005, "rate_limited", 429),
@@ -120,7 +120,7 @@ struct ErrorCodeTests {
     ]
 
     @Test func catalogueMatchesTheContractExactly() {
-        #expect(Self.contract.count == 107, "API.md §19 has 107 codes")
+        #expect(Self.contract.count == 107, "the error catalogue has 107 codes")
         #expect(ErrorCode.all.count == Self.contract.count)
         for (entry, row) in zip(ErrorCode.all, Self.contract) {
             #expect(entry.code == row.0 && entry.name == row.1 && entry.status == row.2, "\(entry) vs \(row)")

@@ -78,7 +78,7 @@ struct UserTokenTests {
     }
 
     @Test func expiredButBadSignatureIsBadSignature() {
-        // §1.3 order: signature before expiry.
+        // Verification order: signature before expiry.
         let token = mint(exp: now - 1)
         #expect(UserToken.verify(token, secret: Crypto.randomBytes(32), now: now) == .failure(.badSignature))
     }
