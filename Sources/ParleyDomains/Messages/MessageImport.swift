@@ -162,7 +162,10 @@ struct MessageImport {
         while true {
             do {
                 let rows = try db.transaction { db in
-                    try db.query(PostgresQuery(sql: Self.statement, binds: [appID, Self.linesJSON(batch), now])).rows
+                    try db.run(
+                        PostgresStatement(
+                            PostgresQuery(sql: Self.statement, binds: [appID, Self.linesJSON(batch), now]),
+                            rows: (MessageWrite.Outcome, String?, Int64?).self))
                 }
                 return try zip(batch, rows).map { line, row in try outcome(line, row) }
             } catch let error as PostgresError where error.sqlState == "23505" && retries < 3 {
@@ -172,15 +175,18 @@ struct MessageImport {
         }
     }
 
-    private func outcome(_ line: Line, _ row: PostgresRow) throws -> Outcome {
+    private func outcome(_ line: Line, _ row: (MessageWrite.Outcome, String?, Int64?)) throws -> Outcome {
         let name = line.conversationType == .peer ? "user" : line.conversationType.rawValue
-        switch try row[0].int {
-        case 0: return .written(messageID: try row[1].string, seq: try row[2].int64, duplicate: false)
-        case 1: return .written(messageID: try row[1].string, seq: try row[2].int64, duplicate: true)
-        case 2: return .failed(APIError(.clientMsgIdConflict, "the dedupe key \(line.dedupeKey) was used for another message"))
-        case 3: return .failed(UserService.notFound(line.from))
-        case 4: return .failed(APIError(.targetNotFound, "\(name) \(line.to) does not exist"))
-        default: return .failed(.groupDismissed(line.to))
+        let (outcome, messageID, seq) = row
+        switch outcome {
+        case .sent, .duplicate:
+            guard let messageID, let seq else { throw APIError(.internalError, "an imported message came back without its seq") }
+            return .written(messageID: messageID, seq: seq, duplicate: outcome == .duplicate)
+        case .conflict: return .failed(APIError(.clientMsgIdConflict, "the dedupe key \(line.dedupeKey) was used for another message"))
+        case .fromNotFound: return .failed(UserService.notFound(line.from))
+        case .toNotFound: return .failed(APIError(.targetNotFound, "\(name) \(line.to) does not exist"))
+        case .groupDismissed: return .failed(.groupDismissed(line.to))
+        default: throw APIError(.internalError, "the import statement answered \(outcome.rawValue)")
         }
     }
 
@@ -237,7 +243,7 @@ struct MessageImport {
         return String(decoding: w.bytes, as: UTF8.self)
     }
 
-    /// One statement per batch: checks (outcome numbers as in ``outcome(_:_:)``), seq heads, dedupe keys, the message
+    /// One statement per batch: checks (outcomes named as a send's, ``MessageWrite/Outcome``), seq heads, dedupe keys, the message
     /// rows (the only INSERT INTO messages of an import) and conversation entries. `$1` app, `$2` lines, `$3` now.
     static let statement = """
         WITH i AS (
@@ -248,13 +254,13 @@ struct MessageImport {
         ), checked AS (
             SELECT i.*,
                 CASE
-                    WHEN k.content_hash IS NOT NULL THEN CASE WHEN k.content_hash = i.content_hash THEN 1 ELSE 2 END
-                    WHEN u.found IS NULL THEN 3
-                    WHEN i.conv_type = 'peer' AND r.found IS NULL THEN 4
-                    WHEN i.conv_type = 'group' AND g.group_id IS NULL THEN 4
-                    WHEN i.conv_type = 'group' AND g.dismissed_at IS NOT NULL THEN 5
-                    WHEN i.conv_type = 'room' AND ro.found IS NULL THEN 4
-                    ELSE 0
+                    WHEN k.content_hash IS NOT NULL THEN CASE WHEN k.content_hash = i.content_hash THEN \(MessageWrite.Outcome.duplicate.sql) ELSE \(MessageWrite.Outcome.conflict.sql) END
+                    WHEN u.found IS NULL THEN \(MessageWrite.Outcome.fromNotFound.sql)
+                    WHEN i.conv_type = 'peer' AND r.found IS NULL THEN \(MessageWrite.Outcome.toNotFound.sql)
+                    WHEN i.conv_type = 'group' AND g.group_id IS NULL THEN \(MessageWrite.Outcome.toNotFound.sql)
+                    WHEN i.conv_type = 'group' AND g.dismissed_at IS NOT NULL THEN \(MessageWrite.Outcome.groupDismissed.sql)
+                    WHEN i.conv_type = 'room' AND ro.found IS NULL THEN \(MessageWrite.Outcome.toNotFound.sql)
+                    ELSE \(MessageWrite.Outcome.sent.sql)
                 END AS outcome,
                 -- A receipt's recipients as a send fixes them (Migrations/0020).
                 CASE WHEN i.need_receipt THEN CASE WHEN i.conv_type = 'group' THEN greatest(g.member_count - 1, 0) ELSE 1 END
@@ -281,7 +287,7 @@ struct MessageImport {
                 SELECT true AS found FROM rooms ro WHERE i.conv_type = 'room' AND ro.app_id = $1 AND ro.room_id = i.recipient LIMIT 1
             ) ro ON true
         ), sent AS (
-            SELECT * FROM checked WHERE outcome = 0
+            SELECT * FROM checked WHERE outcome = \(MessageWrite.Outcome.sent.sql)
         ), counts AS (
             SELECT conv_type, conv_id, count(*) AS n, max(ts) AS ts FROM sent GROUP BY conv_type, conv_id
         ), heads AS (

@@ -113,6 +113,9 @@ struct MessageReactions: DomainService {
     }
 
     /// What `parley_reaction_changes` answers for an item besides a change (its `outcome`).
+    /// The `outcome` column of `parley_reaction_changes`, which stays a number: the function's return type is shared
+    /// with the previous release's binary while both run (its file replaces the function in place), so a named
+    /// outcome needs a function under a new name in one release and the old one dropped in the next.
     private enum Outcome: Int64 {
         case changed = 0
         case messageNotFound, noReactions, typeLimit, exists, notFound

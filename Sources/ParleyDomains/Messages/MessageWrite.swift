@@ -36,12 +36,21 @@ package enum MessageWrite {
     }
 
     /// What the statement decided for one item (the check order of docs/messages.md#sending, first failure wins).
-    enum Outcome: Int, Sendable {
-        case sent = 0
-        case duplicate, conflict, fromNotFound, toNotFound, groupDismissed, replyNotFound, receiptGroupTooLarge, muted, notMember
-        case blocked, notFriends, sensitive
+    /// The statement names it (`'muted'`), and the names are the raw values.
+    enum Outcome: String, Sendable, PostgresOutcome {
+        case sent, duplicate, conflict
+        case fromNotFound = "from_not_found"
+        case toNotFound = "to_not_found"
+        case groupDismissed = "group_dismissed"
+        case replyNotFound = "reply_not_found"
+        case receiptGroupTooLarge = "receipt_group_too_large"
+        case muted
+        case notMember = "not_member"
+        case blocked
+        case notFriends = "not_friends"
+        case sensitive
         /// Room: the sender is not in the room (a policy check).
-        case notInRoom
+        case notInRoom = "not_in_room"
     }
 
     /// One message to write, built and validated by the caller.
@@ -95,22 +104,31 @@ package enum MessageWrite {
         let shape = Shape(items)
         let binds: [(any PostgresEncodable)?] =
             shape.contains(.combine) ? [itemsJSON(items), combinesJSON(items)] : [itemsJSON(items)]
-        let rows = try db.query(PostgresQuery(sql: statement(shape), binds: binds)).rows
+        // One row per item, in item order: the outcome, the seq, timestamp and suppression of a sent message, the
+        // root's new reply count, and the message a duplicate's key first sent.
+        let rows = try db.run(
+            PostgresStatement(
+                PostgresQuery(sql: statement(shape), binds: binds),
+                rows: (Outcome, Int64?, Int64?, String?, Int64?, String?, Int64?).self))
         guard rows.count == items.count else { throw APIError(.internalError, "message write returned \(rows.count) of \(items.count) rows") }
         var written: [Written] = []
         written.reserveCapacity(items.count)
-        for (item, row) in zip(items, rows) {
-            guard let outcome = Outcome(rawValue: try row[0].int) else { throw APIError(.internalError, "unknown send outcome") }
+        for (item, (outcome, seq, timestamp, suppressed, replyCount, originalID, originalSeq)) in zip(items, rows) {
             var message = item.message
             if outcome == .sent {
-                message.seq = row[1].isNull ? nil : try row[1].int64
-                message.timestamp = try row[2].int64
-                message.suppressed = row[3].isNull ? nil : try row[3].string
+                guard let timestamp else { throw APIError(.internalError, "a sent message came back without its timestamp") }
+                message.seq = seq
+                message.timestamp = timestamp
+                message.suppressed = suppressed
+            }
+            var original: (messageID: String, seq: Int64?)?
+            if outcome == .duplicate {
+                guard let originalID else { throw APIError(.internalError, "a duplicate came back without its original") }
+                original = (originalID, originalSeq)
             }
             written.append(
                 Written(
-                    outcome: outcome, message: message, replyCount: row[4].isNull ? nil : try row[4].int64,
-                    original: outcome == .duplicate ? (try row[5].string, row[6].isNull ? nil : try row[6].int64) : nil,
+                    outcome: outcome, message: message, replyCount: replyCount, original: original,
                     appJSON: outcome == .sent ? message.json(.app) : []))
         }
         try storeUnstoredKeys(items, written, on: db)
@@ -122,10 +140,12 @@ package enum MessageWrite {
     /// and whether it would be suppressed by a silent blacklist. Read before a `message.before_send` hook, which is not
     /// called for duplicates, failed sends or suppressed messages; the write checks again.
     static func check(_ item: Item, on db: PostgresConnection) throws -> (outcome: Outcome, suppressed: Bool) {
-        guard let row = try db.query(PostgresQuery(sql: checkStatement(Shape([item])), binds: [itemsJSON([item])])).rows.first,
-            let outcome = Outcome(rawValue: try row[0].int)
-        else { throw APIError(.internalError, "message check returned no outcome") }
-        return (outcome, try row[1].bool)
+        let statement = PostgresStatement(
+            PostgresQuery(sql: checkStatement(Shape([item])), binds: [itemsJSON([item])]), rows: (Outcome, Bool).self)
+        guard let (outcome, suppressed) = try db.runFirst(statement) else {
+            throw APIError(.internalError, "message check returned no outcome")
+        }
+        return (outcome, suppressed)
     }
 
     /// Appends the events of the sent items with their ids, in item order (one statement per app, each taking its
@@ -261,80 +281,81 @@ package enum MessageWrite {
 
     // MARK: - The statement
 
-    /// The items as one JSON array, read by `json_to_recordset` with named columns (`statement`'s `i`).
+    /// The items as one JSON array, read by `json_to_recordset` with named columns (`statement`'s `i`): one object per
+    /// item with a member per ``itemFields`` entry, in that order.
     private static func itemsJSON(_ items: [Item]) -> String {
         var w = JSONWriter(capacity: 512 * items.count)
         w.beginArray()
         for (ord, item) in items.enumerated() {
-            let m = item.message
             w.object { w in
-                w.key(static: "ord")
-                w.writeInt(ord)
-                w.key(static: "app_id")
-                w.writeString(item.appID)
-                w.key(static: "now")
-                w.writeInt(item.now)
-                w.key(static: "conv_type")
-                w.writeString(m.conversationType.rawValue)
-                w.key(static: "conv_id")
-                w.writeString(item.threadID)
-                w.key(static: "sender")
-                w.writeString(m.from)
-                w.key(static: "recipient")
-                w.writeString(m.to)
-                w.key(static: "message_id")
-                w.writeString(m.messageID)
-                w.key(static: "client_msg_id")
-                if let key = m.clientMsgID { w.writeString(key) } else { w.writeNull() }
-                w.key(static: "content_hash")
-                w.writeString(item.contentHash)
-                w.key(static: "stored")
-                w.writeBool(m.seq != nil)
-                w.key(static: "type")
-                w.writeInt(m.type)
-                w.key(static: "body")
-                writeText(m.body, to: &w)
-                w.key(static: "extended_data")
-                w.writeString(m.extendedData)
-                w.key(static: "mention_ids")
-                w.array { w in for id in m.mentionIDs { w.writeString(id) } }
-                w.key(static: "mention_all")
-                w.writeBool(m.mentionAll)
-                w.key(static: "mention_notify")
-                w.writeBool(item.mentionNotify)
-                w.key(static: "reply")
-                writeText(m.reply, to: &w)
-                w.key(static: "root_message_id")
-                if let root = m.rootMessageID { w.writeString(root) } else { w.writeNull() }
-                w.key(static: "reply_missing")
-                w.writeBool(item.replyMissing)
-                w.key(static: "priority")
-                w.writeInt(m.priority)
-                w.key(static: "need_receipt")
-                w.writeBool(m.needReceipt)
-                w.key(static: "no_unread")
-                w.writeBool(m.noUnread)
-                w.key(static: "repeat_count")
-                w.writeInt(m.repeatCount)
-                w.key(static: "push")
-                writeText(m.push, to: &w)
-                w.key(static: "checks")
-                w.writeInt(item.checks.rawValue)
-                w.key(static: "blacklist_error")
-                w.writeBool(item.blacklistError)
-                w.key(static: "friend_only")
-                w.writeBool(item.friendOnly)
-                w.key(static: "sensitive_reject")
-                w.writeBool(item.sensitiveReject)
-                w.key(static: "hook_drop")
-                w.writeBool(item.hookDrop)
-                w.key(static: "combine_id")
-                if let combineID = item.combineID { w.writeString(combineID) } else { w.writeNull() }
+                for field in itemFields {
+                    w.key(static: field.name)
+                    field.write(&w, item, ord)
+                }
             }
         }
         w.endArray()
         return String(decoding: w.bytes, as: UTF8.self)
     }
+
+    /// One column of the items JSON: its member name (also the `json_to_recordset` column), its SQL type, and how an
+    /// item (at position `ord` of its batch) writes it. The JSON and the column list both come from this table.
+    struct ItemField: Sendable {
+        let name: StaticString
+        let type: String
+        let write: @Sendable (inout JSONWriter, Item, Int) -> Void
+    }
+
+    /// The columns the statement reads from the items JSON.
+    static let itemFields: [ItemField] = [
+        ItemField(name: "ord", type: "int") { w, _, ord in w.writeInt(ord) },
+        ItemField(name: "app_id", type: "text") { w, item, _ in w.writeString(item.appID) },
+        ItemField(name: "now", type: "bigint") { w, item, _ in w.writeInt(item.now) },
+        ItemField(name: "conv_type", type: "text") { w, item, _ in w.writeString(item.message.conversationType.rawValue) },
+        ItemField(name: "conv_id", type: "text") { w, item, _ in w.writeString(item.threadID) },
+        ItemField(name: "sender", type: "text") { w, item, _ in w.writeString(item.message.from) },
+        ItemField(name: "recipient", type: "text") { w, item, _ in w.writeString(item.message.to) },
+        ItemField(name: "message_id", type: "text") { w, item, _ in w.writeString(item.message.messageID) },
+        ItemField(name: "client_msg_id", type: "text") { w, item, _ in
+            if let key = item.message.clientMsgID { w.writeString(key) } else { w.writeNull() }
+        },
+        ItemField(name: "content_hash", type: "text") { w, item, _ in w.writeString(item.contentHash) },
+        ItemField(name: "stored", type: "boolean") { w, item, _ in w.writeBool(item.message.seq != nil) },
+        ItemField(name: "type", type: "int") { w, item, _ in w.writeInt(item.message.type) },
+        ItemField(name: "body", type: "text") { w, item, _ in writeText(item.message.body, to: &w) },
+        ItemField(name: "extended_data", type: "text") { w, item, _ in w.writeString(item.message.extendedData) },
+        ItemField(name: "mention_ids", type: "text[]") { w, item, _ in
+            w.array { w in for id in item.message.mentionIDs { w.writeString(id) } }
+        },
+        ItemField(name: "mention_all", type: "boolean") { w, item, _ in w.writeBool(item.message.mentionAll) },
+        ItemField(name: "mention_notify", type: "boolean") { w, item, _ in w.writeBool(item.mentionNotify) },
+        ItemField(name: "reply", type: "text") { w, item, _ in writeText(item.message.reply, to: &w) },
+        ItemField(name: "root_message_id", type: "text") { w, item, _ in
+            if let root = item.message.rootMessageID { w.writeString(root) } else { w.writeNull() }
+        },
+        ItemField(name: "reply_missing", type: "boolean") { w, item, _ in w.writeBool(item.replyMissing) },
+        ItemField(name: "priority", type: "smallint") { w, item, _ in w.writeInt(item.message.priority) },
+        ItemField(name: "need_receipt", type: "boolean") { w, item, _ in w.writeBool(item.message.needReceipt) },
+        ItemField(name: "no_unread", type: "boolean") { w, item, _ in w.writeBool(item.message.noUnread) },
+        ItemField(name: "repeat_count", type: "int") { w, item, _ in w.writeInt(item.message.repeatCount) },
+        ItemField(name: "push", type: "text") { w, item, _ in writeText(item.message.push, to: &w) },
+        ItemField(name: "checks", type: "int") { w, item, _ in w.writeInt(item.checks.rawValue) },
+        ItemField(name: "blacklist_error", type: "boolean") { w, item, _ in w.writeBool(item.blacklistError) },
+        ItemField(name: "friend_only", type: "boolean") { w, item, _ in w.writeBool(item.friendOnly) },
+        ItemField(name: "sensitive_reject", type: "boolean") { w, item, _ in w.writeBool(item.sensitiveReject) },
+        ItemField(name: "hook_drop", type: "boolean") { w, item, _ in w.writeBool(item.hookDrop) },
+        ItemField(name: "combine_id", type: "text") { w, item, _ in
+            if let combineID = item.combineID { w.writeString(combineID) } else { w.writeNull() }
+        },
+    ]
+
+    /// `json_to_recordset`'s column list, from ``itemFields``, a few columns a line (for readable statements in the
+    /// server's logs).
+    static let itemColumns: String = {
+        let columns = itemFields.map { "\($0.name) \($0.type)" }
+        return stride(from: 0, to: columns.count, by: 8).map { columns[$0..<min($0 + 8, columns.count)].joined(separator: ", ") }
+            .joined(separator: ",\n")
+    }()
 
     /// Stored JSON (body, reply, push) travels as a JSON string, so PostgreSQL stores its exact bytes.
     private static func writeText(_ json: [UInt8]?, to w: inout JSONWriter) {
@@ -443,16 +464,6 @@ package enum MessageWrite {
         checked(shape) + " SELECT outcome, suppressed IS NOT NULL FROM checked"
     }
 
-    /// The columns the items JSON carries (`json_to_recordset`'s column list).
-    private static let itemColumns = """
-        ord int, app_id text, now bigint, conv_type text, conv_id text, sender text, recipient text, message_id text,
-        client_msg_id text, content_hash text, stored boolean, type int, body text, extended_data text,
-        mention_ids text[], mention_all boolean, mention_notify boolean, reply text, root_message_id text,
-        reply_missing boolean, priority smallint, need_receipt boolean, no_unread boolean, repeat_count int, push text,
-        checks int, blacklist_error boolean, friend_only boolean, sensitive_reject boolean, hook_drop boolean,
-        combine_id text
-        """
-
     /// The `i` and `checked` CTEs: the items and the outcome of the dedupe, existence and policy checks for each, read
     /// in one snapshot. The rules are written in their check order; a rule whose rows the batch cannot have is left out
     /// with its probe.
@@ -464,39 +475,45 @@ package enum MessageWrite {
         let blacklist = peer && shape.contains(.policy)
         var rules: [String] = []
         if shape.contains(.keyed) {
-            rules.append("WHEN k.content_hash IS NOT NULL THEN CASE WHEN k.content_hash = i.content_hash THEN 1 ELSE 2 END")
+            rules.append(
+                "WHEN k.content_hash IS NOT NULL THEN CASE WHEN k.content_hash = i.content_hash "
+                    + "THEN \(Outcome.duplicate.sql) ELSE \(Outcome.conflict.sql) END")
         }
-        rules.append("WHEN i.checks = 0 THEN 0")
-        if sender { rules.append("WHEN u.user_id IS NULL OR u.deleted_at IS NOT NULL THEN 3") }
+        rules.append("WHEN i.checks = 0 THEN \(Outcome.sent.sql)")
+        if sender { rules.append("WHEN u.user_id IS NULL OR u.deleted_at IS NOT NULL THEN \(Outcome.fromNotFound.sql)") }
         if group {
-            rules.append("WHEN i.conv_type = 'group' AND g.group_id IS NULL THEN 4")
-            rules.append("WHEN i.conv_type = 'group' AND g.dismissed_at IS NOT NULL THEN 5")
+            rules.append("WHEN i.conv_type = 'group' AND g.group_id IS NULL THEN \(Outcome.toNotFound.sql)")
+            rules.append("WHEN i.conv_type = 'group' AND g.dismissed_at IS NOT NULL THEN \(Outcome.groupDismissed.sql)")
         }
-        if peer { rules.append("WHEN i.conv_type = 'peer' AND r.user_id IS NULL THEN 4") }
-        if room { rules.append("WHEN i.conv_type = 'room' AND ro.found IS NULL THEN 4") }
-        rules.append("WHEN i.reply_missing THEN 6")
+        if peer { rules.append("WHEN i.conv_type = 'peer' AND r.user_id IS NULL THEN \(Outcome.toNotFound.sql)") }
+        if room { rules.append("WHEN i.conv_type = 'room' AND ro.found IS NULL THEN \(Outcome.toNotFound.sql)") }
+        rules.append("WHEN i.reply_missing THEN \(Outcome.replyNotFound.sql)")
         if group {
-            rules.append("WHEN i.conv_type = 'group' AND i.need_receipt AND (g.is_big_group OR g.member_count > 500) THEN 7")
+            rules.append(
+                "WHEN i.conv_type = 'group' AND i.need_receipt AND (g.is_big_group OR g.member_count > 500) "
+                    + "THEN \(Outcome.receiptGroupTooLarge.sql)")
         }
-        rules.append("WHEN i.checks = 1 THEN 0")
-        if sender { rules.append("WHEN u.muted_until = -1 OR u.muted_until > i.now THEN 8") }
-        if group { rules.append("WHEN i.conv_type = 'group' AND gm.user_id IS NULL THEN 9") }
-        if room { rules.append("WHEN i.conv_type = 'room' AND rm.found IS NULL THEN 13") }
+        rules.append("WHEN i.checks = 1 THEN \(Outcome.sent.sql)")
+        if sender { rules.append("WHEN u.muted_until = -1 OR u.muted_until > i.now THEN \(Outcome.muted.sql)") }
+        if group { rules.append("WHEN i.conv_type = 'group' AND gm.user_id IS NULL THEN \(Outcome.notMember.sql)") }
+        if room { rules.append("WHEN i.conv_type = 'room' AND rm.found IS NULL THEN \(Outcome.notInRoom.sql)") }
         if group {
             rules.append(
                 """
                 WHEN i.conv_type = 'group' AND (gm.muted_until = -1 OR gm.muted_until > i.now OR (
                             g.mute_mode <> 'none' AND (g.mute_expires_at = -1 OR g.mute_expires_at > i.now) AND gm.role <> 1
                             AND (g.mute_mode = 'all' OR (g.mute_mode = 'normal' AND gm.role >= 3)
-                                 OR (g.mute_mode = 'custom' AND gm.role = ANY(g.mute_roles))))) THEN 8
+                                 OR (g.mute_mode = 'custom' AND gm.role = ANY(g.mute_roles))))) THEN \(Outcome.muted.sql)
                 """)
         }
         if blacklist {
-            rules.append("WHEN b.found AND i.blacklist_error THEN 10")
-            rules.append("WHEN b.found THEN 0")
+            rules.append("WHEN b.found AND i.blacklist_error THEN \(Outcome.blocked.sql)")
+            rules.append("WHEN b.found THEN \(Outcome.sent.sql)")
         }
-        if shape.contains(.friendOnly) { rules.append("WHEN i.conv_type = 'peer' AND i.friend_only AND fr.mutual < 2 THEN 11") }
-        rules.append("WHEN i.sensitive_reject THEN 12")
+        if shape.contains(.friendOnly) {
+            rules.append("WHEN i.conv_type = 'peer' AND i.friend_only AND fr.mutual < 2 THEN \(Outcome.notFriends.sql)")
+        }
+        rules.append("WHEN i.sensitive_reject THEN \(Outcome.sensitive.sql)")
         let suppressed =
             blacklist
             ? "CASE WHEN b.found AND NOT i.blacklist_error THEN 'blacklist' WHEN i.hook_drop THEN 'hook_drop' END"
@@ -592,7 +609,7 @@ package enum MessageWrite {
                 SELECT i.*,
                     CASE
             \(indented(rules.joined(separator: "\n"), 12))
-                        ELSE 0
+                        ELSE \(Outcome.sent.sql)
                     END AS outcome,
                     \(suppressed) AS suppressed,
                     CASE WHEN i.need_receipt AND i.stored THEN \(receiptRecipients) END AS receipt_recipients,
@@ -615,7 +632,7 @@ package enum MessageWrite {
         var parts: [String] = [
             """
             sent AS (
-                SELECT * FROM checked WHERE outcome = 0
+                SELECT * FROM checked WHERE outcome = \(Outcome.sent.sql)
             ), counts AS (
                 SELECT app_id, conv_type, conv_id, count(*) AS n, max(now) AS now FROM sent WHERE stored
                 GROUP BY app_id, conv_type, conv_id
