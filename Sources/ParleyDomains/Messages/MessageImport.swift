@@ -247,14 +247,14 @@ struct MessageImport {
     /// rows (the only INSERT INTO messages of an import) and conversation entries. `$1` app, `$2` lines, `$3` now.
     static let statement = """
         WITH i AS (
-            SELECT * FROM json_to_recordset($2::json) AS i(
+            SELECT $1::text AS app_id, * FROM json_to_recordset($2::json) AS i(
                 ord int, conv_type text, conv_id text, sender text, recipient text, message_id text, client_msg_id text,
                 dedupe_key text, content_hash text, type int, body text, extended_data text, mention_ids text[], mention_all boolean,
                 priority smallint, need_receipt boolean, deleted boolean, original_text text, ts bigint)
         ), checked AS (
             SELECT i.*,
                 CASE
-                    WHEN k.content_hash IS NOT NULL THEN CASE WHEN k.content_hash = i.content_hash THEN \(MessageWrite.Outcome.duplicate.sql) ELSE \(MessageWrite.Outcome.conflict.sql) END
+                    \(MessageWrite.dedupeRule)
                     WHEN u.found IS NULL THEN \(MessageWrite.Outcome.fromNotFound.sql)
                     WHEN i.conv_type = 'peer' AND r.found IS NULL THEN \(MessageWrite.Outcome.toNotFound.sql)
                     WHEN i.conv_type = 'group' AND g.group_id IS NULL THEN \(MessageWrite.Outcome.toNotFound.sql)
@@ -268,10 +268,7 @@ struct MessageImport {
                 k.message_id AS original_id, k.seq AS original_seq
             FROM i
             -- Primary-key probes per line (LATERAL + LIMIT keeps them index look-ups, as in MessageWrite).
-            LEFT JOIN LATERAL (
-                SELECT k.content_hash, k.message_id, k.seq FROM message_keys k
-                WHERE k.app_id = $1 AND k.sender = i.sender AND k.client_msg_id = i.dedupe_key LIMIT 1
-            ) k ON true
+            \(MessageWrite.dedupeProbe(keyColumn: "dedupe_key"))
             LEFT JOIN LATERAL (
                 SELECT true AS found FROM users u WHERE u.app_id = $1 AND u.user_id = i.sender AND u.deleted_at IS NULL LIMIT 1
             ) u ON true
@@ -288,16 +285,7 @@ struct MessageImport {
             ) ro ON true
         ), sent AS (
             SELECT * FROM checked WHERE outcome = \(MessageWrite.Outcome.sent.sql)
-        ), counts AS (
-            SELECT conv_type, conv_id, count(*) AS n, max(ts) AS ts FROM sent GROUP BY conv_type, conv_id
-        ), heads AS (
-            -- The seq allocator of sends (MessageWrite): one upsert per conversation, its row locked until commit.
-            INSERT INTO conversation_seqs AS h (app_id, conv_type, conv_id, last_seq, last_ts)
-            SELECT $1, conv_type, conv_id, n, ts FROM counts ORDER BY conv_type, conv_id
-            ON CONFLICT (app_id, conv_type, conv_id)
-            DO UPDATE SET last_seq = h.last_seq + excluded.last_seq, last_ts = greatest(h.last_ts, excluded.last_ts)
-            RETURNING h.conv_type, h.conv_id, h.last_seq
-        ), placed AS (
+        ), \(MessageWrite.seqHeads(from: "sent", time: "ts")), placed AS (
             SELECT s.*, h.last_seq - c.n + row_number() OVER (PARTITION BY s.conv_type, s.conv_id ORDER BY s.ord) AS seq,
                    h.last_seq AS head, h.last_seq - c.n AS old_head
             FROM sent s

@@ -464,6 +464,45 @@ package enum MessageWrite {
         checked(shape) + " SELECT outcome, suppressed IS NOT NULL FROM checked"
     }
 
+    // MARK: - Fragments shared with the import (MessageImport.statement)
+
+    /// The dedupe rule, first of the checks: a `client_msg_id` (an import's dedupe key) already used answers the
+    /// message it first sent when the content is the same, and a conflict when it is not. Reads ``dedupeProbe(keyColumn:)``.
+    static let dedupeRule =
+        "WHEN k.content_hash IS NOT NULL THEN CASE WHEN k.content_hash = i.content_hash "
+        + "THEN \(Outcome.duplicate.sql) ELSE \(Outcome.conflict.sql) END"
+
+    /// The key row of item `i` (columns `app_id`, `sender` and `keyColumn`), as `k`: a point look-up by primary key per
+    /// item (LATERAL with LIMIT keeps it a parameterised index probe; json_to_recordset is estimated at 100 rows, which
+    /// on small tables made the planner hash whole tables).
+    static func dedupeProbe(keyColumn: String) -> String {
+        """
+        LEFT JOIN LATERAL (
+            SELECT k.content_hash, k.message_id, k.seq FROM message_keys k
+            WHERE k.app_id = i.app_id AND k.sender = i.sender AND k.client_msg_id = i.\(keyColumn) LIMIT 1
+        ) k ON true
+        """
+    }
+
+    /// The seq allocator of every write of messages: `counts` (the rows of `source` per conversation, and the latest of
+    /// their `time`) and `heads`, one upsert of each conversation's `conversation_seqs` row, which stays locked until
+    /// the batch commits, so the seqs of a conversation are handed out gap-free and in commit order. `source` names
+    /// rows with `app_id`, `conv_type` and `conv_id`; `heads` returns each conversation's new `last_seq` and `last_ts`.
+    static func seqHeads(from source: String, time: String) -> String {
+        """
+        counts AS (
+            SELECT app_id, conv_type, conv_id, count(*) AS n, max(\(time)) AS now FROM \(source)
+            GROUP BY app_id, conv_type, conv_id
+        ), heads AS (
+            INSERT INTO conversation_seqs AS h (app_id, conv_type, conv_id, last_seq, last_ts)
+            SELECT app_id, conv_type, conv_id, n, now FROM counts ORDER BY app_id, conv_type, conv_id
+            ON CONFLICT (app_id, conv_type, conv_id)
+            DO UPDATE SET last_seq = h.last_seq + excluded.last_seq, last_ts = greatest(h.last_ts, excluded.last_ts)
+            RETURNING h.app_id, h.conv_type, h.conv_id, h.last_seq, h.last_ts
+        )
+        """
+    }
+
     /// The `i` and `checked` CTEs: the items and the outcome of the dedupe, existence and policy checks for each, read
     /// in one snapshot. The rules are written in their check order; a rule whose rows the batch cannot have is left out
     /// with its probe.
@@ -474,11 +513,7 @@ package enum MessageWrite {
         let sender = shape.contains(.checked)
         let blacklist = peer && shape.contains(.policy)
         var rules: [String] = []
-        if shape.contains(.keyed) {
-            rules.append(
-                "WHEN k.content_hash IS NOT NULL THEN CASE WHEN k.content_hash = i.content_hash "
-                    + "THEN \(Outcome.duplicate.sql) ELSE \(Outcome.conflict.sql) END")
-        }
+        if shape.contains(.keyed) { rules.append(dedupeRule) }
         rules.append("WHEN i.checks = 0 THEN \(Outcome.sent.sql)")
         if sender { rules.append("WHEN u.user_id IS NULL OR u.deleted_at IS NOT NULL THEN \(Outcome.fromNotFound.sql)") }
         if group {
@@ -525,13 +560,7 @@ package enum MessageWrite {
         // (json_to_recordset is estimated at 100 rows, which on small tables made the planner hash whole tables).
         var probes: [String] = []
         if shape.contains(.keyed) {
-            probes.append(
-                """
-                LEFT JOIN LATERAL (
-                    SELECT k.content_hash, k.message_id, k.seq FROM message_keys k
-                    WHERE k.app_id = i.app_id AND k.sender = i.sender AND k.client_msg_id = i.client_msg_id LIMIT 1
-                ) k ON true
-                """)
+            probes.append(dedupeProbe(keyColumn: "client_msg_id"))
         }
         if sender {
             probes.append(
@@ -633,16 +662,7 @@ package enum MessageWrite {
             """
             sent AS (
                 SELECT * FROM checked WHERE outcome = \(Outcome.sent.sql)
-            ), counts AS (
-                SELECT app_id, conv_type, conv_id, count(*) AS n, max(now) AS now FROM sent WHERE stored
-                GROUP BY app_id, conv_type, conv_id
-            ), heads AS (
-                INSERT INTO conversation_seqs AS h (app_id, conv_type, conv_id, last_seq, last_ts)
-                SELECT app_id, conv_type, conv_id, n, now FROM counts ORDER BY app_id, conv_type, conv_id
-                ON CONFLICT (app_id, conv_type, conv_id)
-                DO UPDATE SET last_seq = h.last_seq + excluded.last_seq, last_ts = greatest(h.last_ts, excluded.last_ts)
-                RETURNING h.app_id, h.conv_type, h.conv_id, h.last_seq, h.last_ts
-            ), placed AS (
+            ), \(seqHeads(from: "sent WHERE stored", time: "now")), placed AS (
                 SELECT s.*,
                        h.last_seq - c.n + row_number() OVER (PARTITION BY s.app_id, s.conv_type, s.conv_id, s.stored ORDER BY s.ord) AS seq,
                        coalesce(h.last_ts, s.now) AS ts
