@@ -46,7 +46,7 @@ struct ConversationService: DomainService {
         try db.transaction { db in
             // Like the list, an unknown or soft-deleted user's entries are 404 (and a new entry's row references its
             // user: without this a patch for a user that does not exist failed on the foreign key).
-            try UserService(db: db, appID: appID, now: now).requireActive(userID)
+            try UserService.requireActive(userID, appID: appID, on: db)
             let memberAlias =
                 type == "group" ? try ConversationStore.lockMemberAlias(appID: appID, userID: userID, groupID: id, on: db) : nil
             var current = try ConversationStore.lock(appID: appID, userID: userID, type: type, id: id, on: db)
@@ -189,14 +189,14 @@ extension ConversationService {
     /// Up to `limit` of the user's live entries by `order_key` desc, then type desc, then id desc, after `after`;
     /// 404 `user_not_found` for an unknown or soft-deleted user (not an empty page).
     func list(userID: String, filter: Filter, after: (orderKey: Int64, type: String, id: String)?, limit: Int) throws -> [Conversation] {
-        try UserService(db: db, appID: appID, now: now).requireActive(userID)
+        try UserService.requireActive(userID, appID: appID, on: db)
         return try ConversationStore.list(appID: appID, userID: userID, filter: filter, after: after, limit: limit, on: db)
     }
 
     /// The sum of the unread counts of the user's matching entries; 404 `user_not_found` for an unknown or
     /// soft-deleted user (not 0).
     func totalUnread(userID: String, filter: Filter) throws -> Int64 {
-        try UserService(db: db, appID: appID, now: now).requireActive(userID)
+        try UserService.requireActive(userID, appID: appID, on: db)
         return try ConversationStore.totalUnread(appID: appID, userID: userID, filter: filter, on: db)
     }
 }

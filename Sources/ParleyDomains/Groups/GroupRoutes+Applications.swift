@@ -24,13 +24,13 @@ extension GroupRoutes {
         api.add(.post, "/v1/group_applications/{application_id}/accept", .appOrUser, "acceptGroupApplication") { ctx in
             let (applicationID, actor, push, skipHooks) = try answerRequest(ctx)
             let accept = { @Sendable (ctx: APIContext) throws -> Response in
-                Reply.json(try GroupService.forRequest(ctx).accept(applicationID, actor: actor, push: push).json)
+                Reply.json(try GroupService(ctx).accept(applicationID, actor: actor, push: push).json)
             }
             // The `group.before_join` hook (docs/webhooks.md#before-event-hooks, via `application`), after every check
             // of the accept, so a rejecting hook leaves the application waiting; the application is read (unlocked)
             // only when the hook is on.
             guard ctx.hasHook(joinHook, skip: skipHooks) else { return try accept(ctx) }
-            let application = try GroupService.forRequest(ctx).acceptable(applicationID, actor: actor)
+            let application = try GroupService(ctx).acceptable(applicationID, actor: actor)
             let data = joinHookData(application.groupID, userID: application.userID, via: "application", operator: actor.userID)
             return try ctx.afterHook(joinHook, data: { data }) { ctx, verdict in
                 try requireJoinAllowed(verdict)
@@ -40,7 +40,7 @@ extension GroupRoutes {
 
         api.add(.post, "/v1/group_applications/{application_id}/reject", .appOrUser, "rejectGroupApplication") { ctx in
             let (applicationID, actor, push, _) = try answerRequest(ctx)
-            return Reply.json(try GroupService.forRequest(ctx).reject(applicationID, actor: actor, push: push).json)
+            return Reply.json(try GroupService(ctx).reject(applicationID, actor: actor, push: push).json)
         }
     }
 
@@ -74,7 +74,7 @@ extension GroupRoutes {
             guard let t = values[0].intValue, let id = values[1].stringValue else { throw ListPage.malformedCursor() }
             after = (t, id)
         }
-        let rows = try fetch(GroupService.forRequest(ctx), type, state, after, limit + 1)
+        let rows = try fetch(GroupService(ctx), type, state, after, limit + 1)
         return ListPage.page(rows, limit: limit, list: fullList, ctx: ctx, { [.int($0.createdAt), .string($0.applicationID)] }) { $0.json }
     }
 }

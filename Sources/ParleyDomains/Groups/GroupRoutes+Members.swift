@@ -15,7 +15,7 @@ extension GroupRoutes {
             let skipHooks = try ctx.appOnlyFlag(body.bool("skip_hooks"))
             try body.check()
             let join = { @Sendable (ctx: APIContext, verdicts: [String: GroupService.JoinHookVerdict]?) throws -> Response in
-                switch try GroupService.forRequest(ctx).join(groupID, userID: userID, wording: wording, skipChecks: skip, hookVerdicts: verdicts) {
+                switch try GroupService(ctx).join(groupID, userID: userID, wording: wording, skipChecks: skip, hookVerdicts: verdicts) {
                 case .joined(let member): return Reply.json(member.json(now: ctx.now))
                 case .applied(let application): return Reply.json(application.json, status: 202)
                 }
@@ -23,7 +23,7 @@ extension GroupRoutes {
             // The `group.before_join` hook (docs/webhooks.md#before-event-hooks), only for a direct join: the group is
             // read (unlocked) only when the hook is on.
             guard ctx.hasHook(joinHook, skip: skipHooks) else { return try join(ctx, nil) }
-            guard try GroupService.forRequest(ctx).joinsDirectly(groupID, userID: userID, skipChecks: skip) else { return try join(ctx, [:]) }
+            guard try GroupService(ctx).joinsDirectly(groupID, userID: userID, skipChecks: skip) else { return try join(ctx, [:]) }
             // The joiner is the acting user of a join (docs/users.md#user-tokens), with either credential.
             let data = joinHookData(groupID, userID: userID, via: "join", operator: userID)
             return try ctx.afterHook(joinHook, data: { data }) { ctx, verdict in
@@ -37,7 +37,7 @@ extension GroupRoutes {
             var body = try ctx.body()
             let userID = try ctx.actingUser(body.id("user_id", .userID), field: body.fieldPath("user_id"))
             try body.check()
-            let newOwner = try GroupService.forRequest(ctx).leave(groupID, userID: userID)
+            let newOwner = try GroupService(ctx).leave(groupID, userID: userID)
             var o = JSONObjectWriter(capacity: 96)
             o["group_id"] = groupID
             o["user_id"] = userID
@@ -55,14 +55,14 @@ extension GroupRoutes {
             try body.check()
             let userIDs = items.compactMap(\.userID)
             let invite = { @Sendable (ctx: APIContext, verdicts: [String: GroupService.JoinHookVerdict]?) throws -> Response in
-                let outcomes = try GroupService.forRequest(ctx).invite(
+                let outcomes = try GroupService(ctx).invite(
                     groupID, actor: actor, userIDs: userIDs, wording: wording, hookVerdicts: verdicts)
                 return inviteResults(items, outcomes)
             }
             // The `group.before_join` hook, one call per invitee who would join directly (not for invite applications).
             // A reject, a drop or a failed fail-closed call fails that invitee's item alone (7000501 / 7000502).
             guard ctx.hasHook(joinHook, skip: skipHooks) else { return try invite(ctx, nil) }
-            let direct = try GroupService.forRequest(ctx).directInvitees(groupID, actor: actor, userIDs: userIDs)
+            let direct = try GroupService(ctx).directInvitees(groupID, actor: actor, userIDs: userIDs)
             let data = direct.map { joinHookData(groupID, userID: $0, via: "invite", operator: actor.userID) }
             return try ctx.afterHooks(joinHook, data: { data }) { ctx, results in
                 var verdicts: [String: GroupService.JoinHookVerdict] = [:]
@@ -83,7 +83,7 @@ extension GroupRoutes {
             let actor = try actor(ctx, &body)
             let items = body.batchIDs(maxItems: GroupService.maxBatch)
             try body.check()
-            let outcomes = try GroupService.forRequest(ctx).kick(groupID, actor: actor, userIDs: items.compactMap(\.userID))
+            let outcomes = try GroupService(ctx).kick(groupID, actor: actor, userIDs: items.compactMap(\.userID))
             return Reply.batch(BatchResult.results(items) { id in itemOutcome(outcomes[id]) { _ in nil } })
         }
 
@@ -94,7 +94,7 @@ extension GroupRoutes {
             let to = body.id("to_user_id", .userID, required: true)
             try body.check()
             guard let to else { throw APIError.internalError }
-            let service = GroupService.forRequest(ctx)
+            let service = GroupService(ctx)
             return Reply.json(try service.transferOwner(groupID, actor: actor, to: to).json(service.limits, now: ctx.now))
         }
 
@@ -106,7 +106,7 @@ extension GroupRoutes {
             let role = body.int("role", required: true, range: GroupRole.assignable)
             try body.check()
             guard let role else { throw APIError.internalError }
-            let member = try GroupService.forRequest(ctx).setRole(groupID, actor: actor, memberID: memberID, role: role)
+            let member = try GroupService(ctx).setRole(groupID, actor: actor, memberID: memberID, role: role)
             return Reply.json(member.json(now: ctx.now))
         }
 
@@ -118,7 +118,7 @@ extension GroupRoutes {
             let nickname = body.string("nickname", required: true, maxBytes: 64)
             try body.check()
             guard let nickname else { throw APIError.internalError }
-            let member = try GroupService.forRequest(ctx).setNickname(groupID, actor: actor, memberID: memberID, nickname: nickname)
+            let member = try GroupService(ctx).setNickname(groupID, actor: actor, memberID: memberID, nickname: nickname)
             return Reply.json(member.json(now: ctx.now))
         }
 
@@ -129,7 +129,7 @@ extension GroupRoutes {
         api.add(.get, "/v1/groups/{group_id}/members/{member_id}", .appOrUser, "getGroupMember") { ctx in
             let groupID = try ctx.pathID("group_id", .groupID)
             let memberID = try ctx.pathID("member_id", .userID)
-            let service = GroupService.forRequest(ctx)
+            let service = GroupService(ctx)
             let group = try service.get(groupID, on: ctx.db)
             _ = try service.reader(group, userID: ctx.tokenUserID, on: ctx.db)
             let member = try service.member(memberID, of: groupID)
@@ -202,7 +202,7 @@ extension GroupRoutes {
         }
         let cursor = query.cursor()
         try query.check()
-        let service = GroupService.forRequest(ctx)
+        let service = GroupService(ctx)
         let group = try service.get(groupID, on: ctx.db)
         try service.requireMemberListReader(group, userID: ctx.tokenUserID, on: ctx.db)
         let list =
@@ -212,7 +212,7 @@ extension GroupRoutes {
             guard let role = values[0].intValue, let t = values[1].intValue, let id = values[2].stringValue else { throw ListPage.malformedCursor() }
             after = (role, t, id)
         }
-        let members = try GroupService.forRequest(ctx).members(
+        let members = try GroupService(ctx).members(
             of: groupID, roles: roles, keywords: keywords, after: after, limit: limit + 1)
         return ListPage.page(members, limit: limit, list: list, ctx: ctx, { [.int($0.role), .int($0.joinedAt), .string($0.userID)] }) {
             $0.json(now: ctx.now)
@@ -227,7 +227,7 @@ extension GroupRoutes {
         let keywords = KeywordMatch.keywords(&query)
         let cursor = query.cursor()
         try query.check()
-        let service = GroupService.forRequest(ctx)
+        let service = GroupService(ctx)
         guard try service.liveUsers([userID], on: ctx.db).contains(userID) else { throw UserService.notFound(userID) }
         let list = "user_groups|\(ctx.appID)|\(userID)|\(keywords.joined(separator: " "))"
         var after: (Int64, String)?

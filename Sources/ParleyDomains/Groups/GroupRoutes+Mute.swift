@@ -21,7 +21,7 @@ extension GroupRoutes {
             }
             try body.check()
             guard let mode else { throw APIError.internalError }
-            let service = GroupService.forRequest(ctx)
+            let service = GroupService(ctx)
             let group = try service.setGroupMute(groupID, actor: actor, mode: mode, durationSeconds: duration, roles: roles)
             return Reply.json(group.json(service.limits, now: ctx.now))
         }
@@ -34,7 +34,7 @@ extension GroupRoutes {
             let duration = readMuteDuration(&body, allowZero: true)
             try body.check()
             guard let duration else { throw APIError.internalError }
-            let outcomes = try GroupService.forRequest(ctx).muteMembers(
+            let outcomes = try GroupService(ctx).muteMembers(
                 groupID, actor: actor, userIDs: items.compactMap(\.userID), durationSeconds: duration)
             return Reply.batch(
                 BatchResult.results(items) { id in
@@ -53,7 +53,7 @@ extension GroupRoutes {
             let limit = query.limit()
             let cursor = query.cursor()
             try query.check()
-            let service = GroupService.forRequest(ctx)
+            let service = GroupService(ctx)
             let group = try service.get(groupID, on: ctx.db)
             _ = try service.reader(group, userID: ctx.tokenUserID, on: ctx.db)
             let list = "group_muted|\(ctx.appID)|\(groupID)"
@@ -75,7 +75,7 @@ extension GroupRoutes {
             }
             try body.check()
             let valid = items.compactMap { item in item.value.map { (key: item.key, value: $0) } }
-            let outcomes = try GroupService.forRequest(ctx).setAttributes(groupID, actor: actor, entries: valid)
+            let outcomes = try GroupService(ctx).setAttributes(groupID, actor: actor, entries: valid)
             return Reply.batch(attributeResults(items.map { ($0.key, $0.value == nil ? "expected string value" : nil) }, outcomes))
         }
 
@@ -96,7 +96,7 @@ extension GroupRoutes {
             }
             try body.check()
             let keys = items.filter { $0.problem == nil }.map(\.key)
-            let outcomes = try GroupService.forRequest(ctx).deleteAttributes(groupID, actor: actor, keys: keys)
+            let outcomes = try GroupService(ctx).deleteAttributes(groupID, actor: actor, keys: keys)
             return Reply.batch(attributeResults(items, outcomes))
         }
 
@@ -105,7 +105,7 @@ extension GroupRoutes {
             var query = ctx.query()
             let keys = query.list("keys")
             try query.check()
-            let service = GroupService.forRequest(ctx)
+            let service = GroupService(ctx)
             let group = try service.get(groupID, on: ctx.db)
             _ = try service.reader(group, userID: ctx.tokenUserID, on: ctx.db)
             var attributes = group.attributes

@@ -32,7 +32,7 @@ package enum GroupRoutes {
                 guard let t = values[0].intValue, let id = values[1].stringValue else { throw ListPage.malformedCursor() }
                 after = (t, id)
             }
-            let service = GroupService.forRequest(ctx)
+            let service = GroupService(ctx)
             let groups = try service.list(keywords: keywords, includeDismissed: includeDismissed, after: after, limit: limit + 1)
             return ListPage.page(groups, limit: limit, list: list, ctx: ctx, { [.int($0.createdAt), .string($0.groupID)] }) {
                 $0.json(service.limits, now: ctx.now)
@@ -41,7 +41,7 @@ package enum GroupRoutes {
 
         api.add(.get, "/v1/groups/{group_id}", .appOrUser, "getGroup") { ctx in
             let groupID = try ctx.pathID("group_id", .groupID)
-            let service = GroupService.forRequest(ctx)
+            let service = GroupService(ctx)
             return Reply.json(try service.get(groupID, on: ctx.db).json(service.limits, now: ctx.now))
         }
 
@@ -59,7 +59,7 @@ package enum GroupRoutes {
             patch.beInviteMode = body.enumeration("be_invite_mode", Group.BeInviteMode.self)
             patch.maxMembers = body.int("max_members", range: 0...100_000)
             try body.check()
-            let service = GroupService.forRequest(ctx)
+            let service = GroupService(ctx)
             return Reply.json(try service.update(groupID, actor: actor, patch: patch).json(service.limits, now: ctx.now))
         }
 
@@ -68,13 +68,13 @@ package enum GroupRoutes {
             var body = try ctx.body()
             let actor = try actor(ctx, &body)
             try body.check()
-            let service = GroupService.forRequest(ctx)
+            let service = GroupService(ctx)
             return Reply.json(try service.dismiss(groupID, actor: actor).json(service.limits, now: ctx.now))
         }
 
         api.add(.get, "/v1/groups/{group_id}/member_count", .appOrUser, "getGroupMemberCount") { ctx in
             let groupID = try ctx.pathID("group_id", .groupID)
-            let group = try GroupService.forRequest(ctx).get(groupID, on: ctx.db)
+            let group = try GroupService(ctx).get(groupID, on: ctx.db)
             var o = JSONObjectWriter(capacity: 64 + groupID.utf8.count)
             o["group_id"] = groupID
             o["member_count"] = group.memberCount
@@ -166,7 +166,7 @@ package enum GroupRoutes {
 
     /// Creates the group and answers 201 with the initial members' batch results.
     private static func create(_ ctx: APIContext, _ input: GroupService.NewGroup, _ items: [BatchItem]) throws -> Response {
-        let service = GroupService.forRequest(ctx)
+        let service = GroupService(ctx)
         let (group, outcomes) = try service.create(input)
         let results = BatchResult.results(items) { id in
             switch outcomes[id] {

@@ -23,11 +23,11 @@ package struct GroupService: DomainService {
         self.now = now
     }
 
-    /// The service for a request, with its app's settings.
-    static func forRequest(_ ctx: APIContext) -> GroupService {
-        var service = GroupService(ctx)
-        service.limits = GroupLimits(ctx.app.settings)
-        return service
+    /// The service for a request, with its app's group settings (the one way routes make it, as for every domain;
+    /// background work, which has no request, uses ``init(db:appID:now:)`` and the defaults it needs).
+    package init(_ ctx: APIContext) {
+        self.init(db: ctx.db, appID: ctx.appID, now: ctx.now)
+        limits = GroupLimits(ctx.app.settings)
     }
 
     /// Most initial members of a create and items of an invite, kick or mute.

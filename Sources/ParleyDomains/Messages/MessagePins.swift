@@ -134,7 +134,7 @@ struct MessagePins: DomainService {
     /// as rows in ``MessageColumn`` order. The history's access rules (docs/messages.md#history): the user exists
     /// (404), a group exists (404), is not dismissed (409) and has the user as a member (403).
     func list(_ type: ConversationType, id: String, userID: String) throws -> PostgresResult {
-        try UserService(db: db, appID: appID, now: now).requireActive(userID)
+        try UserService.requireActive(userID, appID: appID, on: db)
         if type == .group {
             try MessageService(db: db, appID: appID, now: now).requireGroupHistory(id, viewer: userID, on: db)
         }

@@ -300,7 +300,7 @@ extension MessageService {
         let rows = try MessageStore.history(
             appID: appID, conversationType: type, threadID: MessageStore.thread(type, userID ?? "", id), peer: id, query: query, on: db)
         if rows.rowCount == 0 {
-            if let userID { try UserService(db: db, appID: appID, now: now).requireActive(userID) }
+            if let userID { try UserService.requireActive(userID, appID: appID, on: db) }
             if type == .group { try requireGroupHistory(id, viewer: userID, on: db) }
         }
         return rows

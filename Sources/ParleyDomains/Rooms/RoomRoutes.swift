@@ -22,7 +22,7 @@ package enum RoomRoutes {
             let creator = body.id("creator", .userID)
             let acting = ctx.tokenUserID == nil ? creator : try ctx.actingUser(creator, field: body.fieldPath("creator"))
             try body.check()
-            return Reply.created(try RoomService.forRequest(ctx).create(input, creator: acting).json())
+            return Reply.created(try RoomService(ctx).create(input, creator: acting).json())
         }
 
         api.add(.get, "/v1/rooms", .app, "listRooms") { ctx in
@@ -33,24 +33,24 @@ package enum RoomRoutes {
             try query.check()
             let list = "rooms|\(ctx.appID)|\(q ?? "")"
             let after = try ctx.timeAndIDCursor(cursor, list: list)
-            let rooms = try RoomService.forRequest(ctx).list(q: q, after: after, limit: limit + 1)
+            let rooms = try RoomService(ctx).list(q: q, after: after, limit: limit + 1)
             return ListPage.page(rooms, limit: limit, list: list, ctx: ctx, { [.int($0.createdAt), .string($0.roomID)] }) { $0.json() }
         }
 
         api.add(.get, "/v1/rooms/{room_id}", .appOrUser, "getRoom") { ctx in
             let roomID = try ctx.pathID("room_id", .roomID)
-            return Reply.json(try RoomService.forRequest(ctx).get(roomID, on: ctx.db).json())
+            return Reply.json(try RoomService(ctx).get(roomID, on: ctx.db).json())
         }
 
         api.add(.delete, "/v1/rooms/{room_id}", .app, "destroyRoom") { ctx in
             let roomID = try ctx.pathID("room_id", .roomID)
-            try RoomService.forRequest(ctx).destroy(roomID)
+            try RoomService(ctx).destroy(roomID)
             return Reply.noContent()
         }
 
         api.add(.get, "/v1/rooms/{room_id}/online_count", .appOrUser, "getRoomOnlineCount") { ctx in
             let roomID = try ctx.pathID("room_id", .roomID)
-            let room = try RoomService.forRequest(ctx).get(roomID, on: ctx.db)
+            let room = try RoomService(ctx).get(roomID, on: ctx.db)
             var o = JSONObjectWriter(capacity: 64 + roomID.utf8.count)
             o["room_id"] = roomID
             o["count"] = room.memberCount
@@ -85,7 +85,7 @@ package enum RoomRoutes {
             var input = RoomService.NewRoom()
             readNewRoom(&body, into: &input)
             try body.check()
-            let entered = try RoomService.forRequest(ctx).enter(
+            let entered = try RoomService(ctx).enter(
                 roomID, userID: userID, extendedData: extendedData, createIfMissing: createIfMissing, newRoom: input)
             var o = JSONObjectWriter(capacity: 320)
             o.raw("room", entered.room.json())
@@ -99,7 +99,7 @@ package enum RoomRoutes {
             var body = try ctx.body()
             let userID = try ctx.actingUser(body.id("user_id", .userID), field: body.fieldPath("user_id"))
             try body.check()
-            try RoomService.forRequest(ctx).leave(roomID, userID: userID)
+            try RoomService(ctx).leave(roomID, userID: userID)
             var o = JSONObjectWriter(capacity: 96)
             o["room_id"] = roomID
             o["user_id"] = userID
@@ -111,7 +111,7 @@ package enum RoomRoutes {
             var body = try ctx.body()
             let items = body.batchIDs(maxItems: RoomLimits.maxKick)
             try body.check()
-            let failed = try RoomService.forRequest(ctx).kick(roomID, userIDs: items.compactMap(\.userID))
+            let failed = try RoomService(ctx).kick(roomID, userIDs: items.compactMap(\.userID))
             return Reply.batch(
                 BatchResult.results(items) { id in
                     failed.contains(id) ? .failed(.notInRoom, "user \(id) is not in room \(roomID)") : .ok(nil)
@@ -124,7 +124,7 @@ package enum RoomRoutes {
             let limit = query.limit()
             let cursor = query.cursor()
             try query.check()
-            let service = RoomService.forRequest(ctx)
+            let service = RoomService(ctx)
             _ = try service.readable(roomID, by: ctx.tokenUserID)
             let list = "room_members|\(ctx.appID)|\(roomID)"
             let after = try ctx.timeAndIDCursor(cursor, list: list)
@@ -151,7 +151,7 @@ package enum RoomRoutes {
         var body = try ctx.body()
         let items = body.batchIDs(maxItems: maxItems)
         try body.check()
-        let service = RoomService.forRequest(ctx)
+        let service = RoomService(ctx)
         _ = try service.readable(roomID, by: ctx.tokenUserID)
         let found = try fetch(service, roomID, items.compactMap(\.userID))
         return Reply.batch(
@@ -171,7 +171,7 @@ package enum RoomRoutes {
     private static func registerAttributes(on api: inout API) {
         api.add(.get, "/v1/rooms/{room_id}/attributes", .appOrUser, "getRoomAttributes") { ctx in
             let roomID = try ctx.pathID("room_id", .roomID)
-            let service = RoomService.forRequest(ctx)
+            let service = RoomService(ctx)
             _ = try service.readable(roomID, by: ctx.tokenUserID)
             let attributes = try service.attributes(of: roomID)
             var o = JSONObjectWriter(capacity: 128 + attributes.count * 96)
@@ -265,7 +265,7 @@ package enum RoomRoutes {
         _ items: [(key: String, problem: String?, operation: RoomService.AttributeOperation?)], options: RoomService.AttributeOptions,
         atomic: Bool
     ) throws -> Response {
-        let service = RoomService.forRequest(ctx)
+        let service = RoomService(ctx)
         let invalid = items.contains { $0.problem != nil }
         var outcomes: [RoomService.ItemOutcome]
         if atomic && invalid {
@@ -315,7 +315,7 @@ package enum RoomRoutes {
             }
             let flag = body.bool("is_delete_after_owner_left") ?? true
             try body.check()
-            let outcomes = try RoomService.forRequest(ctx).setMemberAttributes(
+            let outcomes = try RoomService(ctx).setMemberAttributes(
                 roomID, op: op, userIDs: items.compactMap(\.userID), pairs: pairs, deleteAfterOwnerLeft: flag)
             return Reply.batch(
                 BatchResult.results(items) { id in
@@ -342,7 +342,7 @@ package enum RoomRoutes {
             let limit = query.limit()
             let cursor = query.cursor()
             try query.check()
-            let service = RoomService.forRequest(ctx)
+            let service = RoomService(ctx)
             _ = try service.readable(roomID, by: ctx.tokenUserID)
             let list = "room_member_attributes|\(ctx.appID)|\(roomID)"
             let after = try ListPage.cursorValues(ctx, cursor, list: list, count: 1).map {

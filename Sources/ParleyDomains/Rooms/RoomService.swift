@@ -23,11 +23,12 @@ package struct RoomService: DomainService {
         self.now = now
     }
 
-    static func forRequest(_ ctx: APIContext) -> RoomService {
-        var service = RoomService(ctx)
+    /// The service for a request, with its app's `max_rooms_per_user` (the one way routes make it, as for every
+    /// domain; background work, which has no request, uses ``init(db:appID:now:)``).
+    package init(_ ctx: APIContext) {
+        self.init(db: ctx.db, appID: ctx.appID, now: ctx.now)
         let setting = ctx.app.settings.int("max_rooms_per_user")
-        if setting > 0 { service.maxRoomsPerUser = setting }
-        return service
+        if setting > 0 { maxRoomsPerUser = setting }
     }
 
     /// Who acts on attributes (docs/users.md#user-tokens, docs/rooms.md#room-attributes): a user (a token, or the app
