@@ -125,9 +125,7 @@ package struct API {
             }
             if let fast { return fast }
             return .later { respond in
-                services.pool.submit(
-                    { respond(Self.runOnWorker(request, route, services, onWorker)) },
-                    rejected: { respond(ProblemRendering.serverProblem(.unavailable, requestID: request.requestID)) })
+                services.resume(request, answering: respond) { respond(Self.runOnWorker(request, route, services, onWorker)) }
             }
         }
     }
