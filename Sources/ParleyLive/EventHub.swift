@@ -22,7 +22,7 @@ import ParleySync
 ///
 /// Owner: `inbox` (any thread: registrations, departures, pokes, stream counts); everything else lives in the
 /// hub thread's `run` loop.
-package final class EventHub: Sendable {
+package final class EventHub: CommitObserver {
     /// A stream handed to the hub.
     struct Subscription: Sendable {
         let appID: String
@@ -188,6 +188,13 @@ package final class EventHub: Sendable {
         }
         if wake { signal() }
     }
+
+    /// The sequencer of this node numbered events of `appID` (a request's or timer's commit): read from the log.
+    package func stored(appID: String) { poke(appID) }
+
+    /// Nothing to do: another node's notice reaches the other readers through the hub's own listener, which has
+    /// already poked the streams (`start`).
+    package func storedElsewhere(appID: String) {}
 
     private func signal() {
         let wake = inbox.withLock { inbox -> Bool in

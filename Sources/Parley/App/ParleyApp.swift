@@ -86,21 +86,16 @@ public final class ParleyApp: Sendable {
             pool = PostgresPool(configuration: pooled, size: configuration.poolSize, logger: pgLogger)
             let health = DatabaseHealth(embedded: embedded, database: database, circuit: circuit, logger: pgLogger)
             self.health = health
-            // The event log and the message writer say which apps got events; the hub streams them.
-            // Another node's events reach the readers with cursors at once (else at their next poll).
-            let remoteReaders = LockedValue<(@Sendable (String) -> Void)?>(nil)
+            // Every commit (the message writer's batches, the sequencer's rounds, another node's notice) is told to
+            // the node's readers of the log in one list, filled below once the push bridge exists (it is made after the
+            // services: it shares their transport). Another node's events reach them at once, not at their next poll.
+            let observers = CommitObservers()
             let hub = EventHub(heartbeatMillis: configuration.sseHeartbeatMillis, logger: logger.named("live")) { appID in
-                remoteReaders.withLock { $0 }?(appID)
+                observers.storedElsewhere(appID: appID)
             }
-            // The push bridge plans what the sequencer stores; it is made after the services (it shares their transport).
-            let pushReady = LockedValue<PushBridge?>(nil)
             let services = Services(
                 pool: pool, clock: ServerClock(testClock: configuration.testClock), adminKey: adminKey, metrics: Metrics(),
-                logger: logger, configuration: configuration, stopping: stopping, timerKinds: TimerKinds.all,
-                sequenced: { appID in
-                    hub.poke(appID)
-                    pushReady.withLock { $0 }?.sequenced(appID)
-                },
+                logger: logger, configuration: configuration, stopping: stopping, timerKinds: TimerKinds.all, observers: observers,
                 tokenSubject: { appID, userID, now, db in
                     try UserStore.authState(appID: appID, userID: userID, on: db).map {
                         TokenSubject(
@@ -112,23 +107,13 @@ public final class ParleyApp: Sendable {
             let push = PushBridge(
                 transport: services.webhooks.transport, clock: services.clock, apps: services.apps, logger: logger.named("push"),
                 eventsWritten: { services.sequencer.poke($0) })
-            pushReady.withLock { $0 = push }
-            remoteReaders.withLock {
-                $0 = { appID in
-                    services.webhooks.dispatcher.stored(appID: appID)
-                    push.sequenced(appID)
-                }
-            }
+            observers.set([hub, services.webhooks.dispatcher, push])
             self.push = push
             // Batches the writer commits may hold pushable messages and events for webhook endpoints (handed over in memory).
             let writer = MessageWriter(
                 logger: logger.named("messages"),
                 overloadThreshold: configuration.sendOverloadThreshold ?? MessageWriter.defaultOverloadThreshold
-            ) { committed in
-                hub.committed(committed)
-                services.webhooks.dispatcher.committed(committed)
-                push.committed(committed)
-            }
+            ) { committed in observers.committed(committed) }
             self.hub = hub
             self.writer = writer
             if embedded != nil { try Self.createDefaultAppIfNone(services: services, output: output) }

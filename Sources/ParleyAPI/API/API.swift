@@ -21,8 +21,7 @@ package final class Services: Sendable {
 
     package init(
         pool: PostgresPool, clock: ServerClock, adminKey: String, metrics: Metrics, logger: Logger, configuration: Configuration,
-        stopping: StopFlag, timerKinds: [TimerKind], sequenced: @escaping @Sendable (_ appID: String) -> Void,
-        tokenSubject: @escaping TokenSubject.Reader
+        stopping: StopFlag, timerKinds: [TimerKind], observers: CommitObservers, tokenSubject: @escaping TokenSubject.Reader
     ) {
         self.pool = pool
         self.clock = clock
@@ -37,18 +36,12 @@ package final class Services: Sendable {
         self.configuration = configuration
         self.stopping = stopping
         timers = Timers(kinds: timerKinds)
-        // The log only says which apps got events; the app layer hands that to the live hub (`sequenced`).
-        let webhooksReady = LockedValue<Webhooks?>(nil)
-        let sequencer = EventSequencer(logger: logger.named("events")) { appID in
-            // Stored events may be due to webhook endpoints (the dispatcher reads them when it holds one of the app's).
-            webhooksReady.withLock { $0 }?.dispatcher.stored(appID: appID)
-            sequenced(appID)
-        }
+        // The log only says which apps got events; the node's readers of the log (the app layer's list) are told.
+        let sequencer = EventSequencer(logger: logger.named("events")) { appID in observers.stored(appID: appID) }
         self.sequencer = sequencer
         webhooks = Webhooks(
             configuration: configuration, clock: clock, logger: logger.named("webhooks"), eventsWritten: { sequencer.publish($0, then: $1) },
             appChanged: { apps.invalidate(appID: $0) })
-        webhooksReady.withLock { $0 = webhooks }
     }
 }
 
@@ -125,9 +118,7 @@ package struct API {
             }
             if let fast { return fast }
             return .later { respond in
-                services.pool.submit(
-                    { respond(Self.runOnWorker(request, route, services, onWorker)) },
-                    rejected: { respond(ProblemRendering.serverProblem(.unavailable, requestID: request.requestID)) })
+                services.resume(request, answering: respond) { respond(Self.runOnWorker(request, route, services, onWorker)) }
             }
         }
     }

@@ -53,7 +53,7 @@ extension APIContext {
         let (request, credential, app, now, services) = (self.request, self.credential, self.app, self.now, self.services)
         let collected = LockedValue((results: [Result<HookVerdict, APIError>?](repeating: nil, count: calls.count), left: calls.count))
         return .later { respond in
-            let resume: @Sendable ([Result<HookVerdict, APIError>]) -> Void = { results in
+            let decided: @Sendable ([Result<HookVerdict, APIError>]) -> Void = { results in
                 if let direct {
                     do {
                         if let response = try direct(results) { return respond(response) }
@@ -61,23 +61,15 @@ extension APIContext {
                         return respond(ProblemRendering.handlerError(error, request: request, logger: services.logger))
                     }
                 }
-                services.pool.submit(
-                    {
-                        do {
-                            respond(
-                                try services.pool.withConnection { db in
-                                    try then(
-                                        APIContext(request: request, credential: credential, app: app, now: now, services: services, db: db),
-                                        results)
-                                })
-                        } catch {
-                            respond(ProblemRendering.handlerError(error, request: request, logger: services.logger))
-                        }
-                    },
-                    rejected: {
-                        let error = APIError.retryLater(.unavailable, "no database connection became free", retryAfterSeconds: 1)
-                        respond(ProblemRendering.handlerError(error, request: request, logger: services.logger))
-                    })
+                services.resume(request, answering: respond) {
+                    respond(
+                        services.answer(request) {
+                            try services.pool.withConnection { db in
+                                let ctx = APIContext(request: request, credential: credential, app: app, now: now, services: services, db: db)
+                                return try then(ctx, results)
+                            }
+                        })
+                }
             }
             for (index, data) in calls.enumerated() {
                 services.webhooks.hooks.call(type, endpoint: endpoint, appID: app.appID, data: data) { result in
@@ -86,7 +78,7 @@ extension APIContext {
                         c.left -= 1
                         return c.left == 0 ? c.results.map { $0! } : nil
                     }
-                    if let done { resume(done) }
+                    if let done { decided(done) }
                 }
             }
         }

@@ -22,7 +22,7 @@ import ParleySync
 ///
 /// Owner: `loop` (reports, pokes, drains; any thread) and `heldApps` (its lock); the cursors, queues and in-flight
 /// counts live in the dispatcher thread.
-package final class WebhookDispatcher: Sendable {
+package final class WebhookDispatcher: CommitObserver {
     /// After failed attempt n (1…10) the next is scheduled this far out, times a random factor in [0.8, 1.2]
     /// (docs/webhooks.md#retries).
     package static let retrySchedule: [Int64] = [5, 30, 120, 600, 1800, 3600, 7200, 14_400, 28_800, 28_800].map { $0 * 1000 }

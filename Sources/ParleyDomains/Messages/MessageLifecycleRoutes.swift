@@ -26,15 +26,14 @@ package enum MessageLifecycleRoutes {
             let recentUnstored = MessageService.isRecentUnstored(messageID, ctx)
             return .later { respond in
                 let job = MessageRevokes.Job(
-                    messageID: messageID, actor: actor, extendedData: extendedData, push: push, now: now, revokeWindowS: revokeWindowS
-                ) { result in
+                    messageID: messageID, actor: actor, extendedData: extendedData, push: push, now: now, revokeWindowS: revokeWindowS)
+                revokes.submit(job, appID: appID) { result in
                     do {
                         respond(Reply.json(try MessageService.tellingUnstored(messageID, recentUnstored) { try result.get() }.json(viewer)))
                     } catch {
                         respond(ProblemRendering.handlerError(error, request: request, logger: logger))
                     }
                 }
-                revokes.submit(job, appID: appID)
             }
         }
 

@@ -73,42 +73,22 @@ struct MessageReactions: DomainService {
         Change(message: try reactable(messageID, userID: userID), userID: userID, reactionType: reactionType, adding: false, viewerID: nil, now: now)
     }
 
-    /// A change and what to do with its outcome (the summary its answer shows, or its problem).
-    struct Job: Sendable {
-        var change: Change
-        var done: @Sendable (Result<[UInt8], any Error>) -> Void
-    }
-
     /// The node's reaction changes, queued per message and written a batch per statement by one pool worker at a
-    /// time per message (``KeyedBatchQueue``). Owner: the route table that made it.
+    /// time per message (``KeyedBatcher``). Owner: the route table that made it.
     final class Changes: Sendable {
         /// Changes per statement: a bound on the lock time of one batch, not a wait.
         static let maxBatch = 64
-        private let queue = KeyedBatchQueue<Job>()
-        private let pool: PostgresPool
+        private let batches: KeyedBatcher<Change, [UInt8]>
 
-        init(pool: PostgresPool) { self.pool = pool }
+        init(pool: PostgresPool) {
+            batches = KeyedBatcher(pool: pool, maxBatch: Self.maxBatch) { changes, appID, db in
+                try MessageReactions.write(changes, appID: appID, on: db)
+            }
+        }
 
         /// Queues `change` (of the app `appID`); `done` runs on a pool worker once its batch is written.
         func submit(_ change: Change, appID: String, done: @escaping @Sendable (Result<[UInt8], any Error>) -> Void) {
-            let key = appID + "\u{0}" + change.message.messageID
-            guard queue.enqueue(Job(change: change, done: done), key: key) else { return }
-            pool.submit(
-                { [self] in
-                    while let batch = queue.next(key: key, max: Self.maxBatch) {
-                        let results: [Result<[UInt8], any Error>]
-                        do {
-                            results = try pool.withConnection { db in try MessageReactions.write(batch.map(\.change), appID: appID, on: db) }
-                        } catch {
-                            results = batch.map { _ in .failure(error) }
-                        }
-                        for (job, result) in zip(batch, results) { job.done(result) }
-                    }
-                },
-                rejected: { [self] in
-                    let busy = APIError.retryLater(.unavailable, "no database connection became free", retryAfterSeconds: 1)
-                    while let batch = queue.next(key: key, max: Int.max) { for job in batch { job.done(.failure(busy)) } }
-                })
+            batches.submit(change, appID: appID, key: appID + "\u{0}" + change.message.messageID, done: done)
         }
     }
 

@@ -4,7 +4,7 @@ import ParleyPostgres
 import ParleySync
 
 /// The node's revokes, queued per app and written a batch per transaction by one pool worker at a time per app
-/// (``KeyedBatchQueue``), the way the message writer commits concurrent sends together.
+/// (``KeyedBatcher``), the way the message writer commits concurrent sends together.
 ///
 /// A revoke alone is a transaction of three statements (the row lock with the checks, the change with its event, the
 /// push revoke) plus its commit's WAL flush and the sequencer's move of its event: about twice a send's CPU, where a
@@ -25,41 +25,25 @@ final class MessageRevokes: Sendable {
         let push: JSONValue?
         let now: Int64
         let revokeWindowS: Int64
-        let done: @Sendable (Result<Message, any Error>) -> Void
     }
 
-    private let queue = KeyedBatchQueue<Job>()
-    private let pool: PostgresPool
-    private let revokePush: MessageLifecycle.RevokePush
+    private let batches: KeyedBatcher<Job, Message>
 
     init(pool: PostgresPool, revokePush: @escaping MessageLifecycle.RevokePush) {
-        self.pool = pool
-        self.revokePush = revokePush
+        batches = KeyedBatcher(pool: pool, maxBatch: Self.maxBatch) { jobs, appID, db in
+            try Self.write(jobs, appID: appID, revokePush: revokePush, on: db)
+        }
     }
 
-    /// Queues `job` (of the app `appID`); its `done` runs on a pool worker once its batch has committed.
-    func submit(_ job: Job, appID: String) {
-        guard queue.enqueue(job, key: appID) else { return }
-        pool.submit(
-            { [self] in
-                while let batch = queue.next(key: appID, max: Self.maxBatch) {
-                    let results: [Result<Message, any Error>]
-                    do {
-                        results = try pool.withConnection { db in try write(batch, appID: appID, on: db) }
-                    } catch {
-                        results = batch.map { _ in .failure(error) }
-                    }
-                    for (job, result) in zip(batch, results) { job.done(result) }
-                }
-            },
-            rejected: { [self] in
-                let busy = APIError.retryLater(.unavailable, "no database connection became free", retryAfterSeconds: 1)
-                while let batch = queue.next(key: appID, max: Int.max) { for job in batch { job.done(.failure(busy)) } }
-            })
+    /// Queues `job` (of the app `appID`); `done` runs on a pool worker once its batch has committed.
+    func submit(_ job: Job, appID: String, done: @escaping @Sendable (Result<Message, any Error>) -> Void) {
+        batches.submit(job, appID: appID, key: appID, done: done)
     }
 
     /// `jobs` in one transaction (their events appended together, last), or, after a database error, one by one.
-    private func write(_ jobs: [Job], appID: String, on db: PostgresConnection) throws -> [Result<Message, any Error>] {
+    private static func write(
+        _ jobs: [Job], appID: String, revokePush: MessageLifecycle.RevokePush, on db: PostgresConnection
+    ) throws -> [Result<Message, any Error>] {
         if jobs.count > 1 {
             do {
                 return try db.transaction { db in
@@ -67,7 +51,7 @@ final class MessageRevokes: Sendable {
                     var results: [Result<Message, any Error>] = []
                     for job in jobs {
                         do {
-                            results.append(.success(try revoke(job, appID: appID, events: &events, on: db)))
+                            results.append(.success(try revoke(job, appID: appID, revokePush: revokePush, events: &events, on: db)))
                         } catch let problem as APIError {
                             results.append(.failure(problem))
                         }
@@ -83,13 +67,15 @@ final class MessageRevokes: Sendable {
             Result {
                 try db.transaction { db in
                     var events: [NewEvent]? = nil
-                    return try revoke(job, appID: appID, events: &events, on: db)
+                    return try revoke(job, appID: appID, revokePush: revokePush, events: &events, on: db)
                 }
             }
         }
     }
 
-    private func revoke(_ job: Job, appID: String, events: inout [NewEvent]?, on db: PostgresConnection) throws -> Message {
+    private static func revoke(
+        _ job: Job, appID: String, revokePush: MessageLifecycle.RevokePush, events: inout [NewEvent]?, on db: PostgresConnection
+    ) throws -> Message {
         let lifecycle = MessageLifecycle(service: MessageService(db: db, appID: appID, now: job.now), revokeWindowS: job.revokeWindowS)
         return try lifecycle.revokeLocked(
             job.messageID, by: job.actor, extendedData: job.extendedData, push: job.push, revokePush: revokePush, events: &events, on: db)

@@ -143,46 +143,36 @@ package enum MessageRoutes {
     }
 
     private static func write(_ item: MessageWrite.Item, _ request: SendRequest, origin: SendOrigin, writer: MessageWriter) -> Response {
-        let (viewer, services, httpRequest, appID, now) = (origin.viewer, origin.services, origin.request, origin.appID, origin.now)
-        return .later { respond in
+        .later { respond in
             writer.submit(item) { result in
                 do {
                     let written = try result.get()
                     if let problem = MessageService.problem(written.outcome, request) { throw problem }
-                    if written.outcome == .duplicate {
-                        // The original is read back on a pool worker, not on the writer's thread.
-                        services.pool.submit(
-                            {
-                                respond(
-                                    answer(httpRequest, services) {
-                                        var response = Reply.json(
-                                            try services.pool.withConnection { db in
-                                                try MessageService(db: db, appID: appID, now: now).duplicate(request, viewer: viewer, on: db)
-                                            })
-                                        response.headers.add("Parley-Duplicate", "true")
-                                        return response
-                                    })
-                            },
-                            rejected: {
-                                respond(
-                                    answer(httpRequest, services) {
-                                        throw APIError.retryLater(.unavailable, "no database connection became free", retryAfterSeconds: 1)
-                                    })
-                            })
-                        return
+                    // The original is read back on a pool worker, not on the writer's thread.
+                    guard written.outcome != .duplicate else {
+                        return origin.services.resume(origin.request, answering: respond) { respond(duplicate(request, origin: origin)) }
                     }
-                    services.metrics.messageAccepted(conversationType: request.conversationType.rawValue, stored: request.stored)
-                    respond(Reply.created(written.json(viewer)))
+                    origin.services.metrics.messageAccepted(conversationType: request.conversationType.rawValue, stored: request.stored)
+                    respond(Reply.created(written.json(origin.viewer)))
                 } catch {
-                    respond(ProblemRendering.handlerError(error, request: httpRequest, logger: services.logger))
+                    respond(ProblemRendering.handlerError(error, request: origin.request, logger: origin.services.logger))
                 }
             }
         }
     }
 
-    /// The response `body` builds, or the problem it throws.
-    private static func answer(_ request: Request, _ services: Services, _ body: () throws -> Response) -> Response {
-        do { return try body() } catch { return ProblemRendering.handlerError(error, request: request, logger: services.logger) }
+    /// The answer to a `client_msg_id` duplicate: 200 with the original message and `Parley-Duplicate: true`, or the
+    /// problem of reading it (on a pool worker, with a connection of its own).
+    private static func duplicate(_ request: SendRequest, origin: SendOrigin) -> Response {
+        let services = origin.services
+        return services.answer(origin.request) {
+            let original = try services.pool.withConnection { db in
+                try MessageService(db: db, appID: origin.appID, now: origin.now).duplicate(request, viewer: origin.viewer, on: db)
+            }
+            var response = Reply.json(original)
+            response.headers.add("Parley-Duplicate", "true")
+            return response
+        }
     }
 
     /// `POST /v1/messages/batch`: one peer message per recipient (≤ 500), results in input order; `data` =

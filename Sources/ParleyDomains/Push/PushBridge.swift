@@ -28,7 +28,7 @@ import ParleySync
 ///
 /// Owner: `loop` (outcomes, pokes, drains) and `inbox` (handed-over batches), any thread; the lanes, the in-flight
 /// count and the unrecorded attempts live in the bridge thread.
-package final class PushBridge: Sendable {
+package final class PushBridge: CommitObserver {
     /// How long a claim holds an attempt (real time): past any try's limit, so only a dead node's claim expires.
     static let leaseSeconds = 60
     /// Without a poke, other nodes' events and due retries are looked for this often.
@@ -139,7 +139,7 @@ package final class PushBridge: Sendable {
 
     /// Another writer of this node (the sequencer) put events of `appID` in the log: pushable ones among them are
     /// read from there, and the attempts it inserted (calls, revokes) are leased.
-    package func sequenced(_ appID: String) {
+    package func stored(appID: String) {
         inbox.withLock { _ = $0.sequenced.insert(appID) }
         loop.poke()
     }
