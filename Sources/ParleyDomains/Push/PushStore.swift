@@ -110,6 +110,8 @@ enum PushStore {
             ORDER BY d.user_id, d.created_at, d.device_id
             """
         ).rows {
+            // The device's columns (``DeviceStore/Columns``), then the user's stream platforms and push rule (NULL
+            // without one; its two arrays are NOT NULL).
             let (d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11, streams, online, muted) = try row.decode(
                 (String, String, String, String, String, String, Bool, Int64, String, Int64, Int64, Int64?, [String], [String]?, [String]?).self)
             let device = try DeviceStore.device((d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11))
@@ -377,8 +379,10 @@ enum PushStore {
             """
         ).decode((Int64, Int64?, String?, PostgresTextBytes?).self)
         guard let head = rows.first?.0 else { return ([], after, after) }
-        let events = rows.compactMap { (_, id, type, data) in
-            id.map { PushLogEvent(id: $0, type: type ?? "", data: data?.bytes ?? [], fromLog: true) }
+        // An event's columns are all set (NOT NULL in `events`), or all NULL on the head's row when there is none.
+        let events = rows.compactMap { (_, id, type, data) -> PushLogEvent? in
+            guard let id, let type, let data else { return nil }
+            return PushLogEvent(id: id, type: type, data: data.bytes, fromLog: true)
         }
         let through = events.count == limit ? events.last!.id : min(head, upTo ?? head)
         return (events, max(through, after), head)
