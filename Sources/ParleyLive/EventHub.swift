@@ -489,9 +489,9 @@ package final class EventHub: CommitObserver {
                 SELECT EXISTS (SELECT 1 FROM apps WHERE app_id = \(appID)),
                        ARRAY(SELECT key_id FROM app_keys WHERE app_id = \(appID) AND key_id = ANY(\(Array(keyIDs))::text[]) AND revoked_at IS NULL)
                 """
-            ).first
-            let appExists = try row?[0].bool ?? false
-            let activeKeys = Set(try row?[1].stringArray ?? [])
+            ).decodeFirst((Bool, [String]).self)
+            let appExists = row?.0 ?? false
+            let activeKeys = Set(row?.1 ?? [])
             for (id, subscriber) in feeds[appID]!.subscribers {
                 let subscription = subscriber.subscription
                 let lapsed =

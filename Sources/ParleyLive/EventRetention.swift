@@ -23,7 +23,7 @@ package enum EventRetention {
                 FROM event_heads h JOIN apps a USING (app_id)
                 ORDER BY h.app_id
                 """, prepared: false
-            ).rows.map { (appID: try $0[0].string, trimPoint: try $0[1].int64, hours: try $0[2].int64) }
+            ).decode((String, Int64, Int64).self).map { (appID: $0.0, trimPoint: $0.1, hours: $0.2) }
         }
         var trimmed = 0
         for app in apps {
@@ -70,8 +70,8 @@ package enum EventRetention {
                 )
                 SELECT count(*) FROM gone
                 """
-            ).first!
-            return Int(try row[0].int64)
+            ).decodeFirst(Int64.self)!
+            return Int(row)
         }
     }
 
@@ -94,8 +94,8 @@ package enum EventRetention {
                 )
                 SELECT COALESCE((SELECT max(id) FROM gone), \(after)), (SELECT count(*) FROM gone)
                 """
-            ).first!
-            return (try row[0].int64, Int(try row[1].int64))
+            ).decodeFirst((Int64, Int64).self)!
+            return (row.0, Int(row.1))
         }
     }
 }

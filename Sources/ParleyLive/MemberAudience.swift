@@ -190,11 +190,11 @@ struct MemberAudience {
             ) x ON true
             """)
         var membership = Membership(loadedAt: 0, intervals: [:])
-        for row in result.rows {
-            membership.loadedAt = try row[0].int64
-            guard !row[1].isNull else { continue }
-            membership.intervals[try row[1].string, default: []].append(
-                (try row[2].int64, row[3].isNull ? nil : try row[3].int64))
+        for (head, userID, joinedEvent, leftEvent) in try result.decode((Int64, String?, Int64?, Int64?).self) {
+            membership.loadedAt = head
+            // A row without a user is the head alone (no members); a member's joined_event is never NULL here.
+            guard let userID, let joinedEvent else { continue }
+            membership.intervals[userID, default: []].append((joinedEvent, leftEvent))
         }
         return membership
     }

@@ -42,10 +42,10 @@ package enum StreamPresence {
 
     /// The open streams of a user on any of `platforms` (every node), e.g. those a kick closes.
     package static func count(appID: String, userID: String, platforms: [String], on db: PostgresConnection) throws -> Int {
-        let row = try db.query(
+        let count = try db.query(
             "SELECT count(*) FROM user_streams WHERE app_id = \(appID) AND user_id = \(userID) AND platform = ANY(\(platforms)::text[])"
-        ).first
-        return Int(try row?[0].int64 ?? 0)
+        ).decodeFirst(Int64.self)
+        return Int(count ?? 0)
     }
 
     /// Runs `write` on the user's streams (it returns the events of what else the change did), then stores and
@@ -70,7 +70,7 @@ package enum StreamPresence {
                     SELECT coalesce(array_agg(DISTINCT platform ORDER BY platform), '{}') FROM user_streams
                     WHERE app_id = \(appID) AND user_id = \(userID) AND counts_presence
                     """
-                ).first?[0].stringArray ?? []
+                ).decodeFirst([String].self) ?? []
             let online = platforms.isEmpty ? (ending == .logout ? "logout" : "offline") : "online"
             let presence = PresenceService(db: db, appID: appID, now: now)
             let stored = try presence.status(userID, on: db)
@@ -114,7 +114,7 @@ package enum StreamPresence {
             WHERE s.opened_at < \(cutoff)
               AND NOT EXISTS (SELECT 1 FROM live_nodes n WHERE n.node_id = s.node_id AND n.seen_at >= \(cutoff))
             """
-        ).rows.map { try $0[0].string }
+        ).decode(String.self)
         try db.query("DELETE FROM live_nodes WHERE seen_at < \(cutoff)")
         return nodes
     }
@@ -122,9 +122,9 @@ package enum StreamPresence {
     /// Closes, for presence, every stream row of `nodeID` (a node stopping, or found dead).
     static func nodeGone(_ nodeID: String, services: Services) throws {
         let users = try services.pool.withConnection { db in
-            try db.query("SELECT app_id, user_id, array_agg(stream_id) FROM user_streams WHERE node_id = \(nodeID) GROUP BY 1, 2").rows.map {
-                (appID: try $0[0].string, userID: try $0[1].string, streams: try $0[2].stringArray)
-            }
+            try db.query("SELECT app_id, user_id, array_agg(stream_id) FROM user_streams WHERE node_id = \(nodeID) GROUP BY 1, 2").decode(
+                (String, String, [String]).self
+            ).map { (appID: $0.0, userID: $0.1, streams: $0.2) }
         }
         for user in users {
             try closed(appID: user.appID, userID: user.userID, streamIDs: user.streams, ending: .closed, services: services)

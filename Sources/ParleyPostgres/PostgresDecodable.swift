@@ -63,3 +63,16 @@ extension Int: PostgresDecodableArrayElement {
 extension Array: PostgresDecodable where Element: PostgresDecodableArrayElement {
     public init(postgresCell cell: PostgresCell) throws(PostgresError) { self = try Element.postgresArray(cell) }
 }
+
+/// A text or json column's UTF-8 bytes as they are (``PostgresCell/textBytes``): stored JSON copied into a response
+/// without a `String` in between.
+public struct PostgresTextBytes: PostgresDecodable {
+    public let bytes: [UInt8]
+
+    public init(postgresCell cell: PostgresCell) throws(PostgresError) { bytes = try cell.textBytes }
+}
+
+/// A column lent as its cell, to read later or only on a condition (a body copied only when it is selected).
+extension PostgresCell: PostgresDecodable {
+    public init(postgresCell cell: PostgresCell) throws(PostgresError) { self = cell }
+}

@@ -41,12 +41,10 @@ enum StatsStore {
                    (SELECT count(*) FROM rooms WHERE app_id = \(appID))
             FROM event_heads h WHERE h.app_id = \(appID)
             """, prepared: false
-        ).first.map {
+        ).decodeFirst((Int64, Int64, Int64, Int64, Int64, Int64, Int64, Int64, Int64, Int64, Int64).self).map {
             Counts(
-                usersTotal: try $0[0].int64, usersOnline: try $0[1].int64, groupsTotal: try $0[2].int64, messagesStored: try $0[3].int64,
-                messagesSince: try $0[4].int64, userStreams: try $0[5].int64, eventLogHead: try $0[6].int64,
-                eventLogTrimPoint: try $0[7].int64, webhookPending: try $0[8].int64, webhookDeadSince: try $0[9].int64,
-                roomsActive: try $0[10].int64)
+                usersTotal: $0.0, usersOnline: $0.1, groupsTotal: $0.2, messagesStored: $0.3, messagesSince: $0.4, userStreams: $0.5,
+                eventLogHead: $0.6, eventLogTrimPoint: $0.7, webhookPending: $0.8, webhookDeadSince: $0.9, roomsActive: $0.10)
         }
     }
 
@@ -57,8 +55,8 @@ enum StatsStore {
             SELECT count(*), coalesce(\(now) - min(created_at), 0) FROM webhook_deliveries
             WHERE status IN ('pending', 'failed') AND NOT paused
             """
-        ).first
-        return (try row?[0].int64 ?? 0, max(0, try row?[1].int64 ?? 0))
+        ).decodeFirst((Int64, Int64).self)
+        return (row?.0 ?? 0, max(0, row?.1 ?? 0))
     }
 
     /// The newest event id of every app, by app id.

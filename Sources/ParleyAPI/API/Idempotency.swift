@@ -46,16 +46,20 @@ enum Idempotency {
         let existing = try db.query(
             "SELECT method, path, body_hash, status, headers, body FROM idempotency_keys WHERE app_id = \(appID) AND scope = \(scope) AND key = \(key)"
         )
-        guard let row = existing.first else {
+        // The headers and body (bytea) are read from their cells once the request is known to be finished.
+        guard
+            let (method, storedPath, storedHash, status, headersCell, bodyCell) = try existing.decodeFirst(
+                (String, String, String, Int?, PostgresCell, PostgresCell).self)
+        else {
             // Deleted between the two statements (expired and purged): treat as new.
             return try begin(key: key, request: request, appID: appID, scope: scope, now: now, db: db)
         }
-        guard try row[0].string == request.method.rawValue, try row[1].string == path, try row[2].string == bodyHash else {
+        guard method == request.method.rawValue, storedPath == path, storedHash == bodyHash else {
             throw APIError(.idempotencyKeyReused, "Idempotency-Key was used with a different request")
         }
-        if row[3].isNull { throw APIError(.idempotencyKeyInFlight, "the first request with this Idempotency-Key is still running") }
-        var response = Response(status: try row[3].int, body: try row[5].bytes)
-        if case .array(let headers) = try JSONValue.parse(try row[4].textBytes) {
+        guard let status else { throw APIError(.idempotencyKeyInFlight, "the first request with this Idempotency-Key is still running") }
+        var response = Response(status: status, body: try bodyCell.bytes)
+        if case .array(let headers) = try JSONValue.parse(try headersCell.textBytes) {
             for pair in headers {
                 if let name = pair[0]?.stringValue, let value = pair[1]?.stringValue { response.headers.add(name, value) }
             }

@@ -15,13 +15,14 @@ package enum AppStore {
          WHERE h.app_id = apps.app_id AND w.enabled)
         """
 
+    /// A row of ``columns`` (`token_secret` is bytea, read from its cell).
     package static func record(_ row: PostgresRow) throws -> AppRecord {
-        let settingsJSON = try row[2].string
+        let (appID, name, settingsJSON, tokenSecret, createdAt, updatedAt, hooks) = try row.decode(
+            (String, String, String, PostgresCell, Int64, Int64, String?).self)
         let settingsObject = (try? JSONValue.parse(Array(settingsJSON.utf8)))?.objectValue ?? JSONObject()
         return AppRecord(
-            appID: try row[0].string, name: try row[1].string, settings: .stored(settingsObject),
-            tokenSecret: try row[3].bytes, createdAt: try row[4].int64, updatedAt: try row[5].int64,
-            beforeHooks: row[6].isNull ? [:] : beforeHooks(try row[6].string))
+            appID: appID, name: name, settings: .stored(settingsObject), tokenSecret: try tokenSecret.bytes, createdAt: createdAt,
+            updatedAt: updatedAt, beforeHooks: hooks.map(beforeHooks) ?? [:])
     }
 
     /// The before-hook endpoints by type, from the JSON array `columns` builds.
@@ -42,8 +43,8 @@ package enum AppStore {
     /// The app of an active (not revoked) key with this hash.
     static func activeKey(hash: String, on db: PostgresConnection) throws -> (appID: String, keyID: String)? {
         let result = try db.query("SELECT app_id, key_id FROM app_keys WHERE key_hash = \(hash) AND revoked_at IS NULL")
-        guard let row = result.first else { return nil }
-        return (try row[0].string, try row[1].string)
+        guard let (appID, keyID) = try result.decodeFirst((String, String).self) else { return nil }
+        return (appID, keyID)
     }
 
     static func touchKey(appID: String, keyID: String, at now: Int64, on db: PostgresConnection) throws {
@@ -123,10 +124,9 @@ package enum AppStore {
             SELECT key_id, name, prefix, created_at, last_used_at, revoked_at FROM app_keys
             WHERE app_id = \(appID) ORDER BY created_at, key_id
             """, prepared: false)
-        return try result.rows.map { row in
-            KeyRow(
-                keyID: try row[0].string, name: try row[1].string, prefix: try row[2].string, createdAt: try row[3].int64,
-                lastUsedAt: row[4].isNull ? nil : try row[4].int64, revokedAt: row[5].isNull ? nil : try row[5].int64)
+        return try result.decode((String, String, String, Int64, Int64?, Int64?).self).map {
+            (keyID, name, prefix, createdAt, lastUsedAt, revokedAt) in
+            KeyRow(keyID: keyID, name: name, prefix: prefix, createdAt: createdAt, lastUsedAt: lastUsedAt, revokedAt: revokedAt)
         }
     }
 
@@ -138,9 +138,7 @@ package enum AppStore {
         let result = try db.query(
             "SELECT revoked_at IS NULL, (SELECT count(*) FROM app_keys WHERE app_id = \(appID) AND revoked_at IS NULL) FROM app_keys WHERE app_id = \(appID) AND key_id = \(keyID)",
             prepared: false)
-        guard let row = result.first else { return .notFound }
-        let active = try row[0].bool
-        let activeCount = try row[1].int64
+        guard let (active, activeCount) = try result.decodeFirst((Bool, Int64).self) else { return .notFound }
         if active && activeCount <= 1 { return .lastActiveKey }
         if active {
             try db.query("UPDATE app_keys SET revoked_at = \(now) WHERE app_id = \(appID) AND key_id = \(keyID)", prepared: false)

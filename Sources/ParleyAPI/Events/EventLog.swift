@@ -142,14 +142,13 @@ public enum EventLog {
     static func sequence(appID: String, on db: PostgresConnection) throws -> Int64? {
         try db.transaction { db in
             guard
-                let head = try db.query(
+                let before = try db.query(
                     """
                     SELECT head FROM event_heads
                     WHERE app_id = \(appID) AND EXISTS (SELECT 1 FROM pending_events WHERE app_id = \(appID)) FOR UPDATE
                     """
-                ).first
+                ).decodeFirst(Int64.self)
             else { return nil }
-            let before = try head[0].int64
             let row =
                 try db.query(
                     """
@@ -207,12 +206,10 @@ public enum EventLog {
                            (SELECT json_agg(json_build_object('id', group_id, 'xact', xact::text, 'event', id)) FROM joins)::text,
                            (SELECT json_agg(json_build_object('id', room_id, 'xact', xact::text, 'event', id)) FROM room_joins)::text
                     """
-                ).first
-            guard let row else { return nil }
-            let moved = try row[0].int64
+                ).decodeFirst((Int64, String?, String?).self)
+            guard let (moved, groupJoins, roomJoins) = row else { return nil }
             if moved == 0 { return nil }
-            try stampLateLeavers(
-                appID: appID, groupJoins: row[1].isNull ? nil : try row[1].string, roomJoins: row[2].isNull ? nil : try row[2].string, on: db)
+            try stampLateLeavers(appID: appID, groupJoins: groupJoins, roomJoins: roomJoins, on: db)
             return before + moved
         }
     }
@@ -249,14 +246,14 @@ public enum EventLog {
                 DELETE FROM pending_events p WHERE NOT EXISTS (SELECT 1 FROM event_heads h WHERE h.app_id = p.app_id))
             SELECT DISTINCT app_id FROM pending_events p WHERE EXISTS (SELECT 1 FROM event_heads h WHERE h.app_id = p.app_id)
             """
-        ).rows.map { try $0[0].string }
+        ).decode(String.self)
     }
 
     /// The head `H` and trim point `T` of an app's log.
     public static func bounds(appID: String, on db: PostgresConnection) throws -> (head: Int64, trimPoint: Int64) {
         let result = try db.query("SELECT head, trim_point FROM event_heads WHERE app_id = \(appID)")
-        guard let row = result.first else { return (0, 0) }
-        return (try row[0].int64, try row[1].int64)
+        guard let (head, trimPoint) = try result.decodeFirst((Int64, Int64).self) else { return (0, 0) }
+        return (head, trimPoint)
     }
 
     /// Filters of a log read (docs/events.md#polling-the-log); they combine with AND.
@@ -291,11 +288,9 @@ public enum EventLog {
             ORDER BY id
             LIMIT \(limit)
             """)
-        return try result.rows.map { row in
-            let (id, type) = (try row[0].int64, try row[1].string)
-            return LoggedEvent(
-                id: id, type: type, head: EventJSON.head(id: id, type: type, appID: appID, createdAt: try row[2].int64),
-                data: try row[3].textBytes)
+        return try result.decode((Int64, String, Int64, PostgresTextBytes).self).map { (id, type, createdAt, data) in
+            LoggedEvent(
+                id: id, type: type, head: EventJSON.head(id: id, type: type, appID: appID, createdAt: createdAt), data: data.bytes)
         }
     }
 
@@ -315,14 +310,13 @@ public enum EventLog {
             ORDER BY id
             LIMIT \(limit)
             """)
-        return try result.rows.map { row in
-            let (id, type) = (try row[0].int64, try row[1].string)
-            return LiveEvent(
-                id: id, type: type, audience: try row[2].stringArray,
-                groupID: row[3].isNull ? nil : try row[3].string, roomID: row[4].isNull ? nil : try row[4].string,
-                toGroupMembers: try row[5].bool, deletedUserID: row[6].isNull ? nil : try row[6].string,
-                kickedPlatforms: row[7].isNull ? nil : try row[7].stringArray,
-                frameHead: EventJSON.frameHead(id: id, type: type, appID: appID, createdAt: try row[8].int64), data: try row[9].textBytes)
+        return try result.decode(
+            (Int64, String, [String], String?, String?, Bool, String?, [String]?, Int64, PostgresTextBytes).self
+        ).map { (id, type, audience, groupID, roomID, toGroupMembers, deletedUserID, kickedPlatforms, createdAt, data) in
+            LiveEvent(
+                id: id, type: type, audience: audience, groupID: groupID, roomID: roomID, toGroupMembers: toGroupMembers,
+                deletedUserID: deletedUserID, kickedPlatforms: kickedPlatforms,
+                frameHead: EventJSON.frameHead(id: id, type: type, appID: appID, createdAt: createdAt), data: data.bytes)
         }
     }
 }

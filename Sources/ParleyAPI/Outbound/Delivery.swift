@@ -61,19 +61,23 @@ package enum DeliveryStore {
         last_status_code, last_error, response_excerpt, duration_ms, decision, created_at
         """
 
+    /// A row of ``columns`` (and `attempt_log` `withLog`), read by column name.
     package static func delivery(_ row: PostgresRow, withLog: Bool = false) throws -> Delivery {
-        let kind = Delivery.Kind(rawValue: try row[2].string) ?? .after
-        let ref = row[4].isNull ? nil : try row[4].string
+        let kind = Delivery.Kind(rawValue: try row.decode(String.self, named: "kind")) ?? .after
+        let ref = try row.decode(String?.self, named: "ref_id")
         return Delivery(
-            deliveryID: try row[0].string, webhookID: try row[1].string, kind: kind,
-            eventID: kind == .after ? (row[3].isNull ? nil : String(try row[3].int64)) : (kind == .ping ? ref : nil),
-            hookCallID: kind == .before ? ref : nil, eventType: try row[5].string,
-            status: Delivery.Status(rawValue: try row[6].string) ?? .pending, attempts: try row[7].int,
-            nextAttemptAt: row[8].isNull ? nil : try row[8].int64, lastAttemptAt: row[9].isNull ? nil : try row[9].int64,
-            lastStatusCode: row[10].isNull ? nil : try row[10].int, lastError: row[11].isNull ? nil : try row[11].string,
-            responseExcerpt: row[12].isNull ? nil : try row[12].string, durationMillis: row[13].isNull ? nil : try row[13].int,
-            decision: row[14].isNull ? nil : try row[14].string, createdAt: try row[15].int64,
-            attemptLog: withLog ? try row[16].textBytes : nil)
+            deliveryID: try row.decode(named: "delivery_id"), webhookID: try row.decode(named: "webhook_id"), kind: kind,
+            eventID: kind == .after ? try row.decode(Int64?.self, named: "event_id").map { String($0) } : (kind == .ping ? ref : nil),
+            hookCallID: kind == .before ? ref : nil, eventType: try row.decode(named: "event_type"),
+            status: Delivery.Status(rawValue: try row.decode(String.self, named: "status")) ?? .pending,
+            attempts: try row.decode(Int.self, named: "attempts"), nextAttemptAt: try row.decode(Int64?.self, named: "next_attempt_at"),
+            lastAttemptAt: try row.decode(Int64?.self, named: "last_attempt_at"),
+            lastStatusCode: try row.decode(Int?.self, named: "last_status_code"),
+            lastError: try row.decode(String?.self, named: "last_error"),
+            responseExcerpt: try row.decode(String?.self, named: "response_excerpt"),
+            durationMillis: try row.decode(Int?.self, named: "duration_ms"), decision: try row.decode(String?.self, named: "decision"),
+            createdAt: try row.decode(Int64.self, named: "created_at"),
+            attemptLog: withLog ? try row.decode(PostgresTextBytes.self, named: "attempt_log").bytes : nil)
     }
 
     /// An endpoint's deliveries by `created_at` desc, then `delivery_id` desc (the order of `id`: the index's), after the

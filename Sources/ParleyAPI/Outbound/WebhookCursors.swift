@@ -49,12 +49,11 @@ package enum WebhookCursors {
     /// cursor moves to the newest event: nothing is delivered for what was written while it was disabled.
     package static func resume(appID: String, webhookID: String, now: Int64, on db: PostgresConnection) throws {
         guard
-            let row = try db.query(
+            let (cursor, paused) = try db.query(
                 "SELECT event_id, paused_at FROM webhook_cursors WHERE app_id = \(appID) AND webhook_id = \(webhookID) FOR UPDATE"
-            ).first,
-            !row[1].isNull
+            ).decodeFirst((Int64, Int64?).self),
+            let pausedAt = paused
         else { return }
-        let (cursor, pausedAt) = (try row[0].int64, try row[1].int64)
         if pausedAt > cursor {
             try db.query(
                 """
@@ -87,12 +86,13 @@ package enum WebhookCursors {
               AND (c.holder = \(holder) OR c.held_until IS NULL OR c.held_until < clock_timestamp())
             RETURNING c.app_id, c.webhook_id, c.event_id, w.url, w.event_types, w.secret, w.previous_secret, w.previous_secret_until
             """
-        ).rows.map { row in
+        ).decode((String, String, Int64, String, [String], String, String?, Int64?).self).map {
+            (appID, webhookID, cursor, url, eventTypes, secret, previousSecret, previousSecretUntil) in
             Held(
-                appID: try row[0].string, webhookID: try row[1].string, cursor: try row[2].int64,
+                appID: appID, webhookID: webhookID, cursor: cursor,
                 config: .init(
-                    url: try row[3].string, eventTypes: try row[4].stringArray, secret: try row[5].string,
-                    previousSecret: row[6].isNull ? nil : try row[6].string, previousSecretUntil: row[7].isNull ? nil : try row[7].int64))
+                    url: url, eventTypes: eventTypes, secret: secret, previousSecret: previousSecret,
+                    previousSecretUntil: previousSecretUntil))
         }
     }
 
@@ -126,8 +126,8 @@ package enum WebhookCursors {
               AND d.status IN ('pending', 'failed') AND d.order_key IS NOT NULL
             GROUP BY d.app_id, d.webhook_id, d.order_key
             """
-        ).rows {
-            result[try row[0].string + "\u{0}" + row[1].string, default: [:]][try row[2].string] = try row[3].int
+        ).decode((String, String, String, Int).self) {
+            result[row.0 + "\u{0}" + row.1, default: [:]][row.2] = row.3
         }
         return result
     }
@@ -144,13 +144,8 @@ package enum WebhookCursors {
             FROM events e WHERE e.app_id = \(appID) AND e.id > \(after)
             ORDER BY e.id LIMIT \(limit)
             """
-        ).rows.map { row in
-            let selected = !row[4].isNull
-            return (
-                TakenEvent(
-                    id: try row[0].int64, type: try row[1].string, orderKey: try row[2].string, createdAt: try row[3].int64,
-                    body: selected ? try row[4].textBytes : []), selected
-            )
+        ).decode((Int64, String, String, Int64, PostgresTextBytes?).self).map { (id, type, orderKey, createdAt, body) in
+            (TakenEvent(id: id, type: type, orderKey: orderKey, createdAt: createdAt, body: body?.bytes ?? []), body != nil)
         }
     }
 

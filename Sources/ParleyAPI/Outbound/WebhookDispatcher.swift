@@ -569,14 +569,15 @@ package final class WebhookDispatcher: CommitObserver {
             RETURNING d.id, d.app_id, d.webhook_id, d.event_id, d.event_type, d.body, d.attempts, d.single_attempt, w.url, w.secret,
                       w.previous_secret, w.previous_secret_until, d.order_key
             """)
-        return try rows.rows.map { row in
-            var secrets = [try row[9].string]
-            if !row[10].isNull, !row[11].isNull, try row[11].int64 > now { secrets.append(try row[10].string) }
+        return try rows.decode(
+            (Int64, String, String, Int64, String, PostgresTextBytes, Int, Bool, String, String, String?, Int64?, String?).self
+        ).map { (id, appID, webhookID, eventID, eventType, body, attempts, singleAttempt, url, secret, previous, previousUntil, orderKey) in
+            var secrets = [secret]
+            if let previous, let previousUntil, previousUntil > now { secrets.append(previous) }
             return Claimed(
-                id: try row[0].int64, appID: try row[1].string, webhookID: try row[2].string, orderKey: row[12].isNull ? nil : try row[12].string,
-                request: WebhookRequest(
-                    id: String(try row[3].int64), eventType: try row[4].string, body: try row[5].textBytes, attempt: try row[6].int + 1),
-                url: try row[8].string, secrets: secrets, singleAttempt: try row[7].bool)
+                id: id, appID: appID, webhookID: webhookID, orderKey: orderKey,
+                request: WebhookRequest(id: String(eventID), eventType: eventType, body: body.bytes, attempt: attempts + 1),
+                url: url, secrets: secrets, singleAttempt: singleAttempt)
         }
     }
 
@@ -655,7 +656,7 @@ package final class WebhookDispatcher: CommitObserver {
                     WHERE app_id = \(entry.appID) AND webhook_id = \(entry.webhookID)
                     RETURNING NOT enabled AND disabled_reason = 'consecutive_failures' AND updated_at = \(now)
                     """
-                ).first.map { try $0[0].bool } ?? false
+                ).decodeFirst(Bool.self) ?? false
             guard disabledNow else { continue }
             try WebhookStore.setDeliveriesPaused(true, appID: entry.appID, webhookID: entry.webhookID, now: now, on: db)
             try WebhookCursors.pause(appID: entry.appID, webhookID: entry.webhookID, on: db)

@@ -9,17 +9,21 @@ package enum WebhookStore {
         timeout_ms, fail_open, disable_after_failures, consecutive_failures, created_at, updated_at
         """
 
+    /// A row of ``columns``.
     package static func webhook(_ row: PostgresRow) throws -> Webhook {
-        Webhook(
-            webhookID: try row[0].string, url: try row[1].string, eventTypes: try row[2].stringArray, secret: try row[3].string,
-            previousSecret: row[4].isNull ? nil : try row[4].string, previousSecretUntil: row[5].isNull ? nil : try row[5].int64,
-            enabled: try row[6].bool, disabledReason: row[7].isNull ? nil : try row[7].string, description: try row[8].string,
-            timeoutMillis: try row[9].int, failOpen: try row[10].bool, disableAfterFailures: try row[11].int,
-            consecutiveFailures: try row[12].int, createdAt: try row[13].int64, updatedAt: try row[14].int64)
+        let (
+            webhookID, url, eventTypes, secret, previousSecret, previousSecretUntil, enabled, disabledReason, description,
+            timeoutMillis, failOpen, disableAfterFailures, consecutiveFailures, createdAt, updatedAt
+        ) = try row.decode((String, String, [String], String, String?, Int64?, Bool, String?, String, Int, Bool, Int, Int, Int64, Int64).self)
+        return Webhook(
+            webhookID: webhookID, url: url, eventTypes: eventTypes, secret: secret, previousSecret: previousSecret,
+            previousSecretUntil: previousSecretUntil, enabled: enabled, disabledReason: disabledReason, description: description,
+            timeoutMillis: timeoutMillis, failOpen: failOpen, disableAfterFailures: disableAfterFailures,
+            consecutiveFailures: consecutiveFailures, createdAt: createdAt, updatedAt: updatedAt)
     }
 
     package static func count(appID: String, on db: PostgresConnection) throws -> Int {
-        try db.query("SELECT count(*) FROM webhooks WHERE app_id = \(appID)").first.map { try $0[0].int } ?? 0
+        try db.query("SELECT count(*) FROM webhooks WHERE app_id = \(appID)").decodeFirst(Int.self) ?? 0
     }
 
     package static func fetch(appID: String, webhookID: String, forUpdate: Bool = false, on db: PostgresConnection) throws -> Webhook? {
@@ -92,7 +96,7 @@ package enum WebhookStore {
             SELECT \(appID), t, \(w.webhookID) FROM unnest(\(types)::text[]) t
             ON CONFLICT DO NOTHING RETURNING hook_type
             """
-        ).rows.map { try $0[0].string }
+        ).decode(String.self)
         return types.filter { !claimed.contains($0) }
     }
 

@@ -54,23 +54,24 @@ package enum CallStore {
             SELECT call_id, \(sql: userColumns) FROM call_users WHERE app_id = \(appID) AND call_id = ANY(\(callIDs)::text[])
             ORDER BY call_id, position
             """
-        ).rows {
-            out[try row[0].string, default: []].append(
+        ).decode((String, String, Int, String, String?, String, Int64?, Int64, Int64?, Int64?).self) {
+            let (callID, userID, position, state, inviterID, extendedData, invitedAt, updatedAt, acceptedAt, quitAt) = row
+            out[callID, default: []].append(
                 CallUser(
-                    userID: try row[1].string, position: try row[2].int, state: CallUser.State(rawValue: try row[3].string) ?? .ended,
-                    inviterID: row[4].isNull ? nil : try row[4].string, extendedData: try row[5].string,
-                    invitedAt: row[6].isNull ? nil : try row[6].int64, updatedAt: try row[7].int64,
-                    acceptedAt: row[8].isNull ? nil : try row[8].int64, quitAt: row[9].isNull ? nil : try row[9].int64))
+                    userID: userID, position: position, state: CallUser.State(rawValue: state) ?? .ended, inviterID: inviterID,
+                    extendedData: extendedData, invitedAt: invitedAt, updatedAt: updatedAt, acceptedAt: acceptedAt, quitAt: quitAt))
         }
         return out
     }
 
+    /// A row of ``callColumns``.
     private static func call(_ row: PostgresRow) throws -> Call {
-        Call(
-            callID: try row[0].string, mode: Call.Mode(rawValue: try row[1].string) ?? .general, callerID: try row[2].string,
-            ended: try row[3].string == "ended", endReason: row[4].isNull ? nil : Call.EndReason(rawValue: try row[4].string),
-            extendedData: try row[5].string, timeoutS: try row[6].int64, notReceivedCheck: try row[7].bool, createdAt: try row[8].int64,
-            endedAt: row[9].isNull ? nil : try row[9].int64, users: [])
+        let (callID, mode, callerID, state, endReason, extendedData, timeoutS, notReceivedCheck, createdAt, endedAt) = try row.decode(
+            (String, String, String, String, String?, String, Int64, Bool, Int64, Int64?).self)
+        return Call(
+            callID: callID, mode: Call.Mode(rawValue: mode) ?? .general, callerID: callerID, ended: state == "ended",
+            endReason: endReason.flatMap { Call.EndReason(rawValue: $0) }, extendedData: extendedData, timeoutS: timeoutS,
+            notReceivedCheck: notReceivedCheck, createdAt: createdAt, endedAt: endedAt, users: [])
     }
 
     static func insert(appID: String, call: Call, on db: PostgresConnection) throws {
@@ -125,7 +126,7 @@ package enum CallStore {
             SELECT user_id, deleted_at IS NULL FROM users WHERE app_id = \(appID) AND user_id = ANY(\(userIDs)::text[])
             ORDER BY user_id FOR SHARE
             """)
-        return Set(try rows.rows.filter { try $0[1].bool }.map { try $0[0].string })
+        return Set(try rows.decode((String, Bool).self).filter { $0.1 }.map { $0.0 })
     }
 
     /// The users among `userIDs` whose blacklist holds `inviter`.
@@ -206,7 +207,7 @@ package enum CallStore {
                 SELECT app_id, call_id, check_at FROM call_users WHERE check_at <= \(now)
             ) d GROUP BY app_id, call_id ORDER BY min(due), app_id, call_id LIMIT \(limit)
             """
-        ).rows.map { (try $0[0].string, try $0[1].string) }
+        ).decode((String, String).self).map { (appID: $0.0, callID: $0.1) }
     }
 
     /// The app's calls in progress (`/v1/stats` `calls_active`).

@@ -181,8 +181,8 @@ enum ConversationStore {
             WHERE c.app_id = \(appID) AND c.user_id = ANY(\(userIDs)) AND NOT c.deleted\(conditions(Filter()))
             GROUP BY c.user_id
             """
-        ).rows {
-            out[try row[0].string] = try row[1].int64
+        ).decode((String, Int64).self) {
+            out[row.0] = row.1
         }
         return out
     }
@@ -203,7 +203,7 @@ enum ConversationStore {
             SELECT pinned, notification_status, draft, deleted FROM conversations
             WHERE app_id = \(appID) AND user_id = \(userID) AND conv_type = \(type) AND conv_id = \(id) FOR UPDATE
             """
-        ).first.map { Settings(pinned: try $0[0].bool, notificationStatus: try $0[1].string, draft: try $0[2].string, deleted: try $0[3].bool) }
+        ).decodeFirst((Bool, String, String, Bool).self).map { Settings(pinned: $0.0, notificationStatus: $0.1, draft: $0.2, deleted: $0.3) }
     }
 
     /// Creates an empty entry (PATCH on a conversation without one).
@@ -239,8 +239,8 @@ enum ConversationStore {
     /// The member's own alias for the group, its member row locked until the transaction ends; nil when it is not a
     /// member. Taken before the entry's lock (the order a leave takes them: member row, then entry).
     static func lockMemberAlias(appID: String, userID: String, groupID: String, on db: PostgresConnection) throws -> String? {
-        try db.query("SELECT alias FROM group_members WHERE app_id = \(appID) AND group_id = \(groupID) AND user_id = \(userID) FOR UPDATE").first.map
-        { try $0[0].string }
+        try db.query("SELECT alias FROM group_members WHERE app_id = \(appID) AND group_id = \(groupID) AND user_id = \(userID) FOR UPDATE")
+            .decodeFirst(String.self)
     }
 
     /// Sets the member's own alias for the group (the `alias` of its group entry).
@@ -251,8 +251,8 @@ enum ConversationStore {
     /// How many of the user's live entries are pinned.
     static func pinnedCount(appID: String, userID: String, on db: PostgresConnection) throws -> Int {
         Int(
-            try db.query("SELECT count(*) FROM conversations WHERE app_id = \(appID) AND user_id = \(userID) AND pinned AND NOT deleted").first?[0]
-                .int64 ?? 0)
+            try db.query("SELECT count(*) FROM conversations WHERE app_id = \(appID) AND user_id = \(userID) AND pinned AND NOT deleted")
+                .decodeFirst(Int64.self) ?? 0)
     }
 
     /// Saves the settable fields (nil = unchanged); a draft sets `draft_updated_at`, which raises `order_key`.
@@ -306,8 +306,8 @@ enum ConversationStore {
               AND least(coalesce(\(seq), \(sql: lastSeq)), \(sql: lastSeq)) > c.read_seq
             RETURNING c.conv_type, c.conv_id, c.thread_id, c.read_seq
             """)
-        return try result.rows.map {
-            ReadMove(type: try $0[0].string, id: try $0[1].string, threadID: try $0[2].string, readSeq: try $0[3].int64)
+        return try result.decode((String, String, String, Int64).self).map {
+            ReadMove(type: $0.0, id: $0.1, threadID: $0.2, readSeq: $0.3)
         }
     }
 
@@ -327,6 +327,6 @@ enum ConversationStore {
               AND (\(mark)::int = ANY(c.marks)) <> \(enable)
             RETURNING c.conv_type, c.conv_id
             """
-        ).rows.map { (try $0[0].string, try $0[1].string) }
+        ).decode((String, String).self).map { (type: $0.0, id: $0.1) }
     }
 }

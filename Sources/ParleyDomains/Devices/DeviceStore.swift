@@ -9,16 +9,19 @@ enum DeviceStore {
     static let columns =
         "device_id, user_id, platform, provider, push_key, push_app_id, voip, apptype, lang, created_at, updated_at, last_push_at"
 
-    static func device(_ row: PostgresRow) throws -> Device {
-        let platform = try row[2].string
-        let provider = try row[3].string
+    /// The types of ``columns``, in order.
+    typealias Columns = (String, String, String, String, String, String, Bool, Int64, String, Int64, Int64, Int64?)
+
+    static func device(_ row: PostgresRow) throws -> Device { try device(try row.decode(Columns.self)) }
+
+    static func device(_ columns: Columns) throws -> Device {
+        let (deviceID, userID, platform, provider, pushKey, pushAppID, voip, apptype, lang, createdAt, updatedAt, lastPushAt) = columns
         guard let p = Device.Platform(rawValue: platform), let v = Device.Provider(rawValue: provider) else {
             throw APIError(.internalError, "device row with platform \(platform) provider \(provider)")
         }
         return Device(
-            deviceID: try row[0].string, userID: try row[1].string, platform: p, provider: v, pushKey: try row[4].string,
-            pushAppID: try row[5].string, voip: try row[6].bool, apptype: try row[7].int64, lang: try row[8].string,
-            createdAt: try row[9].int64, updatedAt: try row[10].int64, lastPushAt: row[11].isNull ? nil : try row[11].int64)
+            deviceID: deviceID, userID: userID, platform: p, provider: v, pushKey: pushKey, pushAppID: pushAppID, voip: voip,
+            apptype: apptype, lang: lang, createdAt: createdAt, updatedAt: updatedAt, lastPushAt: lastPushAt)
     }
 
     // MARK: - Devices
@@ -83,25 +86,24 @@ enum DeviceStore {
             )
             SELECT device_id FROM gone ORDER BY updated_at, created_at, device_id
             """)
-        return try result.rows.map { try $0[0].string }
+        return try result.decode(String.self)
     }
 
     package static func count(appID: String, userID: String, on db: PostgresConnection) throws -> Int {
         let result = try db.query("SELECT count(*) FROM devices WHERE app_id = \(appID) AND user_id = \(userID)")
-        return try result.first.map { try $0[0].int } ?? 0
+        return try result.decodeFirst(Int.self) ?? 0
     }
 
     // MARK: - Push rules
 
     static func pushRule(appID: String, userID: String, on db: PostgresConnection) throws -> PushRule? {
         guard
-            let row = try db.query(
+            let (online, muted) = try db.query(
                 "SELECT online_platforms, not_to_receive_offline_push_platforms FROM push_rules WHERE app_id = \(appID) AND user_id = \(userID)"
-            ).first
+            ).decodeFirst(([String], [String]).self)
         else { return nil }
         return PushRule(
-            onlinePlatforms: try row[0].stringArray.compactMap(Device.Platform.init),
-            mutedPlatforms: try row[1].stringArray.compactMap(Device.Platform.init))
+            onlinePlatforms: online.compactMap(Device.Platform.init), mutedPlatforms: muted.compactMap(Device.Platform.init))
     }
 
     static func savePushRule(appID: String, userID: String, rule: PushRule, now: Int64, on db: PostgresConnection) throws {

@@ -20,7 +20,7 @@ package enum HistoryRetention {
                 SELECT app_id, (settings->>'history_retention_days')::bigint FROM apps
                 WHERE coalesce((settings->>'history_retention_days')::bigint, 0) > 0 ORDER BY app_id
                 """, prepared: false
-            ).rows.map { (appID: try $0[0].string, days: try $0[1].int64) }
+            ).decode((String, Int64).self).map { (appID: $0.0, days: $0.1) }
         }
         var purged = 0
         for app in apps {
@@ -39,7 +39,7 @@ package enum HistoryRetention {
                         )
                         SELECT count(*) FROM gone
                         """
-                    ).first?[0].int64 ?? 0
+                    ).decodeFirst(Int64.self) ?? 0
                 }
                 purged += Int(count)
                 if count < batchSize { break }

@@ -27,7 +27,7 @@ enum MessageReceiptStore {
             SELECT joined_seq FROM conversations
             WHERE app_id = \(appID) AND user_id = \(userID) AND conv_type = 'group' AND conv_id = \(groupID)
             """
-        ).first.map { try $0[0].int64 }
+        ).decodeFirst(Int64.self)
         return (joinedSeq ?? 0) < seq
     }
 

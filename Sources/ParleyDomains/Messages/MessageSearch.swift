@@ -74,7 +74,7 @@ struct MessageSearch {
             SELECT coalesce(array_agg(lower(k COLLATE "und-x-icu") ORDER BY n), '{}')
             FROM unnest(\(keywords)::text[]) WITH ORDINALITY AS t(k, n)
             """
-        ).first?[0].stringArray ?? []
+        ).decodeFirst([String].self) ?? []
     }
 
     /// The statement: up to `limit` messages in search order, as rows in ``MessageColumn`` order.

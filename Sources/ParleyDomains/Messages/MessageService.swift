@@ -206,7 +206,7 @@ struct MessageService: DomainService {
             // Every active user: the audience is resolved when the event is written, in the same transaction.
             let users =
                 try db.query("SELECT coalesce(array_agg(user_id ORDER BY user_id), '{}') FROM users WHERE app_id = \(appID) AND deleted_at IS NULL")
-                .first?[0].stringArray ?? []
+                .decodeFirst([String].self) ?? []
             try EventLog.append(
                 [NewEvent(type: "message.broadcast", data: data.finish(), audience: users, orderKey: appID)], appID: appID, now: now,
                 on: db)

@@ -219,7 +219,7 @@ enum MessageStore {
             SELECT position, message FROM message_combines WHERE app_id = \(appID) AND combine_id = \(combineID) AND position >= \(position)
             ORDER BY position LIMIT \(limit)
             """)
-        return try result.rows.map { (try $0[0].int, try $0[1].textBytes) }
+        return try result.decode((Int, PostgresTextBytes).self).map { (position: $0.0, json: $0.1.bytes) }
     }
 
     // MARK: - Lifecycle (docs/messages.md#revoke-edit-delete)
@@ -231,8 +231,8 @@ enum MessageStore {
             """
             SELECT user_id, role FROM group_members WHERE app_id = \(appID) AND group_id = \(groupID) AND user_id = ANY(\(userIDs)::text[])
             """
-        ).rows {
-            out[try row[0].string] = try row[1].int64
+        ).decode((String, Int64).self) {
+            out[row.0] = row.1
         }
         return out
     }
@@ -275,7 +275,7 @@ enum MessageStore {
             FROM message_edits WHERE app_id = \(appID) AND message_id = \(messageID) AND version >= \(version)
             ORDER BY version LIMIT \(limit)
             """
-        ).rows.map { (try $0[0].int, try $0[1].textBytes) }
+        ).decode((Int, PostgresTextBytes).self).map { (version: $0.0, json: $0.1.bytes) }
     }
 
     /// Hides a message from one user (delete `scope=self`).

@@ -16,7 +16,7 @@ enum RoomRecent {
             SELECT message FROM room_recent_messages WHERE app_id = \(appID) AND room_id = \(roomID)
             ORDER BY position DESC LIMIT \(capacity)
             """)
-        return try rows.rows.map { row in try view(try row[0].textBytes, viewer) }
+        return try rows.decode(PostgresTextBytes.self).map { try view($0.bytes, viewer) }
     }
 
     /// The app's JSON of a cached message as `viewer` sees it (the same rule as the user view of events).

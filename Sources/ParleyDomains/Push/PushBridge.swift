@@ -533,13 +533,13 @@ package final class PushBridge: CommitObserver {
             WHERE p.attempt_id = due.attempt_id AND a.app_id = p.app_id
             RETURNING p.attempt_id, p.app_id, p.url, p.format, p.body, p.tries, p.push_keys, (a.settings->'push')::text, p.kind
             """)
-        return try rows.rows.map { row in
-            let settings = PushSettings(push: (try? JSONValue.parse(try row[7].string))?.objectValue ?? JSONObject())
+        return try rows.decode((String, String, String, String, PostgresTextBytes, Int, [String], String?, String).self).map {
+            (attemptID, appID, url, format, body, tries, pushKeys, push, kind) in
+            let settings = PushSettings(push: push.flatMap { (try? JSONValue.parse($0))?.objectValue } ?? JSONObject())
             return Claimed(
-                attemptID: try row[0].string, appID: try row[1].string, kind: try row[8].string, url: try row[2].string,
-                format: PushSettings.Format(rawValue: try row[3].string) ?? .matrix, body: try row[4].textBytes, attempt: try row[5].int + 1,
-                maxAttempts: settings.maxAttempts, timeoutMillis: settings.timeoutMillis, secret: settings.secret,
-                pushKeys: try row[6].stringArray)
+                attemptID: attemptID, appID: appID, kind: kind, url: url, format: PushSettings.Format(rawValue: format) ?? .matrix,
+                body: body.bytes, attempt: tries + 1, maxAttempts: settings.maxAttempts, timeoutMillis: settings.timeoutMillis,
+                secret: settings.secret, pushKeys: pushKeys)
         }
     }
 
@@ -581,10 +581,8 @@ package final class PushBridge: CommitObserver {
             WHERE p.attempt_id = u.attempt_id AND p.status = 'pending'
             RETURNING p.app_id, p.user_id, p.device_ids, p.push_keys, p.rejected_push_keys, p.status
             """)
-        let tried = try changed.rows.map { row in
-            PushStore.Tried(
-                appID: try row[0].string, userID: try row[1].string, deviceIDs: try row[2].stringArray, pushKeys: try row[3].stringArray,
-                rejectedKeys: try row[4].stringArray, status: try row[5].string)
+        let tried = try changed.decode((String, String, [String], [String], [String], String).self).map {
+            PushStore.Tried(appID: $0.0, userID: $0.1, deviceIDs: $0.2, pushKeys: $0.3, rejectedKeys: $0.4, status: $0.5)
         }
         return try PushStore.deviceEffects(of: tried, now: now, on: db)
     }

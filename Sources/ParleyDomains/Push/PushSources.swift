@@ -180,24 +180,24 @@ enum PushSources {
             WHERE m.app_id = \(appID) AND m.message_id = ANY(\(messageIDs))
             """)
         var out: [String: Sourced] = [:]
-        for row in rows.rows {
-            let conversationType = try row[1].string
+        for row in try rows.decode(
+            (String, String, String, String, Int, PostgresCell, Int64, Int, String?, PostgresCell, Bool, String, String?).self)
+        {
+            let (id, conversationType, sender, recipient, type, bodyCell, seq, priority, pushText, suppressed, deleted, senderName, groupName) =
+                row
             guard conversationType == "peer" || conversationType == "group" else { continue }
-            let type = try row[4].int
-            let push = row[8].isNull ? nil : (try? JSONValue.parse(try row[8].string))?.objectValue
+            let push = pushText.flatMap { (try? JSONValue.parse($0))?.objectValue }
             if onlyPushable {
-                guard PushItem.pushableMessageTypes.contains(type), row[9].isNull, try !row[10].bool, push?["enable"]?.boolValue != false else {
+                guard PushItem.pushableMessageTypes.contains(type), suppressed.isNull, !deleted, push?["enable"]?.boolValue != false else {
                     continue
                 }
             }
-            let id = try row[0].string
-            let recipient = try row[3].string
-            let body = row[5].isNull ? nil : try? JSONValue.parse(try row[5].string)
+            let body = bodyCell.isNull ? nil : try? JSONValue.parse(try bodyCell.string)
             let item = PushItem(
                 kind: .message, eventID: id, messageID: id, callID: nil, conversationType: conversationType,
-                groupID: conversationType == "group" ? recipient : nil, sender: try row[2].string, senderName: try row[11].string,
-                groupName: row[12].isNull ? nil : try row[12].string, applicationKind: nil, messageType: type, seq: try row[6].int64,
-                priority: try row[7].int, push: push ?? PushItem.defaultPush, defaultContent: PushItem.defaultContent(type: type, body: body))
+                groupID: conversationType == "group" ? recipient : nil, sender: sender, senderName: senderName, groupName: groupName,
+                applicationKind: nil, messageType: type, seq: seq, priority: priority, push: push ?? PushItem.defaultPush,
+                defaultContent: PushItem.defaultContent(type: type, body: body))
             out[id] = Sourced(item: item, recipients: conversationType == "group" ? .groupMembers(recipient) : .users([recipient]))
         }
         return out
@@ -246,16 +246,15 @@ enum PushSources {
         let state = application["state"]?.stringValue ?? ""
         guard created ? state == "waiting" : state == "accepted" || state == "rejected" else { return nil }
         guard
-            let row = try db.query(
+            let (from, to, push) = try db.query(
                 """
                 SELECT a.from_id, a.to_id, \(sql: created ? "a.push" : "a.response_push")::text FROM friend_applications a
                 WHERE a.app_id = \(appID) AND a.application_id = \(id)
                 """
-            ).first, !row[2].isNull
+            ).decodeFirst((String, String, String?).self), let push
         else { return nil }
-        let (from, to) = (try row[0].string, try row[1].string)
         return try applicationItem(
-            id: id, kind: "friend", actor: created ? from : to, recipient: created ? to : from, push: try row[2].string, appID: appID, on: db)
+            id: id, kind: "friend", actor: created ? from : to, recipient: created ? to : from, push: push, appID: appID, on: db)
     }
 
     /// A group application's accept or reject (with the answer's `push`) to the applicant (`join`) or the inviter
@@ -265,17 +264,15 @@ enum PushSources {
         let state = application["state"]?.stringValue ?? ""
         guard state == "accepted" || state == "rejected" else { return nil }
         guard
-            let row = try db.query(
+            let (type, userID, inviterID, actor, push) = try db.query(
                 """
                 SELECT type, user_id, inviter_id, coalesce(operated_by, user_id), response_push::text FROM group_applications
                 WHERE app_id = \(appID) AND application_id = \(id)
                 """
-            ).first, !row[4].isNull
+            ).decodeFirst((String, String, String?, String, String?).self), let push
         else { return nil }
-        let recipient = try row[0].string == "join" ? try row[1].string : row[2].isNull ? nil : try row[2].string
-        guard let recipient else { return nil }
-        return try applicationItem(
-            id: id, kind: "group", actor: try row[3].string, recipient: recipient, push: try row[4].string, appID: appID, on: db)
+        guard let recipient = type == "join" ? userID : inviterID else { return nil }
+        return try applicationItem(id: id, kind: "group", actor: actor, recipient: recipient, push: push, appID: appID, on: db)
     }
 
     private static func applicationItem(

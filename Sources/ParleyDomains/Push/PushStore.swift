@@ -110,15 +110,17 @@ enum PushStore {
             ORDER BY d.user_id, d.created_at, d.device_id
             """
         ).rows {
-            let device = try DeviceStore.device(row)
+            // The device's columns (``DeviceStore/Columns``), then the user's stream platforms and push rule (NULL
+            // without one; its two arrays are NOT NULL).
+            let (d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11, streams, online, muted) = try row.decode(
+                (String, String, String, String, String, String, Bool, Int64, String, Int64, Int64, Int64?, [String], [String]?, [String]?).self)
+            let device = try DeviceStore.device((d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11))
             if out[device.userID] == nil {
-                let rule =
-                    row[13].isNull
-                    ? nil
-                    : PushRule(
-                        onlinePlatforms: try row[13].stringArray.compactMap(Device.Platform.init),
-                        mutedPlatforms: try row[14].stringArray.compactMap(Device.Platform.init))
-                out[device.userID] = PushRecipient(userID: device.userID, devices: [], onlinePlatforms: Set(try row[12].stringArray), rule: rule)
+                let rule = online.map {
+                    PushRule(
+                        onlinePlatforms: $0.compactMap(Device.Platform.init), mutedPlatforms: (muted ?? []).compactMap(Device.Platform.init))
+                }
+                out[device.userID] = PushRecipient(userID: device.userID, devices: [], onlinePlatforms: Set(streams), rule: rule)
             }
             out[device.userID]?.devices.append(device)
         }
@@ -148,14 +150,16 @@ enum PushStore {
                       AND c.notification_status = 'do_not_disturb'
                 ) c
                 """
-            ).rows.map { conversationKey(try $0[0].string, try $0[1].string, try $0[2].string) })
+            ).decode((String, String, String).self).map { conversationKey($0.0, $0.1, $0.2) })
     }
 
     /// Display names of `userIDs` (those that exist).
     static func userNames(appID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: String] {
         var out: [String: String] = [:]
-        for row in try db.query("SELECT user_id, name FROM users WHERE app_id = \(appID) AND user_id = ANY(\(userIDs))").rows {
-            out[try row[0].string] = try row[1].string
+        for (userID, name) in try db.query("SELECT user_id, name FROM users WHERE app_id = \(appID) AND user_id = ANY(\(userIDs))").decode(
+            (String, String).self)
+        {
+            out[userID] = name
         }
         return out
     }
@@ -296,7 +300,7 @@ enum PushStore {
             WHERE d.app_id = u.app_id AND d.user_id = u.user_id AND d.device_id = u.device_id
             RETURNING d.app_id, d.user_id, d.device_id
             """
-        ).rows.map { (appID: try $0[0].string, userID: try $0[1].string, deviceID: try $0[2].string) }
+        ).decode((String, String, String).self).map { (appID: $0.0, userID: $0.1, deviceID: $0.2) }
         let byApp = Dictionary(grouping: removed, by: \.appID)
         for (appID, devices) in byApp {
             try EventLog.append(
@@ -324,8 +328,10 @@ enum PushStore {
     /// The app's push cursor, created at the start of its log when it has none; nil when the app does not exist.
     static func cursor(appID: String, on db: PostgresConnection) throws -> PushPosition? {
         for _ in 0..<2 {
-            if let row = try db.query("SELECT event_id, user_after FROM push_cursors WHERE app_id = \(appID)").first {
-                return PushPosition(eventID: try row[0].int64, userAfter: row[1].isNull ? nil : try row[1].string)
+            if let (eventID, userAfter) = try db.query("SELECT event_id, user_after FROM push_cursors WHERE app_id = \(appID)").decodeFirst(
+                (Int64, String?).self)
+            {
+                return PushPosition(eventID: eventID, userAfter: userAfter)
             }
             // From the apps row: an app deleted meanwhile gets no cursor (and no foreign-key error).
             let created = try db.query(
@@ -351,7 +357,7 @@ enum PushStore {
             SELECT h.app_id, h.head FROM event_heads h JOIN apps a ON a.app_id = h.app_id LEFT JOIN push_cursors c ON c.app_id = h.app_id
             WHERE (h.head > coalesce(c.event_id, 0) OR c.user_after IS NOT NULL) AND \(sql: configuredSQL("a.settings"))
             """
-        ).rows.map { (try $0[0].string, try $0[1].int64) }
+        ).decode((String, Int64).self).map { (appID: $0.0, head: $0.1) }
     }
 
     /// The pushable-type events of `appID` after `after` and up to `upTo` (or the head), at most `limit`, with where
@@ -371,11 +377,12 @@ enum PushStore {
             ) e ON true
             WHERE h.app_id = \(appID)
             """
-        ).rows
-        guard let first = rows.first else { return ([], after, after) }
-        let head = try first[0].int64
-        let events = try rows.filter { !$0[1].isNull }.map {
-            PushLogEvent(id: try $0[1].int64, type: try $0[2].string, data: try $0[3].textBytes, fromLog: true)
+        ).decode((Int64, Int64?, String?, PostgresTextBytes?).self)
+        guard let head = rows.first?.0 else { return ([], after, after) }
+        // An event's columns are all set (NOT NULL in `events`), or all NULL on the head's row when there is none.
+        let events = rows.compactMap { (_, id, type, data) -> PushLogEvent? in
+            guard let id, let type, let data else { return nil }
+            return PushLogEvent(id: id, type: type, data: data.bytes, fromLog: true)
         }
         let through = events.count == limit ? events.last!.id : min(head, upTo ?? head)
         return (events, max(through, after), head)
@@ -402,8 +409,8 @@ enum PushStore {
             UNION ALL
             SELECT false, group_id, name FROM groups WHERE app_id = \(appID) AND group_id = ANY(\(groups))
             """
-        ).rows {
-            if try row[0].bool { out.users[try row[1].string] = try row[2].string } else { out.groups[try row[1].string] = try row[2].string }
+        ).decode((Bool, String, String).self) {
+            if row.0 { out.users[row.1] = row.2 } else { out.groups[row.1] = row.2 }
         }
         return out
     }
@@ -415,17 +422,21 @@ enum PushStore {
         """
 
     static func attempt(_ row: PostgresRow) throws -> PushAttemptRow {
+        let (
+            attemptID, kind, userID, messageID, callID, deviceIDs, pushKeys, status, reason, gatewayStatus, rejectedPushKeys,
+            tries, url, format, body, createdAt, updatedAt
+        ) = try row.decode(
+            (
+                String, String, String, String?, String?, [String], [String], String, String?, Int?, [String],
+                Int, String?, String?, String?, Int64, Int64
+            ).self)
         var a = PushAttemptRow(
-            attemptID: try row[0].string, kind: try row[1].string, userID: try row[2].string,
-            messageID: row[3].isNull ? nil : try row[3].string, callID: row[4].isNull ? nil : try row[4].string,
-            deviceIDs: try row[5].stringArray, pushKeys: try row[6].stringArray, status: try row[7].string,
-            reason: row[8].isNull ? nil : try row[8].string, url: row[12].isNull ? nil : try row[12].string,
-            format: row[13].isNull ? nil : try row[13].string, body: row[14].isNull ? nil : try row[14].string,
-            createdAt: try row[15].int64)
-        a.gatewayStatus = row[9].isNull ? nil : try row[9].int
-        a.rejectedPushKeys = try row[10].stringArray
-        a.tries = try row[11].int
-        a.updatedAt = try row[16].int64
+            attemptID: attemptID, kind: kind, userID: userID, messageID: messageID, callID: callID, deviceIDs: deviceIDs,
+            pushKeys: pushKeys, status: status, reason: reason, url: url, format: format, body: body, createdAt: createdAt)
+        a.gatewayStatus = gatewayStatus
+        a.rejectedPushKeys = rejectedPushKeys
+        a.tries = tries
+        a.updatedAt = updatedAt
         return a
     }
 
@@ -466,25 +477,22 @@ enum PushStore {
             SELECT user_id, device_ids, push_keys, rejected_push_keys FROM push_attempts
             WHERE app_id = \(appID) AND message_id = \(messageID) AND kind = 'message' AND status = 'sent'
             """
-        ).rows {
-            let (devices, keys, rejected) = (try row[1].stringArray, try row[2].stringArray, Set(try row[3].stringArray))
+        ).decode((String, [String], [String], [String]).self) {
+            let (userID, devices, keys, rejected) = (row.0, row.1, row.2, Set(row.3))
             let kept = zip(devices, keys).filter { !rejected.contains($0.1) }.map(\.0)
-            out[try row[0].string, default: []].formUnion(kept)
+            out[userID, default: []].formUnion(kept)
         }
         return out
     }
 
     /// `push_sent_24h`, `push_failed_24h` of `GET /v1/stats`.
     static func counts(appID: String, since: Int64, on db: PostgresConnection) throws -> (sent: Int64, failed: Int64) {
-        guard
-            let row = try db.query(
-                """
-                SELECT count(*) FILTER (WHERE status = 'sent'), count(*) FILTER (WHERE status = 'failed') FROM push_attempts
-                WHERE app_id = \(appID) AND created_at >= \(since)
-                """
-            ).first
-        else { return (0, 0) }
-        return (try row[0].int64, try row[1].int64)
+        try db.query(
+            """
+            SELECT count(*) FILTER (WHERE status = 'sent'), count(*) FILTER (WHERE status = 'failed') FROM push_attempts
+            WHERE app_id = \(appID) AND created_at >= \(since)
+            """
+        ).decodeFirst((Int64, Int64).self) ?? (0, 0)
     }
 }
 

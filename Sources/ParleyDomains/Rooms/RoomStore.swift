@@ -7,15 +7,16 @@ enum RoomStore {
     private static let columns =
         "room_id, name, member_count, destroy_delay_s, created_by, created_at, empty_since, destroy_at, first_seq"
 
-    private static func room(_ row: PostgresRow) throws -> Room { try room(row, from: 0) }
+    /// The types of ``columns``, in order.
+    private typealias Columns = (String, String, Int64, Int64, String?, Int64, Int64?, Int64?, Int64)
 
-    /// The room whose columns start at `i`.
-    private static func room(_ row: PostgresRow, from i: Int) throws -> Room {
-        Room(
-            roomID: try row[i].string, name: try row[i + 1].string, memberCount: try row[i + 2].int64,
-            destroyDelayS: try row[i + 3].int64, createdBy: row[i + 4].isNull ? nil : try row[i + 4].string,
-            createdAt: try row[i + 5].int64, emptySince: row[i + 6].isNull ? nil : try row[i + 6].int64,
-            destroyAt: row[i + 7].isNull ? nil : try row[i + 7].int64, firstSeq: try row[i + 8].int64)
+    private static func room(_ row: PostgresRow) throws -> Room { room(try row.decode(Columns.self)) }
+
+    private static func room(_ columns: Columns) -> Room {
+        let (roomID, name, memberCount, destroyDelayS, createdBy, createdAt, emptySince, destroyAt, firstSeq) = columns
+        return Room(
+            roomID: roomID, name: name, memberCount: memberCount, destroyDelayS: destroyDelayS, createdBy: createdBy,
+            createdAt: createdAt, emptySince: emptySince, destroyAt: destroyAt, firstSeq: firstSeq)
     }
 
     static func fetch(appID: String, roomID: String, forUpdate: Bool = false, on db: PostgresConnection) throws -> Room? {
@@ -53,7 +54,7 @@ enum RoomStore {
 
     /// The number of rooms of an app (the 10,000 limit).
     static func count(appID: String, on db: PostgresConnection) throws -> Int64 {
-        try db.query("SELECT count(*) FROM rooms WHERE app_id = \(appID)").first.map { try $0[0].int64 } ?? 0
+        try db.query("SELECT count(*) FROM rooms WHERE app_id = \(appID)").decodeFirst(Int64.self) ?? 0
     }
 
     /// Serialises room creation in an app until commit, so the 10,000-rooms limit holds across nodes.
@@ -87,26 +88,26 @@ enum RoomStore {
         Set(
             try db.query(
                 "SELECT user_id FROM room_members WHERE app_id = \(appID) AND room_id = \(roomID) AND user_id = ANY(\(userIDs)::text[])"
-            ).rows.map { try $0[0].string })
+            ).decode(String.self))
     }
 
     /// How many rooms the user is in.
     static func roomCount(appID: String, userID: String, on db: PostgresConnection) throws -> Int64 {
-        try db.query("SELECT count(*) FROM room_members WHERE app_id = \(appID) AND user_id = \(userID)").first.map { try $0[0].int64 } ?? 0
+        try db.query("SELECT count(*) FROM room_members WHERE app_id = \(appID) AND user_id = \(userID)").decodeFirst(Int64.self) ?? 0
     }
 
     /// The rooms the user is in, in room order (the lock order).
     static func roomIDs(appID: String, userID: String, on db: PostgresConnection) throws -> [String] {
         try db.query(
             "SELECT room_id FROM room_members WHERE app_id = \(appID) AND user_id = \(userID) ORDER BY room_id COLLATE \"C\""
-        ).rows.map { try $0[0].string }
+        ).decode(String.self)
     }
 
     /// Every member's id, in user order.
     static func memberIDs(appID: String, roomID: String, on db: PostgresConnection) throws -> [String] {
         try db.query(
             "SELECT user_id FROM room_members WHERE app_id = \(appID) AND room_id = \(roomID) ORDER BY user_id COLLATE \"C\""
-        ).rows.map { try $0[0].string }
+        ).decode(String.self)
     }
 
     static func insertMember(
@@ -148,15 +149,14 @@ enum RoomStore {
             SELECT app_id, room_id, user_id, joined_event, joined_xact FROM gone
             RETURNING user_id
             """
-        ).rows.map { try $0[0].string }
+        ).decode(String.self)
     }
 
     private static let memberColumns = "m.user_id, u.name, u.avatar_url, m.extended_data, m.entered_at"
 
     private static func member(_ row: PostgresRow) throws -> RoomMember {
-        RoomMember(
-            userID: try row[0].string, name: try row[1].string, avatarURL: try row[2].string, extendedData: try row[3].string,
-            enteredAt: try row[4].int64)
+        let (userID, name, avatarURL, extendedData, enteredAt) = try row.decode((String, String, String, String, Int64).self)
+        return RoomMember(userID: userID, name: name, avatarURL: avatarURL, extendedData: extendedData, enteredAt: enteredAt)
     }
 
     /// `GET …/members`: by entered_at, then user_id.
@@ -194,10 +194,8 @@ enum RoomStore {
             SELECT key, value, owner_id, delete_after_owner_left, updated_at FROM room_attributes
             WHERE app_id = \(appID) AND room_id = \(roomID) ORDER BY key
             """
-        ).rows.map {
-            RoomAttribute(
-                key: try $0[0].string, value: try $0[1].string, ownerID: $0[2].isNull ? nil : try $0[2].string,
-                deleteAfterOwnerLeft: try $0[3].bool, updatedAt: try $0[4].int64)
+        ).decode((String, String, String?, Bool, Int64).self).map {
+            RoomAttribute(key: $0.0, value: $0.1, ownerID: $0.2, deleteAfterOwnerLeft: $0.3, updatedAt: $0.4)
         }
     }
 
@@ -229,7 +227,7 @@ enum RoomStore {
             WHERE app_id = \(appID) AND room_id = \(roomID) AND owner_id = ANY(\(ownerIDs)::text[]) AND delete_after_owner_left
             RETURNING key
             """
-        ).rows.map { try $0[0].string }.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+        ).decode(String.self).sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
     }
 
     // MARK: - Member attributes
@@ -244,8 +242,8 @@ enum RoomStore {
             SELECT user_id, key, value FROM room_member_attributes
             WHERE app_id = \(appID) AND room_id = \(roomID) AND user_id = ANY(\(userIDs)::text[])
             """
-        ).rows {
-            result[try row[0].string, default: [:]][try row[1].string] = try row[2].string
+        ).decode((String, String, String).self) {
+            result[row.0, default: [:]][row.1] = row.2
         }
         return result
     }
@@ -253,7 +251,7 @@ enum RoomStore {
     /// How many users hold at least one member attribute in the room.
     static func usersWithMemberAttributes(appID: String, roomID: String, on db: PostgresConnection) throws -> Int64 {
         try db.query("SELECT count(DISTINCT user_id) FROM room_member_attributes WHERE app_id = \(appID) AND room_id = \(roomID)")
-            .first.map { try $0[0].int64 } ?? 0
+            .decodeFirst(Int64.self) ?? 0
     }
 
     /// Sets (`value` non-empty) or removes (`""`) one user's keys.
@@ -299,7 +297,7 @@ enum RoomStore {
             """
         if let after { query += " AND user_id > \(after)" }
         query += " GROUP BY user_id ORDER BY user_id LIMIT \(limit)"
-        let ids = try db.query(query).rows.map { try $0[0].string }
+        let ids = try db.query(query).decode(String.self)
         let attributes = try memberAttributes(appID: appID, roomID: roomID, userIDs: ids, on: db)
         return ids.map { ($0, attributes[$0] ?? [:]) }
     }
@@ -314,8 +312,8 @@ enum RoomStore {
             WHERE destroy_at IS NOT NULL AND destroy_at <= \(now) AND member_count = 0
             ORDER BY destroy_at, app_id, room_id LIMIT \(limit) FOR UPDATE SKIP LOCKED
             """
-        ).rows.map { row in
-            (try row[0].string, try room(row, from: 1))
+        ).decode((String, String, String, Int64, Int64, String?, Int64, Int64?, Int64?, Int64).self).map {
+            (appID: $0.0, room: room(($0.1, $0.2, $0.3, $0.4, $0.5, $0.6, $0.7, $0.8, $0.9)))
         }
     }
 
@@ -340,6 +338,6 @@ enum RoomStore {
             query += " AND m.app_id = \(only.appID) AND m.room_id = \(only.roomID) AND m.user_id = \(only.userID)"
         }
         query += " ORDER BY m.app_id, m.room_id, m.user_id LIMIT \(limit)"
-        return try db.query(query).rows.map { (try $0[0].string, try $0[1].string, try $0[2].string) }
+        return try db.query(query).decode((String, String, String).self).map { (appID: $0.0, roomID: $0.1, userID: $0.2) }
     }
 }

@@ -13,9 +13,8 @@ package enum UserStore {
 
     package static func authState(appID: String, userID: String, on db: PostgresConnection) throws -> AuthState? {
         let result = try db.query("SELECT deleted_at, token_generation, banned_until FROM users WHERE app_id = \(appID) AND user_id = \(userID)")
-        guard let row = result.first else { return nil }
-        return AuthState(
-            deletedAt: row[0].isNull ? nil : try row[0].int64, tokenGeneration: try row[1].int64, bannedUntil: try row[2].int64)
+        guard let (deletedAt, tokenGeneration, bannedUntil) = try result.decodeFirst((Int64?, Int64, Int64).self) else { return nil }
+        return AuthState(deletedAt: deletedAt, tokenGeneration: tokenGeneration, bannedUntil: bannedUntil)
     }
 
     /// Whether a `*_until` value (0 = not set, -1 = permanent, else ms) is in force at `now`.
@@ -28,11 +27,11 @@ package enum UserStore {
         "user_id, name, avatar_url, extended_data, created_at, updated_at, muted_until, banned_until, ban_reason, deleted_at, token_generation"
 
     static func user(_ row: PostgresRow) throws -> User {
-        User(
-            userID: try row[0].string, name: try row[1].string, avatarURL: try row[2].string,
-            extendedData: try row[3].string, createdAt: try row[4].int64, updatedAt: try row[5].int64,
-            mutedUntil: try row[6].int64, bannedUntil: try row[7].int64, banReason: try row[8].string,
-            deletedAt: row[9].isNull ? nil : try row[9].int64, tokenGeneration: try row[10].int64)
+        let (userID, name, avatarURL, extendedData, createdAt, updatedAt, mutedUntil, bannedUntil, banReason, deletedAt, tokenGeneration) =
+            try row.decode((String, String, String, String, Int64, Int64, Int64, Int64, String, Int64?, Int64).self)
+        return User(
+            userID: userID, name: name, avatarURL: avatarURL, extendedData: extendedData, createdAt: createdAt, updatedAt: updatedAt,
+            mutedUntil: mutedUntil, bannedUntil: bannedUntil, banReason: banReason, deletedAt: deletedAt, tokenGeneration: tokenGeneration)
     }
 
     // MARK: - Reads
@@ -129,7 +128,7 @@ package enum UserStore {
             ON CONFLICT (app_id, user_id) DO NOTHING
             RETURNING user_id
             """)
-        return Set(try result.rows.map { try $0[0].string })
+        return Set(try result.decode(String.self))
     }
 
     /// Writes every mutable field of `user` back to its row.
