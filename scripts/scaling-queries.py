@@ -17,7 +17,7 @@ How it reads the code:
   `group_member_history`.
 - Statements: every Swift string literal of Sources/**/*.swift (single-line or `\"\"\"` multi-line) whose text starts,
   after blanks and comments, with SELECT, INSERT, UPDATE, DELETE, WITH, ANALYZE, VACUUM, TRUNCATE, LOCK or CREATE/
-  ALTER/DROP. An interpolation `\\(value)` becomes a bound parameter `$?`; `\\(sql: name)` and `\\(name)` are replaced by
+  ALTER/DROP. An interpolation `\\(value)` becomes a bound parameter `$?`; `\\(unsafeSQL: name)` and `\\(name)` are replaced by
   the text of a string literal bound to `name` in the same file (`static let name = "…"`, `let name: PostgresQuery =
   "…"`) when there is one, otherwise kept as `{name}`.
 - Tables of a statement: the names that follow FROM, JOIN, INTO, UPDATE, USING, TABLE, ANALYZE (and the later items of
@@ -352,9 +352,9 @@ def render(parts, names, depth=0):
             out.append(value)
             continue
         expr = value
-        fragment = expr.startswith("sql:")
+        fragment = expr.startswith("unsafeSQL:")
         if fragment:
-            expr = expr[4:].strip()
+            expr = expr[len("unsafeSQL:"):].strip()
         bare = re.sub(r"^(?:Self|self|\w+)\.", "", expr)
         if re.fullmatch(r"\w+", bare) and bare in names and depth < 4:
             out.append(render(names[bare], names, depth + 1))
@@ -398,7 +398,7 @@ def statements():
             for _, parts, _ in literals:
                 for kind, value in parts:
                     if kind == "interp":
-                        used.add(re.sub(r"^(?:Self|self|\w+)\.", "", value[4:].strip() if value.startswith("sql:") else value))
+                        used.add(re.sub(r"^(?:Self|self|\w+)\.", "", value[len("unsafeSQL:"):].strip() if value.startswith("unsafeSQL:") else value))
             for m in re.finditer(r"(?:Self\.)?(\w+)\s*\+\s*[\"\w]|[^+]\+\s*(?:Self\.)?(\w+)", text):
                 used.add(m.group(1) or m.group(2))
             lines = text.split("\n")

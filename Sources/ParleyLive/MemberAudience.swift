@@ -183,10 +183,10 @@ struct MemberAudience {
             SELECT h.head, x.user_id, x.joined_event, x.left_event
             FROM h LEFT JOIN (
                 SELECT user_id, joined_event, NULL::bigint AS left_event
-                FROM \(sql: members) WHERE app_id = \(appID) AND \(sql: column) = \(key.id) AND joined_event IS NOT NULL
+                FROM \(unsafeSQL: members) WHERE app_id = \(appID) AND \(unsafeSQL: column) = \(key.id) AND joined_event IS NOT NULL
                 UNION ALL
-                SELECT user_id, joined_event, left_event FROM \(sql: history)
-                WHERE app_id = \(appID) AND \(sql: column) = \(key.id) AND joined_event IS NOT NULL
+                SELECT user_id, joined_event, left_event FROM \(unsafeSQL: history)
+                WHERE app_id = \(appID) AND \(unsafeSQL: column) = \(key.id) AND joined_event IS NOT NULL
             ) x ON true
             """)
         var membership = Membership(loadedAt: 0, intervals: [:])

@@ -3,7 +3,7 @@
 /// the two values bound. A value can never become SQL text, and parameters cannot be listed out of order.
 ///
 /// Parts of the statement itself (a constant fragment shared by several queries, a column list) go in with
-/// `\(sql: fragment)`; never pass a value that way. Statements kept as static text with numbered parameters (long
+/// `\(unsafeSQL: fragment)`, named for what it does (its text becomes SQL as it is); never pass a value that way. Statements kept as static text with numbered parameters (long
 /// shared statements such as the message write) use ``init(sql:binds:)``.
 public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation {
     /// The text around the bound values: `segments[i]` comes before value `i + 1`, the last one after the last
@@ -114,7 +114,7 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation {
         public mutating func appendInterpolation(_ part: PostgresQuery) { query.append(part) }
 
         /// A fragment of the statement's own text: a constant of the code, never a value from a request.
-        public mutating func appendInterpolation(sql fragment: String) { query.segments[query.segments.count - 1] += fragment }
+        public mutating func appendInterpolation(unsafeSQL fragment: String) { query.segments[query.segments.count - 1] += fragment }
     }
 }
 

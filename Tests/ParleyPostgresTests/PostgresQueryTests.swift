@@ -6,7 +6,7 @@ import Testing
 @Suite struct PostgresQueryTests {
     @Test func interpolatedValuesAreBoundNeverSpliced() throws {
         let hostile = "x'); DROP TABLE t; --"
-        let query: PostgresQuery = "SELECT \(hostile)::text, \(42)::int, \(nil as String?)::text, \(sql: "'fragment'")"
+        let query: PostgresQuery = "SELECT \(hostile)::text, \(42)::int, \(nil as String?)::text, \(unsafeSQL: "'fragment'")"
         #expect(query.sql == "SELECT $1::text, $2::int, $3::text, 'fragment'")
         #expect(query.binds.count == 3)
 

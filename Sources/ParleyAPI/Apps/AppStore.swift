@@ -36,7 +36,7 @@ package enum AppStore {
     }
 
     static func fetchRecord(appID: String, on db: PostgresConnection) throws -> AppRecord? {
-        let result = try db.query("SELECT \(sql: columns) FROM apps WHERE app_id = \(appID)")
+        let result = try db.query("SELECT \(unsafeSQL: columns) FROM apps WHERE app_id = \(appID)")
         return try result.first.map(record)
     }
 
@@ -76,7 +76,7 @@ package enum AppStore {
     package static func list(after: (Int64, String)?, limit: Int, on db: PostgresConnection) throws -> [AppRecord] {
         let result = try db.query(
             """
-            SELECT \(sql: columns) FROM apps
+            SELECT \(unsafeSQL: columns) FROM apps
             WHERE \(after?.0)::bigint IS NULL OR (created_at, app_id) > (\(after?.0), \(after?.1))
             ORDER BY created_at, app_id LIMIT \(limit)
             """, prepared: false)
@@ -85,13 +85,15 @@ package enum AppStore {
 
     package static func rename(appID: String, name: String, now: Int64, on db: PostgresConnection) throws -> AppRecord? {
         let result = try db.query(
-            "UPDATE apps SET name = \(name), updated_at = \(now) WHERE app_id = \(appID) RETURNING \(sql: columns)", prepared: false)
+            "UPDATE apps SET name = \(name), updated_at = \(now) WHERE app_id = \(appID) RETURNING \(unsafeSQL: columns)", prepared: false)
         return try result.first.map(record)
     }
 
     /// The app's settings, its row locked until the transaction ends; nil when there is no such app.
     static func lockSettings(appID: String, on db: PostgresConnection) throws -> AppSettings? {
-        try db.query("SELECT \(sql: columns) FROM apps WHERE app_id = \(appID) FOR UPDATE", prepared: false).first.map { try record($0).settings }
+        try db.query("SELECT \(unsafeSQL: columns) FROM apps WHERE app_id = \(appID) FOR UPDATE", prepared: false).first.map {
+            try record($0).settings
+        }
     }
 
     package static func updateSettings(appID: String, settings: AppSettings, now: Int64, on db: PostgresConnection) throws {

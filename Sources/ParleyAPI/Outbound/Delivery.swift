@@ -91,7 +91,7 @@ package enum DeliveryStore {
             before.map { (createdAt: $0.0, id: rowID(ofDeliveryID: $0.1) ?? Int64.min) } ?? (createdAt: Int64.max, id: Int64.max)
         return try db.query(
             """
-            SELECT \(sql: columns) FROM webhook_deliveries
+            SELECT \(unsafeSQL: columns) FROM webhook_deliveries
             WHERE app_id = \(appID) AND webhook_id = \(webhookID)
               AND (\(filter.status?.rawValue)::text IS NULL OR status = \(filter.status?.rawValue))
               AND (\(filter.kind?.rawValue)::text IS NULL OR kind = \(filter.kind?.rawValue))
@@ -111,7 +111,7 @@ package enum DeliveryStore {
     package static func fetch(appID: String, webhookID: String, deliveryID: String, on db: PostgresConnection) throws -> Delivery? {
         try db.query(
             """
-            SELECT \(sql: columns), attempt_log::text FROM webhook_deliveries
+            SELECT \(unsafeSQL: columns), attempt_log::text FROM webhook_deliveries
             WHERE app_id = \(appID) AND webhook_id = \(webhookID) AND delivery_id = \(deliveryID)
             """
         ).first.map { try delivery($0, withLog: true) }
@@ -128,7 +128,7 @@ package enum DeliveryStore {
             UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = \(now), single_attempt = (status = 'dead'),
                    leased_until = NULL
             WHERE app_id = \(appID) AND webhook_id = \(webhookID) AND delivery_id = \(deliveryID) AND kind = 'after' AND status <> 'pending'
-            RETURNING \(sql: columns)
+            RETURNING \(unsafeSQL: columns)
             """
         ).first.map { try delivery($0) }
         if let updated { return (updated, true) }

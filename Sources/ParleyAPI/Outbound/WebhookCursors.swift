@@ -59,7 +59,7 @@ package enum WebhookCursors {
                 """
                 INSERT INTO webhook_deliveries (app_id, webhook_id, kind, event_id, event_type, order_key, body, status, next_attempt_at,
                                                 created_at)
-                SELECT e.app_id, w.webhook_id, 'after', e.id, e.type, e.order_key, \(sql: eventBody), 'pending', \(now), e.created_at
+                SELECT e.app_id, w.webhook_id, 'after', e.id, e.type, e.order_key, \(unsafeSQL: eventBody), 'pending', \(now), e.created_at
                 FROM events e JOIN webhooks w ON w.app_id = e.app_id AND w.webhook_id = \(webhookID)
                 WHERE e.app_id = \(appID) AND e.id > \(cursor) AND e.id <= \(pausedAt) AND parley_webhook_selects(w.event_types, e.type)
                 ORDER BY e.id
@@ -140,7 +140,7 @@ package enum WebhookCursors {
         try db.query(
             """
             SELECT e.id, e.type, e.order_key, e.created_at,
-                   CASE WHEN parley_webhook_selects(\(patterns)::text[], e.type) THEN \(sql: eventBody) END
+                   CASE WHEN parley_webhook_selects(\(patterns)::text[], e.type) THEN \(unsafeSQL: eventBody) END
             FROM events e WHERE e.app_id = \(appID) AND e.id > \(after)
             ORDER BY e.id LIMIT \(limit)
             """

@@ -29,7 +29,7 @@ package enum WebhookStore {
     package static func fetch(appID: String, webhookID: String, forUpdate: Bool = false, on db: PostgresConnection) throws -> Webhook? {
         try db.query(
             """
-            SELECT \(sql: columns) FROM webhooks WHERE app_id = \(appID) AND webhook_id = \(webhookID) \(sql: forUpdate ? "FOR UPDATE" : "")
+            SELECT \(unsafeSQL: columns) FROM webhooks WHERE app_id = \(appID) AND webhook_id = \(webhookID) \(unsafeSQL: forUpdate ? "FOR UPDATE" : "")
             """, prepared: false
         ).first.map(webhook)
     }
@@ -39,7 +39,7 @@ package enum WebhookStore {
     package static func beforeHook(appID: String, type: String, on db: PostgresConnection) throws -> Webhook? {
         try db.query(
             """
-            SELECT \(sql: columns) FROM webhooks
+            SELECT \(unsafeSQL: columns) FROM webhooks
             WHERE app_id = \(appID) AND webhook_id = (SELECT webhook_id FROM webhook_before_hooks WHERE app_id = \(appID) AND hook_type = \(type))
               AND enabled
             """
@@ -50,7 +50,7 @@ package enum WebhookStore {
     package static func list(appID: String, after: (Int64, String)?, limit: Int, on db: PostgresConnection) throws -> [Webhook] {
         try db.query(
             """
-            SELECT \(sql: columns) FROM webhooks
+            SELECT \(unsafeSQL: columns) FROM webhooks
             WHERE app_id = \(appID) AND (\(after?.0)::bigint IS NULL OR (created_at, webhook_id) > (\(after?.0), \(after?.1)))
             ORDER BY created_at, webhook_id LIMIT \(limit)
             """

@@ -14,7 +14,7 @@ package enum CallStore {
         guard
             let row = try db.query(
                 """
-                SELECT \(sql: callColumns) FROM calls WHERE app_id = \(appID) AND call_id = \(callID) \(sql: forUpdate ? "FOR UPDATE" : "")
+                SELECT \(unsafeSQL: callColumns) FROM calls WHERE app_id = \(appID) AND call_id = \(callID) \(unsafeSQL: forUpdate ? "FOR UPDATE" : "")
                 """
             ).first
         else { return nil }
@@ -29,7 +29,7 @@ package enum CallStore {
         if callIDs.isEmpty { return [] }
         let rows = try db.query(
             """
-            SELECT \(sql: callColumns) FROM calls WHERE app_id = \(appID) AND call_id = ANY(\(callIDs)::text[])
+            SELECT \(unsafeSQL: callColumns) FROM calls WHERE app_id = \(appID) AND call_id = ANY(\(callIDs)::text[])
             ORDER BY call_id FOR UPDATE
             """
         ).rows.map(call)
@@ -51,7 +51,7 @@ package enum CallStore {
         var out: [String: [CallUser]] = [:]
         for row in try db.query(
             """
-            SELECT call_id, \(sql: userColumns) FROM call_users WHERE app_id = \(appID) AND call_id = ANY(\(callIDs)::text[])
+            SELECT call_id, \(unsafeSQL: userColumns) FROM call_users WHERE app_id = \(appID) AND call_id = ANY(\(callIDs)::text[])
             ORDER BY call_id, position
             """
         ).decode((String, String, Int, String, String?, String, Int64?, Int64, Int64?, Int64?).self) {
@@ -192,7 +192,7 @@ package enum CallStore {
         let ids = try db.query(query).decode(String.self)
         if ids.isEmpty { return [] }
         let rows = try db.query(
-            "SELECT \(sql: callColumns) FROM calls WHERE app_id = \(appID) AND call_id = ANY(\(ids)::text[])"
+            "SELECT \(unsafeSQL: callColumns) FROM calls WHERE app_id = \(appID) AND call_id = ANY(\(ids)::text[])"
         ).rows.map(call)
         return try withUsers(rows, in: ids, appID: appID, on: db)
     }

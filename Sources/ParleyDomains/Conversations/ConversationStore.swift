@@ -99,7 +99,7 @@ enum ConversationStore {
     /// One entry that is not deleted.
     package static func fetch(appID: String, userID: String, type: String, id: String, on db: PostgresConnection) throws -> Conversation? {
         try db.query(
-            "\(sql: select) WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND c.conv_type = \(type) AND c.conv_id = \(id) AND NOT c.deleted"
+            "\(unsafeSQL: select) WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND c.conv_type = \(type) AND c.conv_id = \(id) AND NOT c.deleted"
         ).first.map(conversation)
     }
 
@@ -110,7 +110,7 @@ enum ConversationStore {
         if keys.isEmpty { return [] }
         return try db.query(
             """
-            \(sql: select)
+            \(unsafeSQL: select)
              JOIN unnest(\(keys.map(\.type))::text[], \(keys.map(\.id))::text[]) AS k(type, id) ON k.type = c.conv_type AND k.id = c.conv_id
             WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND NOT c.deleted
             """
@@ -140,7 +140,7 @@ enum ConversationStore {
           AND (NOT \(f.hasMarks) OR (\(f.anyMarked) AND cardinality(c.marks) > 0) OR (\(f.unmarked) AND cardinality(c.marks) = 0)
                OR c.marks && \(f.marks ?? [])::int[])
           AND (\(f.pinned)::boolean IS NULL OR c.pinned = \(f.pinned))
-          AND (NOT \(f.unreadOnly) OR EXISTS (SELECT 1 FROM messages m WHERE \(sql: countable) AND NOT m.no_unread))
+          AND (NOT \(f.unreadOnly) OR EXISTS (SELECT 1 FROM messages m WHERE \(unsafeSQL: countable) AND NOT m.no_unread))
           AND (NOT \(f.excludeDND) OR c.notification_status <> 'do_not_disturb')
         """
     }
@@ -152,10 +152,10 @@ enum ConversationStore {
     ) throws -> [Conversation] {
         try db.query(
             """
-            \(sql: select) WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND NOT c.deleted\(conditions(filter))
+            \(unsafeSQL: select) WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND NOT c.deleted\(conditions(filter))
               AND (\(after?.orderKey)::bigint IS NULL
-                   OR (\(sql: orderKey), c.conv_type, c.conv_id) < (\(after?.orderKey)::bigint, \(after?.type)::text, \(after?.id)::text))
-            ORDER BY \(sql: orderKey) DESC, c.conv_type DESC, c.conv_id DESC LIMIT \(limit)
+                   OR (\(unsafeSQL: orderKey), c.conv_type, c.conv_id) < (\(after?.orderKey)::bigint, \(after?.type)::text, \(after?.id)::text))
+            ORDER BY \(unsafeSQL: orderKey) DESC, c.conv_type DESC, c.conv_id DESC LIMIT \(limit)
             """
         ).rows.map(conversation)
     }
@@ -164,7 +164,7 @@ enum ConversationStore {
     static func totalUnread(appID: String, userID: String, filter: Filter, on db: PostgresConnection) throws -> Int64 {
         try db.query(
             """
-            SELECT coalesce(sum(\(sql: unreadCount)), 0)::bigint FROM conversations c
+            SELECT coalesce(sum(\(unsafeSQL: unreadCount)), 0)::bigint FROM conversations c
             WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND NOT c.deleted\(conditions(filter))
             """
         ).decodeFirst(Int64.self) ?? 0
@@ -177,7 +177,7 @@ enum ConversationStore {
         var out: [String: Int64] = [:]
         for row in try db.query(
             """
-            SELECT c.user_id, coalesce(sum(\(sql: unreadCount)), 0)::bigint FROM conversations c
+            SELECT c.user_id, coalesce(sum(\(unsafeSQL: unreadCount)), 0)::bigint FROM conversations c
             WHERE c.app_id = \(appID) AND c.user_id = ANY(\(userIDs)) AND NOT c.deleted\(conditions(Filter()))
             GROUP BY c.user_id
             """
@@ -278,8 +278,8 @@ enum ConversationStore {
         // The effective last_seq is stored too, so a followed group entry keeps the position it was deleted at.
         try db.query(
             """
-            UPDATE conversations c SET deleted = true, last_seq = \(sql: lastSeq), read_seq = greatest(c.read_seq, \(sql: lastSeq)),
-                cleared_seq = CASE WHEN \(clearHistory) THEN greatest(c.cleared_seq, \(sql: lastSeq)) ELSE c.cleared_seq END, updated_at = \(now)
+            UPDATE conversations c SET deleted = true, last_seq = \(unsafeSQL: lastSeq), read_seq = greatest(c.read_seq, \(unsafeSQL: lastSeq)),
+                cleared_seq = CASE WHEN \(clearHistory) THEN greatest(c.cleared_seq, \(unsafeSQL: lastSeq)) ELSE c.cleared_seq END, updated_at = \(now)
             WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND c.conv_type = \(type) AND c.conv_id = \(id) AND NOT c.deleted
             """
         ).affectedRows == 1
@@ -300,10 +300,10 @@ enum ConversationStore {
     {
         let result = try db.query(
             """
-            UPDATE conversations c SET read_seq = least(coalesce(\(seq), \(sql: lastSeq)), \(sql: lastSeq)), updated_at = \(now)
+            UPDATE conversations c SET read_seq = least(coalesce(\(seq), \(unsafeSQL: lastSeq)), \(unsafeSQL: lastSeq)), updated_at = \(now)
             WHERE c.app_id = \(appID) AND c.user_id = \(userID) AND NOT c.deleted
               AND (\(keys?.map(\.type))::text[] IS NULL OR (c.conv_type, c.conv_id) IN (SELECT * FROM unnest(\(keys?.map(\.type))::text[], \(keys?.map(\.id))::text[])))
-              AND least(coalesce(\(seq), \(sql: lastSeq)), \(sql: lastSeq)) > c.read_seq
+              AND least(coalesce(\(seq), \(unsafeSQL: lastSeq)), \(unsafeSQL: lastSeq)) > c.read_seq
             RETURNING c.conv_type, c.conv_id, c.thread_id, c.read_seq
             """)
         return try result.decode((String, String, String, Int64).self).map {

@@ -28,13 +28,15 @@ enum DeviceStore {
 
     /// The user's devices by `created_at`, then `device_id`.
     static func list(appID: String, userID: String, on db: PostgresConnection) throws -> [Device] {
-        try db.query("SELECT \(sql: columns) FROM devices WHERE app_id = \(appID) AND user_id = \(userID) ORDER BY created_at, device_id").rows.map(
-            device)
+        try db.query(
+            "SELECT \(unsafeSQL: columns) FROM devices WHERE app_id = \(appID) AND user_id = \(userID) ORDER BY created_at, device_id"
+        ).rows.map(device)
     }
 
     package static func fetch(appID: String, userID: String, deviceID: String, on db: PostgresConnection) throws -> Device? {
-        try db.query("SELECT \(sql: columns) FROM devices WHERE app_id = \(appID) AND user_id = \(userID) AND device_id = \(deviceID)").first.map(
-            device)
+        try db.query(
+            "SELECT \(unsafeSQL: columns) FROM devices WHERE app_id = \(appID) AND user_id = \(userID) AND device_id = \(deviceID)"
+        ).first.map(device)
     }
 
     /// The device (of any user) holding `provider` + `pushAppID` + `pushKey`.
@@ -42,7 +44,7 @@ enum DeviceStore {
         appID: String, provider: Device.Provider, pushAppID: String, pushKey: String, on db: PostgresConnection
     ) throws -> Device? {
         try db.query(
-            "SELECT \(sql: columns) FROM devices WHERE app_id = \(appID) AND provider = \(provider.rawValue) AND push_app_id = \(pushAppID) AND push_key = \(pushKey)"
+            "SELECT \(unsafeSQL: columns) FROM devices WHERE app_id = \(appID) AND provider = \(provider.rawValue) AND push_app_id = \(pushAppID) AND push_key = \(pushKey)"
         ).first.map(device)
     }
 

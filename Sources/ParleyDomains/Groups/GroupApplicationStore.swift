@@ -23,7 +23,7 @@ enum GroupApplicationStore {
         -> GroupApplication?
     {
         var query: PostgresQuery =
-            "SELECT \(sql: columns) FROM group_applications a WHERE a.app_id = \(appID) AND a.application_id = \(applicationID)"
+            "SELECT \(unsafeSQL: columns) FROM group_applications a WHERE a.app_id = \(appID) AND a.application_id = \(applicationID)"
         if forUpdate { query += " FOR UPDATE" }
         return try db.query(query).first.map { try application($0) }
     }
@@ -34,7 +34,7 @@ enum GroupApplicationStore {
     {
         try db.query(
             """
-            SELECT \(sql: columns) FROM group_applications a
+            SELECT \(unsafeSQL: columns) FROM group_applications a
             WHERE a.app_id = \(appID) AND a.group_id = \(groupID) AND a.user_id = \(userID) AND a.type = \(type.rawValue)
                 AND a.state = 'waiting'
             """
@@ -68,7 +68,7 @@ enum GroupApplicationStore {
             """
             UPDATE group_applications a SET state = 'expired', updated_at = a.expires_at
             WHERE a.app_id = \(appID) AND a.application_id = \(applicationID) AND a.state = 'waiting' AND a.expires_at <= \(now)
-            RETURNING \(sql: columns)
+            RETURNING \(unsafeSQL: columns)
             """
         ).first.map { try application($0) }
     }
@@ -88,7 +88,7 @@ enum GroupApplicationStore {
             UPDATE group_applications a SET state = 'expired', updated_at = a.expires_at
             FROM due
             WHERE a.app_id = due.app_id AND a.application_id = due.application_id AND a.state = 'waiting'
-            RETURNING a.app_id, \(sql: columns)
+            RETURNING a.app_id, \(unsafeSQL: columns)
             """
         ).rows.map { row in (try row[0].string, try application(row, from: 1)) }
     }
@@ -105,7 +105,7 @@ enum GroupApplicationStore {
         appID: String, scope: Scope, type: GroupApplication.Kind?, state: GroupApplication.State?, now: Int64,
         after: (createdAt: Int64, applicationID: String)?, limit: Int, on db: PostgresConnection
     ) throws -> [GroupApplication] {
-        var query: PostgresQuery = "SELECT \(sql: columns) FROM group_applications a WHERE a.app_id = \(appID)"
+        var query: PostgresQuery = "SELECT \(unsafeSQL: columns) FROM group_applications a WHERE a.app_id = \(appID)"
         switch scope {
         case .group(let groupID): query += " AND a.group_id = \(groupID)"
         case .user(let userID): query += " AND (a.user_id = \(userID) OR a.inviter_id = \(userID))"

@@ -32,7 +32,7 @@ enum GroupStore {
 
     /// One group; `forUpdate` locks its row (every membership change does, so counts and limits stay exact).
     package static func fetch(appID: String, groupID: String, forUpdate: Bool = false, on db: PostgresConnection) throws -> Group? {
-        var query: PostgresQuery = "SELECT \(sql: groupColumns) FROM groups g WHERE g.app_id = \(appID) AND g.group_id = \(groupID)"
+        var query: PostgresQuery = "SELECT \(unsafeSQL: groupColumns) FROM groups g WHERE g.app_id = \(appID) AND g.group_id = \(groupID)"
         if forUpdate { query += " FOR UPDATE" }
         return try db.query(query).first.map { try group($0) }
     }
@@ -72,7 +72,7 @@ enum GroupStore {
         on db: PostgresConnection
     ) throws -> [Group] {
         try KeywordMatch.query(keywords: keywords, on: db) { match in
-            var query: PostgresQuery = "SELECT \(sql: groupColumns) FROM groups g WHERE g.app_id = \(appID)"
+            var query: PostgresQuery = "SELECT \(unsafeSQL: groupColumns) FROM groups g WHERE g.app_id = \(appID)"
             if !includeDismissed { query += " AND g.dismissed_at IS NULL" }
             if let after { query += " AND (g.created_at, g.group_id) < (\(after.createdAt), \(after.groupID))" }
             query += match(["g.name"])
@@ -101,7 +101,7 @@ enum GroupStore {
         if userIDs.isEmpty { return [:] }
         let rows = try db.query(
             """
-            SELECT \(sql: memberColumns) FROM \(sql: memberJoin)
+            SELECT \(unsafeSQL: memberColumns) FROM \(unsafeSQL: memberJoin)
             WHERE m.app_id = \(appID) AND m.group_id = \(groupID) AND m.user_id = ANY(\(userIDs)::text[])
             """
         ).rows
@@ -212,7 +212,7 @@ enum GroupStore {
     ) throws -> [GroupMember] {
         try KeywordMatch.query(keywords: keywords, on: db) { match in
             var query: PostgresQuery =
-                "SELECT \(sql: memberColumns) FROM \(sql: memberJoin) WHERE m.app_id = \(appID) AND m.group_id = \(groupID)"
+                "SELECT \(unsafeSQL: memberColumns) FROM \(unsafeSQL: memberJoin) WHERE m.app_id = \(appID) AND m.group_id = \(groupID)"
             if let roles { query += " AND m.role = ANY(\(roles)::int[])" }
             if let after {
                 query += " AND (m.role, m.joined_at, m.user_id) > (\(after.role), \(after.joinedAt), \(after.userID))"
@@ -229,7 +229,7 @@ enum GroupStore {
     {
         try db.query(
             """
-            SELECT \(sql: memberColumns) FROM \(sql: memberJoin)
+            SELECT \(unsafeSQL: memberColumns) FROM \(unsafeSQL: memberJoin)
             WHERE m.app_id = \(appID) AND m.group_id = \(groupID) AND (m.muted_until = -1 OR m.muted_until > \(now))
                 AND m.user_id > \(after ?? "")
             ORDER BY m.user_id LIMIT \(limit)
@@ -254,7 +254,7 @@ enum GroupStore {
     ) throws -> [Membership] {
         try KeywordMatch.query(keywords: keywords, on: db) { match in
             var query: PostgresQuery = """
-                SELECT \(sql: groupColumns), m.role, m.joined_at, coalesce(c.notification_status, 'notify'), m.alias
+                SELECT \(unsafeSQL: groupColumns), m.role, m.joined_at, coalesce(c.notification_status, 'notify'), m.alias
                 FROM group_members m
                 JOIN groups g ON g.app_id = m.app_id AND g.group_id = m.group_id
                 LEFT JOIN conversations c ON c.app_id = m.app_id AND c.user_id = m.user_id AND c.conv_type = 'group'

@@ -30,6 +30,6 @@ enum KeywordMatch {
         if keywords.isEmpty { return "" }
         func lower(_ column: String) -> String { unicode ? #"lower(\#(column) COLLATE "und-x-icu")"# : "lower(\(column))" }
         let any = fields.map { "strpos(\(lower($0)), k) > 0" }.joined(separator: " OR ")
-        return " AND NOT EXISTS (SELECT 1 FROM unnest(\(keywords)::text[]) AS k WHERE NOT (\(sql: any)))"
+        return " AND NOT EXISTS (SELECT 1 FROM unnest(\(keywords)::text[]) AS k WHERE NOT (\(unsafeSQL: any)))"
     }
 }

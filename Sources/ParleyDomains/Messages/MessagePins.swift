@@ -142,7 +142,7 @@ struct MessagePins: DomainService {
         // At most 20 rows (the pin limit): the visibility filters run on the pinned rows only.
         return try db.query(
             """
-            SELECT \(sql: MessageStore.columns("m")) FROM messages m
+            SELECT \(unsafeSQL: MessageStore.columns("m")) FROM messages m
             WHERE m.app_id = \(appID) AND m.conv_type = \(type.rawValue) AND m.conv_id = \(threadID) AND m.pinned_at IS NOT NULL
               AND (m.suppressed IS NULL OR m.sender = \(userID))
               AND NOT EXISTS (SELECT 1 FROM message_hidden h WHERE h.app_id = m.app_id AND h.message_id = m.message_id AND h.user_id = \(userID))

@@ -142,7 +142,7 @@ enum MessageReceiptStore {
                   WHERE need_receipt AND receipt_state IS NULL AND type <> 31 AND NOT deleted AND timestamp <= \(sentBy)
                   ORDER BY timestamp LIMIT \(limit) FOR UPDATE) d
             WHERE m.app_id = d.app_id AND m.message_id = d.message_id AND m.receipt_state IS NULL
-            RETURNING m.app_id, \(sql: MessageStore.columns("m")), m.receipt_state, m.receipt_reads, coalesce(m.receipt_recipients, 0),
+            RETURNING m.app_id, \(unsafeSQL: MessageStore.columns("m")), m.receipt_state, m.receipt_reads, coalesce(m.receipt_recipients, 0),
                       m.receipt_done_at
             """
         ).rows.compactMap { row in

@@ -61,7 +61,7 @@ struct MessageReplies: DomainService {
         }
         return try db.query(
             """
-            SELECT \(sql: MessageStore.columns("m")) FROM messages m
+            SELECT \(unsafeSQL: MessageStore.columns("m")) FROM messages m
             WHERE m.app_id = \(appID) AND m.root_message_id = \(root.messageID) AND m.seq > \(floor)
               AND m.type <> \(MessageType.revoke.rawValue) AND NOT m.deleted
               AND (\(userID)::text IS NULL OR m.suppressed IS NULL OR m.sender = \(userID))

@@ -82,7 +82,7 @@ struct MessageSearch {
         let direction = ascending ? "ASC" : "DESC"
         let comparison = ascending ? ">" : "<"
         var q: PostgresQuery = """
-            SELECT \(sql: MessageStore.columns("m")) FROM messages m
+            SELECT \(unsafeSQL: MessageStore.columns("m")) FROM messages m
             WHERE m.app_id = \(appID) AND m.type NOT IN (31, 32) AND NOT m.deleted
             """
         for keyword in keywords {
@@ -109,16 +109,16 @@ struct MessageSearch {
         if conversation != nil {
             // In one conversation `timestamp` never decreases as `seq` grows and seq is unique, so seq alone is the
             // search order there, and the conversation's primary key gives it without a sort.
-            if let after { q += " AND m.seq \(sql: comparison) \(after.seq)" }
-            q += " ORDER BY m.seq \(sql: direction) LIMIT \(limit)"
+            if let after { q += " AND m.seq \(unsafeSQL: comparison) \(after.seq)" }
+            q += " ORDER BY m.seq \(unsafeSQL: direction) LIMIT \(limit)"
         } else {
             if let after {
                 q += """
-                     AND (m.timestamp, m.seq, m.message_id COLLATE "C") \(sql: comparison) (\(after.timestamp), \(after.seq), \(after.messageID)::text)
+                     AND (m.timestamp, m.seq, m.message_id COLLATE "C") \(unsafeSQL: comparison) (\(after.timestamp), \(after.seq), \(after.messageID)::text)
                     """
             }
             q += """
-                 ORDER BY m.timestamp \(sql: direction), m.seq \(sql: direction), m.message_id COLLATE "C" \(sql: direction) LIMIT \(limit)
+                 ORDER BY m.timestamp \(unsafeSQL: direction), m.seq \(unsafeSQL: direction), m.message_id COLLATE "C" \(unsafeSQL: direction) LIMIT \(limit)
                 """
         }
         return q

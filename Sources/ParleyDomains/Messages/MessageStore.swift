@@ -45,7 +45,7 @@ enum MessageStore {
     static func key(appID: String, from: String, clientMsgID: String, on db: PostgresConnection) throws -> StoredKey? {
         let result = try db.query(
             """
-            SELECT k.message_id, k.conv_type, k.recipient, k.seq, k.timestamp, k.message, \(sql: columns("m"))
+            SELECT k.message_id, k.conv_type, k.recipient, k.seq, k.timestamp, k.message, \(unsafeSQL: columns("m"))
             FROM message_keys k LEFT JOIN messages m ON m.app_id = k.app_id AND m.message_id = k.message_id
             WHERE k.app_id = \(appID) AND k.sender = \(from) AND k.client_msg_id = \(clientMsgID)
             """)
@@ -59,7 +59,7 @@ enum MessageStore {
     // MARK: - Reads
 
     package static func fetch(appID: String, messageID: String, on db: PostgresConnection) throws -> Message? {
-        let result = try db.query("SELECT \(sql: messageColumns) FROM messages m WHERE m.app_id = \(appID) AND m.message_id = \(messageID)")
+        let result = try db.query("SELECT \(unsafeSQL: messageColumns) FROM messages m WHERE m.app_id = \(appID) AND m.message_id = \(messageID)")
         return try result.first.flatMap { try message($0) }
     }
 
@@ -67,7 +67,7 @@ enum MessageStore {
     /// delete, pin, reactions).
     static func lock(appID: String, messageID: String, on db: PostgresConnection) throws -> Message? {
         let result = try db.query(
-            "SELECT \(sql: messageColumns) FROM messages m WHERE m.app_id = \(appID) AND m.message_id = \(messageID) FOR UPDATE")
+            "SELECT \(unsafeSQL: messageColumns) FROM messages m WHERE m.app_id = \(appID) AND m.message_id = \(messageID) FOR UPDATE")
         return try result.first.flatMap { try message($0) }
     }
 
@@ -78,7 +78,7 @@ enum MessageStore {
             """
             SELECT EXISTS (SELECT 1 FROM messages r
                            WHERE r.app_id = \(appID) AND ((r.reply::json) ->> 'message_id') = \(messageID) AND r.reply IS NOT NULL),
-                   \(sql: messageColumns)
+                   \(unsafeSQL: messageColumns)
             FROM messages m WHERE m.app_id = \(appID) AND m.message_id = \(messageID) FOR UPDATE OF m
             """)
         guard let row = result.first, let message = try message(row, at: 1) else { return nil }
@@ -95,7 +95,7 @@ enum MessageStore {
     static func fetchMany(appID: String, messageIDs: [String], on db: PostgresConnection) throws -> [Message] {
         if messageIDs.isEmpty { return [] }
         let result = try db.query(
-            "SELECT \(sql: messageColumns) FROM messages m WHERE m.app_id = \(appID) AND m.message_id = ANY(\(messageIDs)::text[])")
+            "SELECT \(unsafeSQL: messageColumns) FROM messages m WHERE m.app_id = \(appID) AND m.message_id = ANY(\(messageIDs)::text[])")
         return try result.rows.compactMap { try message($0) }
     }
 
@@ -344,7 +344,7 @@ enum MessageStore {
         case .deleted:
             query += " deleted = true, body = NULL, original_text = NULL"
         }
-        query += " WHERE m.app_id = \(appID) AND m.message_id = \(messageID) RETURNING \(sql: messageColumns)"
+        query += " WHERE m.app_id = \(appID) AND m.message_id = \(messageID) RETURNING \(unsafeSQL: messageColumns)"
         return try db.query(query).first.flatMap { try self.message($0) }
     }
 

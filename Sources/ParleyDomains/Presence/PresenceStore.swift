@@ -28,7 +28,7 @@ package enum PresenceStore {
         if userIDs.isEmpty { return [:] }
         let result = try db.query(
             """
-            SELECT u.user_id, \(sql: columns)
+            SELECT u.user_id, \(unsafeSQL: columns)
             FROM users u LEFT JOIN user_statuses s ON s.app_id = u.app_id AND s.user_id = u.user_id
             WHERE u.app_id = \(appID) AND u.user_id = ANY(\(userIDs)::text[]) AND u.deleted_at IS NULL
             """)
@@ -52,7 +52,7 @@ package enum PresenceStore {
             ON CONFLICT (app_id, user_id) DO UPDATE
             SET custom_status = EXCLUDED.custom_status, custom_status_expires_at = EXCLUDED.custom_status_expires_at,
                 last_custom_status_updated_at = EXCLUDED.last_custom_status_updated_at
-            RETURNING \(sql: columns)
+            RETURNING \(unsafeSQL: columns)
             """)
         guard let row = result.first else { throw APIError(.internalError, "status of \(userID) not written") }
         return try status(userID: userID, row, from: 0)
@@ -70,7 +70,7 @@ package enum PresenceStore {
             ON CONFLICT (app_id, user_id) DO UPDATE
             SET online_status = EXCLUDED.online_status, online_platforms = EXCLUDED.online_platforms,
                 last_online_status_updated_at = EXCLUDED.last_online_status_updated_at
-            RETURNING \(sql: columns)
+            RETURNING \(unsafeSQL: columns)
             """)
         guard let row = result.first else { throw APIError(.internalError, "status of \(userID) not written") }
         return try status(userID: userID, row, from: 0)
@@ -94,7 +94,7 @@ package enum PresenceStore {
             FROM due
             WHERE s.app_id = due.app_id AND s.user_id = due.user_id
               AND s.custom_status <> '' AND s.custom_status_expires_at <= \(now)
-            RETURNING s.app_id, s.user_id, \(sql: columns)
+            RETURNING s.app_id, s.user_id, \(unsafeSQL: columns)
             """)
         return try result.rows.map { row in
             (try row[0].string, try status(userID: try row[1].string, row, from: 2))
@@ -184,7 +184,7 @@ package enum PresenceStore {
         on db: PostgresConnection
     ) throws -> [(subscription: Subscription, status: UserStatus)] {
         var query: PostgresQuery = """
-            SELECT b.target_id, b.expires_at, \(sql: columns)
+            SELECT b.target_id, b.expires_at, \(unsafeSQL: columns)
             FROM status_subscriptions b
             JOIN users u ON u.app_id = b.app_id AND u.user_id = b.target_id
             LEFT JOIN user_statuses s ON s.app_id = b.app_id AND s.user_id = b.target_id

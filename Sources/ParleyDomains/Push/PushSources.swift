@@ -248,7 +248,7 @@ enum PushSources {
         guard
             let (from, to, push) = try db.query(
                 """
-                SELECT a.from_id, a.to_id, \(sql: created ? "a.push" : "a.response_push")::text FROM friend_applications a
+                SELECT a.from_id, a.to_id, \(unsafeSQL: created ? "a.push" : "a.response_push")::text FROM friend_applications a
                 WHERE a.app_id = \(appID) AND a.application_id = \(id)
                 """
             ).decodeFirst((String, String, String?).self), let push

@@ -85,7 +85,7 @@ enum PushStore {
         guard !userIDs.isEmpty else { return [:] }
         let devices = try db.query(
             """
-            SELECT \(sql: DeviceStore.columns) FROM devices WHERE app_id = \(appID) AND user_id = ANY(\(userIDs))
+            SELECT \(unsafeSQL: DeviceStore.columns) FROM devices WHERE app_id = \(appID) AND user_id = ANY(\(userIDs))
             ORDER BY user_id, created_at, device_id
             """
         ).rows.map(DeviceStore.device)
@@ -355,7 +355,7 @@ enum PushStore {
         try db.query(
             """
             SELECT h.app_id, h.head FROM event_heads h JOIN apps a ON a.app_id = h.app_id LEFT JOIN push_cursors c ON c.app_id = h.app_id
-            WHERE (h.head > coalesce(c.event_id, 0) OR c.user_after IS NOT NULL) AND \(sql: configuredSQL("a.settings"))
+            WHERE (h.head > coalesce(c.event_id, 0) OR c.user_after IS NOT NULL) AND \(unsafeSQL: configuredSQL("a.settings"))
             """
         ).decode((String, Int64).self).map { (appID: $0.0, head: $0.1) }
     }
@@ -441,7 +441,7 @@ enum PushStore {
     }
 
     static func fetch(appID: String, attemptID: String, on db: PostgresConnection) throws -> PushAttemptRow? {
-        try db.query("SELECT \(sql: columns) FROM push_attempts WHERE app_id = \(appID) AND attempt_id = \(attemptID)").first.map(attempt)
+        try db.query("SELECT \(unsafeSQL: columns) FROM push_attempts WHERE app_id = \(appID) AND attempt_id = \(attemptID)").first.map(attempt)
     }
 
     /// Attempts by `created_at` desc, then `attempt_id` desc, after `after`.
@@ -459,7 +459,7 @@ enum PushStore {
         if let kind = filter.kind { conditions += " AND kind = \(kind)" }
         if let status = filter.status { conditions += " AND status = \(status)" }
         return try db.query(
-            "SELECT \(sql: columns) FROM push_attempts WHERE \(conditions) ORDER BY created_at DESC, attempt_id DESC LIMIT \(limit)"
+            "SELECT \(unsafeSQL: columns) FROM push_attempts WHERE \(conditions) ORDER BY created_at DESC, attempt_id DESC LIMIT \(limit)"
         ).rows.map(attempt)
     }
 

@@ -21,7 +21,7 @@ enum RoomStore {
 
     static func fetch(appID: String, roomID: String, forUpdate: Bool = false, on db: PostgresConnection) throws -> Room? {
         try db.query(
-            "SELECT \(sql: columns) FROM rooms WHERE app_id = \(appID) AND room_id = \(roomID)\(sql: forUpdate ? " FOR UPDATE" : "")"
+            "SELECT \(unsafeSQL: columns) FROM rooms WHERE app_id = \(appID) AND room_id = \(roomID)\(unsafeSQL: forUpdate ? " FOR UPDATE" : "")"
         ).first.map(room)
     }
 
@@ -34,7 +34,7 @@ enum RoomStore {
                     coalesce((SELECT last_seq FROM conversation_seqs
                               WHERE app_id = \(appID) AND conv_type = 'room' AND conv_id = \(r.roomID)), 0))
             ON CONFLICT DO NOTHING
-            RETURNING \(sql: columns)
+            RETURNING \(unsafeSQL: columns)
             """
         ).first.map(room)
     }
@@ -64,7 +64,7 @@ enum RoomStore {
 
     /// `GET /v1/rooms`: by created_at desc, then room_id desc; `q` = prefix of room_id or substring of name.
     static func list(appID: String, q: String?, after: (Int64, String)?, limit: Int, on db: PostgresConnection) throws -> [Room] {
-        var query: PostgresQuery = "SELECT \(sql: columns) FROM rooms WHERE app_id = \(appID)"
+        var query: PostgresQuery = "SELECT \(unsafeSQL: columns) FROM rooms WHERE app_id = \(appID)"
         if let q, !q.isEmpty {
             let lowered = q.lowercased()
             query += " AND (starts_with(lower(room_id), \(lowered)) OR strpos(lower(name), \(lowered)) > 0)"
@@ -165,7 +165,7 @@ enum RoomStore {
     {
         // The list index is keyed by `app_id || '/' || room_id` (Migrations/0015_rooms.sql).
         var query: PostgresQuery = """
-            SELECT \(sql: memberColumns) FROM room_members m JOIN users u ON u.app_id = m.app_id AND u.user_id = m.user_id
+            SELECT \(unsafeSQL: memberColumns) FROM room_members m JOIN users u ON u.app_id = m.app_id AND u.user_id = m.user_id
             WHERE (m.app_id || '/' || m.room_id) = \(appID + "/" + roomID)
             """
         if let (t, id) = after {
@@ -179,7 +179,7 @@ enum RoomStore {
     static func fetchMembers(appID: String, roomID: String, userIDs: [String], on db: PostgresConnection) throws -> [String: RoomMember] {
         let rows = try db.query(
             """
-            SELECT \(sql: memberColumns) FROM room_members m JOIN users u ON u.app_id = m.app_id AND u.user_id = m.user_id
+            SELECT \(unsafeSQL: memberColumns) FROM room_members m JOIN users u ON u.app_id = m.app_id AND u.user_id = m.user_id
             WHERE m.app_id = \(appID) AND m.room_id = \(roomID) AND m.user_id = ANY(\(userIDs)::text[])
             """
         ).rows.map(member)
@@ -308,7 +308,7 @@ enum RoomStore {
     static func lockDueForDestruction(now: Int64, limit: Int, on db: PostgresConnection) throws -> [(appID: String, room: Room)] {
         try db.query(
             """
-            SELECT app_id, \(sql: columns) FROM rooms
+            SELECT app_id, \(unsafeSQL: columns) FROM rooms
             WHERE destroy_at IS NOT NULL AND destroy_at <= \(now) AND member_count = 0
             ORDER BY destroy_at, app_id, room_id LIMIT \(limit) FOR UPDATE SKIP LOCKED
             """

@@ -32,7 +32,7 @@ enum FriendApplicationStore {
         -> FriendApplication?
     {
         var query: PostgresQuery =
-            "SELECT \(sql: columns) FROM friend_applications WHERE app_id = \(appID) AND application_id = \(applicationID)"
+            "SELECT \(unsafeSQL: columns) FROM friend_applications WHERE app_id = \(appID) AND application_id = \(applicationID)"
         if forUpdate { query += " FOR UPDATE" }
         return try db.query(query).first.map(application)
     }
@@ -41,7 +41,7 @@ enum FriendApplicationStore {
     static func waiting(appID: String, from: String, to: String, on db: PostgresConnection) throws -> FriendApplication? {
         try db.query(
             """
-            SELECT \(sql: columns) FROM friend_applications
+            SELECT \(unsafeSQL: columns) FROM friend_applications
             WHERE app_id = \(appID) AND from_id = \(from) AND to_id = \(to) AND state = 'waiting' FOR UPDATE
             """
         ).first.map(application)
@@ -85,7 +85,7 @@ enum FriendApplicationStore {
             """
             UPDATE friend_applications SET state = 'expired', updated_at = expires_at
             WHERE app_id = \(appID) AND from_id = \(from) AND to_id = \(to) AND state = 'waiting' AND expires_at <= \(now)
-            RETURNING \(sql: columns)
+            RETURNING \(unsafeSQL: columns)
             """
         ).first.map(application)
     }
@@ -107,7 +107,7 @@ enum FriendApplicationStore {
             UPDATE friend_applications f SET state = 'expired', updated_at = f.expires_at
             FROM due
             WHERE f.app_id = due.app_id AND f.application_id = due.application_id AND f.state = 'waiting'
-            RETURNING f.app_id, \(sql: prefixedColumns)
+            RETURNING f.app_id, \(unsafeSQL: prefixedColumns)
             """)
         return try result.rows.map { row in (try row[0].string, try application(row, from: 1)) }
     }
@@ -118,7 +118,7 @@ enum FriendApplicationStore {
         appID: String, userID: String, direction: FriendApplication.Direction, state: FriendApplication.State?, now: Int64,
         after: (createdAt: Int64, applicationID: String)?, limit: Int, on db: PostgresConnection
     ) throws -> [FriendApplication] {
-        var query: PostgresQuery = "SELECT \(sql: columns) FROM friend_applications WHERE app_id = \(appID)"
+        var query: PostgresQuery = "SELECT \(unsafeSQL: columns) FROM friend_applications WHERE app_id = \(appID)"
         switch direction {
         case .sent: query += " AND from_id = \(userID)"
         case .received: query += " AND to_id = \(userID)"

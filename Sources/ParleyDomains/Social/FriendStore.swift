@@ -24,7 +24,7 @@ enum FriendStore {
     package static func fetch(appID: String, owner: String, friendID: String, visibleOnly: Bool = false, on db: PostgresConnection) throws
         -> Friend?
     {
-        var query: PostgresQuery = "\(sql: select) WHERE f.app_id = \(appID) AND f.user_id = \(owner) AND f.friend_id = \(friendID)"
+        var query: PostgresQuery = "\(unsafeSQL: select) WHERE f.app_id = \(appID) AND f.user_id = \(owner) AND f.friend_id = \(friendID)"
         if visibleOnly { query += " AND u.deleted_at IS NULL" }
         return try db.query(query).first.map(friend)
     }
@@ -120,7 +120,7 @@ enum FriendStore {
         appID: String, owner: String, keywords: [String], matchAlias: Bool, after: (createdAt: Int64, userID: String)?, limit: Int,
         unicode: Bool, on db: PostgresConnection
     ) throws -> [Friend] {
-        var query: PostgresQuery = "\(sql: select) WHERE f.app_id = \(appID) AND f.user_id = \(owner) AND u.deleted_at IS NULL"
+        var query: PostgresQuery = "\(unsafeSQL: select) WHERE f.app_id = \(appID) AND f.user_id = \(owner) AND u.deleted_at IS NULL"
         if let after { query += " AND (f.created_at, f.friend_id) < (\(after.createdAt), \(after.userID))" }
         if !keywords.isEmpty {
             func lower(_ column: String) -> String { unicode ? #"lower(\#(column) COLLATE "und-x-icu")"# : "lower(\(column))" }
@@ -128,7 +128,7 @@ enum FriendStore {
             if matchAlias { fields.append(lower("f.alias")) }
             let any = fields.map { "strpos(\($0), k) > 0" }.joined(separator: " OR ")
             // Every keyword must match one of the fields.
-            query += " AND NOT EXISTS (SELECT 1 FROM unnest(\(keywords)::text[]) AS k WHERE NOT (\(sql: any)))"
+            query += " AND NOT EXISTS (SELECT 1 FROM unnest(\(keywords)::text[]) AS k WHERE NOT (\(unsafeSQL: any)))"
         }
         query += " ORDER BY f.created_at DESC, f.friend_id DESC LIMIT \(limit)"
         return try db.query(query).rows.map(friend)

@@ -55,8 +55,8 @@ package enum UserStore {
         if userIDs.isEmpty { return [] }
         return try db.query(
             """
-            SELECT \(sql: columns) FROM users WHERE app_id = \(appID) AND user_id = ANY(\(userIDs)::text[]) ORDER BY user_id
-            \(sql: forUpdate ? "FOR UPDATE" : "")
+            SELECT \(unsafeSQL: columns) FROM users WHERE app_id = \(appID) AND user_id = ANY(\(userIDs)::text[]) ORDER BY user_id
+            \(unsafeSQL: forUpdate ? "FOR UPDATE" : "")
             """
         ).rows.map(user)
     }
@@ -99,11 +99,11 @@ package enum UserStore {
         appID: String, state: ListState, query: String?, after: String?, now: Int64, limit: Int, unicode: Bool,
         on db: PostgresConnection
     ) throws -> [User] {
-        var sql: PostgresQuery = "SELECT \(sql: columns) FROM users WHERE app_id = \(appID) AND \(state.condition(now: now))"
+        var sql: PostgresQuery = "SELECT \(unsafeSQL: columns) FROM users WHERE app_id = \(appID) AND \(state.condition(now: now))"
         if let after { sql += " AND user_id > \(after)" }
         if let query {
             let name = unicode ? #"lower(name COLLATE "und-x-icu")"# : "lower(name)"
-            sql += " AND (starts_with(lower(user_id), \(query)) OR strpos(\(sql: name), \(query)) > 0)"
+            sql += " AND (starts_with(lower(user_id), \(query)) OR strpos(\(unsafeSQL: name), \(query)) > 0)"
         }
         sql += " ORDER BY user_id LIMIT \(limit)"
         return try db.query(sql).rows.map(user)
