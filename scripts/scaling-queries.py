@@ -66,8 +66,8 @@ OVERRIDES = {
 # literal of its owner and of those owners, in source order: every part it can hold, with their tables and app_id
 # conditions. The owners it takes in are not listed on their own.
 COMPOSED = {
-    ("Sources/ParleyDomains/Messages/MessageWrite.swift", "MessageWrite.composeStatement"): ["MessageWrite.checked"],
-    ("Sources/ParleyDomains/Messages/MessageWrite.swift", "MessageWrite.checkStatement"): ["MessageWrite.checked"],
+    ("Sources/ParleyDomains/Messages/Sending/MessageWrite.swift", "MessageWrite.composeStatement"): ["MessageWrite.checked"],
+    ("Sources/ParleyDomains/Messages/Sending/MessageWrite.swift", "MessageWrite.checkStatement"): ["MessageWrite.checked"],
 }
 
 SQL_START = re.compile(

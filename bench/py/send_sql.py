@@ -37,7 +37,7 @@ SOURCES = {
     "EventLog.appendNumbered": ["sql", "events"],
 }
 # Where itemsJSON writes the item keys (checked against the statement's columns).
-ITEMS_SOURCE = "Sources/ParleyDomains/Messages/MessageWrite.swift"
+ITEMS_SOURCE = "Sources/ParleyDomains/Messages/Sending/MessageWrite.swift"
 PGBENCH_BUILTINS = {"client_id", "scale", "random_seed", "default_seed"}
 
 
@@ -57,14 +57,14 @@ def statement_text(binary, name, parts):
 
 
 def item_keys(root):
-    """The keys `MessageWrite.itemsJSON` writes per item."""
+    """The keys `MessageWrite.itemsJSON` writes per item: the names of `MessageWrite.itemFields`, in order."""
     path = os.path.join(root, ITEMS_SOURCE)
     with open(path, encoding="utf-8") as f:
         source = f.read()
-    body = re.search(r"func itemsJSON\(.*?\n    }\n", source, re.S)
+    body = re.search(r"static let itemFields: \[ItemField\] = \[.*?\n    \]\n", source, re.S)
     if not body:
-        fail(f"no itemsJSON function in {path}")
-    return re.findall(r'w\.key\(static: "(\w+)"\)', body.group(0))
+        fail(f"no itemFields table in {path}")
+    return re.findall(r'ItemField\(name: "(\w+)"', body.group(0))
 
 
 def recordset_columns(statement):

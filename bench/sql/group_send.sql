@@ -1,5 +1,5 @@
 -- The SQL of one group text send (API.md §11.1, group branch), one send per transaction: what the node's writer
--- runs for a batch (MessageWriter.write): BEGIN; MessageWrite.statement (Sources/ParleyDomains/Messages/MessageWrite.swift)
+-- runs for a batch (MessageWriter.write): BEGIN; MessageWrite.statement (Sources/ParleyDomains/Messages/Sending/MessageWrite.swift)
 -- with the batch's items as $1; EventLog.append (Sources/ParleyAPI/Events/EventLog.swift)
 -- of the batch's message.sent events into events; COMMIT. Here the batch is this one send, with the same kind
 -- of item the server builds: a random member u1..u500 of g500 (group.sh creates it), a fresh message id and

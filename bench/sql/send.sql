@@ -1,5 +1,5 @@
 -- The SQL of one peer text send (API.md §11.1), one send per transaction: what the node's writer runs for a batch
--- (MessageWriter.write): BEGIN; MessageWrite.statement (Sources/ParleyDomains/Messages/MessageWrite.swift) with the batch's
+-- (MessageWriter.write): BEGIN; MessageWrite.statement (Sources/ParleyDomains/Messages/Sending/MessageWrite.swift) with the batch's
 -- items as $1 and its combine snapshots as $2; EventLog.appendNumbered (Sources/ParleyAPI/Events/EventLog.swift) of the batch's
 -- message.sent events, numbered under the app's head lock taken once per batch; COMMIT. Here the batch is this one send, with the same kind of item the
 -- server builds: random users u1..u50 (send.sh's hot-pair run rewrites the \set lines to u1 -> u2), a fresh message id and client_msg_id
