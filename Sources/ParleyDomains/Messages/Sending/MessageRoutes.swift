@@ -78,9 +78,7 @@ package enum MessageRoutes {
         let request = try SendRequest(&body, ctx: ctx, settings: app.settings)
         // Under overload, priority-1 room messages are refused first (docs/errors.md#rate-limits), before any database
         // work.
-        if writer.sheds(request) {
-            throw APIError.retryLater(.rateLimited, "the server is overloaded: low-priority room messages are refused", retryAfterSeconds: 1)
-        }
+        try writer.admit(request)
         let service = MessageService(ctx)
         let item = try service.item(for: request, settings: app.settings, on: ctx.db)
         // The `message.before_send` hook: only for a send that would be delivered now (not a duplicate, failure or
@@ -116,9 +114,7 @@ package enum MessageRoutes {
         if caller.tokenUserID != nil { throw NeedsConnection() }
         var body = try caller.body()
         let request = try SendRequest(&body, ctx: caller, settings: caller.app.settings)
-        if writer.sheds(request) {
-            throw APIError.retryLater(.rateLimited, "the server is overloaded: low-priority room messages are refused", retryAfterSeconds: 1)
-        }
+        try writer.admit(request)
         if caller.hasHook("message.before_send", skip: request.skipHooks) { throw NeedsConnection() }
         let item = try MessageService.item(for: request, settings: caller.app.settings, appID: caller.appID, now: caller.now, on: nil)
         return write(item, request, origin: SendOrigin(caller), writer: writer)

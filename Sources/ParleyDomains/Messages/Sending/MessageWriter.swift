@@ -81,11 +81,19 @@ package final class MessageWriter: Sendable {
 
     /// Whether `request` is to be refused now instead of queued (429 `rate_limited`, docs/errors.md#rate-limits): see
     /// ``sheds``.
-    func sheds(_ request: SendRequest) -> Bool {
+    private func sheds(_ request: SendRequest) -> Bool {
         guard request.conversationType == .room && request.priority == 1 else { return false }
         let outstanding = inbox.withLock { $0.outstanding }
         return Self.sheds(
             conversationType: request.conversationType, priority: request.priority, outstanding: outstanding, threshold: overloadThreshold)
+    }
+
+    /// 429 `rate_limited` when `request` is to be refused now instead of queued (``sheds(_:)``): before any database
+    /// work, on whichever thread reads the send.
+    func admit(_ request: SendRequest) throws {
+        if sheds(request) {
+            throw APIError.retryLater(.rateLimited, "the server is overloaded: low-priority room messages are refused", retryAfterSeconds: 1)
+        }
     }
 
     /// Queues one send; `done` runs on a writer thread once its batch committed (or failed): keep it short.
