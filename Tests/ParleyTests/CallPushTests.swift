@@ -196,10 +196,9 @@ struct CallPushTests: GroupTestSupport {
         let watcher = try LiveStreamTests.open(server, "/v1/users/bob/events?platform=ios", bearer: app.key)
         defer { watcher.close() }
         var rows: Int64 = 0
-        for _ in 0..<100 {
+        try eventually(every: .milliseconds(50)) {
             rows = try server.count("SELECT count(*) FROM user_streams WHERE app_id = $1 AND user_id = 'bob'", [app.appID])
-            if rows > 0 { break }
-            usleep(50_000)
+            return rows > 0
         }
         #expect(rows == 1, "the watcher stream is open")
         #expect(try app.request(.get, "/v1/users/bob/status").json?["online_status"] == .string("offline"))

@@ -22,16 +22,6 @@ struct CallTimerTests: GroupTestSupport {
     /// Server-clock milliseconds of a server without a test clock (the system time).
     static func wallMillis() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
-    /// Polls `condition` every 20 ms for up to `seconds`; whether it held.
-    static func poll(seconds: Double = 5, _ condition: () throws -> Bool) rethrows -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while true {
-            if try condition() { return true }
-            if Date() >= deadline { return false }
-            Thread.sleep(forTimeInterval: 0.02)
-        }
-    }
-
     /// Every event of the app's log matching `query`, paging through it.
     static func log(_ app: TestApp, _ query: String = "types=call.*") throws -> [JSONValue] {
         var all: [JSONValue] = []
@@ -247,11 +237,11 @@ struct CallTimerTests: GroupTestSupport {
         defer { stream.close() }
         #expect(stream.status == 200)
         #expect(
-            try Self.poll {
+            try eventually {
                 CallsTests.states(try CallsTests.get(app, checked)) == ["a:accepted", "b:received"]
             })
         #expect(
-            try Self.poll {
+            try eventually {
                 Self.types(try Self.callEvents(app, checked)).filter { $0 == "call.user_state_changed" }.count == 2
             })
         events = try Self.callEvents(app, checked)
@@ -290,6 +280,7 @@ struct CallTimerTests: GroupTestSupport {
         let callID = r.json?["call"]?["call_id"]?.stringValue ?? ""
         #expect(CallsTests.states(r.json?["call"]) == ["a:accepted", "b:received", "c:inviting", "d:inviting"])
         #expect(Self.results(r).map { $0["data"]?["state"]?.stringValue ?? "" } == ["received", "inviting", "inviting"])
+        // Deliberate: a window in which no separate event may arrive.
         Thread.sleep(forTimeInterval: 0.3)
         var events = try Self.callEvents(app, callID)
         #expect(Self.types(events) == ["call.created", "call.invited"], "received at commit: no separate event")
@@ -299,10 +290,10 @@ struct CallTimerTests: GroupTestSupport {
         let cStream = try LiveStreamTests.open(server, "/v1/users/c/events", bearer: try app.token(for: "c"))
         defer { cStream.close() }
         #expect(
-            try Self.poll {
+            try eventually {
                 CallsTests.states(try CallsTests.get(app, callID)) == ["a:accepted", "b:received", "c:received", "d:inviting"]
             })
-        #expect(try Self.poll { try Self.callEvents(app, callID).count == 3 })
+        #expect(try eventually { try Self.callEvents(app, callID).count == 3 })
         events = try Self.callEvents(app, callID)
         #expect(Self.types(events).last == "call.user_state_changed")
         #expect(CallsTests.states(events.last?["data"]) == ["c:received"])
@@ -314,14 +305,15 @@ struct CallTimerTests: GroupTestSupport {
         // d: another app-key stream without presence=true counts no more than the first.
         let dOther = try LiveStreamTests.open(server, "/v1/users/d/events?presence=false", bearer: app.key)
         defer { dOther.close() }
+        // Deliberate: a window in which the uncounted stream must not mark d received.
         Thread.sleep(forTimeInterval: 0.4)
         #expect(Self.user(try CallsTests.get(app, callID), "d")?["state"] == .string("inviting"))
         #expect(try Self.callEvents(app, callID).count == 3)
         // With presence=true the app's stream does count.
         let dCounted = try LiveStreamTests.open(server, "/v1/users/d/events?presence=true", bearer: app.key)
         defer { dCounted.close() }
-        #expect(try Self.poll { Self.user(try CallsTests.get(app, callID), "d")?["state"] == .string("received") })
-        #expect(try Self.poll { try Self.callEvents(app, callID).count == 4 })
+        #expect(try eventually { Self.user(try CallsTests.get(app, callID), "d")?["state"] == .string("received") })
+        #expect(try eventually { try Self.callEvents(app, callID).count == 4 })
         #expect(CallsTests.states(try Self.callEvents(app, callID).last?["data"]) == ["d:received"])
         #expect(try CallsTests.get(app, callID)?["state"] == .string("started"))
     }
@@ -484,6 +476,7 @@ struct CallTimerTests: GroupTestSupport {
             calls.append(r.json?["call"]?["call_id"]?.stringValue ?? "")
             deadline = max(deadline, Self.int(Self.user(r.json?["call"], b)?["invited_at"]) + 1_000)
         }
+        // Deliberate: the real clock passes every deadline (this server has no test clock).
         while Self.wallMillis() < deadline + 2 { Thread.sleep(forTimeInterval: 0.001) }
         let frozenCalls = calls
         let outcomes = Mutex<[Int: Outcome]>([:])
@@ -508,7 +501,7 @@ struct CallTimerTests: GroupTestSupport {
                 "call \(k): answered \(o.status) after its deadline: \(CallsTests.states(o.body))")
         }
         // Every invitation ends timed out, whatever the answers got.
-        #expect(try Self.poll { try app.request(.get, "/v1/stats").json?["calls_active"] == .int(0) })
+        #expect(try eventually { try app.request(.get, "/v1/stats").json?["calls_active"] == .int(0) })
         for k in 0..<invitees.count {
             #expect(Self.user(try CallsTests.get(app, calls[k]), invitees[k])?["state"] == .string("timeout"), "call \(k)")
         }
@@ -532,13 +525,14 @@ struct CallTimerTests: GroupTestSupport {
         let createdBy = Self.wallMillis()
         first.stop()
         let downFor = 1.5 - Double(Self.wallMillis() - createdBy) / 1000
+        // Deliberate: the server stays down past the timeouts, by the real clock.
         if downFor > 0 { Thread.sleep(forTimeInterval: downFor) }
 
         let second = try TestServer.start(database: db)
         defer { second.stop() }
         let started = Date()
         let app2 = TestApp(server: second, appID: app.appID, key: app.key)
-        let allEnded = try Self.poll(seconds: 4) {
+        let allEnded = try eventually(timeout: .seconds(4)) {
             try calls.allSatisfy { try CallsTests.get(app2, $0.id)?["state"] == .string("ended") }
         }
         let took = Date().timeIntervalSince(started)
@@ -547,7 +541,8 @@ struct CallTimerTests: GroupTestSupport {
         #expect(took <= 2.0, "the restarted server took \(took) s")
         // Each invitee exactly once: one timeout event per call (its two invitees of one request), no check event.
         #expect(
-            try Self.poll { try Self.log(app2).filter { $0["type"] == .string("call.ended") }.count == calls.count })
+            try eventually { try Self.log(app2).filter { $0["type"] == .string("call.ended") }.count == calls.count })
+        // Deliberate: a window in which no further event may arrive.
         Thread.sleep(forTimeInterval: 0.3)
         let events = try Self.log(app2)
         for call in calls {
@@ -593,8 +588,9 @@ struct CallTimerTests: GroupTestSupport {
             }
         }
         #expect(due.count == count * 2)
-        #expect(try Self.poll { try app1.request(.get, "/v1/stats").json?["calls_active"] == .int(0) })
-        #expect(try Self.poll { try Self.log(app1, "types=call.ended").count >= count })
+        #expect(try eventually { try app1.request(.get, "/v1/stats").json?["calls_active"] == .int(0) })
+        #expect(try eventually { try Self.log(app1, "types=call.ended").count >= count })
+        // Deliberate: a window in which no further event may arrive.
         Thread.sleep(forTimeInterval: 0.5)
         let events = try Self.log(app1)
         var timeoutsSeen: [String: Int] = [:]

@@ -580,6 +580,7 @@ struct ConventionsTests: ProblemAssertions {
         #expect(otherResponse.headers["RateLimit-Remaining"] == "399")
 
         // The bucket refills at its rate.
+        // Deliberate: the rate limiter refills by real time (no test clock).
         usleep(1_200_000)
         #expect(try app.request(.get, "/v1/settings").status == 200)
     }

@@ -16,11 +16,9 @@ struct LivePresenceTests: ProblemAssertions {
     /// Polls `user`'s status until `done` holds (the hub records streams asynchronously), for up to 5 s.
     static func status(_ app: TestApp, _ user: String, until done: (JSONValue) -> Bool) throws -> JSONValue {
         var last = JSONValue.null
-        for _ in 0..<100 {
-            let r = try app.request(.get, "/v1/users/\(user)/status")
-            last = r.json ?? .null
-            if done(last) { return last }
-            usleep(50_000)
+        try eventually(every: .milliseconds(50)) {
+            last = try app.request(.get, "/v1/users/\(user)/status").json ?? .null
+            return done(last)
         }
         return last
     }
@@ -55,12 +53,11 @@ struct LivePresenceTests: ProblemAssertions {
         // Bob, a subscriber, heard every change. A stream's close is no request that waits for the sequencer: its
         // event reaches the log a moment after the status commits.
         var heard: [String] = []
-        for _ in 0..<100 {
+        try eventually(every: .milliseconds(50)) {
             heard = try app.events(query: "types=user.status_updated&user_id=bob").compactMap {
                 $0["data"]?["status"]?["online_status"]?.stringValue
             }
-            if heard.count >= 4 { break }
-            usleep(50_000)
+            return heard.count >= 4
         }
         #expect(heard == ["online", "online", "online", "offline"])
     }
@@ -72,6 +69,7 @@ struct LivePresenceTests: ProblemAssertions {
         try app.createUser("alice")
         let watcher = try LiveStreamTests.open(server, "/v1/users/alice/events", bearer: app.key)
         defer { watcher.close() }
+        // Deliberate: a window in which the uncounted stream must not make alice online.
         usleep(300_000)
         #expect(try app.request(.get, "/v1/users/alice/status").json?["online_status"] == .string("offline"))
         let counted = try LiveStreamTests.open(server, "/v1/users/alice/events?presence=true&platform=linux", bearer: app.key)

@@ -124,7 +124,9 @@ struct LiveStreamTests: ProblemAssertions {
         #expect(stream.headers["Parley-Last-Event-ID"] == String(resumeFrom))
         while received.count < writes, let event = try Self.nextEvent(stream) { received.append(Int64(event.id!)!) }
         done.wait()
-        let logged = try app.events(after: String(start), query: "types=user.updated&user_id=u1").compactMap { Int64($0["id"]?.stringValue ?? "") }
+        let logged = try app.events(after: String(start), query: "types=user.updated&user_id=u1").compactMap {
+            Int64($0["id"]?.stringValue ?? "")
+        }
         #expect(received.count == writes)
         #expect(received == Array(logged.prefix(writes)), "the stream and the log agree, in order, no duplicates")
         #expect(Set(received).count == received.count)
@@ -190,11 +192,11 @@ struct LiveStreamTests: ProblemAssertions {
         streams.removeLast().close()
         // The hub learns of the close asynchronously; a new stream fits again soon after.
         var status = 0
-        for _ in 0..<50 where status != 200 {
+        try eventually(timeout: .seconds(5), every: .milliseconds(100)) {
             let s = try Self.open(server, "/v1/users/u1/events", bearer: token)
             status = s.status
             if status == 200 { streams.append(s) } else { s.close() }
-            if status != 200 { usleep(100_000) }
+            return status == 200
         }
         #expect(status == 200)
     }

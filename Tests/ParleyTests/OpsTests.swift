@@ -73,11 +73,12 @@ struct OpsTests: ProblemAssertions {
             try db.simpleQuery("SELECT pg_stat_force_next_flush()")  // the row counts reach the shared statistics when idle
         }
         var fired = 0
-        let deadline = Self.wallMillis() + 10_000
-        while try !analyzed(), Self.wallMillis() < deadline {
-            fired += try FirstStatistics.kind.fire(services, 0)
-            usleep(100_000)
-        }
+        #expect(
+            try eventually(timeout: .seconds(10), every: .milliseconds(100)) {
+                if try analyzed() { return true }
+                fired += try FirstStatistics.kind.fire(services, 0)
+                return false
+            })
         #expect(try analyzed())
         #expect(fired >= 1)
         // Analyzed once: the next passes leave it (and the still empty tables) alone.
@@ -127,11 +128,10 @@ struct OpsTests: ProblemAssertions {
         // Requests are counted when their response completes: poll briefly.
         var text = ""
         var metrics: TestResponse?
-        for _ in 0..<50 {
+        try eventually(timeout: .seconds(1), every: .milliseconds(20)) {
             metrics = try server.request(.get, "/metrics")
             text = metrics?.text ?? ""
-            if wanted.allSatisfy({ text.contains($0) }) { break }
-            usleep(20_000)
+            return wanted.allSatisfy { text.contains($0) }
         }
         #expect(metrics?.status == 200)
         #expect(metrics?.headers["Content-Type"]?.hasPrefix("text/plain") == true, "\(metrics?.headers["Content-Type"] ?? "none")")

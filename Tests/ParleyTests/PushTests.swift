@@ -323,10 +323,9 @@ struct PushTests: ProblemAssertions {
         let devices = try app.request(.get, "/v1/users/bob/devices").json?["items"]?.arrayValue ?? []
         #expect(devices.map { $0["push_key"] } == [.string("key-live")])
         var removed: [JSONValue] = []
-        for _ in 0..<50 {
+        try eventually(timeout: .milliseconds(2_500), every: .milliseconds(50)) {
             removed = try app.events(query: "types=device.removed")
-            if !removed.isEmpty { break }
-            Thread.sleep(forTimeInterval: 0.05)
+            return !removed.isEmpty
         }
         #expect(removed.first?["data"]?["device_id"] == dead["device_id"])
         #expect(removed.first?["data"]?["reason"] == .string("rejected"))

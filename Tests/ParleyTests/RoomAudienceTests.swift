@@ -68,7 +68,8 @@ struct RoomAudienceTests {
         }
         // e3 b and c join, e4 to the members, e5 b leaves: sequenced in one batch (b's interval gets both ends).
         try Self.write(
-            server, appID, ["INSERT INTO room_members (app_id, room_id, user_id, entered_at) SELECT $1, 'r1', u, 0 FROM unnest('{b,c}'::text[]) u"],
+            server, appID,
+            ["INSERT INTO room_members (app_id, room_id, user_id, entered_at) SELECT $1, 'r1', u, 0 FROM unnest('{b,c}'::text[]) u"],
             [Self.event("room.member_joined", audience: ["b", "c"])])
         try Self.write(server, appID, [], [Self.event("room.attributes_updated")])
         try Self.write(server, appID, [Self.leave(["b"])], [Self.event("room.member_left", audience: ["b"])])
@@ -162,6 +163,7 @@ struct RoomAudienceTests {
         }
         leaving.wait()
         Thread.detachNewThread {
+            // Deliberate: the leave stays uncommitted while the sequencing below runs.
             Thread.sleep(forTimeInterval: 0.3)
             commit.signal()
         }

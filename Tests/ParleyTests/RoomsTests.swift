@@ -279,7 +279,8 @@ struct RoomsTests: GroupTestSupport {
                 json: "{\"operations\":[\((0..<21).map { "{\"op\":\"delete\",\"key\":\"k\($0)\"}" }.joined(separator: ","))]}"),
             field: "body.operations")
         Self.expectInvalid(
-            try app.request(.post, "/v1/rooms/r/attributes/batch", json: #"{"operations":[{"op":"move","key":"k"}]}"#), field: "body.operations[0].op"
+            try app.request(.post, "/v1/rooms/r/attributes/batch", json: #"{"operations":[{"op":"move","key":"k"}]}"#),
+            field: "body.operations[0].op"
         )
     }
 
@@ -298,7 +299,8 @@ struct RoomsTests: GroupTestSupport {
         #expect(event?["data"]?["operator"] == .string("a"))
         // "" removes a key; the data is the full set after.
         let removed = try app.request(
-            .post, "/v1/rooms/r/member_attributes", json: #"{"user_ids":["b"],"attributes":{"cam":"","mic":"on"},"is_delete_after_owner_left":false}"#
+            .post, "/v1/rooms/r/member_attributes",
+            json: #"{"user_ids":["b"],"attributes":{"cam":"","mic":"on"},"is_delete_after_owner_left":false}"#
         )
         #expect(Self.results(removed).first?["data"]?["attributes"] == .object(["mic": .string("on")]))
         // Limits per user: pairs, key, value, total.
@@ -319,7 +321,9 @@ struct RoomsTests: GroupTestSupport {
                 == [6_000_353])
         let big = (0..<3).map { "\"k\($0)\":\"\(String(repeating: "v", count: 50))\"" }.joined(separator: ",")
         #expect(
-            Self.codes(try app.request(.post, "/v1/rooms/r/member_attributes", json: "{\"user_ids\":[\"c\"],\"attributes\":{\(big)}}")) == [6_000_351]
+            Self.codes(try app.request(.post, "/v1/rooms/r/member_attributes", json: "{\"user_ids\":[\"c\"],\"attributes\":{\(big)}}")) == [
+                6_000_351
+            ]
         )
         let query = try app.request(.post, "/v1/rooms/r/member_attributes/query", json: #"{"user_ids":["a","c","out"]}"#)
         #expect(Self.codes(query) == [nil, nil, 6_000_321])
@@ -337,7 +341,9 @@ struct RoomsTests: GroupTestSupport {
             "INSERT INTO room_member_attributes (app_id, room_id, user_id, key, value, delete_after_owner_left) SELECT $1, 'r', 'h' || g, 'k', 'v', false FROM generate_series(1, 499) g",
             [app.appID])
         #expect(
-            Self.codes(try app.request(.post, "/v1/rooms/r/member_attributes", json: #"{"user_ids":["c"],"attributes":{"x":"1"}}"#)) == [6_000_357])
+            Self.codes(try app.request(.post, "/v1/rooms/r/member_attributes", json: #"{"user_ids":["c"],"attributes":{"x":"1"}}"#)) == [
+                6_000_357
+            ])
     }
 
     @Test func delayedDestructionOnTheTestClock() throws {
@@ -346,7 +352,8 @@ struct RoomsTests: GroupTestSupport {
         let app = try server.createApp()
         for id in ["a", "b"] { try app.createUser(id) }
         #expect(
-            try app.request(.post, "/v1/rooms", json: #"{"room_id":"d","creator":"a","destroy_delay_s":30,"attributes":{"k":"v"}}"#).status == 201)
+            try app.request(.post, "/v1/rooms", json: #"{"room_id":"d","creator":"a","destroy_delay_s":30,"attributes":{"k":"v"}}"#).status == 201
+        )
         #expect(try app.request(.post, "/v1/rooms", json: #"{"room_id":"never","destroy_delay_s":1}"#).status == 201)
         #expect(try app.request(.post, "/v1/rooms/d/leave", json: #"{"user_id":"a"}"#).status == 200)
         try server.advanceClock(ms: 29_000)
@@ -385,7 +392,9 @@ struct RoomsTests: GroupTestSupport {
         // b holds a presence-counting stream; a has none.
         let stream = try LiveStreamTests.open(server, "/v1/users/b/events", bearer: try app.token(for: "b"))
         defer { stream.close() }
-        try waitUntil { try server.count("SELECT count(*) FROM user_streams WHERE user_id = 'b'", []) == 1 }
+        try #require(
+            eventually { try server.count("SELECT count(*) FROM user_streams WHERE user_id = 'b'", []) == 1 },
+            "b's stream was not registered")
         try server.advanceClock(ms: 9_000)
         #expect(try Self.room(app, "r").json?["member_count"] == .int(2))
         try server.advanceClock(ms: 1_000)
@@ -396,11 +405,15 @@ struct RoomsTests: GroupTestSupport {
         #expect(left.first?["data"]?["reason"] == .string("offline"))
         // b's stream closes: removal 10 s after the detected close, cancelled by a reconnect.
         stream.close()
-        try waitUntil { try server.count("SELECT count(*) FROM user_streams WHERE user_id = 'b'", []) == 0 }
+        try #require(
+            eventually { try server.count("SELECT count(*) FROM user_streams WHERE user_id = 'b'", []) == 0 },
+            "b's closed stream was not removed")
         try server.advanceClock(ms: 5_000)
         let again = try LiveStreamTests.open(server, "/v1/users/b/events", bearer: try app.token(for: "b"))
         defer { again.close() }
-        try waitUntil { try server.count("SELECT count(*) FROM user_streams WHERE user_id = 'b'", []) == 1 }
+        try #require(
+            eventually { try server.count("SELECT count(*) FROM user_streams WHERE user_id = 'b'", []) == 1 },
+            "b's stream was not registered")
         try server.advanceClock(ms: 20_000)
         #expect(try Self.room(app, "r").json?["member_count"] == .int(1))
     }
@@ -455,7 +468,8 @@ struct RoomsTests: GroupTestSupport {
         let aLog = try app.events(query: "user_id=a&room_id=r").compactMap { $0["type"]?.stringValue }
         #expect(
             aLog == [
-                "room.created", "room.member_joined", "room.member_joined", "room.attributes_updated", "room.member_left", "room.attributes_updated",
+                "room.created", "room.member_joined", "room.member_joined", "room.attributes_updated", "room.member_left",
+                "room.attributes_updated",
             ])
         #expect(try app.events(query: "user_id=c&room_id=r").isEmpty)
     }
@@ -491,14 +505,4 @@ final class LockedCounter: @unchecked Sendable {
     private var count = 0
     func add() { lock.withLock { count += 1 } }
     var value: Int { lock.withLock { count } }
-}
-
-/// Polls `condition` for up to 5 s.
-func waitUntil(_ condition: () throws -> Bool) throws {
-    let deadline = Date().addingTimeInterval(5)
-    while Date() < deadline {
-        if try condition() { return }
-        Thread.sleep(forTimeInterval: 0.02)
-    }
-    throw TestFailure("condition not met within 5 s")
 }

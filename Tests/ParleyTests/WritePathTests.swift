@@ -163,6 +163,7 @@ struct WritePathTests: GroupTestSupport {
         let plain = #"{"from":"a","conversation_type":"peer","to":"b","type":1,"body":{"text":"hi"}}"#
         for body in [reply, plain] {
             // A full bucket holds twice the rate: 4 tokens, refilled 2 a second.
+            // Deliberate: the rate limiter refills by real time.
             Wakeup.sleep(millis: 2_500)
             var statuses: [Int] = []
             var remaining: [String] = []
@@ -574,15 +575,14 @@ struct WritePathTests: GroupTestSupport {
         // until every send is answered. The first time, the sends get a moment to queue behind the blocked batch, so
         // the next batch carries several of them (batching only; the checks hold however they group).
         var terminated: [Int32] = []
-        let deadline = ContinuousClock.now + .seconds(25)
-        while answered.load(ordering: .acquiring) == 0, ContinuousClock.now < deadline {
-            guard let pid = try Self.writerWaitingOnALock(observer), !terminated.contains(pid) else {
-                usleep(5_000)
-                continue
-            }
+        try eventually(timeout: .seconds(25), every: .milliseconds(5)) {
+            if answered.load(ordering: .acquiring) != 0 { return true }
+            guard let pid = try Self.writerWaitingOnALock(observer), !terminated.contains(pid) else { return false }
+            // Deliberate: the first time, a moment for the other sends to queue behind the blocked batch.
             if terminated.isEmpty { usleep(300_000) }
             #expect(try observer.query(sql: "SELECT pg_terminate_backend($1)", [pid]).first?[0].bool == true)
             terminated.append(pid)
+            return false
         }
         try locker.simpleQuery("ROLLBACK")
         senders.join()
@@ -639,8 +639,7 @@ struct WritePathTests: GroupTestSupport {
         #expect(try server.request(.delete, "/v1/apps/\(app.appID)", bearer: server.adminKey).status == 204)
         let ids: [String] = ["app_deleted_meanwhile", app.appID]
         let pending = "SELECT app_id FROM pending_events WHERE app_id = ANY($1)"
-        for _ in 0..<50 where try !Self.column(server, pending, [ids]).isEmpty { usleep(100_000) }
-        #expect(try Self.column(server, pending, [ids]).isEmpty)
+        #expect(try eventually { try Self.column(server, pending, [ids]).isEmpty })
     }
 }
 
