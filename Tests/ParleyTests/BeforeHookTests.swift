@@ -48,10 +48,10 @@ struct BeforeHookTests: ProblemAssertions {
         }
 
         func send(_ text: String = "hi", from: String = "a", to: String = "b", extra: String = "") throws -> TestResponse {
-            try MessagesTests.sendText(app, from, to, text, extra: extra)
+            try PeerMessages.sendText(app, from, to, text, extra: extra)
         }
 
-        func history(_ user: String = "b", _ peer: String = "a") throws -> [JSONValue] { try MessagesTests.history(app, user, peer) }
+        func history(_ user: String = "b", _ peer: String = "a") throws -> [JSONValue] { try PeerMessages.history(app, user, peer) }
 
         /// The endpoint's `before` deliveries, newest first (after the dispatcher wrote its log).
         func beforeDeliveries() throws -> [JSONValue] {
@@ -135,7 +135,7 @@ struct BeforeHookTests: ProblemAssertions {
         #expect(try f.history("a", "b").count == 1)
         let stored = try f.app.request(.get, "/v1/messages/\(r.json?["message_id"]?.stringValue ?? "")")
         #expect(stored.json?["suppressed"]?.stringValue == "hook_drop")
-        #expect(try MessagesTests.events(f.app, "message.sent", audience: "b").isEmpty)
+        #expect(try PeerMessages.events(f.app, "message.sent", audience: "b").isEmpty)
         #expect(try f.beforeDeliveries().first?["decision"]?.stringValue == "drop")
     }
 

@@ -103,50 +103,50 @@ struct GroupRoleMatrixTests: GroupTestSupport {
     }()
 
     @Test func everyCell() throws {
-        let server = try TestServer.start(testClock: true)
-        defer { server.stop() }
-        let app = try server.createApp()
-        let tokens = try Dictionary(
-            uniqueKeysWithValues: ["o", "a", "a2", "m", "m2", "c", "x", "j"].map { id in
-                try app.createUser(id)
-                return (id, try app.token(for: id))
-            })
-        var failures = 0
-        for (i, cell) in Self.cells.enumerated() {
-            let g = "rm\(i)"
-            let extra = cell.inviteAdminOnly ? #","invite_mode":"admin""# : cell.path == "accept" ? #","join_mode":"auth""# : ""
-            try Self.createGroup(
-                app, "o", members: ["a", "a2", "m", "m2", "c"], extra: ",\"group_id\":\"\(g)\",\"big_group\":\(cell.bigGroup)\(extra)")
-            try Self.setRole(app, g, "a", 2)
-            try Self.setRole(app, g, "a2", 2)
-            try Self.setRole(app, g, "c", 5)
-            var method = cell.method
-            var path = "/v1/groups/\(g)\(cell.path)"
-            if cell.path == "accept" {
-                let applied = try Self.asUser(app, tokens["j"]!, .post, "/v1/groups/\(g)/join", json: "{}")
-                #expect(applied.status == 202, "\(applied.text)")
-                path = "/v1/group_applications/\(applied.json?["application_id"]?.stringValue ?? "")/accept"
-                method = .post
-            }
-            // With a user token (the operator itself) …
-            let r = try Self.asUser(app, tokens[cell.op]!, method, path, json: method == .get ? nil : cell.body)
-            if let code = cell.code {
-                Self.expectProblem(r, cell.status, code, cell.name)
-            } else {
-                #expect(r.status == cell.status, "\(cell.name): \(r.text)")
-                if cell.itemCode != nil || r.json?["results"] != nil {
-                    #expect(Self.codes(r).first == .some(cell.itemCode), "\(cell.name): \(r.text)")
+        try withApp(testClock: true) { server, app in
+            let tokens = try Dictionary(
+                uniqueKeysWithValues: ["o", "a", "a2", "m", "m2", "c", "x", "j"].map { id in
+                    try app.createUser(id)
+                    return (id, try app.token(for: id))
+                })
+            var failures = 0
+            for (i, cell) in Self.cells.enumerated() {
+                let g = "rm\(i)"
+                let extra = cell.inviteAdminOnly ? #","invite_mode":"admin""# : cell.path == "accept" ? #","join_mode":"auth""# : ""
+                try Self.createGroup(
+                    app, "o", members: ["a", "a2", "m", "m2", "c"], extra: ",\"group_id\":\"\(g)\",\"big_group\":\(cell.bigGroup)\(extra)")
+                try Self.setRole(app, g, "a", 2)
+                try Self.setRole(app, g, "a2", 2)
+                try Self.setRole(app, g, "c", 5)
+                var method = cell.method
+                var path = "/v1/groups/\(g)\(cell.path)"
+                if cell.path == "accept" {
+                    let applied = try Self.asUser(app, tokens["j"]!, .post, "/v1/groups/\(g)/join", json: "{}")
+                    #expect(applied.status == 202, "\(applied.text)")
+                    path = "/v1/group_applications/\(applied.json?["application_id"]?.stringValue ?? "")/accept"
+                    method = .post
                 }
+                // With a user token (the operator itself) …
+                let r = try Self.asUser(app, tokens[cell.op]!, method, path, json: method == .get ? nil : cell.body)
+                if let code = cell.code {
+                    Self.expectProblem(r, cell.status, code, cell.name)
+                } else {
+                    #expect(r.status == cell.status, "\(cell.name): \(r.text)")
+                    if cell.itemCode != nil || r.json?["results"] != nil {
+                        #expect(Self.codes(r).first == .some(cell.itemCode), "\(cell.name): \(r.text)")
+                    }
+                }
+                if r.status != cell.status { failures += 1 }
             }
-            if r.status != cell.status { failures += 1 }
+            #expect(failures == 0)
+            // Outsiders act on no group (403 6000521), and the app with `operator` gets the same answers as the token.
+            try Self.createGroup(app, "o", members: ["m"], extra: #","group_id":"out""#)
+            Self.expectProblem(
+                try Self.asUser(app, tokens["x"]!, .post, "/v1/groups/out/attributes", json: #"{"attributes":{"k":"v"}}"#), 403, 6_000_521)
+            Self.expectProblem(try app.request(.patch, "/v1/groups/out", json: #"{"operator":"m","name":"n"}"#), 403, 6_000_541)
+            // `skip_checks` (app key) bypasses the matrix; the app without operator is not checked either.
+            #expect(try app.request(.patch, "/v1/groups/out", json: #"{"operator":"m","name":"n","skip_checks":true}"#).status == 200)
+            #expect(try app.request(.post, "/v1/groups/out/dismiss", json: "{}").status == 200)
         }
-        #expect(failures == 0)
-        // Outsiders act on no group (403 6000521), and the app with `operator` gets the same answers as the token.
-        try Self.createGroup(app, "o", members: ["m"], extra: #","group_id":"out""#)
-        Self.expectProblem(try Self.asUser(app, tokens["x"]!, .post, "/v1/groups/out/attributes", json: #"{"attributes":{"k":"v"}}"#), 403, 6_000_521)
-        Self.expectProblem(try app.request(.patch, "/v1/groups/out", json: #"{"operator":"m","name":"n"}"#), 403, 6_000_541)
-        // `skip_checks` (app key) bypasses the matrix; the app without operator is not checked either.
-        #expect(try app.request(.patch, "/v1/groups/out", json: #"{"operator":"m","name":"n","skip_checks":true}"#).status == 200)
-        #expect(try app.request(.post, "/v1/groups/out/dismiss", json: "{}").status == 200)
     }
 }

@@ -54,29 +54,28 @@ struct OpenAPIResponseSchemaTests {
     ]
 
     @Test func everyOperationAnswersAsDocumented() throws {
-        let server = try TestServer.start(testClock: true)
-        defer { server.stop() }
-        let app = try server.createApp()
-        let c = try ContractChecker(server: server, app: app)
+        try withApp(testClock: true) { server, app in
+            let c = try ContractChecker(server: server, app: app)
 
-        try Self.opsAndApps(c)
-        try Self.users(c)
-        try Self.presenceAndDevices(c)
-        try Self.friendsAndBlacklist(c)
-        try Self.groups(c)
-        try Self.rooms(c)
-        try Self.calls(c)
-        try Self.messagesAndConversations(c)
-        try Self.messageLifecycle(c)
-        try Self.events(c)
-        try Self.webhooks(c)
-        try Self.push(c)
-        try Self.problems(c)
+            try Self.opsAndApps(c)
+            try Self.users(c)
+            try Self.presenceAndDevices(c)
+            try Self.friendsAndBlacklist(c)
+            try Self.groups(c)
+            try Self.rooms(c)
+            try Self.calls(c)
+            try Self.messagesAndConversations(c)
+            try Self.messageLifecycle(c)
+            try Self.events(c)
+            try Self.webhooks(c)
+            try Self.push(c)
+            try Self.problems(c)
 
-        let refs = Set(c.refs.map { String($0.split(separator: "/").last ?? "") })
-        #expect(Self.objectTypes.subtracting(refs).sorted() == [], "schemas no real response was validated against")
-        let all = Set(ContractChecker.allOperationIDs(c.spec))
-        #expect(all.subtracting(c.operations).subtracting(Self.notDriven).sorted() == [], "operations not driven")
+            let refs = Set(c.refs.map { String($0.split(separator: "/").last ?? "") })
+            #expect(Self.objectTypes.subtracting(refs).sorted() == [], "schemas no real response was validated against")
+            let all = Set(ContractChecker.allOperationIDs(c.spec))
+            #expect(all.subtracting(c.operations).subtracting(Self.notDriven).sorted() == [], "operations not driven")
+        }
     }
 
     /// The document's own examples (schema `example`, media and parameter `example`/`examples`) validate against
