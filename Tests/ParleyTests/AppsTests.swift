@@ -181,7 +181,7 @@ struct AppsTests: ProblemAssertions {
             let first = try server.request(.post, "/v1/apps", bearer: server.adminKey, json: #"{"app_id":"dup","name":"one"}"#)
             #expect(first.status == 201)
             let second = try server.request(.post, "/v1/apps", bearer: server.adminKey, json: #"{"app_id":"dup","name":"two"}"#)
-            Self.expectProblem(second, 409, 7_000_009)
+            Self.expectProblem(second, 409, .conflict)
             #expect(try server.request(.get, "/v1/apps/dup", bearer: server.adminKey).json?["name"]?.stringValue == "one")
         }
     }
@@ -239,7 +239,7 @@ struct AppsTests: ProblemAssertions {
         try withTestServer { server in
             let r = try server.request(
                 .post, "/v1/apps", bearer: server.adminKey, json: #"{"app_id":"Bad!","name":"ok","settings":{"revoke_window_s":-1}}"#)
-            Self.expectProblem(r, 400, 6_000_001)
+            Self.expectProblem(r, 400, .invalidParams)
             #expect(
                 Set(Self.fields(r)).isSuperset(of: ["body.app_id", "body.settings.revoke_window_s"]),
                 "every invalid field must be listed: \(r.text)")
@@ -341,14 +341,14 @@ struct AppsTests: ProblemAssertions {
             for limit in ["0", "101", "-1", "abc", "1.5"] {
                 Self.expectInvalid(try server.request(.get, "/v1/apps?limit=\(limit)", bearer: server.adminKey), field: "limit", "limit=\(limit)")
             }
-            Self.expectProblem(try server.request(.get, "/v1/apps?cursor=garbage", bearer: server.adminKey), 400, 7_000_007)
+            Self.expectProblem(try server.request(.get, "/v1/apps?cursor=garbage", bearer: server.adminKey), 400, .invalidCursor)
             if let valid = first.json?["next_cursor"]?.stringValue {
                 var bytes = Array(valid.utf8)
                 let i = bytes.count / 2
                 bytes[i] = bytes[i] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
                 let tampered = String(decoding: bytes, as: UTF8.self)
                 Self.expectProblem(
-                    try server.request(.get, "/v1/apps?cursor=\(Self.queryEncode(tampered))", bearer: server.adminKey), 400, 7_000_007,
+                    try server.request(.get, "/v1/apps?cursor=\(Self.queryEncode(tampered))", bearer: server.adminKey), 400, .invalidCursor,
                     "tampered cursor")
             }
             let hundred = try server.request(.get, "/v1/apps?limit=100", bearer: server.adminKey)
@@ -368,10 +368,10 @@ struct AppsTests: ProblemAssertions {
             let createdAt = got.json?["created_at"]?.intValue ?? 0
             Self.expectDefaults(got.json?["settings"])
 
-            Self.expectProblem(try server.request(.get, "/v1/apps/nosuchapp", bearer: server.adminKey), 404, 7_000_006)
+            Self.expectProblem(try server.request(.get, "/v1/apps/nosuchapp", bearer: server.adminKey), 404, .notFound)
             Self.expectProblem(
-                try server.request(.patch, "/v1/apps/nosuchapp", bearer: server.adminKey, json: #"{"name":"x"}"#), 404, 7_000_006)
-            Self.expectProblem(try server.request(.delete, "/v1/apps/nosuchapp", bearer: server.adminKey), 404, 7_000_006)
+                try server.request(.patch, "/v1/apps/nosuchapp", bearer: server.adminKey, json: #"{"name":"x"}"#), 404, .notFound)
+            Self.expectProblem(try server.request(.delete, "/v1/apps/nosuchapp", bearer: server.adminKey), 404, .notFound)
 
             // PATCH renames and stamps updated_at on the server clock.
             #expect(try server.request(.post, "/v1/test/clock/advance", bearer: server.adminKey, json: #"{"ms":5000}"#).status == 200)
@@ -398,11 +398,11 @@ struct AppsTests: ProblemAssertions {
             let deleted = try server.request(.delete, "/v1/apps/\(app.appID)", bearer: server.adminKey)
             #expect(deleted.status == 204)
             #expect(deleted.body.isEmpty)
-            Self.expectProblem(try server.request(.get, "/v1/apps/\(app.appID)", bearer: server.adminKey), 404, 7_000_006)
-            Self.expectProblem(try server.request(.delete, "/v1/apps/\(app.appID)", bearer: server.adminKey), 404, 7_000_006)
-            Self.expectProblem(try server.request(.get, "/v1/apps/\(app.appID)/keys", bearer: server.adminKey), 404, 7_000_006)
+            Self.expectProblem(try server.request(.get, "/v1/apps/\(app.appID)", bearer: server.adminKey), 404, .notFound)
+            Self.expectProblem(try server.request(.delete, "/v1/apps/\(app.appID)", bearer: server.adminKey), 404, .notFound)
+            Self.expectProblem(try server.request(.get, "/v1/apps/\(app.appID)/keys", bearer: server.adminKey), 404, .notFound)
             let afterDelete = try app.request(.get, "/v1/settings")
-            Self.expectProblem(afterDelete, 401, 7_000_001)
+            Self.expectProblem(afterDelete, 401, .unauthenticated)
             #expect(afterDelete.headers["WWW-Authenticate"] == "Bearer")
             let list = try server.request(.get, "/v1/apps", bearer: server.adminKey)
             #expect(list.json?["items"]?.arrayValue?.contains { $0["app_id"]?.stringValue == app.appID } == false)
@@ -560,8 +560,8 @@ struct AppsTests: ProblemAssertions {
                     .post, "/v1/apps/\(app.appID)/keys", bearer: server.adminKey, json: #"{"name":"\#(String(repeating: "k", count: 65))"}"#),
                 field: "body.name")
             Self.expectProblem(
-                try server.request(.post, "/v1/apps/nosuchapp/keys", bearer: server.adminKey, json: #"{"name":"x"}"#), 404, 7_000_006)
-            Self.expectProblem(try server.request(.get, "/v1/apps/nosuchapp/keys", bearer: server.adminKey), 404, 7_000_006)
+                try server.request(.post, "/v1/apps/nosuchapp/keys", bearer: server.adminKey, json: #"{"name":"x"}"#), 404, .notFound)
+            Self.expectProblem(try server.request(.get, "/v1/apps/nosuchapp/keys", bearer: server.adminKey), 404, .notFound)
         }
     }
 
@@ -576,7 +576,7 @@ struct AppsTests: ProblemAssertions {
             #expect(revoke.status == 204, "\(revoke.text)")
             #expect(revoke.body.isEmpty)
             let rejected = try server.request(.get, "/v1/settings", bearer: secondKey)
-            Self.expectProblem(rejected, 401, 7_000_001)
+            Self.expectProblem(rejected, 401, .unauthenticated)
             #expect(rejected.headers["WWW-Authenticate"] == "Bearer")
             // The other key is unaffected.
             #expect(try app.request(.get, "/v1/settings").status == 200)
@@ -586,16 +586,16 @@ struct AppsTests: ProblemAssertions {
 
             // The remaining key is the last active one.
             let defaultID = list.json?["items"]?.arrayValue?.first { $0["key_id"]?.stringValue != secondID }?["key_id"]?.stringValue ?? ""
-            Self.expectProblem(try server.request(.delete, "/v1/apps/\(app.appID)/keys/\(defaultID)", bearer: server.adminKey), 409, 7_000_011)
+            Self.expectProblem(try server.request(.delete, "/v1/apps/\(app.appID)/keys/\(defaultID)", bearer: server.adminKey), 409, .lastActiveKey)
             #expect(try app.request(.get, "/v1/settings").status == 200)
             // Unknown key and unknown app.
-            Self.expectProblem(try server.request(.delete, "/v1/apps/\(app.appID)/keys/key_nope", bearer: server.adminKey), 404, 7_000_006)
-            Self.expectProblem(try server.request(.delete, "/v1/apps/nosuchapp/keys/\(defaultID)", bearer: server.adminKey), 404, 7_000_006)
+            Self.expectProblem(try server.request(.delete, "/v1/apps/\(app.appID)/keys/key_nope", bearer: server.adminKey), 404, .notFound)
+            Self.expectProblem(try server.request(.delete, "/v1/apps/nosuchapp/keys/\(defaultID)", bearer: server.adminKey), 404, .notFound)
 
             // A third key makes the default revocable.
             let third = try server.request(.post, "/v1/apps/\(app.appID)/keys", bearer: server.adminKey, json: #"{"name":"3"}"#)
             #expect(try server.request(.delete, "/v1/apps/\(app.appID)/keys/\(defaultID)", bearer: server.adminKey).status == 204)
-            Self.expectProblem(try app.request(.get, "/v1/settings"), 401, 7_000_001)
+            Self.expectProblem(try app.request(.get, "/v1/settings"), 401, .unauthenticated)
             #expect(try server.request(.get, "/v1/settings", bearer: third.json?["secret"]?.stringValue ?? "").status == 200)
         }
     }
@@ -609,7 +609,7 @@ struct AppsTests: ProblemAssertions {
                 (.get, "/v1/apps/\(app.appID)/settings", nil), (.patch, "/v1/apps/\(app.appID)/settings", #"{"revoke_window_s":1}"#),
             ]
             for (method, path, body) in calls {
-                Self.expectProblem(try app.request(method, path, json: body), 403, 7_000_002, "\(method) \(path)")
+                Self.expectProblem(try app.request(method, path, json: body), 403, .forbidden, "\(method) \(path)")
             }
             #expect(try server.request(.get, "/v1/apps/\(app.appID)", bearer: server.adminKey).json?["name"]?.stringValue == "test app")
             #expect(try app.request(.get, "/v1/settings").json?["revoke_window_s"]?.intValue == 120)
@@ -627,10 +627,10 @@ struct AppsTests: ProblemAssertions {
             let viaAdmin = try server.request(.get, "/v1/apps/\(app.appID)/settings", bearer: server.adminKey)
             #expect(viaAdmin.status == 200, "\(viaAdmin.text)")
             #expect(viaAdmin.json == viaApp.json)
-            Self.expectProblem(try server.request(.get, "/v1/apps/nosuchapp/settings", bearer: server.adminKey), 404, 7_000_006)
+            Self.expectProblem(try server.request(.get, "/v1/apps/nosuchapp/settings", bearer: server.adminKey), 404, .notFound)
             Self.expectProblem(
                 try server.request(.patch, "/v1/apps/nosuchapp/settings", bearer: server.adminKey, json: #"{"revoke_window_s":1}"#), 404,
-                7_000_006)
+                .notFound)
             // Every app gets its own push secret.
             let other = try server.createApp()
             #expect(try other.request(.get, "/v1/settings").json?["push"]?["secret"] != viaApp.json?["push"]?["secret"])
@@ -781,8 +781,8 @@ struct AppsTests: ProblemAssertions {
             #expect(Self.fields(mixed).contains("body.push.max_attempts"), "\(mixed.text)")
             #expect(!Self.fields(mixed).contains("body.revoke_window_s"))
             // Not an object.
-            Self.expectProblem(try app.request(.patch, "/v1/settings", json: "[1]"), 400, 6_000_001)
-            Self.expectProblem(try app.request(.patch, "/v1/settings", json: "{bad json"), 400, 6_000_001)
+            Self.expectProblem(try app.request(.patch, "/v1/settings", json: "[1]"), 400, .invalidParams)
+            Self.expectProblem(try app.request(.patch, "/v1/settings", json: "{bad json"), 400, .invalidParams)
 
             #expect(try app.request(.get, "/v1/settings").json == before)
             #expect(try app.events().isEmpty)

@@ -28,8 +28,8 @@ struct BlacklistTests: ProblemAssertions {
     static func results(_ r: TestResponse) -> [JSONValue] { r.json?["results"]?.arrayValue ?? [] }
 
     /// The per-item error codes of a batch response (nil for successful items).
-    static func codes(_ r: TestResponse) -> [Int64?] {
-        results(r).map { $0["ok"] == .bool(true) ? nil : $0["error"]?["code"]?.intValue }
+    static func codes(_ r: TestResponse) -> [Int?] {
+        results(r).map { $0["ok"] == .bool(true) ? nil : $0["error"]?["code"]?.intValue.map(Int.init) }
     }
 
     static func userIDs(_ event: JSONValue?) -> [String] {
@@ -93,13 +93,13 @@ struct BlacklistTests: ProblemAssertions {
             let no = try app.request(.get, "/v1/users/b1/blacklist/u1")
             #expect(no.status == 200)
             #expect(no.json?["blocked"] == .bool(false))
-            Self.expectProblem(try app.request(.get, "/v1/users/u1/blacklist/ghost"), 404, 6_000_011)
-            Self.expectProblem(try app.request(.get, "/v1/users/ghost/blacklist/b1"), 404, 6_000_011)
+            Self.expectProblem(try app.request(.get, "/v1/users/u1/blacklist/ghost"), 404, .userNotFound)
+            Self.expectProblem(try app.request(.get, "/v1/users/ghost/blacklist/b1"), 404, .userNotFound)
 
             // Batch remove: one event listing only what was removed.
             let remove = try app.request(.post, "/v1/users/u1/blacklist/delete", json: Self.ids(["b1", "b9", "b1"]))
             #expect(remove.status == 200, "\(remove.text)")
-            #expect(Self.codes(remove) == [nil, 6_000_807, 6_000_001])
+            #expect(Self.codes(remove) == [nil, ErrorCode.notInBlacklist.code, ErrorCode.invalidParams.code])
             #expect(Self.results(remove).first?["data"] == nil)
             var removed = try Self.events(app, "blacklist.removed", audience: "u1")
             #expect(removed.count == 1)
@@ -108,7 +108,7 @@ struct BlacklistTests: ProblemAssertions {
             #expect(try app.request(.get, "/v1/users/u1/blacklist/b1").json?["blocked"] == .bool(false))
 
             // Nothing removed: no event.
-            #expect(Self.codes(try app.request(.post, "/v1/users/u1/blacklist/delete", json: Self.ids(["b1"]))) == [6_000_807])
+            #expect(Self.codes(try app.request(.post, "/v1/users/u1/blacklist/delete", json: Self.ids(["b1"]))) == [ErrorCode.notInBlacklist.code])
             #expect(try Self.events(app, "blacklist.removed").count == 1)
 
             // Single delete: 204 and its event; then 404.
@@ -119,7 +119,7 @@ struct BlacklistTests: ProblemAssertions {
             #expect(removed.count == 2)
             #expect(Self.userIDs(removed.last) == ["b2"])
             #expect(removed.last?["data"]?["user_id"] == .string("u1"))
-            Self.expectProblem(try app.request(.delete, "/v1/users/u1/blacklist/b2"), 404, 6_000_807)
+            Self.expectProblem(try app.request(.delete, "/v1/users/u1/blacklist/b2"), 404, .notInBlacklist)
             #expect(try Self.events(app, "blacklist.removed").count == 2)
             #expect(try Self.listed(app, "u1") == ["b3"])
         }
@@ -134,7 +134,11 @@ struct BlacklistTests: ProblemAssertions {
 
             let r = try app.request(.post, "/v1/users/u1/blacklist", json: #"{"user_ids":["u1","b1","b1","ghost","gone","a b",7,"b2"]}"#)
             #expect(r.status == 200, "\(r.text)")
-            #expect(Self.codes(r) == [6_000_805, nil, 6_000_001, 6_000_011, 6_000_011, 6_000_001, 6_000_001, nil])
+            #expect(
+                Self.codes(r) == [
+                    ErrorCode.cannotBlacklistSelf.code, nil, ErrorCode.invalidParams.code, ErrorCode.userNotFound.code, ErrorCode.userNotFound.code,
+                    ErrorCode.invalidParams.code, ErrorCode.invalidParams.code, nil,
+                ])
             #expect(Self.results(r).map { $0["id"]?.stringValue } == ["u1", "b1", "b1", "ghost", "gone", "a b", "", "b2"])
             #expect(Self.results(r).map { $0["index"]?.intValue } == (0..<8).map { Int64($0) })
             let added = try Self.events(app, "blacklist.added")
@@ -143,7 +147,7 @@ struct BlacklistTests: ProblemAssertions {
 
             // Already on the list: per item 6000804, and no event when nothing was added.
             let again = try app.request(.post, "/v1/users/u1/blacklist", json: Self.ids(["b1", "b2"]))
-            #expect(Self.codes(again) == [6_000_804, 6_000_804])
+            #expect(Self.codes(again) == [ErrorCode.alreadyBlacklisted.code, ErrorCode.alreadyBlacklisted.code])
             #expect(Self.results(again).first?["error"]?["message"]?.stringValue?.isEmpty == false)
             #expect(try Self.events(app, "blacklist.added").count == 1)
 
@@ -154,16 +158,16 @@ struct BlacklistTests: ProblemAssertions {
             Self.expectInvalid(try app.request(.post, "/v1/users/u1/blacklist", json: #"{"user_ids":[]}"#), field: "body.user_ids")
             Self.expectInvalid(try app.request(.post, "/v1/users/u1/blacklist", json: #"{}"#), field: "body.user_ids")
             Self.expectInvalid(try app.request(.post, "/v1/users/u1/blacklist", json: #"{"user_ids":"b1"}"#), field: "body.user_ids")
-            Self.expectProblem(try app.request(.get, "/v1/users/u1/blacklist?limit=0"), 400, 6_000_001)
-            Self.expectProblem(try app.request(.get, "/v1/users/u1/blacklist?limit=101"), 400, 6_000_001)
+            Self.expectProblem(try app.request(.get, "/v1/users/u1/blacklist?limit=0"), 400, .invalidParams)
+            Self.expectProblem(try app.request(.get, "/v1/users/u1/blacklist?limit=101"), 400, .invalidParams)
 
             // The owner must exist and not be soft-deleted.
             for path in ["/v1/users/ghost/blacklist", "/v1/users/gone/blacklist"] {
-                Self.expectProblem(try app.request(.post, path, json: Self.ids(["b1"])), 404, 6_000_011, path)
-                Self.expectProblem(try app.request(.post, path + "/delete", json: Self.ids(["b1"])), 404, 6_000_011, path)
-                Self.expectProblem(try app.request(.delete, path + "/b1"), 404, 6_000_011, path)
-                Self.expectProblem(try app.request(.get, path), 404, 6_000_011, path)
-                Self.expectProblem(try app.request(.get, path + "/b1"), 404, 6_000_011, path)
+                Self.expectProblem(try app.request(.post, path, json: Self.ids(["b1"])), 404, .userNotFound, path)
+                Self.expectProblem(try app.request(.post, path + "/delete", json: Self.ids(["b1"])), 404, .userNotFound, path)
+                Self.expectProblem(try app.request(.delete, path + "/b1"), 404, .userNotFound, path)
+                Self.expectProblem(try app.request(.get, path), 404, .userNotFound, path)
+                Self.expectProblem(try app.request(.get, path + "/b1"), 404, .userNotFound, path)
             }
             #expect(try Self.events(app, "blacklist.added").count == 1)
             #expect(try Self.events(app, "blacklist.removed").isEmpty)
@@ -183,7 +187,7 @@ struct BlacklistTests: ProblemAssertions {
                 (.get, "/v1/users/u2/blacklist/b1", nil),
             ]
             for (method, path, body) in cases {
-                Self.expectProblem(try server.request(method, path, bearer: token, json: body), 403, 7_000_002, "\(method) \(path)")
+                Self.expectProblem(try server.request(method, path, bearer: token, json: body), 403, .forbidden, "\(method) \(path)")
             }
             #expect(try Self.listed(app, "u2").isEmpty)
 
@@ -195,7 +199,7 @@ struct BlacklistTests: ProblemAssertions {
             #expect(try server.request(.get, "/v1/users/u1/blacklist/b1", bearer: token).json?["blocked"] == .bool(true))
             #expect(try server.request(.delete, "/v1/users/u1/blacklist/b1", bearer: token).status == 204)
             let remove = try server.request(.post, "/v1/users/u1/blacklist/delete", bearer: token, json: Self.ids(["b1"]))
-            #expect(Self.codes(remove) == [6_000_807])
+            #expect(Self.codes(remove) == [ErrorCode.notInBlacklist.code])
         }
     }
 
@@ -214,17 +218,22 @@ struct BlacklistTests: ProblemAssertions {
 
             let r = try app.request(.post, "/v1/users/u1/blacklist", json: Self.ids(["x5", "c1", "c2", "u1", "c3"]))
             #expect(r.status == 200)
-            #expect(Self.codes(r) == [6_000_804, nil, 6_000_808, 6_000_805, 6_000_808])
+            #expect(
+                Self.codes(r) == [
+                    ErrorCode.alreadyBlacklisted.code, nil, ErrorCode.blacklistLimit.code, ErrorCode.cannotBlacklistSelf.code,
+                    ErrorCode.blacklistLimit.code,
+                ])
             let added = try Self.events(app, "blacklist.added")
             #expect(added.count == 1)
             #expect(Self.userIDs(added.first) == ["c1"])
             #expect(try server.count("SELECT count(*) FROM blacklist WHERE app_id = $1 AND user_id = 'u1'", [app.appID]) == 1000)
 
             // Full: nothing added, no event; after a removal there is room for one.
-            #expect(Self.codes(try app.request(.post, "/v1/users/u1/blacklist", json: Self.ids(["c2"]))) == [6_000_808])
+            #expect(Self.codes(try app.request(.post, "/v1/users/u1/blacklist", json: Self.ids(["c2"]))) == [ErrorCode.blacklistLimit.code])
             #expect(try Self.events(app, "blacklist.added").count == 1)
             #expect(try app.request(.delete, "/v1/users/u1/blacklist/x1").status == 204)
-            #expect(Self.codes(try app.request(.post, "/v1/users/u1/blacklist", json: Self.ids(["c2", "c3"]))) == [nil, 6_000_808])
+            #expect(
+                Self.codes(try app.request(.post, "/v1/users/u1/blacklist", json: Self.ids(["c2", "c3"]))) == [nil, ErrorCode.blacklistLimit.code])
         }
     }
 
@@ -288,9 +297,9 @@ struct BlacklistTests: ProblemAssertions {
             #expect(!first.isEmpty)
             var tampered = Array(first)
             tampered[3] = tampered[3] == "A" ? "B" : "A"
-            Self.expectProblem(try app.request(.get, "/v1/users/u1/blacklist?cursor=\(String(tampered))"), 400, 7_000_007)
-            Self.expectProblem(try app.request(.get, "/v1/users/u1/blacklist?cursor=nonsense"), 400, 7_000_007)
-            Self.expectProblem(try app.request(.get, "/v1/users/u2/blacklist?cursor=\(first)"), 400, 7_000_007)
+            Self.expectProblem(try app.request(.get, "/v1/users/u1/blacklist?cursor=\(String(tampered))"), 400, .invalidCursor)
+            Self.expectProblem(try app.request(.get, "/v1/users/u1/blacklist?cursor=nonsense"), 400, .invalidCursor)
+            Self.expectProblem(try app.request(.get, "/v1/users/u2/blacklist?cursor=\(first)"), 400, .invalidCursor)
             #expect(try app.request(.get, "/v1/users/u1/blacklist?cursor=\(first)").status == 200)
         }
     }

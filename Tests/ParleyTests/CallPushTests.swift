@@ -284,7 +284,11 @@ struct CallPushTests: GroupTestSupport {
             let more = try Calls.act(
                 app, callID, "invite", #"{"operator":"bob","invitees":["carol","dave","alice","frank","erin","zz"],"push":{"title":"Join us"}}"#)
             #expect(more.status == 200, "\(more.text)")
-            #expect(Self.codes(more) == [nil, nil, 6_000_283, 6_000_283, 20_007, 6_000_281])
+            #expect(
+                Self.codes(more) == [
+                    nil, nil, ErrorCode.alreadyInCall.code, ErrorCode.alreadyInCall.code, ErrorCode.blockedByRecipient.code,
+                    ErrorCode.inviteeNotFound.code,
+                ])
             PushFixtures.drain(server)
             let pushed = gateway.requests.dropFirst(before).compactMap { $0.json?["notification"] }
             #expect(pushed.map(Self.keys).reduce(into: Set<String>()) { $0.formUnion($1) } == ["key-carol", "key-dave"])
@@ -321,7 +325,7 @@ struct CallPushTests: GroupTestSupport {
             // bob is cancelled, dave (accepted) is not.
             let first = try Calls.act(app, callID, "cancel", #"{"operator":"alice","invitees":["bob","dave"]}"#)
             #expect(first.status == 200, "\(first.text)")
-            #expect(Self.codes(first) == [nil, 6_000_270])
+            #expect(Self.codes(first) == [nil, ErrorCode.callStateConflict.code])
             PushFixtures.drain(server)
             var cancels = Self.notifications(gateway, "parley.call_cancel", callID: callID)
             #expect(cancels.map(Self.keys) == [["key-bob"]])
@@ -490,10 +494,12 @@ struct CallPushTests: GroupTestSupport {
             #expect(gateway.requests.count == 2, "a dry run sends nothing")
             #expect(try Self.attempts(app, callID).values.flatMap { $0 }.count == 2, "and logs nothing")
 
-            Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","call_id":"call_missing"}"#), 404, 6_000_276)
-            Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"alice","call_id":"\#(callID)"}"#), 422, 6_000_013)
-            Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"dave","call_id":"\#(callID)"}"#), 422, 6_000_013)
-            Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"nobody","call_id":"\#(callID)"}"#), 404, 6_000_011)
+            Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","call_id":"call_missing"}"#), 404, .callNotFound)
+            Self.expectProblem(
+                try app.request(.post, "/v1/push/test", json: #"{"user_id":"alice","call_id":"\#(callID)"}"#), 422, .unsupportedOperation)
+            Self.expectProblem(
+                try app.request(.post, "/v1/push/test", json: #"{"user_id":"dave","call_id":"\#(callID)"}"#), 422, .unsupportedOperation)
+            Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"nobody","call_id":"\#(callID)"}"#), 404, .userNotFound)
         }
     }
 

@@ -76,7 +76,7 @@ struct CallTimerTests: GroupTestSupport {
         var code: Int?
         /// The first batch item's `ok` (cancel).
         var itemOK = false
-        var itemCode: Int64?
+        var itemCode: Int?
         var body: JSONValue?
     }
 
@@ -84,7 +84,8 @@ struct CallTimerTests: GroupTestSupport {
         guard let r else { return Outcome(status: -1) }
         let item = r.json?["results"]?[0]
         return Outcome(
-            status: r.status, code: r.code, itemOK: item?["ok"] == .bool(true), itemCode: item?["error"]?["code"]?.intValue, body: r.json)
+            status: r.status, code: r.code, itemOK: item?["ok"] == .bool(true), itemCode: item?["error"]?["code"]?.intValue.map(Int.init),
+            body: r.json)
     }
 
     // MARK: - 1. Invitation timeout on the test clock
@@ -141,7 +142,7 @@ struct CallTimerTests: GroupTestSupport {
             #expect(try !Self.heard(app, "d", "call.user_state_changed", callID))
             #expect(try !Self.heard(app, "d", "call.ended", callID))
             #expect(try server.count("SELECT count(*) FROM call_users WHERE app_id = $1 AND timeout_at IS NOT NULL", [app.appID]) == 0)
-            Self.expectProblem(try Calls.act(app, callID, "accept", #"{"user_id":"b"}"#), 409, 6_000_270)
+            Self.expectProblem(try Calls.act(app, callID, "accept", #"{"user_id":"b"}"#), 409, .callStateConflict)
             // Later advances fire nothing more.
             try server.advanceClock(ms: 60_000)
             #expect(try Self.callEvents(app, callID).count == 4)
@@ -356,13 +357,17 @@ struct CallTimerTests: GroupTestSupport {
                 if cancelWon { cancelled += 1 }
                 let ends = k % 2 == 0
                 if !acceptWon {
-                    #expect(accept.status == 409 && accept.code == 6_000_270, "call \(k): losing accept \(accept.status) \(accept.code ?? 0)")
+                    #expect(
+                        accept.status == 409 && accept.code == ErrorCode.callStateConflict.code,
+                        "call \(k): losing accept \(accept.status) \(accept.code ?? 0)")
                 }
                 if !cancelWon {
                     if ends {
-                        #expect(cancel.status == 409 && cancel.code == 6_000_270, "call \(k): losing cancel \(cancel.status)")
+                        #expect(cancel.status == 409 && cancel.code == ErrorCode.callStateConflict.code, "call \(k): losing cancel \(cancel.status)")
                     } else {
-                        #expect(cancel.status == 200 && cancel.itemCode == 6_000_270, "call \(k): losing cancel item \(cancel.itemCode ?? 0)")
+                        #expect(
+                            cancel.status == 200 && cancel.itemCode == ErrorCode.callStateConflict.code,
+                            "call \(k): losing cancel item \(cancel.itemCode ?? 0)")
                     }
                 }
                 let want = acceptWon ? "accepted" : "cancelled"
@@ -432,7 +437,9 @@ struct CallTimerTests: GroupTestSupport {
                     let acceptedAt = Self.int(Self.user(call, invitees[k])?["accepted_at"])
                     #expect(acceptedAt < deadlines[k], "call \(k): accepted \(acceptedAt - deadlines[k]) ms after its deadline")
                 } else {
-                    #expect(accept.status == 409 && accept.code == 6_000_270, "call \(k): accept \(accept.status) \(accept.code ?? 0)")
+                    #expect(
+                        accept.status == 409 && accept.code == ErrorCode.callStateConflict.code,
+                        "call \(k): accept \(accept.status) \(accept.code ?? 0)")
                     #expect(state == "timeout", "call \(k)")
                     #expect(changes.map { Calls.states($0["data"]) } == [["\(invitees[k]):timeout"]], "call \(k)")
                     #expect(changes.first?["data"]?["operator_id"] == .null)
@@ -450,8 +457,8 @@ struct CallTimerTests: GroupTestSupport {
                 try server.advanceClock(ms: 1_000)
             }
             let before = try Self.callEvents(app, late ?? "").count
-            Self.expectProblem(try Calls.act(app, late ?? "", "accept", #"{"user_id":"\#(lateUser)"}"#), 409, 6_000_270)
-            Self.expectProblem(try Calls.act(app, late ?? "", "reject", #"{"user_id":"\#(lateUser)"}"#), 409, 6_000_270)
+            Self.expectProblem(try Calls.act(app, late ?? "", "accept", #"{"user_id":"\#(lateUser)"}"#), 409, .callStateConflict)
+            Self.expectProblem(try Calls.act(app, late ?? "", "reject", #"{"user_id":"\#(lateUser)"}"#), 409, .callStateConflict)
             #expect(try Self.callEvents(app, late ?? "").count == before)
         }
     }
@@ -492,7 +499,7 @@ struct CallTimerTests: GroupTestSupport {
             for k in 0..<invitees.count {
                 let o = all[k] ?? Outcome()
                 #expect(
-                    o.status == 409 && o.code == 6_000_270,
+                    o.status == 409 && o.code == ErrorCode.callStateConflict.code,
                     "call \(k): answered \(o.status) after its deadline: \(Calls.states(o.body))")
             }
             // Every invitation ends timed out, whatever the answers got.
@@ -729,7 +736,7 @@ struct CallTimerTests: GroupTestSupport {
             #expect(started.count == 2)
             #expect(ids(try app.request(.get, "/v1/users/b/calls?state=started&limit=100")) == started)
             #expect(ids(try app.request(.get, "/v1/users/b/calls?state=ended&limit=100")) == ended)
-            Self.expectProblem(try app.request(.get, "/v1/users/b/calls?state=ringing"), 400, 6_000_001)
+            Self.expectProblem(try app.request(.get, "/v1/users/b/calls?state=ringing"), 400, .invalidParams)
 
             // Paging: every call exactly once, in order, for each page size.
             for limit in [1, 2, 4] {
@@ -752,17 +759,17 @@ struct CallTimerTests: GroupTestSupport {
             #expect(!endedCursor.isEmpty)
             let second = try app.request(.get, "/v1/users/b/calls?state=ended&limit=1&cursor=\(Self.escape(endedCursor))")
             #expect(ids(second) == Array(ended.dropFirst().prefix(1)))
-            Self.expectProblem(try app.request(.get, "/v1/users/b/calls?cursor=\(Self.escape(endedCursor))"), 400, 7_000_007, "another list")
-            Self.expectProblem(try app.request(.get, "/v1/users/c/calls?state=ended&cursor=\(Self.escape(endedCursor))"), 400, 7_000_007)
-            Self.expectProblem(try app.request(.get, "/v1/users/b/calls?cursor=garbage"), 400, 7_000_007)
-            Self.expectProblem(try app.request(.get, "/v1/users/b/calls?limit=0"), 400, 6_000_001)
-            Self.expectProblem(try app.request(.get, "/v1/users/nobody/calls"), 404, 6_000_011)
+            Self.expectProblem(try app.request(.get, "/v1/users/b/calls?cursor=\(Self.escape(endedCursor))"), 400, .invalidCursor, "another list")
+            Self.expectProblem(try app.request(.get, "/v1/users/c/calls?state=ended&cursor=\(Self.escape(endedCursor))"), 400, .invalidCursor)
+            Self.expectProblem(try app.request(.get, "/v1/users/b/calls?cursor=garbage"), 400, .invalidCursor)
+            Self.expectProblem(try app.request(.get, "/v1/users/b/calls?limit=0"), 400, .invalidParams)
+            Self.expectProblem(try app.request(.get, "/v1/users/nobody/calls"), 404, .userNotFound)
 
             // User tokens: b reads its own list; c may not read b's.
             let asB = try Self.asUser(app, try app.token(for: "b"), .get, "/v1/users/b/calls?limit=100")
             #expect(asB.status == 200, "\(asB.text)")
             #expect(ids(asB) == expected)
-            Self.expectProblem(try Self.asUser(app, try app.token(for: "c"), .get, "/v1/users/b/calls"), 403, 7_000_002)
+            Self.expectProblem(try Self.asUser(app, try app.token(for: "c"), .get, "/v1/users/b/calls"), 403, .forbidden)
             // d's list: the call without b that d is not in stays out, the ones d is in are there.
             let dCalls = ids(try app.request(.get, "/v1/users/d/calls?limit=100"))
             #expect(dCalls.count == 5)

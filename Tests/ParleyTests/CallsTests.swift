@@ -64,7 +64,7 @@ struct CallsTests: GroupTestSupport {
             #expect(try app.events(query: "types=call.invited&user_id=a").isEmpty)
             #expect(try app.events(query: "types=call.ended&user_id=c").count == 1)
             // Answering an ended call.
-            Self.expectProblem(try Calls.act(app, callID, "accept", #"{"user_id":"c"}"#), 409, 6_000_270)
+            Self.expectProblem(try Calls.act(app, callID, "accept", #"{"user_id":"c"}"#), 409, .callStateConflict)
             #expect(try server.count("SELECT count(*) FROM call_users WHERE timeout_at IS NOT NULL", []) == 0)
         }
     }
@@ -76,17 +76,17 @@ struct CallsTests: GroupTestSupport {
             #expect(try Calls.act(app, callID, "accept", #"{"user_id":"b"}"#).status == 200)
             let more = try Calls.act(app, callID, "invite", #"{"operator":"b","invitees":["c","a","zz"]}"#)
             #expect(more.status == 200, "\(more.text)")
-            #expect(Self.codes(more) == [nil, 6_000_283, 6_000_281])
+            #expect(Self.codes(more) == [nil, ErrorCode.alreadyInCall.code, ErrorCode.inviteeNotFound.code])
             #expect(Calls.states(more.json?["call"]) == ["a:accepted", "b:accepted", "c:inviting"])
             #expect(more.json?["call"]?["users"]?[2]?["inviter_id"] == .string("b"))
             let joined = try Calls.act(app, callID, "join", #"{"user_id":"d","extended_data":"late"}"#)
             #expect(Calls.states(joined.json) == ["a:accepted", "b:accepted", "c:inviting", "d:accepted"])
-            Self.expectProblem(try Calls.act(app, callID, "join", #"{"user_id":"d"}"#), 409, 6_000_283)
+            Self.expectProblem(try Calls.act(app, callID, "join", #"{"user_id":"d"}"#), 409, .alreadyInCall)
             let quit = try Calls.act(app, callID, "quit", #"{"user_id":"a"}"#)
             #expect(Calls.states(quit.json) == ["a:quit", "b:accepted", "c:inviting", "d:accepted"])
             #expect(quit.json?["users"]?[0]?["quit_at"] != .null)
-            Self.expectProblem(try Calls.act(app, callID, "quit", #"{"user_id":"a"}"#), 409, 6_000_270)
-            Self.expectProblem(try Calls.act(app, callID, "end", #"{"operator":"a"}"#), 409, 6_000_270)
+            Self.expectProblem(try Calls.act(app, callID, "quit", #"{"user_id":"a"}"#), 409, .callStateConflict)
+            Self.expectProblem(try Calls.act(app, callID, "end", #"{"operator":"a"}"#), 409, .callStateConflict)
             let ended = try Calls.act(app, callID, "end", #"{"operator":"d","extended_data":"bye"}"#)
             #expect(Calls.states(ended.json) == ["a:quit", "b:ended", "c:cancelled", "d:ended"])
             #expect(ended.json?["end_reason"] == .string("ended"))
@@ -95,8 +95,8 @@ struct CallsTests: GroupTestSupport {
             #expect(events.last?["data"]?["operator_id"] == .string("d"))
             #expect(events.last?["data"]?["extended_data"] == .string("bye"))
             // Every later operation on an ended call is 409.
-            Self.expectProblem(try Calls.act(app, callID, "invite", #"{"operator":"d","invitees":["a"]}"#), 409, 6_000_270)
-            Self.expectProblem(try Calls.act(app, callID, "join", #"{"user_id":"a"}"#), 409, 6_000_270)
+            Self.expectProblem(try Calls.act(app, callID, "invite", #"{"operator":"d","invitees":["a"]}"#), 409, .callStateConflict)
+            Self.expectProblem(try Calls.act(app, callID, "join", #"{"user_id":"a"}"#), 409, .callStateConflict)
         }
     }
 
@@ -108,18 +108,22 @@ struct CallsTests: GroupTestSupport {
             #expect(try app.request(.delete, "/v1/users/d").status == 204)
             let r = try Calls.create(app, "a", ["b", "ghost", "c", "a", "b", "d", "bad id"])
             #expect(r.status == 200, "\(r.text)")
-            #expect(Self.codes(r) == [nil, 6_000_281, 20007, 6_000_001, 6_000_001, 6_000_281, 6_000_001])
+            #expect(
+                Self.codes(r) == [
+                    nil, ErrorCode.inviteeNotFound.code, ErrorCode.blockedByRecipient.code, ErrorCode.invalidParams.code,
+                    ErrorCode.invalidParams.code, ErrorCode.inviteeNotFound.code, ErrorCode.invalidParams.code,
+                ])
             #expect(Calls.states(r.json?["call"]) == ["a:accepted", "b:inviting"])
             // skip_checks lifts the blacklist.
             let skipped = try Calls.create(app, "a", ["c"], extra: #","skip_checks":true"#)
             #expect(Self.codes(skipped) == [nil])
             // Nobody passes: 422 7000602, and no call is created.
             let before = try server.count("SELECT count(*) FROM calls", [])
-            Self.expectProblem(try Calls.create(app, "a", ["ghost", "c"]), 422, 7_000_602)
+            Self.expectProblem(try Calls.create(app, "a", ["ghost", "c"]), 422, .callNoInvitee)
             #expect(try server.count("SELECT count(*) FROM calls", []) == before)
             #expect(try server.count("SELECT count(*) FROM events e WHERE type = 'call.created'", []) <= before)
             // Request-level validation.
-            Self.expectProblem(try Calls.create(app, "ghost", ["b"]), 404, 6_000_011)
+            Self.expectProblem(try Calls.create(app, "ghost", ["b"]), 404, .userNotFound)
             Self.expectInvalid(try Calls.create(app, "a", []), field: "body.invitees")
             Self.expectInvalid(try Calls.create(app, "a", (1...10).map { "u\($0)" }), field: "body.invitees")
             Self.expectInvalid(try Calls.create(app, "a", ["b"], extra: #","timeout_s":0"#), field: "body.timeout_s")
@@ -134,9 +138,9 @@ struct CallsTests: GroupTestSupport {
             let asA = try Self.asUser(app, token, .post, "/v1/calls", json: #"{"invitees":["b"]}"#)
             #expect(asA.status == 200, "\(asA.text)")
             #expect(asA.json?["call"]?["caller_id"] == .string("a"))
-            Self.expectProblem(try Self.asUser(app, token, .post, "/v1/calls", json: #"{"caller":"b","invitees":["c"]}"#), 403, 7_000_002)
+            Self.expectProblem(try Self.asUser(app, token, .post, "/v1/calls", json: #"{"caller":"b","invitees":["c"]}"#), 403, .forbidden)
             Self.expectProblem(
-                try Self.asUser(app, token, .post, "/v1/calls", json: #"{"invitees":["b"],"skip_checks":true}"#), 403, 7_000_002)
+                try Self.asUser(app, token, .post, "/v1/calls", json: #"{"invitees":["b"],"skip_checks":true}"#), 403, .forbidden)
         }
     }
 
@@ -145,15 +149,15 @@ struct CallsTests: GroupTestSupport {
             for id in ["a", "b", "c"] { try app.createUser(id) }
             let callID = try Calls.call(app, "a", ["b"])
             #expect(try app.request(.get, "/v1/calls/\(callID)").status == 200)
-            Self.expectProblem(try app.request(.get, "/v1/calls/nope"), 404, 6_000_276)
+            Self.expectProblem(try app.request(.get, "/v1/calls/nope"), 404, .callNotFound)
             #expect(try Self.asUser(app, try app.token(for: "b"), .get, "/v1/calls/\(callID)").status == 200)
-            Self.expectProblem(try Self.asUser(app, try app.token(for: "c"), .get, "/v1/calls/\(callID)"), 404, 6_000_276)
+            Self.expectProblem(try Self.asUser(app, try app.token(for: "c"), .get, "/v1/calls/\(callID)"), 404, .callNotFound)
             // An unknown call is 404 6000276 on every action; an unknown acting user 404 6000011.
             for action in ["cancel", "accept", "reject", "invite", "join", "quit", "end"] {
-                Self.expectProblem(try Calls.act(app, "nope", action, #"{"user_id":"b","operator":"a","invitees":["b"]}"#), 404, 6_000_276)
+                Self.expectProblem(try Calls.act(app, "nope", action, #"{"user_id":"b","operator":"a","invitees":["b"]}"#), 404, .callNotFound)
             }
-            Self.expectProblem(try Calls.act(app, callID, "accept", #"{"user_id":"ghost"}"#), 404, 6_000_011)
-            Self.expectProblem(try Calls.act(app, callID, "cancel", #"{"operator":"ghost"}"#), 404, 6_000_011)
+            Self.expectProblem(try Calls.act(app, callID, "accept", #"{"user_id":"ghost"}"#), 404, .userNotFound)
+            Self.expectProblem(try Calls.act(app, callID, "cancel", #"{"operator":"ghost"}"#), 404, .userNotFound)
         }
     }
 
@@ -166,7 +170,10 @@ struct CallsTests: GroupTestSupport {
             // Per item: not invited by the operator (e was invited by d; a is the caller), not pending (d accepted).
             let partial = try Calls.act(app, callID, "cancel", #"{"operator":"a","invitees":["e","a","d","b","zz"]}"#)
             #expect(partial.status == 200, "\(partial.text)")
-            #expect(Self.codes(partial) == [6_000_273, 6_000_273, 6_000_270, nil, 6_000_273])
+            #expect(
+                Self.codes(partial) == [
+                    ErrorCode.notInviter.code, ErrorCode.notInviter.code, ErrorCode.callStateConflict.code, nil, ErrorCode.notInviter.code,
+                ])
             #expect(Calls.states(partial.json?["call"]) == ["a:accepted", "b:cancelled", "c:inviting", "d:accepted", "e:inviting"])
             // Default: every pending user the operator invited (c); then nobody is left: empty results, no event.
             let all = try Calls.act(app, callID, "cancel", #"{"operator":"a","extended_data":"sorry"}"#)
@@ -183,7 +190,7 @@ struct CallsTests: GroupTestSupport {
             let general = try Calls.call(app, "a", ["b"])
             let cancelled = try Calls.act(app, general, "cancel", #"{"operator":"a"}"#)
             #expect(cancelled.json?["call"]?["end_reason"] == .string("resolved"))
-            Self.expectProblem(try Calls.act(app, general, "cancel", #"{"operator":"a"}"#), 409, 6_000_270)
+            Self.expectProblem(try Calls.act(app, general, "cancel", #"{"operator":"a"}"#), 409, .callStateConflict)
         }
     }
 
@@ -191,13 +198,13 @@ struct CallsTests: GroupTestSupport {
         try withApp { server, app in
             for id in ["a", "b", "c", "d"] { try app.createUser(id) }
             let callID = try Calls.call(app, "a", ["b", "c"])
-            Self.expectProblem(try Calls.act(app, callID, "accept", #"{"user_id":"a"}"#), 403, 6_000_274)
-            Self.expectProblem(try Calls.act(app, callID, "reject", #"{"user_id":"d"}"#), 403, 6_000_274)
+            Self.expectProblem(try Calls.act(app, callID, "accept", #"{"user_id":"a"}"#), 403, .notInvitee)
+            Self.expectProblem(try Calls.act(app, callID, "reject", #"{"user_id":"d"}"#), 403, .notInvitee)
             #expect(try Calls.act(app, callID, "reject", #"{"user_id":"b","extended_data":"busy"}"#).status == 200)
-            Self.expectProblem(try Calls.act(app, callID, "accept", #"{"user_id":"b"}"#), 409, 6_000_270)
+            Self.expectProblem(try Calls.act(app, callID, "accept", #"{"user_id":"b"}"#), 409, .callStateConflict)
             // A user token answers as itself.
             let token = try app.token(for: "c")
-            Self.expectProblem(try Self.asUser(app, token, .post, "/v1/calls/\(callID)/accept", json: #"{"user_id":"b"}"#), 403, 7_000_002)
+            Self.expectProblem(try Self.asUser(app, token, .post, "/v1/calls/\(callID)/accept", json: #"{"user_id":"b"}"#), 403, .forbidden)
             let accepted = try Self.asUser(app, token, .post, "/v1/calls/\(callID)/accept", json: "{}")
             #expect(accepted.status == 200, "\(accepted.text)")
             #expect(Calls.states(accepted.json) == ["a:accepted", "b:rejected", "c:accepted"])
@@ -210,16 +217,16 @@ struct CallsTests: GroupTestSupport {
         try withApp { server, app in
             for id in ["a", "b", "c"] { try app.createUser(id) }
             let general = try Calls.call(app, "a", ["b"])
-            Self.expectProblem(try Calls.act(app, general, "invite", #"{"operator":"a","invitees":["c"]}"#), 422, 6_000_013)
-            Self.expectProblem(try Calls.act(app, general, "join", #"{"user_id":"c"}"#), 422, 6_000_013)
-            Self.expectProblem(try Calls.act(app, general, "quit", #"{"user_id":"a"}"#), 422, 6_000_013)
-            Self.expectProblem(try Calls.act(app, general, "end", #"{"operator":"a"}"#), 422, 6_000_013)
+            Self.expectProblem(try Calls.act(app, general, "invite", #"{"operator":"a","invitees":["c"]}"#), 422, .unsupportedOperation)
+            Self.expectProblem(try Calls.act(app, general, "join", #"{"user_id":"c"}"#), 422, .unsupportedOperation)
+            Self.expectProblem(try Calls.act(app, general, "quit", #"{"user_id":"a"}"#), 422, .unsupportedOperation)
+            Self.expectProblem(try Calls.act(app, general, "end", #"{"operator":"a"}"#), 422, .unsupportedOperation)
             let advanced = try Calls.call(app, "a", ["b"], extra: #","mode":"advanced""#)
             // An operator who has not accepted: 409 on invite and end; quit of a pending user: 409.
-            Self.expectProblem(try Calls.act(app, advanced, "invite", #"{"operator":"b","invitees":["c"]}"#), 409, 6_000_270)
-            Self.expectProblem(try Calls.act(app, advanced, "end", #"{"operator":"b"}"#), 409, 6_000_270)
-            Self.expectProblem(try Calls.act(app, advanced, "quit", #"{"user_id":"b"}"#), 409, 6_000_270)
-            Self.expectProblem(try Calls.act(app, advanced, "quit", #"{"user_id":"c"}"#), 409, 6_000_270)
+            Self.expectProblem(try Calls.act(app, advanced, "invite", #"{"operator":"b","invitees":["c"]}"#), 409, .callStateConflict)
+            Self.expectProblem(try Calls.act(app, advanced, "end", #"{"operator":"b"}"#), 409, .callStateConflict)
+            Self.expectProblem(try Calls.act(app, advanced, "quit", #"{"user_id":"b"}"#), 409, .callStateConflict)
+            Self.expectProblem(try Calls.act(app, advanced, "quit", #"{"user_id":"c"}"#), 409, .callStateConflict)
             Self.expectInvalid(try Calls.act(app, advanced, "invite", #"{"operator":"a","invitees":[]}"#), field: "body.invitees")
         }
     }
@@ -279,11 +286,11 @@ struct CallsTests: GroupTestSupport {
             let callID = try Calls.call(app, "u0", Array(users[1...9]), extra: #","mode":"advanced""#)
             // 10 users; join 40 more one by one → 50.
             for user in users[10..<50] { #expect(try Calls.act(app, callID, "join", "{\"user_id\":\"\(user)\"}").status == 200) }
-            Self.expectProblem(try Calls.act(app, callID, "join", #"{"user_id":"u50"}"#), 422, 7_000_603)
-            Self.expectProblem(try Calls.act(app, callID, "invite", #"{"operator":"u0","invitees":["u50"]}"#), 422, 7_000_603)
+            Self.expectProblem(try Calls.act(app, callID, "join", #"{"user_id":"u50"}"#), 422, .callUserLimit)
+            Self.expectProblem(try Calls.act(app, callID, "invite", #"{"operator":"u0","invitees":["u50"]}"#), 422, .callUserLimit)
             // A user leaving makes room; a whole request past the cap fails whole.
             #expect(try Calls.act(app, callID, "quit", #"{"user_id":"u49"}"#).status == 200)
-            Self.expectProblem(try Calls.act(app, callID, "invite", #"{"operator":"u0","invitees":["u50","u51"]}"#), 422, 7_000_603)
+            Self.expectProblem(try Calls.act(app, callID, "invite", #"{"operator":"u0","invitees":["u50","u51"]}"#), 422, .callUserLimit)
             #expect(Self.codes(try Calls.act(app, callID, "invite", #"{"operator":"u0","invitees":["u50"]}"#)) == [nil])
             #expect(try server.count("SELECT count(*) FROM call_users WHERE state IN ('accepted','inviting','received')", []) == 50)
         }
@@ -306,7 +313,7 @@ struct CallsTests: GroupTestSupport {
         #expect(body["data"]?["call"]?["call_id"] == nil)
         #expect(body["data"]?["call"]?["timeout_s"] == .int(20))
         // Nobody passes: no hook call, 422.
-        Self.expectProblem(try Calls.create(app, "a", ["c"]), 422, 7_000_602)
+        Self.expectProblem(try Calls.create(app, "a", ["c"]), 422, .callNoInvitee)
         #expect(f.receiver.requests.count == 1)
         // modify: extended_data and timeout_s patched; the call is created with them.
         f.answer(#"{"action":"modify","patch":{"extended_data":"patched","timeout_s":45,"mode":"advanced"}}"#)
@@ -315,13 +322,13 @@ struct CallsTests: GroupTestSupport {
         #expect(modified.json?["call"]?["timeout_s"] == .int(45))
         #expect(modified.json?["call"]?["mode"] == .string("general"), "mode is not patchable")
         f.answer(#"{"action":"modify","patch":{"timeout_s":601}}"#)
-        Self.expectProblem(try Calls.create(app, "a", ["b"]), 422, 7_000_503)
+        Self.expectProblem(try Calls.create(app, "a", ["b"]), 422, .hookPatchInvalid)
         // reject and drop: 403 7000501, nothing created.
         let before = try f.server.count("SELECT count(*) FROM calls", [])
         f.answer(#"{"action":"reject","code":42,"reason":"no calls today"}"#)
-        Self.expectProblem(try Calls.create(app, "a", ["b"]), 403, 7_000_501)
+        Self.expectProblem(try Calls.create(app, "a", ["b"]), 403, .rejectedByHook)
         f.answer(#"{"action":"drop"}"#)
-        Self.expectProblem(try Calls.create(app, "a", ["b"]), 403, 7_000_501)
+        Self.expectProblem(try Calls.create(app, "a", ["b"]), 403, .rejectedByHook)
         #expect(try f.server.count("SELECT count(*) FROM calls", []) == before)
         // skip_hooks: no call to the hook.
         let calls = f.receiver.requests.count
@@ -331,7 +338,7 @@ struct CallsTests: GroupTestSupport {
         f.answer(#"{"action":"allow"}"#)
         let callID = try Calls.call(app, "a", ["b"], extra: #","mode":"advanced","skip_hooks":true"#)
         f.answer(#"{"action":"reject"}"#)
-        Self.expectProblem(try Calls.act(app, callID, "invite", #"{"operator":"a","invitees":["d"]}"#), 403, 7_000_501)
+        Self.expectProblem(try Calls.act(app, callID, "invite", #"{"operator":"a","invitees":["d"]}"#), 403, .rejectedByHook)
         #expect(Calls.states(try Calls.get(app, callID)) == ["a:accepted", "b:inviting"])
         let seen = try #require(f.receiver.requests.last?.json)
         #expect(seen["data"]?["call"]?["call_id"] == .string(callID))

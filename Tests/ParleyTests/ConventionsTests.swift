@@ -41,7 +41,7 @@ struct ConventionsTests: ProblemAssertions {
     @Test func aMissingOrUnrecognisedCredentialIs401WithWWWAuthenticate() throws {
         try withApp { server, app in
             let missing = try server.request(.get, "/v1/settings")
-            Self.expectProblem(missing, 401, 7_000_001, "missing")
+            Self.expectProblem(missing, 401, .unauthenticated, "missing")
             #expect(missing.headers["WWW-Authenticate"] == "Bearer")
             #expect(missing.json?["title"]?.stringValue == "unauthenticated")
 
@@ -53,14 +53,14 @@ struct ConventionsTests: ProblemAssertions {
             ]
             for value in values {
                 let r = try Self.raw(server, .get, "/v1/settings", headers: ["Authorization": value])
-                Self.expectProblem(r, 401, 7_000_001, "Authorization: \(value)")
+                Self.expectProblem(r, 401, .unauthenticated, "Authorization: \(value)")
                 #expect(r.headers["WWW-Authenticate"] == "Bearer", "Authorization: \(value)")
             }
             // The scheme is case-insensitive.
             #expect(try Self.raw(server, .get, "/v1/settings", headers: ["Authorization": "bearer \(app.key)"]).status == 200)
             // Admin routes too.
-            Self.expectProblem(try server.request(.get, "/v1/apps", bearer: "nope"), 401, 7_000_001)
-            Self.expectProblem(try server.request(.get, "/v1/apps"), 401, 7_000_001)
+            Self.expectProblem(try server.request(.get, "/v1/apps", bearer: "nope"), 401, .unauthenticated)
+            Self.expectProblem(try server.request(.get, "/v1/apps"), 401, .unauthenticated)
         }
     }
 
@@ -78,7 +78,7 @@ struct ConventionsTests: ProblemAssertions {
                 + Crypto.base64URLEncode(Crypto.randomBytes(64))
             for (name, token) in [("bad signature", badSignature), ("unknown app", unknownApp), ("alg none", algNone), ("HS512", hs512)] {
                 let r = try server.request(.get, "/v1/settings", bearer: token)
-                Self.expectProblem(r, 401, 6_000_103, name)
+                Self.expectProblem(r, 401, .tokenInvalid, name)
                 #expect(r.headers["WWW-Authenticate"] == "Bearer", "\(name)")
                 #expect(r.json?["title"]?.stringValue == "token_invalid", "\(name)")
             }
@@ -88,13 +88,13 @@ struct ConventionsTests: ProblemAssertions {
     @Test func theAdminKeyOnAppRoutesNeedsAKnownParleyAppID() throws {
         try withApp { server, app in
             let missing = try server.request(.get, "/v1/settings", bearer: server.adminKey)
-            Self.expectProblem(missing, 400, 6_000_001)
+            Self.expectProblem(missing, 400, .invalidParams)
             #expect(Self.fields(missing).contains { $0.contains("Parley-App-Id") }, "\(missing.text)")
             Self.expectProblem(
-                try server.request(.get, "/v1/events/log", bearer: server.adminKey), 400, 6_000_001, "events log without Parley-App-Id")
+                try server.request(.get, "/v1/events/log", bearer: server.adminKey), 400, .invalidParams, "events log without Parley-App-Id")
             for unknown in ["nosuchapp", "Not-An-App-Id!"] {
                 Self.expectProblem(
-                    try server.request(.get, "/v1/settings", bearer: server.adminKey, headers: ["Parley-App-Id": unknown]), 404, 7_000_006,
+                    try server.request(.get, "/v1/settings", bearer: server.adminKey, headers: ["Parley-App-Id": unknown]), 404, .notFound,
                     "Parley-App-Id \(unknown)")
             }
             // With the header the admin key acts exactly as the app.
@@ -118,9 +118,9 @@ struct ConventionsTests: ProblemAssertions {
 
     @Test func appKeysMayNotCallAdminRoutes() throws {
         try withApp(testClock: true) { server, app in
-            Self.expectProblem(try app.request(.get, "/v1/apps"), 403, 7_000_002)
-            Self.expectProblem(try app.request(.get, "/v1/test/clock"), 403, 7_000_002)
-            Self.expectProblem(try app.request(.post, "/v1/test/clock/advance", json: #"{"ms":1000}"#), 403, 7_000_002)
+            Self.expectProblem(try app.request(.get, "/v1/apps"), 403, .forbidden)
+            Self.expectProblem(try app.request(.get, "/v1/test/clock"), 403, .forbidden)
+            Self.expectProblem(try app.request(.post, "/v1/test/clock/advance", json: #"{"ms":1000}"#), 403, .forbidden)
             #expect(try app.request(.get, "/v1/apps").json?["title"]?.stringValue == "forbidden")
             #expect(try server.request(.get, "/v1/test/clock", bearer: server.adminKey).json?["offset_ms"]?.intValue == 0)
         }
@@ -139,7 +139,7 @@ struct ConventionsTests: ProblemAssertions {
                 (HTTPMethod.get, "/v1/settings", nil), (.patch, "/v1/settings", #"{"revoke_window_s":1}"#), (.get, "/v1/apps", nil),
                 (.get, "/v1/apps/\(app.appID)", nil), (.get, "/v1/test/clock", nil), (.get, "/v1/events/log", nil), (.get, "/v1/stats", nil),
             ] as [(HTTPMethod, String, String?)] {
-                Self.expectProblem(try server.request(method, path, bearer: token, json: body), 403, 7_000_002, "user token \(method) \(path)")
+                Self.expectProblem(try server.request(method, path, bearer: token, json: body), 403, .forbidden, "user token \(method) \(path)")
             }
             #expect(try app.request(.get, "/v1/settings").json?["revoke_window_s"]?.intValue == 120)
 
@@ -148,21 +148,21 @@ struct ConventionsTests: ProblemAssertions {
             #expect(secret.count >= 32)
             let now = (try server.request(.get, "/v1/test/clock", bearer: server.adminKey).json?["now"]?.intValue ?? 0) / 1000
             let ghost = UserToken.mint(appID: app.appID, userID: "ghost", issuedAt: now, expiresAt: now + 600, generation: 0, secret: secret)
-            Self.expectProblem(try server.request(.get, "/v1/settings", bearer: ghost), 401, 6_000_103, "unknown user")
+            Self.expectProblem(try server.request(.get, "/v1/settings", bearer: ghost), 401, .tokenInvalid, "unknown user")
             let expiredGhost = UserToken.mint(
                 appID: app.appID, userID: "ghost", issuedAt: now - 600, expiresAt: now - 1, generation: 0, secret: secret)
             let expired = try server.request(.get, "/v1/settings", bearer: expiredGhost)
-            Self.expectProblem(expired, 401, 6_000_106, "expired token of an unknown user")
+            Self.expectProblem(expired, 401, .tokenExpired, "expired token of an unknown user")
             #expect(expired.headers["WWW-Authenticate"] == "Bearer")
             // A signature of another app's secret is a bad signature.
             let other = try server.createApp()
             let foreign = UserToken.mint(
                 appID: app.appID, userID: "u1", issuedAt: now, expiresAt: now + 600, generation: 0, secret: try Self.tokenSecret(server, other.appID))
-            Self.expectProblem(try server.request(.get, "/v1/settings", bearer: foreign), 401, 6_000_103, "foreign secret")
+            Self.expectProblem(try server.request(.get, "/v1/settings", bearer: foreign), 401, .tokenInvalid, "foreign secret")
 
             // The minted token expires on the server clock.
             #expect(try server.request(.post, "/v1/test/clock/advance", bearer: server.adminKey, json: #"{"ms":61000}"#).status == 200)
-            Self.expectProblem(try server.request(.get, "/v1/settings", bearer: token), 401, 6_000_106, "expired after advance")
+            Self.expectProblem(try server.request(.get, "/v1/settings", bearer: token), 401, .tokenExpired, "expired after advance")
         }
     }
 
@@ -171,18 +171,18 @@ struct ConventionsTests: ProblemAssertions {
             try app.createUser("u1")
             let token = try app.token(for: "u1")
             // A token is "valid but not allowed" on an app-only route: 403, not 401.
-            Self.expectProblem(try server.request(.get, "/v1/settings", bearer: token), 403, 7_000_002, "fresh token")
+            Self.expectProblem(try server.request(.get, "/v1/settings", bearer: token), 403, .forbidden, "fresh token")
             // Revoking the key that minted it leaves it valid (user tokens are unaffected by app key revocation).
             let second = try server.request(.post, "/v1/apps/\(app.appID)/keys", bearer: server.adminKey, json: "{}")
             #expect(second.status == 201)
             let keys = try server.request(.get, "/v1/apps/\(app.appID)/keys", bearer: server.adminKey).json?["items"]?.arrayValue ?? []
             let firstID = keys.first { $0["prefix"]?.stringValue == String(app.key.prefix(12)) }?["key_id"]?.stringValue ?? ""
             #expect(try server.request(.delete, "/v1/apps/\(app.appID)/keys/\(firstID)", bearer: server.adminKey).status == 204)
-            Self.expectProblem(try app.request(.get, "/v1/settings"), 401, 7_000_001, "revoked key")
-            Self.expectProblem(try server.request(.get, "/v1/settings", bearer: token), 403, 7_000_002, "token after key revocation")
+            Self.expectProblem(try app.request(.get, "/v1/settings"), 401, .unauthenticated, "revoked key")
+            Self.expectProblem(try server.request(.get, "/v1/settings", bearer: token), 403, .forbidden, "token after key revocation")
             // Deleting the app makes its tokens name an unknown app: 6000103.
             #expect(try server.request(.delete, "/v1/apps/\(app.appID)", bearer: server.adminKey).status == 204)
-            Self.expectProblem(try server.request(.get, "/v1/settings", bearer: token), 401, 6_000_103, "token of a deleted app")
+            Self.expectProblem(try server.request(.get, "/v1/settings", bearer: token), 401, .tokenInvalid, "token of a deleted app")
         }
     }
 
@@ -218,13 +218,14 @@ struct ConventionsTests: ProblemAssertions {
             let plain: HTTPHeaders = ["Content-Type": "text/plain"]
             Self.expectProblem(
                 try server.request(.post, "/v1/apps", bearer: server.adminKey, json: #"{"app_id":"plain","name":"x"}"#, headers: plain), 415,
-                7_000_008, "POST text/plain")
+                .unsupportedMediaType, "POST text/plain")
             #expect(try server.request(.get, "/v1/apps/plain", bearer: server.adminKey).status == 404)
             Self.expectProblem(
-                try app.request(.patch, "/v1/settings", json: #"{"revoke_window_s":1}"#, headers: plain), 415, 7_000_008, "PATCH text/plain")
+                try app.request(.patch, "/v1/settings", json: #"{"revoke_window_s":1}"#, headers: plain), 415, .unsupportedMediaType,
+                "PATCH text/plain")
             Self.expectProblem(
                 try app.request(.patch, "/v1/settings", json: #"{"revoke_window_s":1}"#, headers: ["Content-Type": "application/xml"]), 415,
-                7_000_008)
+                .unsupportedMediaType)
             #expect(
                 try server.request(.post, "/v1/apps", bearer: server.adminKey, json: "{}", headers: plain).json?["title"]?.stringValue
                     == "unsupported_media_type")
@@ -232,13 +233,13 @@ struct ConventionsTests: ProblemAssertions {
             let noType = try Self.raw(
                 server, .post, "/v1/apps", headers: ["Authorization": "Bearer \(server.adminKey)"],
                 body: Array(#"{"app_id":"notype","name":"x"}"#.utf8))
-            Self.expectProblem(noType, 415, 7_000_008, "no Content-Type")
+            Self.expectProblem(noType, 415, .unsupportedMediaType, "no Content-Type")
             #expect(try app.request(.get, "/v1/settings").json?["revoke_window_s"]?.intValue == 120)
 
             // Credential errors come before 415.
             Self.expectProblem(
-                try server.request(.post, "/v1/apps", json: #"{"name":"x"}"#, headers: plain), 401, 7_000_001, "401 before 415")
-            Self.expectProblem(try app.request(.post, "/v1/apps", json: #"{"name":"x"}"#, headers: plain), 403, 7_000_002, "403 before 415")
+                try server.request(.post, "/v1/apps", json: #"{"name":"x"}"#, headers: plain), 401, .unauthenticated, "401 before 415")
+            Self.expectProblem(try app.request(.post, "/v1/apps", json: #"{"name":"x"}"#, headers: plain), 403, .forbidden, "403 before 415")
 
             // JSON with parameters, in any case, is accepted.
             for type in ["application/json; charset=utf-8", "Application/JSON", "application/json;charset=UTF-8"] {
@@ -256,21 +257,21 @@ struct ConventionsTests: ProblemAssertions {
         try withApp { server, app in
             for body in [#"{"name":"#, #"{"name":"x"} trailing"#, "{'name':'x'}", #"{"name":"x",}"#, "nul"] {
                 let r = try server.request(.post, "/v1/apps", bearer: server.adminKey, json: body)
-                Self.expectProblem(r, 400, 6_000_001, "body \(body)")
+                Self.expectProblem(r, 400, .invalidParams, "body \(body)")
                 #expect(Self.fields(r) == ["body"], "body \(body): \(r.text)")
                 #expect(r.json?["title"]?.stringValue == "invalid_params")
             }
             for body in ["[]", #""str""#, "42", "null"] {
-                Self.expectProblem(try server.request(.post, "/v1/apps", bearer: server.adminKey, json: body), 400, 6_000_001, "body \(body)")
+                Self.expectProblem(try server.request(.post, "/v1/apps", bearer: server.adminKey, json: body), 400, .invalidParams, "body \(body)")
             }
-            Self.expectProblem(try app.request(.patch, "/v1/settings", json: "{"), 400, 6_000_001)
+            Self.expectProblem(try app.request(.patch, "/v1/settings", json: "{"), 400, .invalidParams)
             // Invalid UTF-8 and absurd nesting are 400, never a crash or a 500.
             let invalidUTF8 = try Self.raw(
                 server, .post, "/v1/apps", headers: ["Authorization": "Bearer \(server.adminKey)", "Content-Type": "application/json"],
                 body: Array(#"{"name":""#.utf8) + [0xFF, 0xFE] + Array(#""}"#.utf8))
-            Self.expectProblem(invalidUTF8, 400, 6_000_001, "invalid UTF-8")
+            Self.expectProblem(invalidUTF8, 400, .invalidParams, "invalid UTF-8")
             let deep = "{\"name\":\"x\",\"settings\":" + String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000) + "}"
-            Self.expectProblem(try server.request(.post, "/v1/apps", bearer: server.adminKey, json: deep), 400, 6_000_001, "deep nesting")
+            Self.expectProblem(try server.request(.post, "/v1/apps", bearer: server.adminKey, json: deep), 400, .invalidParams, "deep nesting")
             #expect(try server.request(.get, "/healthz").status == 200)
             #expect(try server.request(.get, "/v1/apps", bearer: server.adminKey).json?["items"]?.arrayValue?.count == 1)
         }
@@ -280,7 +281,7 @@ struct ConventionsTests: ProblemAssertions {
         try withTestServer { server in
             let big = "{\"name\":\"" + String(repeating: "x", count: 1 << 20) + "\"}"
             let r = try server.request(.post, "/v1/apps", bearer: server.adminKey, json: big)
-            Self.expectProblem(r, 413, 7_000_005)
+            Self.expectProblem(r, 413, .payloadTooLarge)
         }
     }
 
@@ -289,16 +290,16 @@ struct ConventionsTests: ProblemAssertions {
     @Test func everyErrorIsAProblemCarryingTheRequestID() throws {
         try withApp { server, app in
             let cases: [(TestResponse, Int, Int, String)] = [
-                (try server.request(.get, "/v1/settings"), 401, 7_000_001, "unauthenticated"),
-                (try app.request(.get, "/v1/apps"), 403, 7_000_002, "forbidden"),
-                (try server.request(.post, "/v1/apps", bearer: server.adminKey, json: "{}"), 400, 6_000_001, "invalid_params"),
-                (try server.request(.get, "/v1/apps/nosuchapp", bearer: server.adminKey), 404, 7_000_006, "not_found"),
+                (try server.request(.get, "/v1/settings"), 401, ErrorCode.unauthenticated.code, "unauthenticated"),
+                (try app.request(.get, "/v1/apps"), 403, ErrorCode.forbidden.code, "forbidden"),
+                (try server.request(.post, "/v1/apps", bearer: server.adminKey, json: "{}"), 400, ErrorCode.invalidParams.code, "invalid_params"),
+                (try server.request(.get, "/v1/apps/nosuchapp", bearer: server.adminKey), 404, ErrorCode.notFound.code, "not_found"),
                 (
                     try server.request(.post, "/v1/apps", bearer: server.adminKey, json: #"{"app_id":"\#(app.appID)","name":"x"}"#), 409,
-                    7_000_009, "conflict"
+                    ErrorCode.conflict.code, "conflict"
                 ),
-                (try app.request(.get, "/v1/events/log?after=abc"), 400, 7_000_012, "invalid_last_event_id"),
-                (try server.request(.get, "/v1/apps?cursor=zzz", bearer: server.adminKey), 400, 7_000_007, "invalid_cursor"),
+                (try app.request(.get, "/v1/events/log?after=abc"), 400, ErrorCode.invalidLastEventId.code, "invalid_last_event_id"),
+                (try server.request(.get, "/v1/apps?cursor=zzz", bearer: server.adminKey), 400, ErrorCode.invalidCursor.code, "invalid_cursor"),
             ]
             for (r, status, code, title) in cases {
                 Self.expectProblem(r, status, code, title)
@@ -325,14 +326,14 @@ struct ConventionsTests: ProblemAssertions {
     @Test func unknownRoutesAre404AndWrongMethods405() throws {
         try withApp { server, app in
             for path in ["/v1/nope", "/nope", "/v1/apps/\(app.appID)/nope", "/v2/settings"] {
-                Self.expectProblem(try app.request(.get, path), 404, 7_000_006, path)
-                Self.expectProblem(try server.request(.get, path), 404, 7_000_006, "\(path) without credential")
+                Self.expectProblem(try app.request(.get, path), 404, .notFound, path)
+                Self.expectProblem(try server.request(.get, path), 404, .notFound, "\(path) without credential")
             }
             let wrong = try app.request(.delete, "/v1/settings")
             #expect(wrong.status == 405, "\(wrong.text)")
             // The HTTP layer's own answers carry their catalogue codes too (docs/errors.md#code-families, 7000014–7000019).
-            Self.expectProblem(wrong, 405, 7_000_014, "wrong method")
-            Self.expectProblem(try app.request(.get, "/v1/users/%zz"), 400, 7_000_019, "bad percent-encoding in the path")
+            Self.expectProblem(wrong, 405, .methodNotAllowed, "wrong method")
+            Self.expectProblem(try app.request(.get, "/v1/users/%zz"), 400, .badRequest, "bad percent-encoding in the path")
             #expect(wrong.headers["Content-Type"]?.hasPrefix("application/problem+json") == true)
             #expect(wrong.json?["status"]?.intValue == 405)
             #expect(wrong.json?["request_id"]?.stringValue == wrong.headers["X-Request-Id"])
@@ -408,12 +409,12 @@ struct ConventionsTests: ProblemAssertions {
 
             // Same key, another body or another path → 422 7000003, and no effect.
             let otherBody = try server.request(.post, path, bearer: server.adminKey, json: #"{"name":"k2"}"#, headers: key)
-            Self.expectProblem(otherBody, 422, 7_000_003, "other body")
+            Self.expectProblem(otherBody, 422, .idempotencyKeyReused, "other body")
             #expect(otherBody.json?["title"]?.stringValue == "idempotency_key_reused")
             let other = try server.createApp()
             Self.expectProblem(
                 try server.request(.post, "/v1/apps/\(other.appID)/keys", bearer: server.adminKey, json: #"{"name":"k1"}"#, headers: key), 422,
-                7_000_003, "other path")
+                .idempotencyKeyReused, "other path")
             #expect(try Self.keyCount(server, app.appID) == 2)
             #expect(try Self.keyCount(server, other.appID) == 1)
 
@@ -424,14 +425,14 @@ struct ConventionsTests: ProblemAssertions {
             #expect(try Self.keyCount(server, app.appID) == 3)
             let tooLong = try server.request(
                 .post, path, bearer: server.adminKey, json: #"{"name":"k4"}"#, headers: ["Idempotency-Key": String(repeating: "k", count: 256)])
-            Self.expectProblem(tooLong, 400, 6_000_001, "256-char key")
+            Self.expectProblem(tooLong, 400, .invalidParams, "256-char key")
             #expect(Self.fields(tooLong).contains { $0.contains("Idempotency-Key") }, "\(tooLong.text)")
             #expect(try Self.keyCount(server, app.appID) == 3)
 
             // A stored client error is replayed too.
             let badFirst = try server.request(
                 .post, "/v1/apps", bearer: server.adminKey, json: #"{"name":""}"#, headers: ["Idempotency-Key": "bad-create"])
-            Self.expectProblem(badFirst, 400, 6_000_001)
+            Self.expectProblem(badFirst, 400, .invalidParams)
             let badReplay = try server.request(
                 .post, "/v1/apps", bearer: server.adminKey, json: #"{"name":""}"#, headers: ["Idempotency-Key": "bad-create"])
             #expect(badReplay.status == 400)
@@ -471,7 +472,7 @@ struct ConventionsTests: ProblemAssertions {
             #expect(created.count == 1)
             // An empty key is invalid.
             let empty = try a.request(.post, "/v1/users", json: #"{"user_id":"u2"}"#, headers: ["Idempotency-Key": ""])
-            Self.expectProblem(empty, 400, 6_000_001, "empty Idempotency-Key")
+            Self.expectProblem(empty, 400, .invalidParams, "empty Idempotency-Key")
         }
     }
 
@@ -499,7 +500,9 @@ struct ConventionsTests: ProblemAssertions {
             #expect(executed.count == 1, "\(all.map { ($0.0, $0.1 ?? "-", $0.3 ?? 0) })")
             for r in all where !(r.0 == 201 && r.1 == nil) {
                 // Either a replay of the stored answer or 409 7000004 while the first still runs.
-                #expect((r.0 == 201 && r.1 == "true" && r.2 == executed.first?.2) || (r.0 == 409 && r.3 == 7_000_004), "\(r.0) \(r.3 ?? 0)")
+                #expect(
+                    (r.0 == 201 && r.1 == "true" && r.2 == executed.first?.2) || (r.0 == 409 && r.3 == ErrorCode.idempotencyKeyInFlight.code),
+                    "\(r.0) \(r.3 ?? 0)")
             }
             let keys = try Self.keyCount(server, app.appID)
             #expect(keys == 2)
@@ -535,7 +538,7 @@ struct ConventionsTests: ProblemAssertions {
             #expect(second.status == 200, "\(second.text)")
             #expect(second.headers["RateLimit-Remaining"] == "0")
             let third = try app.request(.get, "/v1/settings")
-            Self.expectProblem(third, 429, 6_000_005)
+            Self.expectProblem(third, 429, .rateLimited)
             #expect(third.json?["title"]?.stringValue == "rate_limited")
             let retryAfter = Int(third.headers["Retry-After"] ?? "") ?? 0
             #expect(retryAfter >= 1 && retryAfter <= 2, "Retry-After \(third.headers["Retry-After"] ?? "none")")
@@ -546,7 +549,7 @@ struct ConventionsTests: ProblemAssertions {
 
             // The admin key acting as the app shares the app's bucket.
             let asApp = try server.request(.get, "/v1/settings", bearer: server.adminKey, headers: ["Parley-App-Id": app.appID])
-            Self.expectProblem(asApp, 429, 6_000_005, "admin + Parley-App-Id")
+            Self.expectProblem(asApp, 429, .rateLimited, "admin + Parley-App-Id")
             // The admin key on /v1/apps/** and unauthenticated routes are not limited and carry no RateLimit headers.
             for _ in 0..<3 {
                 let admin = try server.request(.get, "/v1/apps/\(app.appID)", bearer: server.adminKey)

@@ -72,8 +72,8 @@ struct ConversationsTests: ProblemAssertions {
             #expect(try M.conversation(app, "b", "a")?["unread_count"] == 1)
             #expect(try app.request(.delete, "/v1/users/b/conversations/peer/a").status == 204)
             #expect(Self.ids(try Self.list(app, "b")).isEmpty)
-            Self.expectProblem(try app.request(.get, "/v1/users/b/conversations/peer/a"), 404, 6_000_603)
-            Self.expectProblem(try app.request(.delete, "/v1/users/b/conversations/peer/a"), 404, 6_000_603)
+            Self.expectProblem(try app.request(.get, "/v1/users/b/conversations/peer/a"), 404, .conversationNotFound)
+            Self.expectProblem(try app.request(.delete, "/v1/users/b/conversations/peer/a"), 404, .conversationNotFound)
             let deleted = try M.events(app, "conversation.deleted", audience: "b")
             #expect(
                 deleted.first?["data"] == .object(["user_id": "b", "conversation_type": "peer", "conversation_id": "a", "delete_messages": false]))
@@ -130,7 +130,7 @@ struct ConversationsTests: ProblemAssertions {
             try M.sendText(app, "b", "a", "6")
             #expect(try M.conversation(app, "b", "a")?["unread_count"] == 0)
             #expect(try M.conversation(app, "a", "b")?["unread_count"] == 1)
-            Self.expectProblem(try Self.read(app, "a", "nobody"), 404, 6_000_603)
+            Self.expectProblem(try Self.read(app, "a", "nobody"), 404, .conversationNotFound)
 
             // read_all reports the entries that advanced.
             let all = try app.request(.post, "/v1/users/a/conversations/read_all", json: "{}")
@@ -186,7 +186,7 @@ struct ConversationsTests: ProblemAssertions {
             #expect(try app.request(.patch, "/v1/users/a/conversations/peer/c", json: "{\"pinned\":true}").status == 200)
             #expect(try M.events(app, "conversation.updated").count == 1, "no change, no event")
             Self.expectInvalid(try app.request(.patch, "/v1/users/a/conversations/peer/c", json: "{\"alias\":\"x\"}"), field: "body.alias")
-            Self.expectProblem(try app.request(.patch, "/v1/users/a/conversations/peer/ghost", json: "{\"pinned\":true}"), 404, 6_000_204)
+            Self.expectProblem(try app.request(.patch, "/v1/users/a/conversations/peer/ghost", json: "{\"pinned\":true}"), 404, .targetNotFound)
             // PATCH creates an absent entry.
             let created = try app.request(.patch, "/v1/users/b/conversations/peer/d", json: "{\"draft\":\"hello\"}")
             #expect(created.status == 200, "\(created.text)")
@@ -201,7 +201,10 @@ struct ConversationsTests: ProblemAssertions {
             #expect(marks.status == 200, "\(marks.text)")
             let results = marks.json?["results"]?.arrayValue ?? []
             #expect(results.map { $0["id"] } == ["peer:b", "peer:zz", "peer:b"])
-            #expect(results.map { $0["ok"] == true ? nil : $0["error"]?["code"]?.intValue } == [nil, 6_000_603, 6_000_001])
+            #expect(
+                results.map { $0["ok"] == true ? nil : $0["error"]?["code"]?.intValue.map(Int.init) } == [
+                    nil, ErrorCode.conversationNotFound.code, ErrorCode.invalidParams.code,
+                ])
             #expect(try M.conversation(app, "a", "b")?["marks"] == [3])
             #expect(try M.events(app, "conversation.updated", audience: "a").count == 2)
 
@@ -227,7 +230,7 @@ struct ConversationsTests: ProblemAssertions {
             // A user token acts only on its own entries.
             let token = try app.token(for: "b")
             #expect(try server.request(.get, "/v1/users/b/conversations", bearer: token).status == 200)
-            Self.expectProblem(try server.request(.get, "/v1/users/a/conversations", bearer: token), 403, 7_000_002)
+            Self.expectProblem(try server.request(.get, "/v1/users/a/conversations", bearer: token), 403, .forbidden)
         }
     }
 }

@@ -66,7 +66,7 @@ struct DatabaseFaultTests {
         defer { freezer.thaw() }
         let (ready, readySeconds) = try Self.measure { try server.request(.get, "/readyz") }
         #expect(ready.status == 503)
-        #expect(ready.code == 7000010)
+        #expect(ready.code == ErrorCode.unavailable.code)
         #expect(readySeconds < 1.0, "readyz took \(readySeconds) s")
         // The process itself is live: /healthz does not depend on an external database.
         #expect(try server.request(.get, "/healthz").status == 200)
@@ -92,7 +92,7 @@ struct DatabaseFaultTests {
         print("stall: /readyz 503 in \(readySeconds) s; 8 API requests 503 within \(slowest) s (timeout 0.4 s)")
         for outcome in all {
             #expect(outcome.status == 503, "\(outcome.label): \(outcome.status)")
-            #expect(outcome.code == 7000010, "\(outcome.label)")
+            #expect(outcome.code == ErrorCode.unavailable.code, "\(outcome.label)")
             #expect(outcome.retryAfter != nil, "\(outcome.label)")
         }
         #expect(slowest < 2.0)
@@ -140,7 +140,7 @@ struct DatabaseFaultTests {
                     guard let r = try? server.request(.get, "/healthz") else { return false }
                     if r.status == 503 {
                         sawDown = true
-                        #expect(r.code == 7000010)
+                        #expect(r.code == ErrorCode.unavailable.code)
                     }
                     return r.status == 200 && cluster.postmasterPID != nil && cluster.postmasterPID != before
                 }

@@ -189,7 +189,7 @@ struct DevicesTests: ProblemAssertions {
             #expect(ok.status == 201, "\(ok.text)")
             for key in ["abc", String(repeating: "g", count: 64), String(repeating: "a", count: 201)] {
                 let r = try app.request(.post, "/v1/users/u1/devices", json: Self.body(provider: "apns", key: key, platform: "ios"))
-                Self.expectProblem(r, 422, 6_000_401, key)
+                Self.expectProblem(r, 422, .pushKeyInvalid, key)
             }
             // Other providers take any key.
             #expect(try app.request(.post, "/v1/users/u1/devices", json: Self.body(provider: "webpush", key: "abc")).status == 201)
@@ -217,12 +217,12 @@ struct DevicesTests: ProblemAssertions {
             // 400 comes before 404; 404 before the push-key check.
             Self.expectInvalid(try app.request(.post, "/v1/users/nobody/devices", json: Self.body(platform: "x")), field: "body.platform")
             Self.expectProblem(
-                try app.request(.post, "/v1/users/nobody/devices", json: Self.body(provider: "apns", key: "zz")), 404, 6_000_011)
+                try app.request(.post, "/v1/users/nobody/devices", json: Self.body(provider: "apns", key: "zz")), 404, .userNotFound)
             try app.createUser("gone")
             #expect(try app.request(.delete, "/v1/users/gone").status == 204)
-            Self.expectProblem(try app.request(.post, "/v1/users/gone/devices", json: Self.body()), 404, 6_000_011)
-            Self.expectProblem(try app.request(.get, "/v1/users/gone/devices"), 404, 6_000_011)
-            Self.expectProblem(try app.request(.get, "/v1/users/gone/push_rule"), 404, 6_000_011)
+            Self.expectProblem(try app.request(.post, "/v1/users/gone/devices", json: Self.body()), 404, .userNotFound)
+            Self.expectProblem(try app.request(.get, "/v1/users/gone/devices"), 404, .userNotFound)
+            Self.expectProblem(try app.request(.get, "/v1/users/gone/push_rule"), 404, .userNotFound)
             #expect(try Self.events(app, "device.registered").count == 2)
         }
     }
@@ -252,8 +252,8 @@ struct DevicesTests: ProblemAssertions {
             #expect(try app.request(.delete, "/v1/users/u1/devices/a%2Fb%20c%23d").status == 204)
             #expect(try app.request(.delete, "/v1/users/u1/devices/zz").status == 204)
             #expect(Set(try Self.deviceIDs(app, "u1")) == ["aa", "bb"])
-            Self.expectProblem(try app.request(.delete, "/v1/users/u1/devices/zz"), 404, 7_000_006)
-            Self.expectProblem(try app.request(.delete, "/v1/users/nobody/devices/zz"), 404, 6_000_011)
+            Self.expectProblem(try app.request(.delete, "/v1/users/u1/devices/zz"), 404, .notFound)
+            Self.expectProblem(try app.request(.delete, "/v1/users/nobody/devices/zz"), 404, .userNotFound)
 
             let removed = try Self.events(app, "device.removed", audience: "u1")
             #expect(removed.map { $0["data"]?["device_id"]?.stringValue ?? "" } == ["a/b c#d", "zz"])
@@ -281,7 +281,7 @@ struct DevicesTests: ProblemAssertions {
                 (.put, "/v1/users/u2/push_rule", "{}"),
             ]
             for (method, path, json) in requests {
-                Self.expectProblem(try server.request(method, path, bearer: token, json: json), 403, 7_000_002, path)
+                Self.expectProblem(try server.request(method, path, bearer: token, json: json), 403, .forbidden, path)
             }
             #expect(try server.request(.delete, "/v1/users/u1/devices/d1", bearer: token).status == 204)
         }
@@ -344,8 +344,8 @@ struct DevicesTests: ProblemAssertions {
                 Self.expectInvalid(try app.request(.put, "/v1/users/u1/push_rule", json: json), field: field, json)
             }
             #expect(try Self.events(app, "user.push_rule_updated").count == 2)
-            Self.expectProblem(try app.request(.put, "/v1/users/nobody/push_rule", json: "{}"), 404, 6_000_011)
-            Self.expectProblem(try app.request(.get, "/v1/users/nobody/push_rule"), 404, 6_000_011)
+            Self.expectProblem(try app.request(.put, "/v1/users/nobody/push_rule", json: "{}"), 404, .userNotFound)
+            Self.expectProblem(try app.request(.get, "/v1/users/nobody/push_rule"), 404, .userNotFound)
         }
     }
 }

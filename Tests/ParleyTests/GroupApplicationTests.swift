@@ -39,16 +39,16 @@ struct GroupApplicationTests: GroupTestSupport {
             let listed = try app.request(.get, "/v1/groups/\(g)/applications?type=join&state=waiting")
             #expect(listed.json?["items"]?.arrayValue?.compactMap { $0["application_id"]?.stringValue } == [id])
             #expect(try Self.asUser(app, try app.token(for: "a"), .get, "/v1/groups/\(g)/applications").status == 200)
-            Self.expectProblem(try Self.asUser(app, try app.token(for: "m"), .get, "/v1/groups/\(g)/applications"), 403, 6_000_541)
-            Self.expectProblem(try Self.asUser(app, tj, .get, "/v1/groups/\(g)/applications"), 403, 6_000_521)
+            Self.expectProblem(try Self.asUser(app, try app.token(for: "m"), .get, "/v1/groups/\(g)/applications"), 403, .groupPermissionDenied)
+            Self.expectProblem(try Self.asUser(app, tj, .get, "/v1/groups/\(g)/applications"), 403, .notGroupMember)
             let mine = try Self.asUser(app, tj, .get, "/v1/users/j/group_applications")
             #expect(mine.json?["items"]?.arrayValue?.count == 1)
             #expect(try app.request(.get, "/v1/users/j/group_applications?state=accepted").json?["items"]?.arrayValue?.isEmpty == true)
 
             // A member may not answer; the applicant neither; an admin accepts.
-            Self.expectProblem(try app.request(.post, "/v1/group_applications/\(id)/accept", json: #"{"operator":"m"}"#), 403, 6_000_541)
-            Self.expectProblem(try Self.asUser(app, tj, .post, "/v1/group_applications/\(id)/accept", json: "{}"), 403, 6_000_521)
-            Self.expectProblem(try app.request(.post, "/v1/group_applications/nope/accept", json: #"{"operator":"o"}"#), 404, 7_000_006)
+            Self.expectProblem(try app.request(.post, "/v1/group_applications/\(id)/accept", json: #"{"operator":"m"}"#), 403, .groupPermissionDenied)
+            Self.expectProblem(try Self.asUser(app, tj, .post, "/v1/group_applications/\(id)/accept", json: "{}"), 403, .notGroupMember)
+            Self.expectProblem(try app.request(.post, "/v1/group_applications/nope/accept", json: #"{"operator":"o"}"#), 404, .notFound)
             Self.expectInvalid(
                 try app.request(.post, "/v1/group_applications/\(id)/accept", json: #"{"operator":"a","push":{"badge_increment":100}}"#),
                 field: "body.push.badge_increment")
@@ -62,21 +62,22 @@ struct GroupApplicationTests: GroupTestSupport {
             #expect(member?["operated_by"] == .string("a"))
             #expect(try Self.events(app, "group.member_joined").last?["data"]?["via"] == .string("application"))
             #expect(try Self.events(app, "group.application_updated").count == 1)
-            Self.expectProblem(try app.request(.post, "/v1/group_applications/\(id)/accept", json: #"{"operator":"o"}"#), 409, 6_000_802)
+            Self.expectProblem(try app.request(.post, "/v1/group_applications/\(id)/accept", json: #"{"operator":"o"}"#), 409, .applicationNotWaiting)
 
             // Reject.
             let k = try app.request(.post, "/v1/groups/\(g)/join", json: #"{"user_id":"k"}"#)
             let kid = k.json?["application_id"]?.stringValue ?? ""
             let rejected = try app.request(.post, "/v1/group_applications/\(kid)/reject", json: #"{"operator":"o"}"#)
             #expect(rejected.json?["state"] == .string("rejected"), "\(rejected.text)")
-            Self.expectProblem(try app.request(.post, "/v1/group_applications/\(kid)/accept", json: #"{"operator":"o"}"#), 409, 6_000_802)
+            Self.expectProblem(
+                try app.request(.post, "/v1/group_applications/\(kid)/accept", json: #"{"operator":"o"}"#), 409, .applicationNotWaiting)
             #expect(try Self.member(app, g, "k") == nil)
 
             // skip_checks joins directly; forbid refuses.
             let skip = try app.request(.post, "/v1/groups/\(g)/join", json: #"{"user_id":"k","skip_checks":true}"#)
             #expect(skip.status == 200, "\(skip.text)")
             #expect(try app.request(.patch, "/v1/groups/\(g)", json: #"{"join_mode":"forbid"}"#).status == 200)
-            Self.expectProblem(try app.request(.post, "/v1/groups/\(g)/join", json: #"{"user_id":"f"}"#), 403, 7_000_301)
+            Self.expectProblem(try app.request(.post, "/v1/groups/\(g)/join", json: #"{"user_id":"f"}"#), 403, .groupJoinForbidden)
         }
     }
 
@@ -88,7 +89,7 @@ struct GroupApplicationTests: GroupTestSupport {
             // A user inviter gets pending applications; the app invites directly.
             let invite = try app.request(.post, "/v1/groups/\(g)/members/invite", json: #"{"operator":"m","user_ids":["i1","i2","o","zz"]}"#)
             #expect(invite.status == 200, "\(invite.text)")
-            #expect(Self.codes(invite) == [nil, nil, 6_000_522, 6_000_011])
+            #expect(Self.codes(invite) == [nil, nil, ErrorCode.alreadyGroupMember.code, ErrorCode.userNotFound.code])
             let first = Self.results(invite)[0]["data"]
             #expect(first?["state"] == .string("pending"))
             let i1 = first?["application_id"]?.stringValue ?? ""
@@ -101,7 +102,7 @@ struct GroupApplicationTests: GroupTestSupport {
             #expect(try app.request(.get, "/v1/users/m/group_applications?type=invite").json?["items"]?.arrayValue?.count == 2)
 
             // Only the invitee answers.
-            Self.expectProblem(try app.request(.post, "/v1/group_applications/\(i1)/accept", json: #"{"operator":"o"}"#), 403, 6_000_541)
+            Self.expectProblem(try app.request(.post, "/v1/group_applications/\(i1)/accept", json: #"{"operator":"o"}"#), 403, .groupPermissionDenied)
             let accepted = try Self.asUser(app, try app.token(for: "i1"), .post, "/v1/group_applications/\(i1)/accept", json: "{}")
             #expect(accepted.status == 200, "\(accepted.text)")
             let member = try Self.member(app, g, "i1")
@@ -119,8 +120,8 @@ struct GroupApplicationTests: GroupTestSupport {
             #expect(try Self.events(app, "group.application_updated", user: "o").count == 1)
             let listed = try app.request(.get, "/v1/groups/\(g)/applications?state=expired")
             #expect(Set(listed.json?["items"]?.arrayValue?.compactMap { $0["application_id"]?.stringValue } ?? []) == [jid, i2])
-            Self.expectProblem(try app.request(.post, "/v1/group_applications/\(jid)/accept", json: #"{"operator":"o"}"#), 409, 6_000_814)
-            Self.expectProblem(try app.request(.post, "/v1/group_applications/\(i2)/reject", json: #"{"operator":"i2"}"#), 409, 6_000_814)
+            Self.expectProblem(try app.request(.post, "/v1/group_applications/\(jid)/accept", json: #"{"operator":"o"}"#), 409, .applicationExpired)
+            Self.expectProblem(try app.request(.post, "/v1/group_applications/\(i2)/reject", json: #"{"operator":"i2"}"#), 409, .applicationExpired)
             // A new join after expiry makes a new application.
             let again = try app.request(.post, "/v1/groups/\(g)/join", json: #"{"user_id":"j"}"#)
             #expect(again.status == 202)
@@ -140,7 +141,7 @@ struct GroupApplicationTests: GroupTestSupport {
             }
             let listed = try app.request(.get, "/v1/users/j/group_applications")
             #expect(listed.json?["items"]?[0]?["state"] == .string("expired"))
-            Self.expectProblem(try app.request(.post, "/v1/group_applications/\(jid)/accept", json: #"{"operator":"o"}"#), 409, 6_000_814)
+            Self.expectProblem(try app.request(.post, "/v1/group_applications/\(jid)/accept", json: #"{"operator":"o"}"#), 409, .applicationExpired)
         }
     }
 }

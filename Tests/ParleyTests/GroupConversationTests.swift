@@ -144,8 +144,8 @@ struct GroupConversationTests: GroupTestSupport {
             #expect(try C.unread(app, "b") == 0)
 
             // A unknown group has no entry.
-            Self.expectProblem(try app.request(.get, "/v1/users/a/conversations/group/nosuch"), 404, 6_000_603)
-            Self.expectProblem(try Self.read(app, "p", g), 404, 6_000_603)
+            Self.expectProblem(try app.request(.get, "/v1/users/a/conversations/group/nosuch"), 404, .conversationNotFound)
+            Self.expectProblem(try Self.read(app, "p", g), 404, .conversationNotFound)
         }
     }
 
@@ -263,8 +263,8 @@ struct GroupConversationTests: GroupTestSupport {
             #expect(try Self.entry(app, "a", g) == nil)
             #expect(!C.ids(try C.list(app, "a")).contains(g))
             #expect(try C.unread(app, "a") == 0)
-            Self.expectProblem(try app.request(.delete, "/v1/users/a/conversations/group/\(g)"), 404, 6_000_603)
-            Self.expectProblem(try Self.read(app, "a", g), 404, 6_000_603)
+            Self.expectProblem(try app.request(.delete, "/v1/users/a/conversations/group/\(g)"), 404, .conversationNotFound)
+            Self.expectProblem(try Self.read(app, "a", g), 404, .conversationNotFound)
             let deleted = try M.events(app, "conversation.deleted", audience: "a")
             #expect(
                 deleted.first?["data"]
@@ -327,7 +327,7 @@ struct GroupConversationTests: GroupTestSupport {
             let none = try app.request(
                 .post, "/v1/users/x/conversations/marks",
                 json: "{\"mark\":3,\"enable\":true,\"conversations\":[{\"type\":\"group\",\"id\":\"\(g)\"}]}")
-            #expect(Self.codes(none) == [6_000_603])
+            #expect(Self.codes(none) == [ErrorCode.conversationNotFound.code])
 
             // Validation: alias on a peer entry, too long an alias.
             Self.expectInvalid(try app.request(.patch, "/v1/users/a/conversations/peer/o", json: #"{"alias":"x"}"#), field: "body.alias")
@@ -335,8 +335,8 @@ struct GroupConversationTests: GroupTestSupport {
                 try Self.patch(app, "a", g, "{\"alias\":\"\(String(repeating: "n", count: 65))\"}"), field: "body.alias")
 
             // No entry and not a member (or no such group): 403 not_group_member, nothing created.
-            Self.expectProblem(try Self.patch(app, "x", g, #"{"pinned":true}"#), 403, 6_000_521)
-            Self.expectProblem(try Self.patch(app, "x", "nosuch", #"{"pinned":true}"#), 403, 6_000_521)
+            Self.expectProblem(try Self.patch(app, "x", g, #"{"pinned":true}"#), 403, .notGroupMember)
+            Self.expectProblem(try Self.patch(app, "x", "nosuch", #"{"pinned":true}"#), 403, .notGroupMember)
             #expect(try Self.entry(app, "x", g) == nil)
 
             // A member without an entry gets one that follows the group, read up to its head.

@@ -26,9 +26,9 @@ struct GroupMembershipTests: GroupTestSupport {
                 #expect(j.json?["operated_by"] == .null)
                 try server.advanceClock(ms: 10)
             }
-            Self.expectProblem(try app.request(.post, "/v1/groups/\(g)/join", json: #"{"user_id":"x1"}"#), 409, 6_000_522)
-            Self.expectProblem(try app.request(.post, "/v1/groups/\(g)/join", json: #"{"user_id":"ghost"}"#), 404, 6_000_011)
-            Self.expectProblem(try app.request(.post, "/v1/groups/nope/join", json: #"{"user_id":"y"}"#), 404, 6_000_523)
+            Self.expectProblem(try app.request(.post, "/v1/groups/\(g)/join", json: #"{"user_id":"x1"}"#), 409, .alreadyGroupMember)
+            Self.expectProblem(try app.request(.post, "/v1/groups/\(g)/join", json: #"{"user_id":"ghost"}"#), 404, .userNotFound)
+            Self.expectProblem(try app.request(.post, "/v1/groups/nope/join", json: #"{"user_id":"y"}"#), 404, .groupNotFound)
             let joined = try Self.events(app, "group.member_joined")
             #expect(joined.count == 3)
             #expect(joined.first?["data"]?["via"] == .string("join"))
@@ -95,7 +95,7 @@ struct GroupMembershipTests: GroupTestSupport {
             DispatchQueue.concurrentPerform(iterations: joiners.count) { i in
                 let r = try? app.request(.post, "/v1/groups/\(g)/join", json: "{\"user_id\":\"\(joiners[i])\"}")
                 statuses.withLock { $0.append(r?.status ?? -1) }
-                if let r, r.status != 200 { Self.expectProblem(r, 422, 6_000_525) }
+                if let r, r.status != 200 { Self.expectProblem(r, 422, .groupFull) }
             }
             let all = statuses.withLock { $0 }
             #expect(all.filter { $0 == 200 }.count == 4)
@@ -131,7 +131,7 @@ struct GroupMembershipTests: GroupTestSupport {
             #expect(group?["is_big_group"] == .bool(true))
             #expect(group?["member_count"] == .int(4))
             // Ordinary members may not list the members; admins and the app may.
-            Self.expectProblem(try Self.asUser(app, try app.token(for: "m"), .get, "/v1/groups/\(g)/members"), 403, 7_000_303)
+            Self.expectProblem(try Self.asUser(app, try app.token(for: "m"), .get, "/v1/groups/\(g)/members"), 403, .bigGroupRestricted)
             #expect(try Self.asUser(app, try app.token(for: "a"), .get, "/v1/groups/\(g)/members").status == 200)
             #expect(try app.request(.get, "/v1/groups/\(g)/members").status == 200)
             // Created big.
@@ -160,8 +160,9 @@ struct GroupMembershipTests: GroupTestSupport {
             #expect(group?["is_big_group"] == .bool(true))
             // Full: one more → 422 per item.
             try app.createUser("late")
-            #expect(Self.codes(try app.request(.post, "/v1/groups/\(g)/members/invite", json: #"{"user_ids":["late"]}"#)) == [6_000_525])
-            Self.expectProblem(try app.request(.post, "/v1/groups/\(g)/join", json: #"{"user_id":"late"}"#), 422, 6_000_525)
+            #expect(
+                Self.codes(try app.request(.post, "/v1/groups/\(g)/members/invite", json: #"{"user_ids":["late"]}"#)) == [ErrorCode.groupFull.code])
+            Self.expectProblem(try app.request(.post, "/v1/groups/\(g)/join", json: #"{"user_id":"late"}"#), 422, .groupFull)
 
             var seen: [String] = []
             var cursor: String?

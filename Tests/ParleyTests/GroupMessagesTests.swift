@@ -33,25 +33,25 @@ struct GroupMessagesTests: GroupTestSupport {
             #expect(sent.json?["to"]?.stringValue == g)
             #expect((sent.json?["seq"]?.intValue ?? 0) >= 1)
 
-            Self.expectProblem(try Self.send(app, "x", g), 403, 6_000_521)
-            Self.expectProblem(try Self.send(app, "m", "nosuchgroup"), 404, 6_000_204)
+            Self.expectProblem(try Self.send(app, "x", g), 403, .notGroupMember)
+            Self.expectProblem(try Self.send(app, "m", "nosuchgroup"), 404, .targetNotFound)
             // skip_checks lets the app speak for a non-member.
             #expect(try Self.send(app, "x", g, extra: #","skip_checks":true"#).status == 201)
 
             // A member token reads the message; a non-member token does not see it (404 7000210).
             let id = try #require(sent.json?["message_id"]?.stringValue)
             #expect(try Self.asUser(app, try app.token(for: "o"), .get, "/v1/messages/\(id)").status == 200)
-            Self.expectProblem(try Self.asUser(app, try app.token(for: "x"), .get, "/v1/messages/\(id)"), 404, 7_000_210)
+            Self.expectProblem(try Self.asUser(app, try app.token(for: "x"), .get, "/v1/messages/\(id)"), 404, .messageNotFound)
 
             // need_receipt is refused in a big group (docs/groups.md#big-groups).
             let big = try Self.createGroup(app, "o", members: ["m"], extra: #","big_group":true"#)
-            Self.expectProblem(try Self.send(app, "m", big, extra: #","need_receipt":true"#), 422, 6_000_282)
+            Self.expectProblem(try Self.send(app, "m", big, extra: #","need_receipt":true"#), 422, .receiptGroupTooLarge)
             #expect(try Self.send(app, "m", g, extra: #","need_receipt":true"#).status == 201)
 
             // Dismissed: sends and history reads → 409 6000527.
             #expect(try app.request(.post, "/v1/groups/\(g)/dismiss", json: #"{"operator":"o"}"#).status == 200)
-            Self.expectProblem(try Self.send(app, "m", g), 409, 6_000_527)
-            Self.expectProblem(try app.request(.get, "/v1/groups/\(g)/messages"), 409, 6_000_527)
+            Self.expectProblem(try Self.send(app, "m", g), 409, .groupDismissed)
+            Self.expectProblem(try app.request(.get, "/v1/groups/\(g)/messages"), 409, .groupDismissed)
         }
     }
 
@@ -65,18 +65,18 @@ struct GroupMessagesTests: GroupTestSupport {
 
             let mute = try app.request(.post, "/v1/groups/\(g)/members/mute", json: #"{"user_ids":["m"],"duration_s":60}"#)
             #expect(mute.status == 200, "\(mute.text)")
-            Self.expectProblem(try Self.send(app, "m", g), 403, 6_000_231)
+            Self.expectProblem(try Self.send(app, "m", g), 403, .senderMuted)
             try server.advanceClock(ms: 61_000)
             #expect(try Self.send(app, "m", g).status == 201)
 
             #expect(try app.request(.put, "/v1/groups/\(g)/mute", json: #"{"mode":"all","duration_s":-1}"#).status == 200)
-            Self.expectProblem(try Self.send(app, "a", g), 403, 6_000_231)
-            Self.expectProblem(try Self.send(app, "m", g), 403, 6_000_231)
+            Self.expectProblem(try Self.send(app, "a", g), 403, .senderMuted)
+            Self.expectProblem(try Self.send(app, "m", g), 403, .senderMuted)
             #expect(try Self.send(app, "o", g).status == 201)
 
             #expect(try app.request(.put, "/v1/groups/\(g)/mute", json: #"{"mode":"normal","duration_s":-1}"#).status == 200)
             #expect(try Self.send(app, "a", g).status == 201)
-            Self.expectProblem(try Self.send(app, "m", g), 403, 6_000_231)
+            Self.expectProblem(try Self.send(app, "m", g), 403, .senderMuted)
         }
     }
 
@@ -121,9 +121,9 @@ struct GroupMessagesTests: GroupTestSupport {
             let viaGroup = try Self.asUser(app, try app.token(for: "m"), .get, "/v1/groups/\(g)/messages")
             #expect(GroupHistory.items(viaGroup).map { $0["message_id"] } == GroupHistory.items(mine).map { $0["message_id"] })
 
-            Self.expectProblem(try app.request(.get, "/v1/users/x/conversations/group/\(g)/messages"), 403, 6_000_521)
-            Self.expectProblem(try Self.asUser(app, try app.token(for: "x"), .get, "/v1/groups/\(g)/messages"), 403, 6_000_521)
-            Self.expectProblem(try app.request(.get, "/v1/groups/nosuch/messages"), 404, 6_000_523)
+            Self.expectProblem(try app.request(.get, "/v1/users/x/conversations/group/\(g)/messages"), 403, .notGroupMember)
+            Self.expectProblem(try Self.asUser(app, try app.token(for: "x"), .get, "/v1/groups/\(g)/messages"), 403, .notGroupMember)
+            Self.expectProblem(try app.request(.get, "/v1/groups/nosuch/messages"), 404, .groupNotFound)
         }
     }
 

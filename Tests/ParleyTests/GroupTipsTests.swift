@@ -89,7 +89,7 @@ struct GroupTipsTests: GroupTestSupport {
 
             // Kick: event 6 with the kicked users only; the kicked entry is frozen at the head before the kick tips.
             let kicked = try app.request(.post, "/v1/groups/\(g)/members/kick", json: #"{"operator":"o","user_ids":["b","ghost"]}"#)
-            #expect(Self.codes(kicked) == [nil, 6_000_521], "\(kicked.text)")
+            #expect(Self.codes(kicked) == [nil, ErrorCode.notGroupMember.code], "\(kicked.text)")
             tips = try Self.tips(app, g)
             #expect(tips.last?["seq"] == .int(4))
             #expect(tips.last?["body"]?["event"] == .int(6))
@@ -102,7 +102,7 @@ struct GroupTipsTests: GroupTestSupport {
 
             // A kick batch none of whose items succeeded writes no tips.
             let failed = try app.request(.post, "/v1/groups/\(g)/members/kick", json: #"{"operator":"o","user_ids":["b","o"]}"#)
-            #expect(Self.codes(failed) == [6_000_521, 6_000_001], "\(failed.text)")
+            #expect(Self.codes(failed) == [ErrorCode.notGroupMember.code, ErrorCode.invalidParams.code], "\(failed.text)")
             #expect(try Self.tips(app, g).count == 4)
 
             // The owner leaves: one event 5 with the ownership change (type 10), no separate event 8.
@@ -184,7 +184,7 @@ struct GroupTipsTests: GroupTestSupport {
 
             // Member mute by the app without operator: from the owner, operator null; event 8 type 12.
             let muted = try app.request(.post, "/v1/groups/\(g)/members/mute", json: #"{"user_ids":["m","zz"],"duration_s":60}"#)
-            #expect(Self.codes(muted) == [nil, 6_000_521], "\(muted.text)")
+            #expect(Self.codes(muted) == [nil, ErrorCode.notGroupMember.code], "\(muted.text)")
             let until = Self.results(muted)[0]["data"]?["muted_until"]
             last = try Self.tips(app, g).last
             #expect(last?["from"] == .string("o"))

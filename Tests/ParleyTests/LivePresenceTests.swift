@@ -60,7 +60,7 @@ struct LivePresenceTests: ProblemAssertions {
             defer { counted.close() }
             let online = try OnlineStatus.status(app, "alice") { $0["online_status"] == .string("online") }
             #expect(OnlineStatus.platforms(online) == ["linux"])
-            Self.expectProblem(try app.request(.get, "/v1/users/alice/events?platform=fax"), 400, 6_000_001)
+            Self.expectProblem(try app.request(.get, "/v1/users/alice/events?platform=fax"), 400, .invalidParams)
         }
     }
 
@@ -78,7 +78,7 @@ struct LivePresenceTests: ProblemAssertions {
             #expect(try LiveStreams.nextEvent(stream) == nil)
             let status = try OnlineStatus.status(app, "alice") { $0["online_status"] != .string("online") }
             #expect(status["online_status"] == .string("logout"))
-            Self.expectProblem(try server.request(.get, "/v1/users/alice/events", bearer: token), 401, 6_000_103)
+            Self.expectProblem(try server.request(.get, "/v1/users/alice/events", bearer: token), 401, .tokenInvalid)
         }
     }
 

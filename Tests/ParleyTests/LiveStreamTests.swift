@@ -111,11 +111,11 @@ struct LiveStreamTests: ProblemAssertions {
 
             let head = try LiveStreams.head(app)
             for bad in ["-1", "+5", "1.5", "%201", "abc", String(head + 1)] {
-                Self.expectProblem(try app.request(.get, "/v1/events?last_event_id=\(bad)"), 400, 7_000_012, bad)
+                Self.expectProblem(try app.request(.get, "/v1/events?last_event_id=\(bad)"), 400, .invalidLastEventId, bad)
             }
             var headers = HTTPHeaders()
             headers.add("Last-Event-ID", "x")
-            Self.expectProblem(try app.request(.get, "/v1/events?last_event_id=0", headers: headers), 400, 7_000_012, "header wins")
+            Self.expectProblem(try app.request(.get, "/v1/events?last_event_id=0", headers: headers), 400, .invalidLastEventId, "header wins")
         }
     }
 
@@ -137,11 +137,11 @@ struct LiveStreamTests: ProblemAssertions {
             try app.createUser("u1")
             try app.createUser("u2")
             let token = try app.token(for: "u1")
-            Self.expectProblem(try server.request(.get, "/v1/users/u2/events", bearer: token), 403, 7_000_002)
-            Self.expectProblem(try server.request(.get, "/v1/events", bearer: token), 403, 7_000_002)
-            Self.expectProblem(try server.request(.get, "/v1/users/u1/events?presence=true", bearer: token), 403, 7_000_002)
-            Self.expectProblem(try app.request(.get, "/v1/users/nobody/events"), 404, 6_000_011)
-            Self.expectProblem(try server.request(.get, "/v1/events?access_token=nope", bearer: nil), 401, 7_000_001)
+            Self.expectProblem(try server.request(.get, "/v1/users/u2/events", bearer: token), 403, .forbidden)
+            Self.expectProblem(try server.request(.get, "/v1/events", bearer: token), 403, .forbidden)
+            Self.expectProblem(try server.request(.get, "/v1/users/u1/events?presence=true", bearer: token), 403, .forbidden)
+            Self.expectProblem(try app.request(.get, "/v1/users/nobody/events"), 404, .userNotFound)
+            Self.expectProblem(try server.request(.get, "/v1/events?access_token=nope", bearer: nil), 401, .unauthenticated)
             var streams: [HTTPClientStream] = []
             defer { for s in streams { s.close() } }
             for _ in 0..<LiveRoutes.maxStreamsPerUser {
@@ -149,7 +149,7 @@ struct LiveStreamTests: ProblemAssertions {
                 #expect(s.status == 200)
                 streams.append(s)
             }
-            Self.expectProblem(try server.request(.get, "/v1/users/u1/events", bearer: token), 429, 7_000_013)
+            Self.expectProblem(try server.request(.get, "/v1/users/u1/events", bearer: token), 429, .tooManyStreams)
             streams.removeLast().close()
             // The hub learns of the close asynchronously; a new stream fits again soon after.
             var status = 0

@@ -62,8 +62,8 @@ struct MessageLifecycleTests: GroupTestSupport {
             // The event is rendered before the statement that changes the row and writes it: it is the row as stored.
             #expect(events.first?["data"]?["message"] == (try MessageActions.get(app, id)))
             #expect(try app.events(query: "types=message.revoked&user_id=b").count == 1)
-            Self.expectProblem(try MessageActions.revoke(app, id), 409, 6_000_279)
-            Self.expectProblem(try MessageActions.revoke(app, "nope"), 404, 7_000_210)
+            Self.expectProblem(try MessageActions.revoke(app, id), 409, .alreadyRevoked)
+            Self.expectProblem(try MessageActions.revoke(app, "nope"), 404, .messageNotFound)
         }
     }
 
@@ -80,22 +80,24 @@ struct MessageLifecycleTests: GroupTestSupport {
             calls += ids[30..<35].map { ("/v1/messages/\($0)/revoke", tokenB) }
             calls += ids[35...].flatMap { id in [("/v1/messages/\(id)/revoke", nil), ("/v1/messages/\(id)/revoke", nil)] }
             calls += (0..<5).map { ("/v1/messages/m\($0)nosuch/revoke", nil) }
-            let answers = LockedValue<[Int: (Int, Int64?)]>([:])
+            let answers = LockedValue<[Int: (Int, Int?)]>([:])
             let work = calls
             WritePathTests.onThreads(work.count) { i in
                 let call = work[i]
                 let r =
                     call.token.map { try? Self.asUser(app, $0, .post, call.path, json: "{}") } ?? (try? app.request(.post, call.path, json: "{}"))
-                answers.withLock { $0[i] = (r?.status ?? 0, r?.json?["code"]?.intValue) }
+                answers.withLock { $0[i] = (r?.status ?? 0, r?.code) }
             }
             let got = answers.withLock { $0 }
             for i in 0..<30 { #expect(got[i]?.0 == 200, "revoke \(i)") }
-            for i in 30..<35 { #expect(got[i]?.0 == 403 && got[i]?.1 == 6_000_285, "revoke \(i) by b: \(String(describing: got[i]))") }
+            for i in 30..<35 {
+                #expect(got[i]?.0 == 403 && got[i]?.1 == ErrorCode.messagePermissionDenied.code, "revoke \(i) by b: \(String(describing: got[i]))")
+            }
             for pair in 0..<5 {
                 let statuses = [got[35 + 2 * pair]?.0, got[36 + 2 * pair]?.0].compactMap { $0 }.sorted()
                 #expect(statuses == [200, 409], "twice \(pair): \(statuses)")
             }
-            for i in 45..<50 { #expect(got[i]?.0 == 404 && got[i]?.1 == 7_000_210, "unknown \(i)") }
+            for i in 45..<50 { #expect(got[i]?.0 == 404 && got[i]?.1 == ErrorCode.messageNotFound.code, "unknown \(i)") }
             let revoked = try app.events(query: "types=message.revoked").compactMap { $0["data"]?["message"]?["message_id"]?.stringValue }
             #expect(revoked.sorted() == (Array(ids.prefix(30)) + Array(ids[35...])).sorted())
             for id in ids[30..<35] { #expect(try MessageActions.get(app, id)?["type"] == .int(1)) }
@@ -113,15 +115,15 @@ struct MessageLifecycleTests: GroupTestSupport {
             let fromAdmin = try MessageActions.sendGroup(app, "adm", group)["message_id"]?.stringValue ?? ""
             let peer = try MessageActions.send(app, "m1", "m2")["message_id"]?.stringValue ?? ""
             // Another member: 403 6000285; a non-member: 404 (it cannot see the message).
-            Self.expectProblem(try MessageActions.revoke(app, fromMember, #"{"operator":"m2"}"#), 403, 6_000_285)
-            Self.expectProblem(try MessageActions.revoke(app, fromMember, #"{"operator":"x"}"#), 404, 7_000_210)
+            Self.expectProblem(try MessageActions.revoke(app, fromMember, #"{"operator":"m2"}"#), 403, .messagePermissionDenied)
+            Self.expectProblem(try MessageActions.revoke(app, fromMember, #"{"operator":"x"}"#), 404, .messageNotFound)
             // Past the window the sender gets 6000278.
             try server.advanceClock(ms: 121_000)
-            Self.expectProblem(try MessageActions.revoke(app, fromMember, #"{"operator":"m1"}"#), 403, 6_000_278)
-            Self.expectProblem(try MessageActions.revoke(app, peer, #"{"operator":"m1"}"#), 403, 6_000_278)
+            Self.expectProblem(try MessageActions.revoke(app, fromMember, #"{"operator":"m1"}"#), 403, .revokeWindowExpired)
+            Self.expectProblem(try MessageActions.revoke(app, peer, #"{"operator":"m1"}"#), 403, .revokeWindowExpired)
             // An admin over a member (3), not over the owner; the owner over anyone (4); the app (2).
             #expect(try MessageActions.revoke(app, fromMember, #"{"operator":"adm"}"#).json?["body"]?["revoke_status"] == .int(3))
-            Self.expectProblem(try MessageActions.revoke(app, fromOwner, #"{"operator":"adm"}"#), 403, 6_000_285)
+            Self.expectProblem(try MessageActions.revoke(app, fromOwner, #"{"operator":"adm"}"#), 403, .messagePermissionDenied)
             #expect(try MessageActions.revoke(app, fromAdmin, #"{"operator":"o"}"#).json?["body"]?["revoke_status"] == .int(4))
             let byApp = try MessageActions.revoke(app, fromOwner)
             #expect(byApp.json?["body"]?["revoke_status"] == .int(2))
@@ -130,7 +132,7 @@ struct MessageLifecycleTests: GroupTestSupport {
             // A window of 0: never by the sender.
             try PeerMessages.patchSettings(app, #"{"revoke_window_s":0}"#)
             let fresh = try MessageActions.sendGroup(app, "m1", group)["message_id"]?.stringValue ?? ""
-            Self.expectProblem(try MessageActions.revoke(app, fresh, #"{"operator":"m1"}"#), 403, 6_000_278)
+            Self.expectProblem(try MessageActions.revoke(app, fresh, #"{"operator":"m1"}"#), 403, .revokeWindowExpired)
             _ = fromMember2
         }
     }
@@ -158,20 +160,23 @@ struct MessageLifecycleTests: GroupTestSupport {
             #expect(try app.request(.get, "/v1/messages/\(id)/edits?limit=2&cursor=\(cursor)").json?["items"]?[0]?["version"] == .int(3))
             #expect(try app.events(query: "types=message.edited").count == 2)
             // Rules: another user 6000285, a sensitive word 80001, a bad body 400, another type 6000013.
-            Self.expectProblem(try app.request(.patch, "/v1/messages/\(id)", json: #"{"operator":"b","body":{"text":"no"}}"#), 403, 6_000_285)
-            Self.expectProblem(try app.request(.patch, "/v1/messages/\(id)", json: #"{"operator":"a","body":{"text":"darn"}}"#), 422, 80001)
+            Self.expectProblem(
+                try app.request(.patch, "/v1/messages/\(id)", json: #"{"operator":"b","body":{"text":"no"}}"#), 403, .messagePermissionDenied)
+            Self.expectProblem(try app.request(.patch, "/v1/messages/\(id)", json: #"{"operator":"a","body":{"text":"darn"}}"#), 422, .sensitiveWord)
             Self.expectInvalid(try app.request(.patch, "/v1/messages/\(id)", json: #"{"operator":"a","body":{"text":""}}"#), field: "body.text")
             let image =
                 try PeerMessages.send(app, "a", "b", type: 11, body: #"{"url":"https://x.example/i.png","file_name":"i.png"}"#).json?["message_id"]?
                 .stringValue ?? ""
-            Self.expectProblem(try app.request(.patch, "/v1/messages/\(image)", json: #"{"operator":"a","body":{"text":"x"}}"#), 422, 6_000_013)
+            Self.expectProblem(
+                try app.request(.patch, "/v1/messages/\(image)", json: #"{"operator":"a","body":{"text":"x"}}"#), 422, .unsupportedOperation)
             // A never-edited message lists itself as version 1.
             #expect(try app.request(.get, "/v1/messages/\(image)/edits").json?["items"]?.arrayValue?.count == 1)
             // Past the window 6000286; revoked 6000279.
             try server.advanceClock(ms: 86_400_000)
-            Self.expectProblem(try app.request(.patch, "/v1/messages/\(id)", json: #"{"operator":"a","body":{"text":"late"}}"#), 403, 6_000_286)
+            Self.expectProblem(
+                try app.request(.patch, "/v1/messages/\(id)", json: #"{"operator":"a","body":{"text":"late"}}"#), 403, .editWindowExpired)
             #expect(try MessageActions.revoke(app, id).status == 200)
-            Self.expectProblem(try app.request(.patch, "/v1/messages/\(id)", json: #"{"body":{"text":"x"}}"#), 409, 6_000_279)
+            Self.expectProblem(try app.request(.patch, "/v1/messages/\(id)", json: #"{"body":{"text":"x"}}"#), 409, .alreadyRevoked)
         }
     }
 
@@ -185,11 +190,11 @@ struct MessageLifecycleTests: GroupTestSupport {
             let mine = try app.request(
                 .post, "/v1/messages/delete", json: "{\"scope\":\"self\",\"user_id\":\"b\",\"message_ids\":[\"\(one)\",\"nope\"]}")
             #expect(mine.status == 200, "\(mine.text)")
-            #expect(Self.codes(mine) == [nil, 7_000_210])
+            #expect(Self.codes(mine) == [nil, ErrorCode.messageNotFound.code])
             #expect(PeerMessages.seqs(try PeerMessages.history(app, "b", "a")) == [2])
             #expect(PeerMessages.seqs(try PeerMessages.history(app, "a", "b")) == [2, 1])
             #expect(try Self.unread(app, "b", "a") == 1)
-            Self.expectProblem(try Self.asUser(app, try app.token(for: "b"), .get, "/v1/messages/\(one)"), 404, 7_000_210)
+            Self.expectProblem(try Self.asUser(app, try app.token(for: "b"), .get, "/v1/messages/\(one)"), 404, .messageNotFound)
             let selfEvents = try app.events(query: "types=message.deleted")
             #expect(selfEvents.count == 1)
             #expect(selfEvents.first?["data"]?["scope"] == .string("self"))
@@ -197,7 +202,7 @@ struct MessageLifecycleTests: GroupTestSupport {
             // Everyone: only the app (or group owner/admin); the sender of a peer message gets 6000285.
             let denied = try app.request(
                 .post, "/v1/messages/delete", json: "{\"scope\":\"everyone\",\"operator\":\"a\",\"message_ids\":[\"\(two)\"]}")
-            #expect(Self.codes(denied) == [6_000_285])
+            #expect(Self.codes(denied) == [ErrorCode.messagePermissionDenied.code])
             let gone = try app.request(.post, "/v1/messages/delete", json: "{\"scope\":\"everyone\",\"message_ids\":[\"\(two)\"]}")
             #expect(Self.codes(gone) == [nil])
             let tomb = try PeerMessages.history(app, "a", "b").first
@@ -208,14 +213,14 @@ struct MessageLifecycleTests: GroupTestSupport {
             let everyone = try app.events(query: "types=message.deleted").last
             #expect(everyone?["data"]?["scope"] == .string("everyone"))
             #expect(everyone?["data"]?["message_ids"] == .array([.string(two)]))
-            Self.expectProblem(try MessageActions.revoke(app, two), 404, 7_000_210)
+            Self.expectProblem(try MessageActions.revoke(app, two), 404, .messageNotFound)
             // A group owner deletes any group message; a member deletes none.
             let group = try Self.createGroup(app, "o", members: ["m"])
             let g1 = try MessageActions.sendGroup(app, "o", group)["message_id"]?.stringValue ?? ""
             let g2 = try MessageActions.sendGroup(app, "m", group)["message_id"]?.stringValue ?? ""
             let byMember = try app.request(
                 .post, "/v1/messages/delete", json: "{\"scope\":\"everyone\",\"operator\":\"m\",\"message_ids\":[\"\(g1)\",\"\(g2)\"]}")
-            #expect(Self.codes(byMember) == [6_000_285, 6_000_285])
+            #expect(Self.codes(byMember) == [ErrorCode.messagePermissionDenied.code, ErrorCode.messagePermissionDenied.code])
             let byOwner = try app.request(
                 .post, "/v1/messages/delete", json: "{\"scope\":\"everyone\",\"operator\":\"o\",\"message_ids\":[\"\(g1)\",\"\(g2)\"]}")
             #expect(Self.codes(byOwner) == [nil, nil])
@@ -246,14 +251,14 @@ struct MessageLifecycleTests: GroupTestSupport {
                     try app.request(.get, "/v1/messages/\(id)/reactions/like/users"),
                 ]
             }
-            for r in try changes() { Self.expectProblem(r, 422, 6_000_013) }
+            for r in try changes() { Self.expectProblem(r, 422, .unsupportedOperation) }
             // Reading it finds no message.
-            Self.expectProblem(try app.request(.get, "/v1/messages/\(id)"), 404, 7_000_210)
+            Self.expectProblem(try app.request(.get, "/v1/messages/\(id)"), 404, .messageNotFound)
             // An id of the same shape that was never sent long ago, and a stored-message id that is unknown: 404.
-            Self.expectProblem(try MessageActions.revoke(app, "u00000001" + String(id.dropFirst(9))), 404, 7_000_210)
-            Self.expectProblem(try MessageActions.revoke(app, "m" + String(id.dropFirst())), 404, 7_000_210)
+            Self.expectProblem(try MessageActions.revoke(app, "u00000001" + String(id.dropFirst(9))), 404, .messageNotFound)
+            Self.expectProblem(try MessageActions.revoke(app, "m" + String(id.dropFirst())), 404, .messageNotFound)
             try server.advanceClock(ms: 3_600_000)
-            for r in try changes() { Self.expectProblem(r, 404, 7_000_210) }
+            for r in try changes() { Self.expectProblem(r, 404, .messageNotFound) }
         }
     }
 
@@ -353,7 +358,7 @@ struct MessageLifecycleTests: GroupTestSupport {
                 .post, "/v1/messages",
                 json: #"{"from":"a","conversation_type":"room","to":"r","type":1,"body":{"text":"x"},"storage":true,"cache":true}"#)
             let id = r.json?["message_id"]?.stringValue ?? ""
-            Self.expectProblem(try MessageActions.revoke(app, id, #"{"operator":"b"}"#), 404, 7_000_210)
+            Self.expectProblem(try MessageActions.revoke(app, id, #"{"operator":"b"}"#), 404, .messageNotFound)
             #expect(try MessageActions.revoke(app, id, #"{"operator":"a"}"#).json?["type"] == .int(31))
             // The recent cache shows the revoke record too, its text to the sender only.
             #expect(try app.request(.post, "/v1/rooms/r/enter", json: #"{"user_id":"b"}"#).status == 200)
@@ -365,7 +370,7 @@ struct MessageLifecycleTests: GroupTestSupport {
             #expect(try app.events(query: "types=message.revoked&room_id=r").count == 1)
             let group = try Self.createGroup(app, "a", members: ["b"])
             let tips = try app.request(.get, "/v1/groups/\(group)/messages").json?["items"]?[0]?["message_id"]?.stringValue ?? ""
-            Self.expectProblem(try MessageActions.revoke(app, tips), 422, 6_000_013)
+            Self.expectProblem(try MessageActions.revoke(app, tips), 422, .unsupportedOperation)
         }
     }
 }

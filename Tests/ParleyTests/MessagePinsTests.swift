@@ -132,12 +132,12 @@ struct MessagePinsTests: GroupTestSupport {
 
             // A user outside the conversation does not see the message; a token acts only for its user.
             let tokenC = try app.token(for: "c")
-            Self.expectProblem(try Self.asUser(app, tokenC, .post, "/v1/messages/\(m)/unpin", json: "{}"), 404, 7_000_210)
-            Self.expectProblem(try Self.pin(app, m, "c", unpin: true), 404, 7_000_210)
+            Self.expectProblem(try Self.asUser(app, tokenC, .post, "/v1/messages/\(m)/unpin", json: "{}"), 404, .messageNotFound)
+            Self.expectProblem(try Self.pin(app, m, "c", unpin: true), 404, .messageNotFound)
             Self.expectProblem(
-                try Self.asUser(app, tokenB, .post, "/v1/messages/\(m)/unpin", json: #"{"operator":"a"}"#), 403, 7_000_002)
-            Self.expectProblem(try Self.pin(app, "m-unknown", nil), 404, 7_000_210)
-            Self.expectProblem(try Self.pin(app, m, "not a user"), 400, 6_000_001)
+                try Self.asUser(app, tokenB, .post, "/v1/messages/\(m)/unpin", json: #"{"operator":"a"}"#), 403, .forbidden)
+            Self.expectProblem(try Self.pin(app, "m-unknown", nil), 404, .messageNotFound)
+            Self.expectProblem(try Self.pin(app, m, "not a user"), 400, .invalidParams)
         }
     }
 
@@ -150,13 +150,13 @@ struct MessagePinsTests: GroupTestSupport {
 
             // A member (role 3), even the sender, may not pin; nor may a custom role.
             let tokenM = try app.token(for: "m")
-            Self.expectProblem(try Self.asUser(app, tokenM, .post, "/v1/messages/\(msg)/pin", json: "{}"), 403, 6_000_285)
-            Self.expectProblem(try Self.pin(app, msg, "m"), 403, 6_000_285)
+            Self.expectProblem(try Self.asUser(app, tokenM, .post, "/v1/messages/\(msg)/pin", json: "{}"), 403, .messagePermissionDenied)
+            Self.expectProblem(try Self.pin(app, msg, "m"), 403, .messagePermissionDenied)
             try Self.setRole(app, g, "m", 7)
             let before = try Self.tips(app, g).count
-            Self.expectProblem(try Self.pin(app, msg, "m"), 403, 6_000_285)
+            Self.expectProblem(try Self.pin(app, msg, "m"), 403, .messagePermissionDenied)
             // A non-member does not see the message.
-            Self.expectProblem(try Self.pin(app, msg, "x"), 404, 7_000_210)
+            Self.expectProblem(try Self.pin(app, msg, "x"), 404, .messageNotFound)
             #expect(try Self.tips(app, g).count == before)
 
             // An admin pins; the owner unpins.
@@ -189,7 +189,7 @@ struct MessagePinsTests: GroupTestSupport {
 
             // A dismissed group: 409.
             #expect(try app.request(.post, "/v1/groups/\(g)/dismiss", json: #"{"operator":"o"}"#).status == 200)
-            Self.expectProblem(try Self.pin(app, msg, nil, unpin: true), 409, 6_000_527)
+            Self.expectProblem(try Self.pin(app, msg, nil, unpin: true), 409, .groupDismissed)
         }
     }
 
@@ -199,14 +199,14 @@ struct MessagePinsTests: GroupTestSupport {
             var ids: [String] = []
             for i in 0..<21 { ids.append(try Self.text(app, i % 2 == 0 ? "a" : "b", i % 2 == 0 ? "b" : "a", "t\(i)")) }
             for id in ids.prefix(20) { #expect(try Self.pin(app, id, nil).status == 200) }
-            Self.expectProblem(try Self.pin(app, ids[20], "a"), 422, 7_000_205)
+            Self.expectProblem(try Self.pin(app, ids[20], "a"), 422, .pinLimit)
             // Another conversation has its own 20.
             let other = try Self.text(app, "a", "c")
             #expect(try Self.pin(app, other, "c").status == 200)
             // Unpinning frees a slot.
             #expect(try Self.pin(app, ids[0], "b", unpin: true).status == 200)
             #expect(try Self.pin(app, ids[20], "a").status == 200)
-            Self.expectProblem(try Self.pin(app, ids[0], "a"), 422, 7_000_205)
+            Self.expectProblem(try Self.pin(app, ids[0], "a"), 422, .pinLimit)
             let pins = try app.request(.get, "/v1/users/a/conversations/peer/b/pins")
             #expect(pins.json?["items"]?.arrayValue?.count == 20, "\(pins.text)")
         }
@@ -225,7 +225,7 @@ struct MessagePinsTests: GroupTestSupport {
             DispatchQueue.concurrentPerform(iterations: racing.count) { i in
                 let r = try? Self.pin(app, racing[i], i % 2 == 0 ? "a" : "b")
                 if r?.status == 200 { pinned.add(1, ordering: .relaxed) }
-                if r?.code == 7_000_205 { refused.add(1, ordering: .relaxed) }
+                if r?.code == ErrorCode.pinLimit.code { refused.add(1, ordering: .relaxed) }
             }
             #expect(pinned.load(ordering: .relaxed) == 2)
             #expect(refused.load(ordering: .relaxed) == 6)
@@ -242,22 +242,22 @@ struct MessagePinsTests: GroupTestSupport {
             let g = try Self.createGroup(app, "o", members: ["a"])
             // A tips message (the group's creation, seq 1).
             let tips = try #require(try Self.tips(app, g).first?["message_id"]?.stringValue)
-            Self.expectProblem(try Self.pin(app, tips, nil), 422, 6_000_013)
-            Self.expectProblem(try Self.pin(app, tips, "o", unpin: true), 422, 6_000_013)
+            Self.expectProblem(try Self.pin(app, tips, nil), 422, .unsupportedOperation)
+            Self.expectProblem(try Self.pin(app, tips, "o", unpin: true), 422, .unsupportedOperation)
             // A revoked message (type 31).
             let revoked = try Self.text(app, "a", "b")
             try server.sql("UPDATE messages SET type = 31 WHERE app_id = $1 AND message_id = $2", [app.appID, revoked])
-            Self.expectProblem(try Self.pin(app, revoked, "a"), 422, 6_000_013)
+            Self.expectProblem(try Self.pin(app, revoked, "a"), 422, .unsupportedOperation)
             // A stored room message.
             try RoomFixtures.createRoom(app, "r1", members: ["a"])
             let room = try app.request(
                 .post, "/v1/messages", json: #"{"from":"a","conversation_type":"room","to":"r1","type":1,"body":{"text":"x"},"storage":true}"#)
             let roomMessage = try #require(room.json?["message_id"]?.stringValue, "\(room.text)")
-            Self.expectProblem(try Self.pin(app, roomMessage, nil), 422, 6_000_013)
+            Self.expectProblem(try Self.pin(app, roomMessage, nil), 422, .unsupportedOperation)
             // A tombstone (deleted for everyone) is not found for a mutating call.
             let deleted = try Self.text(app, "a", "b")
             try server.sql("UPDATE messages SET deleted = true, body = NULL WHERE app_id = $1 AND message_id = $2", [app.appID, deleted])
-            Self.expectProblem(try Self.pin(app, deleted, nil), 404, 7_000_210)
+            Self.expectProblem(try Self.pin(app, deleted, nil), 404, .messageNotFound)
             #expect(try Self.pinTrail(app).isEmpty)
         }
     }
@@ -282,21 +282,21 @@ struct MessagePinsTests: GroupTestSupport {
             #expect(pins.json?["items"]?.arrayValue?.first?["pinned"]?["by"] == .null)
             let tokenB = try app.token(for: "b")
             #expect(ids(try Self.asUser(app, tokenB, .get, "/v1/users/b/conversations/peer/a/pins")) == [m3, m1, m2])
-            Self.expectProblem(try Self.asUser(app, tokenB, .get, "/v1/users/a/conversations/peer/b/pins"), 403, 7_000_002)
+            Self.expectProblem(try Self.asUser(app, tokenB, .get, "/v1/users/a/conversations/peer/b/pins"), 403, .forbidden)
             // Another pair has none.
             let none = try app.request(.get, "/v1/users/a/conversations/peer/c/pins")
             #expect(none.status == 200 && none.json?["items"] == .array([]), "\(none.text)")
-            Self.expectProblem(try app.request(.get, "/v1/users/a/conversations/room/b/pins"), 400, 6_000_001)
+            Self.expectProblem(try app.request(.get, "/v1/users/a/conversations/room/b/pins"), 400, .invalidParams)
 
             // Group: members only, and not once dismissed.
             let g = try Self.createGroup(app, "a", members: ["b"])
             let gm = try Self.text(app, "b", g, group: true)
             #expect(try Self.pin(app, gm, "a").status == 200)
             #expect(ids(try app.request(.get, "/v1/users/b/conversations/group/\(g)/pins")) == [gm])
-            Self.expectProblem(try app.request(.get, "/v1/users/x/conversations/group/\(g)/pins"), 403, 6_000_521)
-            Self.expectProblem(try app.request(.get, "/v1/users/x/conversations/group/g-missing/pins"), 404, 6_000_523)
+            Self.expectProblem(try app.request(.get, "/v1/users/x/conversations/group/\(g)/pins"), 403, .notGroupMember)
+            Self.expectProblem(try app.request(.get, "/v1/users/x/conversations/group/g-missing/pins"), 404, .groupNotFound)
             #expect(try app.request(.post, "/v1/groups/\(g)/dismiss", json: #"{"operator":"a"}"#).status == 200)
-            Self.expectProblem(try app.request(.get, "/v1/users/b/conversations/group/\(g)/pins"), 409, 6_000_527)
+            Self.expectProblem(try app.request(.get, "/v1/users/b/conversations/group/\(g)/pins"), 409, .groupDismissed)
         }
     }
 
@@ -343,8 +343,8 @@ struct MessagePinsTests: GroupTestSupport {
             #expect(empty.json?["items"] == .array([]) && empty.json?["root"]?["reply_count"] == .int(0), "\(empty.text)")
 
             // Not found: unknown, or not visible to the caller.
-            Self.expectProblem(try app.request(.get, "/v1/messages/m-unknown/replies"), 404, 7_000_210)
-            Self.expectProblem(try Self.asUser(app, try app.token(for: "c"), .get, "/v1/messages/\(root)/replies"), 404, 7_000_210)
+            Self.expectProblem(try app.request(.get, "/v1/messages/m-unknown/replies"), 404, .messageNotFound)
+            Self.expectProblem(try Self.asUser(app, try app.token(for: "c"), .get, "/v1/messages/\(root)/replies"), 404, .messageNotFound)
         }
     }
 }

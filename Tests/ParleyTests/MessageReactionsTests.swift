@@ -85,7 +85,7 @@ struct MessageReactionsTests: GroupTestSupport {
             Self.expectInvalid(try Self.react(app, m, "u1", ""), field: "body.reaction_type")
             Self.expectInvalid(try Self.react(app, m, "u1", String(repeating: "x", count: 33)), field: "body.reaction_type")
             Self.expectProblem(
-                try Self.asUser(app, u2, .post, "/v1/messages/\(m)/reactions", json: #"{"user_id":"u1","reaction_type":"like"}"#), 403, 7_000_002)
+                try Self.asUser(app, u2, .post, "/v1/messages/\(m)/reactions", json: #"{"user_id":"u1","reaction_type":"like"}"#), 403, .forbidden)
 
             // A user token's answer carries self_included; the app's does not.
             let first = try Self.asUser(app, u2, .post, "/v1/messages/\(m)/reactions", json: #"{"reaction_type":"like"}"#)
@@ -105,10 +105,10 @@ struct MessageReactionsTests: GroupTestSupport {
             #expect(u1View.json?["reactions"]?.arrayValue?.map { $0["self_included"] } == [.bool(true), .bool(false), .bool(true)])
 
             // Conflicts and the message's own 404s.
-            Self.expectProblem(try Self.react(app, m, "u1", "like"), 409, 6_000_280)
-            Self.expectProblem(try Self.react(app, m, "u3", "like"), 404, 7_000_210, "not a participant")
-            Self.expectProblem(try Self.react(app, m, "ghost", "like"), 404, 7_000_210, "unknown user")
-            Self.expectProblem(try Self.react(app, "m0000000000000000000000", "u1", "like"), 404, 7_000_210, "unknown message")
+            Self.expectProblem(try Self.react(app, m, "u1", "like"), 409, .reactionExists)
+            Self.expectProblem(try Self.react(app, m, "u3", "like"), 404, .messageNotFound, "not a participant")
+            Self.expectProblem(try Self.react(app, m, "ghost", "like"), 404, .messageNotFound, "unknown user")
+            Self.expectProblem(try Self.react(app, "m0000000000000000000000", "u1", "like"), 404, .messageNotFound, "unknown message")
             #expect(Self.shape(try Self.summary(app, m)) == ["like:2:u2,u1", "\(thumbs):1:u2", "x:1:u1"])
             // GET /v1/messages/{id}: self_included for a user token only.
             let viewed = try Self.asUser(app, u2, .get, "/v1/messages/\(m)")
@@ -131,7 +131,7 @@ struct MessageReactionsTests: GroupTestSupport {
             let page2 = try Self.asUser(app, u2, .get, "/v1/messages/\(m)/reactions/like/users?limit=1&cursor=\(cursor)")
             #expect(page2.json?["items"]?.arrayValue?.map { $0["user_id"]?.stringValue } == ["u1"])
             #expect(page2.json?["next_cursor"] == .null)
-            Self.expectProblem(try app.request(.get, "/v1/messages/\(m)/reactions/like/users?cursor=junk"), 400, 7_000_007)
+            Self.expectProblem(try app.request(.get, "/v1/messages/\(m)/reactions/like/users?cursor=junk"), 400, .invalidCursor)
             let encoded = try app.request(.get, "/v1/messages/\(m)/reactions/\(Self.percentEncoded(thumbs))/users")
             #expect(encoded.json?["items"]?.arrayValue?.map { $0["user_id"]?.stringValue } == ["u2"])
             let nobody = try app.request(.get, "/v1/messages/\(m)/reactions/nobody/users")
@@ -140,17 +140,17 @@ struct MessageReactionsTests: GroupTestSupport {
             #expect(nobody.json?["total_count"]?.intValue == 0)
             #expect(nobody.json?["next_cursor"] == .null)
             let u3 = try app.token(for: "u3")
-            Self.expectProblem(try Self.asUser(app, u3, .get, "/v1/messages/\(m)/reactions/like/users"), 404, 7_000_210)
+            Self.expectProblem(try Self.asUser(app, u3, .get, "/v1/messages/\(m)/reactions/like/users"), 404, .messageNotFound)
 
             // Removing.
-            Self.expectProblem(try app.request(.delete, "/v1/messages/\(m)/reactions/like"), 400, 6_000_001, "user_id is required")
+            Self.expectProblem(try app.request(.delete, "/v1/messages/\(m)/reactions/like"), 400, .invalidParams, "user_id is required")
             Self.expectInvalid(try app.request(.delete, "/v1/messages/\(m)/reactions/like?user_id=a%20b"), field: "user_id")
             Self.expectInvalid(
                 try app.request(.delete, "/v1/messages/\(m)/reactions/\(String(repeating: "x", count: 33))?user_id=u1"), field: "reaction_type")
-            Self.expectProblem(try Self.asUser(app, u2, .delete, "/v1/messages/\(m)/reactions/like?user_id=u1"), 403, 7_000_002)
-            Self.expectProblem(try Self.unreact(app, m, "u3", "like"), 404, 7_000_210)
+            Self.expectProblem(try Self.asUser(app, u2, .delete, "/v1/messages/\(m)/reactions/like?user_id=u1"), 403, .forbidden)
+            Self.expectProblem(try Self.unreact(app, m, "u3", "like"), 404, .messageNotFound)
             #expect(try Self.unreact(app, m, "u1", "like").status == 204)
-            Self.expectProblem(try Self.unreact(app, m, "u1", "like"), 404, 7_000_206)
+            Self.expectProblem(try Self.unreact(app, m, "u1", "like"), 404, .reactionNotFound)
             #expect(try Self.asUser(app, u2, .delete, "/v1/messages/\(m)/reactions/\(Self.percentEncoded(thumbs))").status == 204)
             #expect(Self.shape(try Self.summary(app, m)) == ["like:1:u2", "x:1:u1"])
             #expect(try Self.asUser(app, u2, .delete, "/v1/messages/\(m)/reactions/like").status == 204)
@@ -229,7 +229,7 @@ struct MessageReactionsTests: GroupTestSupport {
             for user in ["s", "r"] { try app.createUser(user) }
             let m = try Self.peerMessage(app, "s", "r")
             for i in 0..<50 { #expect(try Self.react(app, m, "s", "t\(i)").status == 201) }
-            Self.expectProblem(try Self.react(app, m, "r", "t50"), 422, 7_000_211)
+            Self.expectProblem(try Self.react(app, m, "r", "t50"), 422, .reactionTypeLimit)
             #expect(try Self.react(app, m, "r", "t7").status == 201, "an existing type is not a new one")
             #expect(try Self.unreact(app, m, "s", "t0").status == 204)
             #expect(try Self.react(app, m, "r", "t50").status == 201)
@@ -242,13 +242,13 @@ struct MessageReactionsTests: GroupTestSupport {
             for user in ["s", "r"] { try app.createUser(user) }
             let unstored = try Self.peerMessage(app, "s", "r", extra: #""online_only":true"#)
             // Unstored messages: 422 for reaction calls (docs/messages.md#sending).
-            Self.expectProblem(try Self.react(app, unstored, "s", "like"), 422, 6_000_013, "unstored")
-            Self.expectProblem(try Self.unreact(app, unstored, "s", "like"), 422, 6_000_013, "unstored")
+            Self.expectProblem(try Self.react(app, unstored, "s", "like"), 422, .unsupportedOperation, "unstored")
+            Self.expectProblem(try Self.unreact(app, unstored, "s", "like"), 422, .unsupportedOperation, "unstored")
             let revoked = try Self.peerMessage(app, "s", "r")
             #expect(try Self.react(app, revoked, "r", "like").status == 201)
             try server.sql("UPDATE messages SET type = 31 WHERE app_id = $1 AND message_id = $2", [app.appID, revoked])
-            Self.expectProblem(try Self.react(app, revoked, "s", "like"), 422, 6_000_013, "revoked")
-            Self.expectProblem(try Self.unreact(app, revoked, "r", "like"), 404, 7_000_206, "revoke dropped the reactions")
+            Self.expectProblem(try Self.react(app, revoked, "s", "like"), 422, .unsupportedOperation, "revoked")
+            Self.expectProblem(try Self.unreact(app, revoked, "r", "like"), 404, .reactionNotFound, "revoke dropped the reactions")
             let revokedUsers = try app.request(.get, "/v1/messages/\(revoked)/reactions/like/users")
             #expect(revokedUsers.status == 200)
             #expect(revokedUsers.json?["total_count"]?.intValue == 0)
@@ -260,23 +260,23 @@ struct MessageReactionsTests: GroupTestSupport {
             #expect(revoke.status == 200, "\(revoke.text)")
             #expect(try Self.summary(app, real).isEmpty)
             #expect(try Self.reactionEvents(app).count == before)
-            Self.expectProblem(try Self.react(app, real, "r", "like"), 422, 6_000_013, "revoked")
-            Self.expectProblem(try Self.unreact(app, real, "r", "like"), 404, 7_000_206, "revoked")
+            Self.expectProblem(try Self.react(app, real, "r", "like"), 422, .unsupportedOperation, "revoked")
+            Self.expectProblem(try Self.unreact(app, real, "r", "like"), 404, .reactionNotFound, "revoked")
             let tips = try Self.peerMessage(app, "s", "r")
             try server.sql("UPDATE messages SET type = 32 WHERE app_id = $1 AND message_id = $2", [app.appID, tips])
-            Self.expectProblem(try Self.react(app, tips, "s", "like"), 422, 6_000_013, "tips")
+            Self.expectProblem(try Self.react(app, tips, "s", "like"), 422, .unsupportedOperation, "tips")
             let deleted = try Self.peerMessage(app, "s", "r")
             #expect(try Self.react(app, deleted, "r", "like").status == 201)
             try server.sql("UPDATE messages SET deleted = true, body = NULL WHERE app_id = $1 AND message_id = $2", [app.appID, deleted])
-            Self.expectProblem(try Self.react(app, deleted, "s", "like"), 404, 7_000_210, "tombstone")
-            Self.expectProblem(try Self.unreact(app, deleted, "r", "like"), 404, 7_000_210, "tombstone")
+            Self.expectProblem(try Self.react(app, deleted, "s", "like"), 404, .messageNotFound, "tombstone")
+            Self.expectProblem(try Self.unreact(app, deleted, "r", "like"), 404, .messageNotFound, "tombstone")
             let hidden = try Self.peerMessage(app, "s", "r")
             try server.sql(
                 """
                 INSERT INTO message_hidden (app_id, user_id, conv_type, conv_id, seq, message_id)
                 SELECT app_id, 'r', conv_type, conv_id, seq, message_id FROM messages WHERE app_id = $1 AND message_id = $2
                 """, [app.appID, hidden])
-            Self.expectProblem(try Self.react(app, hidden, "r", "like"), 404, 7_000_210, "deleted for that user")
+            Self.expectProblem(try Self.react(app, hidden, "r", "like"), 404, .messageNotFound, "deleted for that user")
             #expect(try Self.react(app, hidden, "s", "like").status == 201)
         }
     }
@@ -290,9 +290,10 @@ struct MessageReactionsTests: GroupTestSupport {
             let gm = try #require(sent.json?["message_id"]?.stringValue)
             let x = try app.token(for: "x")
             Self.expectProblem(
-                try Self.asUser(app, x, .post, "/v1/messages/\(gm)/reactions", json: #"{"reaction_type":"like"}"#), 404, 7_000_210, "non-member")
-            Self.expectProblem(try Self.react(app, gm, "x", "like"), 404, 7_000_210, "non-member named by the app")
-            Self.expectProblem(try Self.asUser(app, x, .get, "/v1/messages/\(gm)/reactions/like/users"), 404, 7_000_210)
+                try Self.asUser(app, x, .post, "/v1/messages/\(gm)/reactions", json: #"{"reaction_type":"like"}"#), 404, .messageNotFound,
+                "non-member")
+            Self.expectProblem(try Self.react(app, gm, "x", "like"), 404, .messageNotFound, "non-member named by the app")
+            Self.expectProblem(try Self.asUser(app, x, .get, "/v1/messages/\(gm)/reactions/like/users"), 404, .messageNotFound)
             let mine = try Self.asUser(app, try app.token(for: "m"), .post, "/v1/messages/\(gm)/reactions", json: #"{"reaction_type":"like"}"#)
             #expect(mine.status == 201, "\(mine.text)")
             #expect(try Self.reactionEvents(app, user: "o").count == 1)
@@ -306,7 +307,7 @@ struct MessageReactionsTests: GroupTestSupport {
             for user in ["o", "m"] { #expect(try app.request(.post, "/v1/rooms/r1/enter", json: #"{"user_id":"\#(user)"}"#).status == 200) }
             let roomSent = try RoomFixtures.send(app, "o", "r1", extra: #","storage":true"#)
             let rm = try #require(roomSent.json?["message_id"]?.stringValue)
-            Self.expectProblem(try Self.react(app, rm, "x", "like"), 404, 7_000_210, "not in the room")
+            Self.expectProblem(try Self.react(app, rm, "x", "like"), 404, .messageNotFound, "not in the room")
             #expect(try Self.react(app, rm, "m", "like").status == 201)
             let roomEvents = try Self.reactionEvents(app).filter { $0["data"]?["conversation_type"]?.stringValue == "room" }
             #expect(roomEvents.count == 1)
@@ -315,7 +316,7 @@ struct MessageReactionsTests: GroupTestSupport {
             #expect(try Self.reactionEvents(app, user: "x").isEmpty)
             let unstoredRoom = try RoomFixtures.send(app, "o", "r1")
             let urm = try #require(unstoredRoom.json?["message_id"]?.stringValue)
-            Self.expectProblem(try Self.react(app, urm, "m", "like"), 422, 6_000_013, "unstored room message")
+            Self.expectProblem(try Self.react(app, urm, "m", "like"), 422, .unsupportedOperation, "unstored room message")
         }
     }
 

@@ -87,7 +87,7 @@ struct MessageSearchTests: GroupTestSupport {
             let everything = [combined, multiple, custom, image, latin, japanese, weather]
             #expect(try Self.ids(app, []) == everything)
             #expect(try Self.ids(app, [("q", "")]) == everything)
-            Self.expectProblem(try Self.search(app, [("q", "a b c d e f")]), 400, 6_000_001)
+            Self.expectProblem(try Self.search(app, [("q", "a b c d e f")]), 400, .invalidParams)
 
             // An edit changes what is found; a revoke and a delete for everyone take the message out.
             let edit = try app.request(.patch, "/v1/messages/\(latin)", json: #"{"body":{"text":"Goodbye"}}"#)
@@ -141,8 +141,8 @@ struct MessageSearchTests: GroupTestSupport {
                 let r = try Self.search(app, bad)
                 #expect(r.status == 400, "\(bad): \(r.text)")
             }
-            Self.expectProblem(try Self.search(app, [("start_at", "10"), ("end_at", "10")]), 400, 6_000_001)
-            Self.expectProblem(try Self.search(app, [("cursor", "nonsense")]), 400, 7_000_007)
+            Self.expectProblem(try Self.search(app, [("start_at", "10"), ("end_at", "10")]), 400, .invalidParams)
+            Self.expectProblem(try Self.search(app, [("cursor", "nonsense")]), 400, .invalidCursor)
         }
     }
 
@@ -191,7 +191,7 @@ struct MessageSearchTests: GroupTestSupport {
             // A cursor belongs to its own search.
             let page = try Self.search(app, [("q", "tied"), ("limit", "1")])
             let cursor = try #require(page.json?["next_cursor"]?.stringValue)
-            Self.expectProblem(try Self.search(app, [("q", "tied later"), ("limit", "1"), ("cursor", cursor)]), 400, 7_000_007)
+            Self.expectProblem(try Self.search(app, [("q", "tied later"), ("limit", "1"), ("cursor", cursor)]), 400, .invalidCursor)
         }
     }
 
@@ -211,28 +211,28 @@ struct MessageSearchTests: GroupTestSupport {
             #expect(try Self.ids(app, [("q", "secret"), ("user_id", "o")]) == [peer, inGroup])
             Self.expectProblem(
                 try Self.search(app, [("q", "secret"), ("user_id", "n"), ("conversation_type", "group"), ("conversation_id", group)]), 403,
-                6_000_521)
+                .notGroupMember)
             Self.expectProblem(
-                try Self.search(app, [("user_id", "n"), ("conversation_type", "group"), ("conversation_id", "nope")]), 404, 6_000_523)
-            Self.expectProblem(try Self.search(app, [("user_id", "ghost")]), 404, 6_000_011)
+                try Self.search(app, [("user_id", "n"), ("conversation_type", "group"), ("conversation_id", "nope")]), 404, .groupNotFound)
+            Self.expectProblem(try Self.search(app, [("user_id", "ghost")]), 404, .userNotFound)
 
             // A user token: its own view, and no one else's.
             let tokenM = try app.token(for: "m")
             #expect(try Self.ids(app, [("q", "secret")], token: tokenM) == [inGroup])
             #expect(try Self.ids(app, [("q", "secret"), ("user_id", "m")], token: tokenM) == [inGroup])
-            Self.expectProblem(try Self.search(app, [("q", "secret"), ("user_id", "o")], token: tokenM), 403, 7_000_002)
+            Self.expectProblem(try Self.search(app, [("q", "secret"), ("user_id", "o")], token: tokenM), 403, .forbidden)
 
             // A member who left sees nothing of the group any more.
             #expect(try app.request(.post, "/v1/groups/\(group)/leave", json: #"{"user_id":"m"}"#).status == 200)
             #expect(try Self.ids(app, [("q", "secret"), ("user_id", "m")]).isEmpty)
             Self.expectProblem(
-                try Self.search(app, [("user_id", "m"), ("conversation_type", "group"), ("conversation_id", group)]), 403, 6_000_521)
+                try Self.search(app, [("user_id", "m"), ("conversation_type", "group"), ("conversation_id", group)]), 403, .notGroupMember)
 
             // A dismissed group: gone from its members' searches, 409 when named; the app still finds its messages.
             #expect(try app.request(.post, "/v1/groups/\(group)/dismiss", json: #"{"operator":"o"}"#).status == 200)
             #expect(try Self.ids(app, [("q", "secret"), ("user_id", "o")]) == [peer])
             Self.expectProblem(
-                try Self.search(app, [("user_id", "o"), ("conversation_type", "group"), ("conversation_id", group)]), 409, 6_000_527)
+                try Self.search(app, [("user_id", "o"), ("conversation_type", "group"), ("conversation_id", group)]), 409, .groupDismissed)
             #expect(try Self.ids(app, [("q", "secret plan")]) == [inGroup])
 
             // Rooms: current members, the room's current life.
@@ -241,7 +241,7 @@ struct MessageSearchTests: GroupTestSupport {
             #expect(try Self.ids(app, [("q", "room"), ("user_id", "m")]) == [inRoom])
             #expect(try Self.ids(app, [("q", "room"), ("user_id", "n")]).isEmpty)
             Self.expectProblem(
-                try Self.search(app, [("user_id", "n"), ("conversation_type", "room"), ("conversation_id", "r1")]), 403, 6_000_321)
+                try Self.search(app, [("user_id", "n"), ("conversation_type", "room"), ("conversation_id", "r1")]), 403, .notInRoom)
             try RoomFixtures.leave(app, "r1", "m")
             #expect(try Self.ids(app, [("q", "room"), ("user_id", "m")]).isEmpty)
         }

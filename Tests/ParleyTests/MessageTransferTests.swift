@@ -73,8 +73,8 @@ struct MessageTransferTests: GroupTestSupport {
     }
 
     /// The per-line error codes of import results (nil for written lines).
-    static func lineCodes(_ results: [JSONValue]) -> [Int64?] {
-        results.map { $0["ok"] == .bool(true) ? nil : $0["error"]?["code"]?.intValue }
+    static func lineCodes(_ results: [JSONValue]) -> [Int?] {
+        results.map { $0["ok"] == .bool(true) ? nil : $0["error"]?["code"]?.intValue.map(Int.init) }
     }
 
     static func eventCount(_ app: TestApp) throws -> Int64 {
@@ -203,7 +203,10 @@ struct MessageTransferTests: GroupTestSupport {
                     Self.line("peer", "a", "b", type: 1, body: #"{"text":"new"}"#, timestamp: 9, key: "twice"),
                     Self.line("peer", "a", "b", type: 1, body: #"{"text":"other"}"#, timestamp: 9, key: "twice"),
                 ])
-            #expect(Self.lineCodes(changed) == [7_000_203, 7_000_203, nil, nil, 7_000_203])
+            #expect(
+                Self.lineCodes(changed) == [
+                    ErrorCode.clientMsgIdConflict.code, ErrorCode.clientMsgIdConflict.code, nil, nil, ErrorCode.clientMsgIdConflict.code,
+                ])
             #expect(changed[3]["data"]?["duplicate"] == true && changed[3]["data"]?["seq"] == changed[2]["data"]?["seq"])
         }
     }
@@ -237,25 +240,27 @@ struct MessageTransferTests: GroupTestSupport {
             #expect(results.map { $0["index"]?.intValue ?? -1 } == (0..<12).map(Int64.init))
             #expect(
                 Self.codes(r) == [
-                    6_000_001, 6_000_001, 6_000_011, 6_000_204, 6_000_204, 6_000_527, 6_000_001, 6_000_001, 6_000_001, 6_000_001, nil, nil,
+                    ErrorCode.invalidParams.code, ErrorCode.invalidParams.code, ErrorCode.userNotFound.code, ErrorCode.targetNotFound.code,
+                    ErrorCode.targetNotFound.code, ErrorCode.groupDismissed.code, ErrorCode.invalidParams.code, ErrorCode.invalidParams.code,
+                    ErrorCode.invalidParams.code, ErrorCode.invalidParams.code, nil, nil,
                 ])
             #expect(results[10]["data"]?["seq"] == 1 && results[11]["data"]?["seq"] == 2)
             let tombstone = try Self.export(app, "conversation_type=peer&user_id=a&peer_id=b").last
             #expect(tombstone?["deleted"] == true && tombstone?["body"] == .null)
-            Self.expectProblem(try app.request(.get, "/v1/messages/export?conversation_type=group&conversation_id=nogroup"), 404, 6_000_204)
-            Self.expectProblem(try app.request(.get, "/v1/messages/export?conversation_type=peer&user_id=a&peer_id=ghost"), 404, 6_000_204)
-            Self.expectProblem(try app.request(.get, "/v1/messages/export?conversation_type=peer&user_id=a"), 400, 6_000_001)
+            Self.expectProblem(try app.request(.get, "/v1/messages/export?conversation_type=group&conversation_id=nogroup"), 404, .targetNotFound)
+            Self.expectProblem(try app.request(.get, "/v1/messages/export?conversation_type=peer&user_id=a&peer_id=ghost"), 404, .targetNotFound)
+            Self.expectProblem(try app.request(.get, "/v1/messages/export?conversation_type=peer&user_id=a"), 400, .invalidParams)
             // Another media type is refused (docs/api.md).
-            Self.expectProblem(try app.request(.post, "/v1/messages/import", json: "{}"), 415, 7_000_008)
+            Self.expectProblem(try app.request(.post, "/v1/messages/import", json: "{}"), 415, .unsupportedMediaType)
         }
     }
 
     @Test func requestLimits() throws {
         try withApp(testClock: true, unthrottled: true) { server, app in
-            Self.expectProblem(try Self.importLines(app, String(repeating: "{}\n", count: 10_001)), 400, 6_000_001)
+            Self.expectProblem(try Self.importLines(app, String(repeating: "{}\n", count: 10_001)), 400, .invalidParams)
             let fits = try Self.importLines(app, String(repeating: "\n", count: 10_000))
             #expect(fits.status == 200 && Self.results(fits).isEmpty, "\(fits.text.prefix(200))")
-            Self.expectProblem(try Self.importLines(app, String(repeating: "x", count: 32 * 1024 * 1024 + 1)), 413, 7_000_005)
+            Self.expectProblem(try Self.importLines(app, String(repeating: "x", count: 32 * 1024 * 1024 + 1)), 413, .payloadTooLarge)
         }
     }
 

@@ -57,8 +57,8 @@ struct MessagesTests: ProblemAssertions {
             #expect(asB.status == 200)
             #expect(asB.json?["suppressed"] == nil, "suppressed is for the app key only")
             #expect(asB.json?["push"] == nil, "push is for the app and the sender only")
-            Self.expectProblem(try server.request(.get, "/v1/messages/\(id)", bearer: try app.token(for: "c")), 404, 7_000_210)
-            Self.expectProblem(try app.request(.get, "/v1/messages/nope"), 404, 7_000_210)
+            Self.expectProblem(try server.request(.get, "/v1/messages/\(id)", bearer: try app.token(for: "c")), 404, .messageNotFound)
+            Self.expectProblem(try app.request(.get, "/v1/messages/nope"), 404, .messageNotFound)
 
             // A user token sends as itself; `from` naming someone else → 403.
             let own = try server.request(
@@ -69,7 +69,7 @@ struct MessagesTests: ProblemAssertions {
             Self.expectProblem(
                 try server.request(
                     .post, "/v1/messages", bearer: tokenB,
-                    json: "{\"from\":\"a\",\"conversation_type\":\"peer\",\"to\":\"c\",\"type\":1,\"body\":{\"text\":\"yo\"}}"), 403, 7_000_002)
+                    json: "{\"from\":\"a\",\"conversation_type\":\"peer\",\"to\":\"c\",\"type\":1,\"body\":{\"text\":\"yo\"}}"), 403, .forbidden)
 
             let sent = try PeerMessages.events(app, "message.sent")
             #expect(sent.count == 2)
@@ -121,8 +121,8 @@ struct MessagesTests: ProblemAssertions {
             #expect(try PeerMessages.history(app, "b", "a").count == 1)
 
             // Different content → 409; another sender may reuse the value.
-            Self.expectProblem(try PeerMessages.sendText(app, "a", "b", "other", extra: "\"client_msg_id\":\"retry-1\""), 409, 7_000_203)
-            Self.expectProblem(try PeerMessages.sendText(app, "a", "c", "once", extra: "\"client_msg_id\":\"retry-1\""), 409, 7_000_203)
+            Self.expectProblem(try PeerMessages.sendText(app, "a", "b", "other", extra: "\"client_msg_id\":\"retry-1\""), 409, .clientMsgIdConflict)
+            Self.expectProblem(try PeerMessages.sendText(app, "a", "c", "once", extra: "\"client_msg_id\":\"retry-1\""), 409, .clientMsgIdConflict)
             #expect(try PeerMessages.sendText(app, "b", "a", "once", extra: "\"client_msg_id\":\"retry-1\"").status == 201)
 
             // Unstored messages are deduplicated too, with seq null.
@@ -151,13 +151,15 @@ struct MessagesTests: ProblemAssertions {
         try withApp(testClock: true, settings: "{\"text_max_bytes\":64}", unthrottled: true) { server, app in
             try app.createUser("a")
             try app.createUser("b")
-            Self.expectProblem(try PeerMessages.sendText(app, "a", "b", String(repeating: "x", count: 65)), 413, 7_000_201)
+            Self.expectProblem(try PeerMessages.sendText(app, "a", "b", String(repeating: "x", count: 65)), 413, .messageTooLarge)
             #expect(try PeerMessages.sendText(app, "a", "b", String(repeating: "x", count: 64)).status == 201)
             Self.expectProblem(
-                try PeerMessages.send(app, "a", "b", type: 11, body: "{\"url\":\"https://x/y.exe\",\"file_name\":\"y.exe\"}"), 422, 6_000_213)
+                try PeerMessages.send(app, "a", "b", type: 11, body: "{\"url\":\"https://x/y.exe\",\"file_name\":\"y.exe\"}"), 422,
+                .fileTypeUnsupported)
             #expect(try PeerMessages.send(app, "a", "b", type: 11, body: "{\"url\":\"https://x/y.PNG\",\"file_name\":\"y.PNG\"}").status == 201)
             Self.expectProblem(
-                try PeerMessages.send(app, "a", "b", type: 10, body: "{\"items\":[{\"type\":20,\"body\":{\"text\":\"x\"}}]}"), 422, 6_000_013)
+                try PeerMessages.send(app, "a", "b", type: 10, body: "{\"items\":[{\"type\":20,\"body\":{\"text\":\"x\"}}]}"), 422,
+                .unsupportedOperation)
             Self.expectInvalid(try PeerMessages.send(app, "a", "b", type: 1, body: "{\"text\":5}"), field: "body.body.text")
             Self.expectInvalid(try PeerMessages.sendText(app, "a", "b", ""), field: "body.body.text")
             Self.expectInvalid(try PeerMessages.send(app, "a", "b", type: 31, body: "{}"), field: "body.type")
@@ -166,14 +168,15 @@ struct MessagesTests: ProblemAssertions {
                 try PeerMessages.sendText(app, "a", "b", extra: "\"extended_data\":\"\(String(repeating: "e", count: 1025))\""),
                 field: "body.extended_data")
             Self.expectInvalid(try PeerMessages.sendText(app, "a", "b", extra: "\"priority\":1.5"), field: "body.priority")
-            Self.expectProblem(try PeerMessages.send(app, "a", "b", type: 20, body: "{\"text\":\"x\"}"), 422, 6_000_013)
-            Self.expectProblem(try PeerMessages.sendText(app, "a", "b", extra: "\"repeat_count\":2"), 422, 6_000_013)
-            Self.expectProblem(try PeerMessages.sendText(app, "a", "b", extra: "\"storage\":true"), 422, 6_000_013)
+            Self.expectProblem(try PeerMessages.send(app, "a", "b", type: 20, body: "{\"text\":\"x\"}"), 422, .unsupportedOperation)
+            Self.expectProblem(try PeerMessages.sendText(app, "a", "b", extra: "\"repeat_count\":2"), 422, .unsupportedOperation)
+            Self.expectProblem(try PeerMessages.sendText(app, "a", "b", extra: "\"storage\":true"), 422, .unsupportedOperation)
             Self.expectProblem(
-                try PeerMessages.send(app, "a", "b", type: 2, body: "{\"data\":\"aGk=\"}", extra: "\"need_receipt\":true"), 422, 6_000_013)
-            Self.expectProblem(try PeerMessages.sendText(app, "a", "ghost"), 404, 6_000_204)
-            Self.expectProblem(try PeerMessages.sendText(app, "ghost", "b"), 404, 6_000_011)
-            Self.expectProblem(try PeerMessages.sendText(app, "a", "b", extra: "\"reply_to\":\"mNope\""), 404, 7_000_210)
+                try PeerMessages.send(app, "a", "b", type: 2, body: "{\"data\":\"aGk=\"}", extra: "\"need_receipt\":true"), 422, .unsupportedOperation
+            )
+            Self.expectProblem(try PeerMessages.sendText(app, "a", "ghost"), 404, .targetNotFound)
+            Self.expectProblem(try PeerMessages.sendText(app, "ghost", "b"), 404, .userNotFound)
+            Self.expectProblem(try PeerMessages.sendText(app, "a", "b", extra: "\"reply_to\":\"mNope\""), 404, .messageNotFound)
             // Nothing of the failures was stored: seqs 1 and 2 are the two accepted sends.
             #expect(PeerMessages.seqs(try PeerMessages.history(app, "a", "b")) == [2, 1])
         }
@@ -194,7 +197,7 @@ struct MessagesTests: ProblemAssertions {
             #expect(try PeerMessages.conversation(app, "b", "a") == nil, "unstored messages create no conversation")
             #expect(try PeerMessages.events(app, "message.sent", audience: "b").count == 2)
             // A GET of an unstored message finds nothing stored.
-            Self.expectProblem(try app.request(.get, "/v1/messages/\(command.json?["message_id"]?.stringValue ?? "")"), 404, 7_000_210)
+            Self.expectProblem(try app.request(.get, "/v1/messages/\(command.json?["message_id"]?.stringValue ?? "")"), 404, .messageNotFound)
         }
     }
 
@@ -216,7 +219,7 @@ struct MessagesTests: ProblemAssertions {
             #expect(silent.json?["suppressed"] == nil, "the sender cannot tell")
             let id = silent.json?["message_id"]?.stringValue ?? ""
             #expect(try app.request(.get, "/v1/messages/\(id)").json?["suppressed"] == "blacklist")
-            Self.expectProblem(try server.request(.get, "/v1/messages/\(id)", bearer: try app.token(for: "b")), 404, 7_000_210)
+            Self.expectProblem(try server.request(.get, "/v1/messages/\(id)", bearer: try app.token(for: "b")), 404, .messageNotFound)
             #expect(PeerMessages.seqs(try PeerMessages.history(app, "b", "a")) == [1])
             #expect(PeerMessages.seqs(try PeerMessages.history(app, "b", "a", query: "?include_hidden=true")) == [2, 1])
             #expect(PeerMessages.seqs(try PeerMessages.history(app, "a", "b")) == [2, 1])
@@ -229,7 +232,7 @@ struct MessagesTests: ProblemAssertions {
 
             // error: 403 and nothing stored.
             try PeerMessages.patchSettings(app, "{\"blacklist_feedback\":\"error\"}")
-            Self.expectProblem(try PeerMessages.sendText(app, "a", "b"), 403, 20007)
+            Self.expectProblem(try PeerMessages.sendText(app, "a", "b"), 403, .blockedByRecipient)
             #expect(PeerMessages.seqs(try PeerMessages.history(app, "a", "b")) == [2, 1])
             // skip_checks bypasses the blacklist.
             #expect(try PeerMessages.sendText(app, "a", "b", extra: "\"skip_checks\":true").json?["seq"] == 3)
@@ -240,13 +243,13 @@ struct MessagesTests: ProblemAssertions {
         try withApp(testClock: true, settings: "{\"friend_only_c2c\":true}", unthrottled: true) { server, app in
             try app.createUser("a")
             try app.createUser("b")
-            Self.expectProblem(try PeerMessages.sendText(app, "a", "b"), 403, 20009)
+            Self.expectProblem(try PeerMessages.sendText(app, "a", "b"), 403, .notFriendsC2c)
             #expect(try PeerMessages.sendText(app, "a", "b", extra: "\"skip_checks\":true").status == 201)
             Self.expectProblem(
                 try server.request(
                     .post, "/v1/messages", bearer: try app.token(for: "a"),
                     json: "{\"conversation_type\":\"peer\",\"to\":\"b\",\"type\":1,\"body\":{\"text\":\"x\"},\"skip_checks\":true}"), 403,
-                7_000_002)
+                .forbidden)
             let befriend = try app.request(.post, "/v1/users/a/friends", json: "{\"friend_id\":\"b\"}")
             #expect(befriend.status == 201, "\(befriend.text)")
             #expect(try PeerMessages.sendText(app, "a", "b").status == 201)
@@ -258,7 +261,7 @@ struct MessagesTests: ProblemAssertions {
         try withApp(testClock: true, settings: "{\"sensitive_words\":[\"bad\"]}", unthrottled: true) { server, app in
             try app.createUser("a")
             try app.createUser("b")
-            Self.expectProblem(try PeerMessages.sendText(app, "a", "b", "so BAD"), 422, 80001)
+            Self.expectProblem(try PeerMessages.sendText(app, "a", "b", "so BAD"), 422, .sensitiveWord)
             #expect(try PeerMessages.history(app, "a", "b").isEmpty)
             let custom = try PeerMessages.send(app, "a", "b", type: 200, body: "{\"data\":\"bad\",\"sub_type\":1}")
             #expect(custom.status == 201, "custom messages are never filtered: \(custom.text)")
@@ -276,7 +279,7 @@ struct MessagesTests: ProblemAssertions {
             try app.createUser("a")
             try app.createUser("b")
             #expect(try app.request(.post, "/v1/users/a/mute", json: "{\"duration_s\":60}").status == 200)
-            Self.expectProblem(try PeerMessages.sendText(app, "a", "b"), 403, 6_000_231)
+            Self.expectProblem(try PeerMessages.sendText(app, "a", "b"), 403, .senderMuted)
             #expect(try PeerMessages.sendText(app, "b", "a").status == 201, "a muted user still receives")
             #expect(try PeerMessages.sendText(app, "a", "b", extra: "\"skip_checks\":true").status == 201)
             try server.advanceClock(ms: 61_000)
@@ -305,7 +308,7 @@ struct MessagesTests: ProblemAssertions {
             let other = try PeerMessages.sendText(app, "a", "c", "elsewhere")
             Self.expectProblem(
                 try PeerMessages.sendText(app, "a", "b", extra: "\"reply_to\":\(PeerMessages.q(other.json?["message_id"]?.stringValue ?? ""))"), 404,
-                7_000_210)
+                .messageNotFound)
 
             // Combine snapshots the listed messages in the given order.
             let ids = [reply.json?["message_id"]?.stringValue ?? "", rootID, other.json?["message_id"]?.stringValue ?? ""]
@@ -325,10 +328,11 @@ struct MessagesTests: ProblemAssertions {
                 cursor = r.json?["next_cursor"]?.stringValue
             } while cursor != nil
             #expect(walked == ids)
-            Self.expectProblem(try app.request(.get, "/v1/messages/\(rootID)/combined"), 422, 6_000_013)
+            Self.expectProblem(try app.request(.get, "/v1/messages/\(rootID)/combined"), 422, .unsupportedOperation)
             // b cannot see a↔c messages: combining them as b → 404.
             Self.expectProblem(
-                try PeerMessages.send(app, "b", "a", type: 100, body: "{\"title\":\"t\",\"message_ids\":[\(PeerMessages.q(ids[2]))]}"), 404, 7_000_210
+                try PeerMessages.send(app, "b", "a", type: 100, body: "{\"title\":\"t\",\"message_ids\":[\(PeerMessages.q(ids[2]))]}"), 404,
+                .messageNotFound
             )
         }
     }
@@ -356,15 +360,16 @@ struct MessagesTests: ProblemAssertions {
                     2, 3, 4,
                 ])
             #expect(PeerMessages.seqs(try PeerMessages.walk(app, "b", "a", query: "?types=1&limit=2")) == [10, 8, 7, 5, 4, 2, 1])
-            Self.expectProblem(try app.request(.get, "/v1/users/a/conversations/peer/b/messages?cursor=bogus"), 400, 7_000_007)
+            Self.expectProblem(try app.request(.get, "/v1/users/a/conversations/peer/b/messages?cursor=bogus"), 400, .invalidCursor)
             let page = try app.request(.get, "/v1/users/a/conversations/peer/b/messages?limit=2")
             let cursor = page.json?["next_cursor"]?.stringValue ?? ""
-            Self.expectProblem(try app.request(.get, "/v1/users/a/conversations/peer/b/messages?limit=2&types=1&cursor=\(cursor)"), 400, 7_000_007)
+            Self.expectProblem(
+                try app.request(.get, "/v1/users/a/conversations/peer/b/messages?limit=2&types=1&cursor=\(cursor)"), 400, .invalidCursor)
             Self.expectInvalid(try app.request(.get, "/v1/users/a/conversations/peer/b/messages?limit=0"), field: "limit")
             Self.expectInvalid(try app.request(.get, "/v1/users/a/conversations/room/b/messages"), field: "type")
             // A user token reads only its own view.
             Self.expectProblem(
-                try server.request(.get, "/v1/users/a/conversations/peer/b/messages", bearer: try app.token(for: "b")), 403, 7_000_002)
+                try server.request(.get, "/v1/users/a/conversations/peer/b/messages", bearer: try app.token(for: "b")), 403, .forbidden)
         }
     }
 
@@ -380,7 +385,10 @@ struct MessagesTests: ProblemAssertions {
             let results = r.json?["results"]?.arrayValue ?? []
             #expect(results.map { $0["index"]?.intValue } == [0, 1, 2, 3, 4])
             #expect(results.map { $0["id"]?.stringValue } == ["b", "c", "ghost", "b", "a"])
-            #expect(results.map { $0["ok"] == true ? nil : $0["error"]?["code"]?.intValue } == [nil, nil, 6_000_204, 6_000_001, 6_000_001])
+            #expect(
+                results.map { $0["ok"] == true ? nil : $0["error"]?["code"]?.intValue.map(Int.init) } == [
+                    nil, nil, ErrorCode.targetNotFound.code, ErrorCode.invalidParams.code, ErrorCode.invalidParams.code,
+                ])
             #expect(results[0]["data"]?["seq"] == 1)
             let first = results[0]["data"]?["message_id"]
             #expect(try app.request(.get, "/v1/messages/\(first?.stringValue ?? "")").json?["client_msg_id"] == "bk:b")
@@ -396,8 +404,8 @@ struct MessagesTests: ProblemAssertions {
                 try app.request(
                     .post, "/v1/messages/batch",
                     json: "{\"from\":\"a\",\"to_user_ids\":[\"b\"],\"type\":1,\"body\":{\"text\":\"\(String(repeating: "x", count: 3000))\"}}"),
-                413, 7_000_201)
-            Self.expectProblem(try server.request(.post, "/v1/messages/batch", bearer: try app.token(for: "a"), json: body), 403, 7_000_002)
+                413, .messageTooLarge)
+            Self.expectProblem(try server.request(.post, "/v1/messages/batch", bearer: try app.token(for: "a"), json: body), 403, .forbidden)
         }
     }
 
@@ -416,7 +424,7 @@ struct MessagesTests: ProblemAssertions {
                 try app.request(.post, "/v1/messages/broadcast", json: "{\"from\":\"a\",\"type\":100,\"body\":{}}"), field: "body.type")
             Self.expectProblem(
                 try app.request(.post, "/v1/messages/broadcast", json: "{\"from\":\"ghost\",\"type\":1,\"body\":{\"text\":\"x\"}}"), 404,
-                6_000_011)
+                .userNotFound)
         }
     }
 
@@ -456,7 +464,7 @@ struct MessagesTests: ProblemAssertions {
             let fresh = try PeerMessages.sendText(app, "a", "b", "fresh")
             #expect(fresh.json?["seq"]?.intValue == 2)
             #expect(PeerMessages.seqs(try PeerMessages.history(app, "b", "a")) == [2])
-            Self.expectProblem(try app.request(.get, "/v1/messages/\(oldID)"), 404, 7_000_210)
+            Self.expectProblem(try app.request(.get, "/v1/messages/\(oldID)"), 404, .messageNotFound)
             let retried = try PeerMessages.sendText(app, "a", "b", "old", extra: #""client_msg_id":"k-old""#)
             #expect(retried.status == 200)
             #expect(retried.json?["message_id"]?.stringValue == oldID)

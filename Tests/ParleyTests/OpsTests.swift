@@ -170,7 +170,7 @@ struct OpsTests: ProblemAssertions {
         for authorization in [nil, "Bearer wrong", "Bearer metrics-secretx", "Basic metrics-secret"] as [String?] {
             let r = try get(authorization)
             #expect(r.status == 401, "\(authorization ?? "none")")
-            #expect((try? JSONValue.parse(r.body))?["code"]?.intValue == 7_000_001)
+            #expect((try? JSONValue.parse(r.body))?["code"]?.intValue.map(Int.init) == ErrorCode.unauthenticated.code)
             #expect(r.headers["Content-Type"]?.hasPrefix("application/problem+json") == true)
             #expect(r.headers["WWW-Authenticate"] == "Bearer", "\(authorization ?? "none")")
         }
@@ -223,10 +223,10 @@ struct OpsTests: ProblemAssertions {
             let other = try server.createApp()
             #expect(try other.request(.get, "/v1/stats").json?["event_log_head"] == "0")
             // Who: A (admin needs Parley-App-Id).
-            Self.expectProblem(try server.request(.get, "/v1/stats", bearer: server.adminKey), 400, 6_000_001)
+            Self.expectProblem(try server.request(.get, "/v1/stats", bearer: server.adminKey), 400, .invalidParams)
             let asApp = try server.request(.get, "/v1/stats", bearer: server.adminKey, headers: ["Parley-App-Id": app.appID])
             #expect(asApp.json?["event_log_head"] == "2")
-            Self.expectProblem(try server.request(.get, "/v1/stats"), 401, 7_000_001)
+            Self.expectProblem(try server.request(.get, "/v1/stats"), 401, .unauthenticated)
         }
     }
 
@@ -246,11 +246,11 @@ struct OpsTests: ProblemAssertions {
 
     @Test func theTestClockRoutesAre404WhenDisabled() throws {
         try withTestServer(testClock: false) { server in
-            Self.expectProblem(try server.request(.get, "/v1/test/clock", bearer: server.adminKey), 404, 7_000_006)
+            Self.expectProblem(try server.request(.get, "/v1/test/clock", bearer: server.adminKey), 404, .notFound)
             Self.expectProblem(
-                try server.request(.post, "/v1/test/clock/advance", bearer: server.adminKey, json: #"{"ms":60000}"#), 404, 7_000_006)
+                try server.request(.post, "/v1/test/clock/advance", bearer: server.adminKey, json: #"{"ms":60000}"#), 404, .notFound)
             Self.expectProblem(
-                try server.request(.post, "/v1/test/clock/advance", bearer: server.adminKey, json: #"{"ms":0}"#), 404, 7_000_006)
+                try server.request(.post, "/v1/test/clock/advance", bearer: server.adminKey, json: #"{"ms":0}"#), 404, .notFound)
             // The server clock was not moved.
             let app = try server.createApp()
             let createdAt = try server.request(.get, "/v1/apps/\(app.appID)", bearer: server.adminKey).json?["created_at"]?.intValue ?? 0
@@ -290,15 +290,15 @@ struct OpsTests: ProblemAssertions {
             // Invalid advances: ms ≥ 1, an integer, required.
             for body in [#"{"ms":0}"#, #"{"ms":-1}"#, "{}", #"{"ms":"5"}"#, #"{"ms":1.5}"#, #"{"ms":null}"#] {
                 let r = try server.request(.post, "/v1/test/clock/advance", bearer: server.adminKey, json: body)
-                Self.expectProblem(r, 400, 6_000_001, body)
+                Self.expectProblem(r, 400, .invalidParams, body)
                 #expect(r.json?["errors"]?[0]?["field"]?.stringValue == "body.ms", "\(body): \(r.text)")
             }
             #expect(try server.request(.get, "/v1/test/clock", bearer: server.adminKey).json?["offset_ms"]?.intValue == 60001)
 
             // Only the server admin key.
-            Self.expectProblem(try app.request(.get, "/v1/test/clock"), 403, 7_000_002)
-            Self.expectProblem(try app.request(.post, "/v1/test/clock/advance", json: #"{"ms":1}"#), 403, 7_000_002)
-            Self.expectProblem(try server.request(.get, "/v1/test/clock"), 401, 7_000_001)
+            Self.expectProblem(try app.request(.get, "/v1/test/clock"), 403, .forbidden)
+            Self.expectProblem(try app.request(.post, "/v1/test/clock/advance", json: #"{"ms":1}"#), 403, .forbidden)
+            Self.expectProblem(try server.request(.get, "/v1/test/clock"), 401, .unauthenticated)
             #expect(try server.request(.get, "/v1/test/clock", bearer: server.adminKey).json?["offset_ms"]?.intValue == 60001)
         }
     }
@@ -315,7 +315,7 @@ struct OpsTests: ProblemAssertions {
                 #expect(page.previous == "0")
                 #expect(Set(page.response.json?.objectValue?.keys ?? []) == ["items", "next_cursor", "previous_event_id"])
             }
-            Self.expectProblem(try Self.log(app, "after=1").response, 400, 7_000_012, "after beyond an empty log")
+            Self.expectProblem(try Self.log(app, "after=1").response, 400, .invalidLastEventId, "after beyond an empty log")
         }
     }
 
@@ -371,7 +371,7 @@ struct OpsTests: ProblemAssertions {
         try withApp { server, app in
             try Self.writeSettingsEvents(app, count: 3)
             let page = try Self.log(app, "after=\(after)")
-            Self.expectProblem(page.response, 400, 7_000_012, "after=\(after)")
+            Self.expectProblem(page.response, 400, .invalidLastEventId, "after=\(after)")
             #expect(page.response.json?["title"]?.stringValue == "invalid_last_event_id")
         }
     }
@@ -416,7 +416,7 @@ struct OpsTests: ProblemAssertions {
             // limit bounds (docs/api.md).
             for limit in ["0", "101", "-1", "x"] {
                 let r = try Self.log(app, "after=earliest&limit=\(limit)").response
-                Self.expectProblem(r, 400, 6_000_001, "limit=\(limit)")
+                Self.expectProblem(r, 400, .invalidParams, "limit=\(limit)")
             }
             #expect(try Self.log(app, "after=earliest&limit=100").ids.count == 3)
             // Default limit 20.
@@ -474,7 +474,7 @@ struct OpsTests: ProblemAssertions {
             ]
             for (query, field) in cases {
                 let r = try Self.log(app, "after=earliest&" + query).response
-                #expect(r.status == 400 && r.code == 6_000_001, "\(query): \(r.status) \(r.text.prefix(200))")
+                #expect(r.status == 400 && r.code == ErrorCode.invalidParams.code, "\(query): \(r.status) \(r.text.prefix(200))")
                 let fields = r.json?["errors"]?.arrayValue?.compactMap { $0["field"]?.stringValue } ?? []
                 #expect(fields.contains(field), "\(query): \(r.text)")
             }
@@ -483,8 +483,8 @@ struct OpsTests: ProblemAssertions {
 
     @Test func theLogIsForAppCredentials() throws {
         try withApp { server, app in
-            Self.expectProblem(try server.request(.get, "/v1/events/log"), 401, 7_000_001)
-            Self.expectProblem(try server.request(.get, "/v1/events/log", bearer: server.adminKey), 400, 6_000_001)
+            Self.expectProblem(try server.request(.get, "/v1/events/log"), 401, .unauthenticated)
+            Self.expectProblem(try server.request(.get, "/v1/events/log", bearer: server.adminKey), 400, .invalidParams)
             let asApp = try server.request(.get, "/v1/events/log?after=earliest", bearer: server.adminKey, headers: ["Parley-App-Id": app.appID])
             #expect(asApp.status == 200, "\(asApp.text)")
             #expect(asApp.json?["previous_event_id"] == "0")

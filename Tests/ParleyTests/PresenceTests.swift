@@ -68,10 +68,10 @@ struct PresenceTests: ProblemAssertions {
             #expect(other.status == 200, "\(other.text)")
             #expect(other.json == r.json)
 
-            Self.expectProblem(try app.request(.get, "/v1/users/ghost/status"), 404, 6_000_011)
-            Self.expectProblem(try server.request(.get, "/v1/users/ghost/status", bearer: token), 404, 6_000_011)
+            Self.expectProblem(try app.request(.get, "/v1/users/ghost/status"), 404, .userNotFound)
+            Self.expectProblem(try server.request(.get, "/v1/users/ghost/status", bearer: token), 404, .userNotFound)
             #expect(try app.request(.delete, "/v1/users/gone").status == 204)
-            Self.expectProblem(try app.request(.get, "/v1/users/gone/status"), 404, 6_000_011)
+            Self.expectProblem(try app.request(.get, "/v1/users/gone/status"), 404, .userNotFound)
             Self.expectInvalid(try app.request(.get, "/v1/users/bad%20id/status"), field: "user_id")
         }
     }
@@ -83,7 +83,10 @@ struct PresenceTests: ProblemAssertions {
 
             let r = try app.request(.post, "/v1/users/status/query", json: "{\"user_ids\":[\"u1\",\"ghost\",\"u1\",\"u2\",\"bad id\",7]}")
             #expect(r.status == 200, "\(r.text)")
-            #expect(B.codes(r) == [nil, 6_000_011, 6_000_001, nil, 6_000_001, 6_000_001])
+            #expect(
+                B.codes(r) == [
+                    nil, ErrorCode.userNotFound.code, ErrorCode.invalidParams.code, nil, ErrorCode.invalidParams.code, ErrorCode.invalidParams.code,
+                ])
             let results = B.results(r)
             #expect(results.map { $0["id"]?.stringValue } == ["u1", "ghost", "u1", "u2", "bad id", ""])
             #expect(Set(results[0]["data"]?.objectValue?.keys ?? []) == Self.statusKeys)
@@ -102,7 +105,7 @@ struct PresenceTests: ProblemAssertions {
             let hundred = (1...100).map { "x\($0)" }
             let ok = try app.request(.post, "/v1/users/status/query", json: B.ids(hundred))
             #expect(ok.status == 200)
-            #expect(B.codes(ok) == Array(repeating: 6_000_011, count: 100))
+            #expect(B.codes(ok) == Array(repeating: ErrorCode.userNotFound.code, count: 100))
             Self.expectInvalid(try app.request(.post, "/v1/users/status/query", json: B.ids(hundred + ["x101"])), field: "body.user_ids")
         }
     }
@@ -174,20 +177,20 @@ struct PresenceTests: ProblemAssertions {
             }
             #expect(try Self.setCustom(app, "u1", "{\"custom_status\":\"x\",\"expires_in_s\":86400}").status == 200)
             #expect(try Self.setCustom(app, "u1", "{\"custom_status\":\"x\",\"expires_in_s\":1}").status == 200)
-            Self.expectProblem(try Self.setCustom(app, "ghost", "{\"custom_status\":\"x\"}"), 404, 6_000_011)
+            Self.expectProblem(try Self.setCustom(app, "ghost", "{\"custom_status\":\"x\"}"), 404, .userNotFound)
             // Failed requests write no event: only the three successful sets above.
             #expect(try Self.statusEvents(app).count == 3)
 
             // A user token acts only on its own status and subscriptions.
             let token = try app.token(for: "u1")
-            Self.expectProblem(try Self.setCustom(app, "u2", "{\"custom_status\":\"x\"}", bearer: token), 403, 7_000_002)
+            Self.expectProblem(try Self.setCustom(app, "u2", "{\"custom_status\":\"x\"}", bearer: token), 403, .forbidden)
             let subscribe = "{\"user_ids\":[\"u1\"],\"duration_min\":5}"
             Self.expectProblem(
-                try server.request(.post, "/v1/users/u2/status/subscriptions", bearer: token, json: subscribe), 403, 7_000_002)
+                try server.request(.post, "/v1/users/u2/status/subscriptions", bearer: token, json: subscribe), 403, .forbidden)
             Self.expectProblem(
                 try server.request(.post, "/v1/users/u2/status/subscriptions/delete", bearer: token, json: B.ids(["u1"])), 403,
-                7_000_002)
-            Self.expectProblem(try server.request(.get, "/v1/users/u2/status/subscriptions", bearer: token), 403, 7_000_002)
+                .forbidden)
+            Self.expectProblem(try server.request(.get, "/v1/users/u2/status/subscriptions", bearer: token), 403, .forbidden)
             let own = try server.request(
                 .post, "/v1/users/u1/status/subscriptions", bearer: token, json: "{\"user_ids\":[\"u2\"],\"duration_min\":5}")
             #expect(own.status == 200, "\(own.text)")
@@ -277,7 +280,10 @@ struct PresenceTests: ProblemAssertions {
 
             let r = try Self.subscribe(app, "u1", ["u3", "u2", "u1", "ghost", "u2", "bad id"], minutes: 10)
             #expect(r.status == 200, "\(r.text)")
-            #expect(B.codes(r) == [nil, nil, 6_000_001, 6_000_011, 6_000_001, 6_000_001])
+            #expect(
+                B.codes(r) == [
+                    nil, nil, ErrorCode.invalidParams.code, ErrorCode.userNotFound.code, ErrorCode.invalidParams.code, ErrorCode.invalidParams.code,
+                ])
             let first = B.results(r)[0]["data"]
             #expect(Set(first?.objectValue?.keys ?? []) == ["user_id", "expires_at", "status"])
             #expect(first?["user_id"] == .string("u3"))
@@ -311,17 +317,17 @@ struct PresenceTests: ProblemAssertions {
             #expect(page2.json?["items"]?.arrayValue?.compactMap { $0["user_id"]?.stringValue } == ["u3"])
             #expect(page2.json?["next_cursor"] == .null)
             #expect(try Self.subscribed(app, "u1", query: "?user_ids=u3,u4") == ["u3"])
-            Self.expectProblem(try app.request(.get, "/v1/users/u1/status/subscriptions?cursor=nope"), 400, 7_000_007)
-            Self.expectProblem(try app.request(.get, "/v1/users/u2/status/subscriptions?cursor=\(cursor)"), 400, 7_000_007)
+            Self.expectProblem(try app.request(.get, "/v1/users/u1/status/subscriptions?cursor=nope"), 400, .invalidCursor)
+            Self.expectProblem(try app.request(.get, "/v1/users/u2/status/subscriptions?cursor=\(cursor)"), 400, .invalidCursor)
             Self.expectInvalid(try app.request(.get, "/v1/users/u1/status/subscriptions?limit=0"), field: "limit")
-            Self.expectProblem(try app.request(.get, "/v1/users/ghost/status/subscriptions"), 404, 6_000_011)
+            Self.expectProblem(try app.request(.get, "/v1/users/ghost/status/subscriptions"), 404, .userNotFound)
 
             // Duration is required, 1–43200.
             for body in ["{\"user_ids\":[\"u4\"]}", "{\"user_ids\":[\"u4\"],\"duration_min\":0}", "{\"user_ids\":[\"u4\"],\"duration_min\":43201}"] {
                 Self.expectInvalid(try app.request(.post, "/v1/users/u1/status/subscriptions", json: body), field: "body.duration_min", body)
             }
             #expect(B.codes(try Self.subscribe(app, "u4", ["u1"], minutes: 43200)) == [nil])
-            Self.expectProblem(try Self.subscribe(app, "ghost", ["u1"], minutes: 5), 404, 6_000_011)
+            Self.expectProblem(try Self.subscribe(app, "ghost", ["u1"], minutes: 5), 404, .userNotFound)
 
             // After 10 minutes u3's subscription is gone (the timer removed it silently); u2's lasts 20.
             try server.advanceClock(ms: 600_000)
@@ -333,7 +339,7 @@ struct PresenceTests: ProblemAssertions {
             // Unsubscribe: per item not_found when there was no (unexpired) subscription.
             let removed = try app.request(.post, "/v1/users/u1/status/subscriptions/delete", json: B.ids(["u2", "u3", "u4", "u2"]))
             #expect(removed.status == 200, "\(removed.text)")
-            #expect(B.codes(removed) == [nil, 7_000_006, 7_000_006, 6_000_001])
+            #expect(B.codes(removed) == [nil, ErrorCode.notFound.code, ErrorCode.notFound.code, ErrorCode.invalidParams.code])
             #expect(B.results(removed)[0]["data"] == nil)
             #expect(try Self.subscribed(app, "u1").isEmpty)
             Self.expectInvalid(try app.request(.post, "/v1/users/u1/status/subscriptions/delete", json: "{\"user_ids\":[]}"), field: "body.user_ids")
@@ -355,14 +361,14 @@ struct PresenceTests: ProblemAssertions {
             // Full: a new target fails, a re-subscribe still works.
             let full = try Self.subscribe(app, "u1", ["c1", "x5", "u1"], minutes: 5)
             #expect(full.status == 200, "\(full.text)")
-            #expect(B.codes(full) == [7_000_103, nil, 6_000_001])
+            #expect(B.codes(full) == [ErrorCode.subscriptionLimit.code, nil, ErrorCode.invalidParams.code])
             #expect(
                 try server.count("SELECT count(*) FROM status_subscriptions WHERE app_id = $1 AND subscriber_id = 'u1'", [app.appID]) == 1000)
 
             // x5 now expires in 5 minutes: after that there is room for exactly one more.
             try server.advanceClock(ms: 300_000)
             let room = try Self.subscribe(app, "u1", ["c1", "c2"], minutes: 5)
-            #expect(B.codes(room) == [nil, 7_000_103])
+            #expect(B.codes(room) == [nil, ErrorCode.subscriptionLimit.code])
             #expect(try Self.subscribed(app, "u1", query: "?user_ids=c1,c2,x5") == ["c1"])
         }
     }
@@ -377,8 +383,8 @@ struct PresenceTests: ProblemAssertions {
             // A soft delete keeps the rows but hides the user from reads and lists.
             #expect(try app.request(.delete, "/v1/users/u1").status == 204)
             #expect(try Self.subscribed(app, "u3") == ["u2"])
-            Self.expectProblem(try Self.subscribe(app, "u1", ["u3"], minutes: 5), 404, 6_000_011)
-            #expect(B.codes(try Self.subscribe(app, "u2", ["u1"], minutes: 5)) == [6_000_011])
+            Self.expectProblem(try Self.subscribe(app, "u1", ["u3"], minutes: 5), 404, .userNotFound)
+            #expect(B.codes(try Self.subscribe(app, "u2", ["u1"], minutes: 5)) == [ErrorCode.userNotFound.code])
             #expect(try app.request(.post, "/v1/users/u1/restore").status == 200)
             #expect(try Self.subscribed(app, "u3") == ["u1", "u2"])
 

@@ -193,7 +193,8 @@ struct PushTests: ProblemAssertions {
             #expect(dry.json?["decisions"]?.arrayValue?.map { $0["reason"] } == [.string("not_configured")])
             #expect(dry.json?["request"] == .null)
             Self.expectProblem(
-                try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","message_id":"\#(messageID)","dry_run":false}"#), 422, 7_000_701)
+                try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","message_id":"\#(messageID)","dry_run":false}"#), 422,
+                .pushNotConfigured)
             PushFixtures.drain(server)
             #expect(try PushFixtures.attempts(app).isEmpty)
         }
@@ -765,27 +766,30 @@ struct PushTests: ProblemAssertions {
         try app.createUser("carol")
         let message = try PushFixtures.send(app)
         let messageID = message["message_id"]?.stringValue ?? ""
-        Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"nobody","message_id":"\#(messageID)"}"#), 404, 6_000_011)
-        Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","message_id":"m-missing"}"#), 404, 7_000_210)
-        Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","call_id":"c-missing"}"#), 404, 6_000_276)
-        Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"carol","message_id":"\#(messageID)"}"#), 422, 6_000_013)
-        Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"alice","message_id":"\#(messageID)"}"#), 422, 6_000_013)
+        Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"nobody","message_id":"\#(messageID)"}"#), 404, .userNotFound)
+        Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","message_id":"m-missing"}"#), 404, .messageNotFound)
+        Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","call_id":"c-missing"}"#), 404, .callNotFound)
         Self.expectProblem(
-            try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","message_id":"\#(messageID)","dry_run":false}"#), 422, 7_000_701)
-        Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob"}"#), 400, 6_000_001)
+            try app.request(.post, "/v1/push/test", json: #"{"user_id":"carol","message_id":"\#(messageID)"}"#), 422, .unsupportedOperation)
         Self.expectProblem(
-            try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","message_id":"\#(messageID)","call_id":"c1"}"#), 400, 6_000_001)
+            try app.request(.post, "/v1/push/test", json: #"{"user_id":"alice","message_id":"\#(messageID)"}"#), 422, .unsupportedOperation)
+        Self.expectProblem(
+            try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","message_id":"\#(messageID)","dry_run":false}"#), 422, .pushNotConfigured
+        )
+        Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob"}"#), 400, .invalidParams)
+        Self.expectProblem(
+            try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","message_id":"\#(messageID)","call_id":"c1"}"#), 400, .invalidParams)
         // A message the bridge would not push, and a send body `user_id` would not receive.
         let silent = try PushFixtures.send(app, extra: #","push":{"enable":false}"#)["message_id"]?.stringValue ?? ""
-        Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","message_id":"\#(silent)"}"#), 422, 6_000_013)
+        Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","message_id":"\#(silent)"}"#), 422, .unsupportedOperation)
         let unsent = #"{"from":"alice","conversation_type":"peer","to":"bob","type":1,"body":{"text":"x"}}"#
-        Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"carol","message":\#(unsent)}"#), 422, 6_000_013)
+        Self.expectProblem(try app.request(.post, "/v1/push/test", json: #"{"user_id":"carol","message":\#(unsent)}"#), 422, .unsupportedOperation)
         let noFrom = try app.request(
             .post, "/v1/push/test", json: #"{"user_id":"bob","message":{"conversation_type":"peer","to":"bob","type":1,"body":{"text":"x"}}}"#)
-        Self.expectProblem(noFrom, 400, 6_000_001)
+        Self.expectProblem(noFrom, 400, .invalidParams)
         #expect(noFrom.json?["errors"]?[0]?["field"] == .string("body.message.from"), "\(noFrom.text)")
-        Self.expectProblem(try app.request(.get, "/v1/push/attempts/pa_missing"), 404, 7_000_006)
-        Self.expectProblem(try app.request(.get, "/v1/push/attempts?status=lost"), 400, 6_000_001)
+        Self.expectProblem(try app.request(.get, "/v1/push/attempts/pa_missing"), 404, .notFound)
+        Self.expectProblem(try app.request(.get, "/v1/push/attempts?status=lost"), 400, .invalidParams)
         // Not configured, dry run: every device says so, and nothing would be sent.
         try PushFixtures.device(app, "bob", key: "key-bob")
         let dry = try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","message_id":"\#(messageID)"}"#)
@@ -834,7 +838,7 @@ struct PushTests: ProblemAssertions {
         #expect(try server.request(.get, "/readyz").status == 200)
         server.app.push.stop()
         let r = try server.request(.get, "/readyz")
-        Self.expectProblem(r, 503, 7_000_010)
+        Self.expectProblem(r, 503, .unavailable)
         #expect(r.json?["detail"]?.stringValue?.contains("push") == true, "\(r.text)")
     }
 

@@ -25,19 +25,19 @@ struct RequestHygieneTests: ProblemAssertions {
     @Test func nulAnywhereInAJSONBodyIs400NamingTheFieldAndWritesNothing() throws {
         try withApp { server, app in
             Self.expectInvalid(try app.request(.post, "/v1/users", json: #"{"user_id":"nul1","name":"a\u0000b"}"#), field: "body.name")
-            Self.expectProblem(try app.request(.get, "/v1/users/nul1"), 404, 6_000_011, "the user was not created")
+            Self.expectProblem(try app.request(.get, "/v1/users/nul1"), 404, .userNotFound, "the user was not created")
             try app.createUser("u1")
             try app.createUser("u2")
 
             // In an array item, nested custom data, a member name, a member no route reads: the same rule.
             let imported = try app.request(.post, "/v1/users/import", json: #"{"users":[{"user_id":"ok1"},{"user_id":"n2","name":"x\u0000"}]}"#)
             Self.expectInvalid(imported, field: "body.users[1].name")
-            Self.expectProblem(try app.request(.get, "/v1/users/ok1"), 404, 6_000_011, "nothing of the import was written")
+            Self.expectProblem(try app.request(.get, "/v1/users/ok1"), 404, .userNotFound, "nothing of the import was written")
             let group = try app.request(
                 .post, "/v1/groups", json: #"{"group_id":"g1","operator":"u1","attributes":{"k1":"v\u0000","k\u00002":"v"}}"#)
             Self.expectInvalid(group, field: "body.attributes.k1")
             #expect(Self.fields(group).contains("body.attributes"), "a NUL in a member name names the object: \(group.text)")
-            Self.expectProblem(try app.request(.get, "/v1/groups/g1"), 404, 6_000_523, "the group was not created")
+            Self.expectProblem(try app.request(.get, "/v1/groups/g1"), 404, .groupNotFound, "the group was not created")
             let send = try app.request(
                 .post, "/v1/messages", json: #"{"from":"u1","conversation_type":"peer","to":"u2","type":200,"body":{"data":"d\u0000","sub_type":1}}"#)
             Self.expectInvalid(send, field: "body.body.data")
@@ -76,7 +76,7 @@ struct RequestHygieneTests: ProblemAssertions {
             let forged =
                 Crypto.base64URLEncode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8)) + "." + claims + "."
                 + Crypto.base64URLEncode(Crypto.randomBytes(32))
-            Self.expectProblem(try server.request(.get, "/v1/users/u1", bearer: forged), 401, 6_000_103, "issuer with NUL")
+            Self.expectProblem(try server.request(.get, "/v1/users/u1", bearer: forged), 401, .tokenInvalid, "issuer with NUL")
         }
     }
 
@@ -89,18 +89,21 @@ struct RequestHygieneTests: ProblemAssertions {
         let auth = "Authorization: Bearer \(app.key)\r\n"
 
         let (wrong, _) = try Self.raw(server, "DELETE /v1/settings HTTP/1.1\r\nHost: x\r\n\(auth)\r\n")
-        Self.expectProblem(wrong, 405, 7_000_014, "405")
+        Self.expectProblem(wrong, 405, .methodNotAllowed, "405")
         #expect(wrong.headers["Allow"]?.contains("PATCH") == true)
         #expect((try? JSONValue.parse(wrong.body))?["title"]?.stringValue == "method_not_allowed")
 
         let cases: [(String, Int, Int, String)] = [
-            ("GET /v1/settings HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 17_000))\r\n\r\n", 431, 7_000_016, "headers too large"),
-            ("POST /v1/users HTTP/1.1\r\nHost: x\r\n\(auth)Transfer-Encoding: gzip\r\n\r\n", 501, 7_000_017, "transfer coding"),
-            ("GET /v1/settings HTTP/2.0\r\nHost: x\r\n\(auth)\r\n", 505, 7_000_018, "HTTP/2.0"),
-            ("GET /v1/settings HTTP/1.1\r\n\(auth)\r\n", 400, 7_000_019, "no Host"),
-            ("POST /v1/users HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400, 7_000_019, "two lengths"),
-            ("POST /v1/users HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, 7_000_019, "bad chunk size"),
-            ("GET /v1/users?q=%zz HTTP/1.1\r\nHost: x\r\n\(auth)\r\n", 400, 7_000_019, "bad escape in the query"),
+            (
+                "GET /v1/settings HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 17_000))\r\n\r\n", 431,
+                ErrorCode.requestHeaderFieldsTooLarge.code, "headers too large"
+            ),
+            ("POST /v1/users HTTP/1.1\r\nHost: x\r\n\(auth)Transfer-Encoding: gzip\r\n\r\n", 501, ErrorCode.notImplemented.code, "transfer coding"),
+            ("GET /v1/settings HTTP/2.0\r\nHost: x\r\n\(auth)\r\n", 505, ErrorCode.httpVersionNotSupported.code, "HTTP/2.0"),
+            ("GET /v1/settings HTTP/1.1\r\n\(auth)\r\n", 400, ErrorCode.badRequest.code, "no Host"),
+            ("POST /v1/users HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400, ErrorCode.badRequest.code, "two lengths"),
+            ("POST /v1/users HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, ErrorCode.badRequest.code, "bad chunk size"),
+            ("GET /v1/users?q=%zz HTTP/1.1\r\nHost: x\r\n\(auth)\r\n", 400, ErrorCode.badRequest.code, "bad escape in the query"),
         ]
         for (request, status, code, name) in cases {
             let (r, connection) = try Self.raw(server, request)
@@ -113,7 +116,7 @@ struct RequestHygieneTests: ProblemAssertions {
         // A head that stops arriving: 408 before the connection closes.
         let slow = try HTTPClientConnection(host: "127.0.0.1", port: server.port, timeout: .seconds(10))
         try slow.sendRaw("GET /v1/settings HTTP/1.1\r\nHost: x\r\n")
-        Self.expectProblem(try slow.readResponse(), 408, 7_000_015, "slow head")
+        Self.expectProblem(try slow.readResponse(), 408, .requestTimeout, "slow head")
         #expect(slow.isClosedByPeer(timeout: .seconds(3)))
     }
 
@@ -125,25 +128,27 @@ struct RequestHygieneTests: ProblemAssertions {
             let token = try app.token(for: "u1")
             let big = #"{"user_id":"big","name":""# + String(repeating: "x", count: 2 << 20) + #""}"#
 
-            Self.expectProblem(try server.request(.post, "/v1/users", json: big), 401, 7_000_001, "no credential")
-            Self.expectProblem(try app.request(.post, "/v1/apps", json: big), 403, 7_000_002, "an app key on an admin route")
-            Self.expectProblem(try server.request(.post, "/v1/users", bearer: token, json: big), 403, 7_000_002, "a user token on an app route")
+            Self.expectProblem(try server.request(.post, "/v1/users", json: big), 401, .unauthenticated, "no credential")
+            Self.expectProblem(try app.request(.post, "/v1/apps", json: big), 403, .forbidden, "an app key on an admin route")
+            Self.expectProblem(try server.request(.post, "/v1/users", bearer: token, json: big), 403, .forbidden, "a user token on an app route")
 
             let used: HTTPHeaders = ["Idempotency-Key": "k1"]
             #expect(try app.request(.post, "/v1/users", json: #"{"user_id":"i1"}"#, headers: used).status == 201)
-            Self.expectProblem(try app.request(.post, "/v1/users", json: big, headers: used), 422, 7_000_003, "a key used by another request")
-            Self.expectProblem(try app.request(.post, "/v1/users", json: big, headers: ["Content-Type": "text/plain"]), 415, 7_000_008, "415")
+            Self.expectProblem(
+                try app.request(.post, "/v1/users", json: big, headers: used), 422, .idempotencyKeyReused, "a key used by another request")
+            Self.expectProblem(
+                try app.request(.post, "/v1/users", json: big, headers: ["Content-Type": "text/plain"]), 415, .unsupportedMediaType, "415")
 
             let fresh: HTTPHeaders = ["Idempotency-Key": "k2"]
             let tooLarge = try app.request(.post, "/v1/users", json: big, headers: fresh)
-            Self.expectProblem(tooLarge, 413, 7_000_005, "413")
+            Self.expectProblem(tooLarge, 413, .payloadTooLarge, "413")
             #expect(tooLarge.headers["Connection"] == "close")
-            Self.expectProblem(try app.request(.get, "/v1/users/big"), 404, 6_000_011, "nothing was written")
+            Self.expectProblem(try app.request(.get, "/v1/users/big"), 404, .userNotFound, "nothing was written")
             // The 413 claimed no key: the key still runs its first request.
             let after = try app.request(.post, "/v1/users", json: #"{"user_id":"i2"}"#, headers: fresh)
             #expect(after.status == 201, "\(after.text)")
             #expect(after.headers["Idempotent-Replayed"] == nil)
-            Self.expectProblem(try server.request(.post, "/v1/apps", bearer: server.adminKey, json: big), 413, 7_000_005, "admin route")
+            Self.expectProblem(try server.request(.post, "/v1/apps", bearer: server.adminKey, json: big), 413, .payloadTooLarge, "admin route")
         }
     }
 
@@ -158,9 +163,9 @@ struct RequestHygieneTests: ProblemAssertions {
             #expect(try server.request(.get, "/%76%31/apps", bearer: server.adminKey).status == 200)
             #expect(try app.request(.get, "/v1/users/%75%31").json?["user_id"]?.stringValue == "u1")
             for path in ["//v1//apps", "//v1/apps", "/v1//apps", "/v1/apps/", "/v1/apps//", "/v1/apps%2F", "/v1%2Fapps", "/v1/apps/\(app.appID)/"] {
-                Self.expectProblem(try server.request(.get, path, bearer: server.adminKey), 404, 7_000_006, path)
+                Self.expectProblem(try server.request(.get, path, bearer: server.adminKey), 404, .notFound, path)
             }
-            Self.expectProblem(try app.request(.get, "/v1/users/u1/"), 404, 7_000_006, "trailing slash")
+            Self.expectProblem(try app.request(.get, "/v1/users/u1/"), 404, .notFound, "trailing slash")
         }
     }
 
@@ -199,7 +204,7 @@ struct RequestHygieneTests: ProblemAssertions {
                 let r = path.hasPrefix("/v1/apps") ? try server.request(.get, path, bearer: server.adminKey) : try app.request(.get, path)
                 #expect(r.status == 200, "\(path): \(r.text)")
             }
-            Self.expectProblem(try app.request(.get, "/v1/users?cursor=x"), 400, 7_000_007, "a cursor that is not one")
+            Self.expectProblem(try app.request(.get, "/v1/users?cursor=x"), 400, .invalidCursor, "a cursor that is not one")
         }
     }
 
@@ -215,12 +220,12 @@ struct RequestHygieneTests: ProblemAssertions {
                     "/v1/users/\(user)/conversations", "/v1/users/\(user)/unread_count", "/v1/users/\(user)/conversations/peer/u1/messages",
                     "/v1/users/\(user)/conversations/group/g1/messages",
                 ] {
-                    Self.expectProblem(try app.request(.get, path), 404, 6_000_011, path)
+                    Self.expectProblem(try app.request(.get, path), 404, .userNotFound, path)
                 }
                 // Patching an entry is 404 too (for a user that does not exist, schemathesis found a 500 from the foreign
                 // key of the entry the patch creates).
                 let patch = "/v1/users/\(user)/conversations/peer/u1"
-                Self.expectProblem(try app.request(.patch, patch, json: #"{"pinned":true}"#), 404, 6_000_011, patch)
+                Self.expectProblem(try app.request(.patch, patch, json: #"{"pinned":true}"#), 404, .userNotFound, patch)
             }
             // A user that exists reads empty answers, and the other side of the deleted user's conversation is kept.
             #expect(try app.request(.get, "/v1/users/u2/conversations").json?["items"]?.arrayValue?.isEmpty == true)
@@ -240,9 +245,9 @@ struct RequestHygieneTests: ProblemAssertions {
                 server,
                 "POST /v1/users HTTP/1.1\r\nAuthorization: Bearer \(app.key)\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
             )
-            Self.expectProblem(r, 400, 7_000_019, "no Host")
+            Self.expectProblem(r, 400, .badRequest, "no Host")
             #expect(connection.isClosedByPeer(timeout: .seconds(2)))
-            Self.expectProblem(try app.request(.get, "/v1/users/nh"), 404, 6_000_011, "nothing was written")
+            Self.expectProblem(try app.request(.get, "/v1/users/nh"), 404, .userNotFound, "nothing was written")
             // HTTP/1.0 has no Host requirement.
             let (old, _) = try Self.raw(server, "GET /healthz HTTP/1.0\r\n\r\n")
             #expect(old.status == 200)
@@ -259,7 +264,7 @@ struct RequestHygieneTests: ProblemAssertions {
         )
         let started = ContinuousClock.now
         let r = try connection.readResponse()
-        Self.expectProblem(r, 408, 7_000_015, "stalled body")
+        Self.expectProblem(r, 408, .requestTimeout, "stalled body")
         #expect(r.headers["Connection"] == "close")
         #expect(ContinuousClock.now - started < .seconds(5))
         #expect(connection.isClosedByPeer(timeout: .seconds(3)))
@@ -272,7 +277,7 @@ struct RequestHygieneTests: ProblemAssertions {
             #expect(try app.request(.post, "/v1/groups", json: #"{"group_id":"g1","operator":"u1","members":["u2"]}"#).status == 201)
             let token = try app.token(for: "u1")
             for path in ["/v1/users/u1/conversations/peer/u2/messages", "/v1/users/u1/conversations/group/g1/messages", "/v1/groups/g1/messages"] {
-                Self.expectProblem(try server.request(.get, path + "?include_hidden=true", bearer: token), 403, 7_000_002, path)
+                Self.expectProblem(try server.request(.get, path + "?include_hidden=true", bearer: token), 403, .forbidden, path)
                 #expect(try server.request(.get, path + "?include_hidden=false", bearer: token).status == 200, "\(path)")
                 #expect(try app.request(.get, path + "?include_hidden=true").status == 200, "\(path) with the app key")
             }

@@ -111,10 +111,10 @@ struct RoomMessagesTests: GroupTestSupport {
             try RoomFixtures.createRoom(app, "r1", members: ["u1", "u2"])
 
             // Sends: unknown room 404 6000204 (also with skip_checks), a non-member 403 6000321 unless skip_checks.
-            Self.expectProblem(try RoomFixtures.send(app, "u1", "nosuchroom"), 404, 6_000_204)
-            Self.expectProblem(try RoomFixtures.send(app, "u1", "nosuchroom", extra: #","skip_checks":true"#), 404, 6_000_204)
-            Self.expectProblem(try RoomFixtures.send(app, "x", "r1", extra: #","storage":true"#), 403, 6_000_321)
-            Self.expectProblem(try RoomFixtures.send(app, "nobody", "r1"), 404, 6_000_011)
+            Self.expectProblem(try RoomFixtures.send(app, "u1", "nosuchroom"), 404, .targetNotFound)
+            Self.expectProblem(try RoomFixtures.send(app, "u1", "nosuchroom", extra: #","skip_checks":true"#), 404, .targetNotFound)
+            Self.expectProblem(try RoomFixtures.send(app, "x", "r1", extra: #","storage":true"#), 403, .notInRoom)
+            Self.expectProblem(try RoomFixtures.send(app, "nobody", "r1"), 404, .userNotFound)
             #expect(try RoomFixtures.send(app, "x", "r1", extra: #","skip_checks":true"#).status == 201)
             // A member's own token sends; the sender's global mute applies first.
             let token = try app.token(for: "u2")
@@ -123,19 +123,19 @@ struct RoomMessagesTests: GroupTestSupport {
             #expect(own.status == 201, "\(own.text)")
             #expect(own.json?["seq"]?.intValue == 1)
             try app.server.sql("UPDATE users SET muted_until = -1 WHERE app_id = $1 AND user_id = 'u1'", [app.appID])
-            Self.expectProblem(try RoomFixtures.send(app, "u1", "r1"), 403, 6_000_231)
+            Self.expectProblem(try RoomFixtures.send(app, "u1", "r1"), 403, .senderMuted)
 
             // Reads: unknown room 404 6000322; a non-member token 403 6000321; a member token and the app 200.
             let xToken = try app.token(for: "x")
             for path in ["/v1/rooms/nosuchroom/messages", "/v1/rooms/nosuchroom/messages/recent"] {
-                Self.expectProblem(try app.request(.get, path), 404, 6_000_322)
+                Self.expectProblem(try app.request(.get, path), 404, .roomNotFound)
             }
             for path in ["/v1/rooms/r1/messages", "/v1/rooms/r1/messages/recent"] {
-                Self.expectProblem(try Self.asUser(app, xToken, .get, path), 403, 6_000_321)
+                Self.expectProblem(try Self.asUser(app, xToken, .get, path), 403, .notInRoom)
                 #expect(try Self.asUser(app, token, .get, path).status == 200)
                 #expect(try app.request(.get, path).status == 200)
             }
-            Self.expectProblem(try app.request(.get, "/v1/rooms/r1/messages?direction=sideways"), 400, 6_000_001)
+            Self.expectProblem(try app.request(.get, "/v1/rooms/r1/messages?direction=sideways"), 400, .invalidParams)
         }
     }
 
@@ -157,26 +157,26 @@ struct RoomMessagesTests: GroupTestSupport {
                     json: #"{"from":"u1","conversation_type":"group","to":"\#(g)","type":\#(type),"body":{"text":"x"}\#(extra)}"#)
             }
             // Barrage only in rooms; storage and cache only for rooms; never barrage with storage.
-            Self.expectProblem(try peer("", type: 20), 422, 6_000_013)
-            Self.expectProblem(try group("", type: 20), 422, 6_000_013)
-            Self.expectProblem(try peer(#","storage":true"#), 422, 6_000_013)
-            Self.expectProblem(try peer(#","cache":true"#), 422, 6_000_013)
-            Self.expectProblem(try group(#","storage":true"#), 422, 6_000_013)
-            Self.expectProblem(try group(#","cache":true"#), 422, 6_000_013)
+            Self.expectProblem(try peer("", type: 20), 422, .unsupportedOperation)
+            Self.expectProblem(try group("", type: 20), 422, .unsupportedOperation)
+            Self.expectProblem(try peer(#","storage":true"#), 422, .unsupportedOperation)
+            Self.expectProblem(try peer(#","cache":true"#), 422, .unsupportedOperation)
+            Self.expectProblem(try group(#","storage":true"#), 422, .unsupportedOperation)
+            Self.expectProblem(try group(#","cache":true"#), 422, .unsupportedOperation)
             #expect(try peer(#","storage":false,"cache":false"#).status == 201)
-            Self.expectProblem(try RoomFixtures.send(app, "u1", "r1", type: 20, extra: #","storage":true"#), 422, 6_000_013)
+            Self.expectProblem(try RoomFixtures.send(app, "u1", "r1", type: 20, extra: #","storage":true"#), 422, .unsupportedOperation)
             // repeat_count: 1–1000, other than 1 for group and room messages only.
-            Self.expectProblem(try peer(#","repeat_count":5"#), 422, 6_000_013)
+            Self.expectProblem(try peer(#","repeat_count":5"#), 422, .unsupportedOperation)
             #expect(try group(#","repeat_count":5"#).status == 201)
             let repeated = try RoomFixtures.send(app, "u1", "r1", type: 20, extra: #","repeat_count":1000"#)
             #expect(repeated.status == 201, "\(repeated.text)")
             #expect(repeated.json?["repeat_count"]?.intValue == 1000)
-            Self.expectProblem(try RoomFixtures.send(app, "u1", "r1", extra: #","repeat_count":1001"#), 400, 6_000_001)
-            Self.expectProblem(try RoomFixtures.send(app, "u1", "r1", extra: #","repeat_count":0"#), 400, 6_000_001)
+            Self.expectProblem(try RoomFixtures.send(app, "u1", "r1", extra: #","repeat_count":1001"#), 400, .invalidParams)
+            Self.expectProblem(try RoomFixtures.send(app, "u1", "r1", extra: #","repeat_count":0"#), 400, .invalidParams)
             // need_receipt: stored peer and group messages only.
-            Self.expectProblem(try RoomFixtures.send(app, "u1", "r1", extra: #","storage":true,"need_receipt":true"#), 422, 6_000_013)
+            Self.expectProblem(try RoomFixtures.send(app, "u1", "r1", extra: #","storage":true,"need_receipt":true"#), 422, .unsupportedOperation)
             // Priority 1–3; mentions are ignored in rooms.
-            Self.expectProblem(try RoomFixtures.send(app, "u1", "r1", extra: #","priority":4"#), 400, 6_000_001)
+            Self.expectProblem(try RoomFixtures.send(app, "u1", "r1", extra: #","priority":4"#), 400, .invalidParams)
             let mentioned = try RoomFixtures.send(app, "u1", "r1", extra: #","storage":true,"priority":1,"mentions":{"user_ids":["u2"],"all":true}"#)
             #expect(mentioned.status == 201, "\(mentioned.text)")
             #expect(mentioned.json?["mentions"]?["user_ids"]?.arrayValue?.isEmpty == true)
@@ -225,11 +225,11 @@ struct RoomMessagesTests: GroupTestSupport {
             let u2 = try app.token(for: "u2")
             let x = try app.token(for: "x")
             #expect(try Self.asUser(app, u2, .get, "/v1/messages/\(oldID)").status == 200)
-            Self.expectProblem(try Self.asUser(app, x, .get, "/v1/messages/\(oldID)"), 404, 7_000_210)
-            Self.expectProblem(try app.request(.get, "/v1/messages/\(unstored)"), 404, 7_000_210)
+            Self.expectProblem(try Self.asUser(app, x, .get, "/v1/messages/\(oldID)"), 404, .messageNotFound)
+            Self.expectProblem(try app.request(.get, "/v1/messages/\(unstored)"), 404, .messageNotFound)
             // A member who left no longer sees it.
             try RoomFixtures.leave(app, "r1", "u2")
-            Self.expectProblem(try Self.asUser(app, u2, .get, "/v1/messages/\(oldID)"), 404, 7_000_210)
+            Self.expectProblem(try Self.asUser(app, u2, .get, "/v1/messages/\(oldID)"), 404, .messageNotFound)
 
             // Replies stay in the room: a room message replies to a room message; another conversation's is not found.
             let reply = try RoomFixtures.send(app, "u1", "r1", "re", extra: #","storage":true,"reply_to":"\#(oldID)""#)
@@ -238,7 +238,7 @@ struct RoomMessagesTests: GroupTestSupport {
             let peer = try app.request(
                 .post, "/v1/messages", json: #"{"from":"u1","conversation_type":"peer","to":"u2","type":1,"body":{"text":"p"}}"#)
             let peerID = try #require(peer.json?["message_id"]?.stringValue)
-            Self.expectProblem(try RoomFixtures.send(app, "u1", "r1", extra: #","storage":true,"reply_to":"\#(peerID)""#), 404, 7_000_210)
+            Self.expectProblem(try RoomFixtures.send(app, "u1", "r1", extra: #","storage":true,"reply_to":"\#(peerID)""#), 404, .messageNotFound)
             #expect(try app.request(.get, "/v1/messages/\(oldID)").json?["reply_count"]?.intValue == 1)
 
             // Destroyed: the app still reads the stored message; the id used again continues the seq (3 after 1, 2).
@@ -250,7 +250,7 @@ struct RoomMessagesTests: GroupTestSupport {
             #expect(Self.seqs(try app.request(.get, "/v1/rooms/r1/messages")) == [3])
             #expect(Self.seqs(try Self.asUser(app, u2, .get, "/v1/rooms/r1/messages?direction=forward")) == [3])
             // A member of the new room does not read the old room's messages; the app does.
-            Self.expectProblem(try Self.asUser(app, u2, .get, "/v1/messages/\(oldID)"), 404, 7_000_210)
+            Self.expectProblem(try Self.asUser(app, u2, .get, "/v1/messages/\(oldID)"), 404, .messageNotFound)
             #expect(try app.request(.get, "/v1/messages/\(oldID)").status == 200)
             let freshID = try #require(fresh.json?["message_id"]?.stringValue)
             #expect(try Self.asUser(app, u2, .get, "/v1/messages/\(freshID)").status == 200)
@@ -267,7 +267,7 @@ struct RoomMessagesTests: GroupTestSupport {
         for u in ["u1", "u2"] { try app.createUser(u) }
         try RoomFixtures.createRoom(app, "r1", members: ["u1"])
         let shed = try RoomFixtures.send(app, "u1", "r1", extra: #","priority":1,"storage":true"#)
-        Self.expectProblem(shed, 429, 6_000_005)
+        Self.expectProblem(shed, 429, .rateLimited)
         #expect(shed.headers["Retry-After"] == "1")
         #expect(try RoomFixtures.send(app, "u1", "r1", extra: #","priority":2,"storage":true"#).json?["seq"]?.intValue == 1)
         let peer = try app.request(

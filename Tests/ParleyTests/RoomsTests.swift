@@ -43,13 +43,14 @@ struct RoomsTests: GroupTestSupport {
             #expect(created.json?["created_by"] == .string("a"))
             #expect(created.json?["destroy_delay_s"] == .int(60))
             #expect(created.json?["empty_since"] == .null)
-            Self.expectProblem(try app.request(.post, "/v1/rooms", json: #"{"room_id":"r1"}"#), 409, 6_000_323)
-            Self.expectProblem(try app.request(.post, "/v1/rooms", json: #"{"room_id":"r2","creator":"nobody"}"#), 404, 6_000_011)
+            Self.expectProblem(try app.request(.post, "/v1/rooms", json: #"{"room_id":"r1"}"#), 409, .roomAlreadyExists)
+            Self.expectProblem(try app.request(.post, "/v1/rooms", json: #"{"room_id":"r2","creator":"nobody"}"#), 404, .userNotFound)
             Self.expectInvalid(try app.request(.post, "/v1/rooms", json: #"{"destroy_delay_s":10801}"#), field: "body.destroy_delay_s")
             Self.expectInvalid(
                 try app.request(.post, "/v1/rooms", json: "{\"name\":\"\(String(repeating: "n", count: 65))\"}"), field: "body.name")
             Self.expectProblem(
-                try app.request(.post, "/v1/rooms", json: #"{"attributes":{"k":"\#(String(repeating: "v", count: 1025))"}}"#), 422, 6_000_336)
+                try app.request(.post, "/v1/rooms", json: #"{"attributes":{"k":"\#(String(repeating: "v", count: 1025))"}}"#), 422,
+                .roomAttributeValueTooLong)
             #expect(try server.count("SELECT count(*) FROM rooms", []) == 1, "a failed create creates nothing")
             // A generated id; no creator: nobody entered.
             let anonymous = try app.request(.post, "/v1/rooms", json: #"{"name":"x"}"#)
@@ -66,8 +67,8 @@ struct RoomsTests: GroupTestSupport {
             let again = try Self.enter(app, "r1", "b")
             #expect(again.json?["already_member"] == .bool(true))
             #expect(try Self.roomEvents(app, "room.member_joined", room: "r1").count == 2, "entering again is a no-op")
-            Self.expectProblem(try Self.enter(app, "r1", "nobody"), 404, 6_000_011)
-            Self.expectProblem(try Self.enter(app, "nope", "c", extra: #","create_if_missing":false"#), 404, 6_000_322)
+            Self.expectProblem(try Self.enter(app, "r1", "nobody"), 404, .userNotFound)
+            Self.expectProblem(try Self.enter(app, "nope", "c", extra: #","create_if_missing":false"#), 404, .roomNotFound)
             // Enter creates by default; the enterer is created_by and gets room.created.
             let made = try Self.enter(app, "r9", "c", extra: #","name":"made","attributes":{"k":"v"}"#)
             #expect(made.json?["created"] == .bool(true))
@@ -82,7 +83,7 @@ struct RoomsTests: GroupTestSupport {
             #expect(members.json?["items"]?.arrayValue?.compactMap { $0["user_id"]?.stringValue } == ["a", "b"])
             #expect(members.json?["items"]?.arrayValue?.last?["extended_data"] == .string("seat 3"))
             let query = try app.request(.post, "/v1/rooms/r1/members/query", json: #"{"user_ids":["b","c","nobody"]}"#)
-            #expect(Self.codes(query) == [nil, 6_000_321, 6_000_321])
+            #expect(Self.codes(query) == [nil, ErrorCode.notInRoom.code, ErrorCode.notInRoom.code])
             #expect(Self.results(query).first?["data"]?["user_id"] == .string("b"))
             Self.expectInvalid(
                 try app.request(.post, "/v1/rooms/r1/members/query", json: "{\"user_ids\":\(Self.array((1...11).map { "u\($0)" }))}"),
@@ -91,13 +92,13 @@ struct RoomsTests: GroupTestSupport {
 
             // User tokens: U·m routes answer 403 to non-members, U·r routes to anyone.
             let cToken = try app.token(for: "c")
-            Self.expectProblem(try Self.asUser(app, cToken, .get, "/v1/rooms/r1/members"), 403, 6_000_321)
-            Self.expectProblem(try Self.asUser(app, cToken, .get, "/v1/rooms/r1/attributes"), 403, 6_000_321)
+            Self.expectProblem(try Self.asUser(app, cToken, .get, "/v1/rooms/r1/members"), 403, .notInRoom)
+            Self.expectProblem(try Self.asUser(app, cToken, .get, "/v1/rooms/r1/attributes"), 403, .notInRoom)
             #expect(try Self.asUser(app, cToken, .get, "/v1/rooms/r1").status == 200)
             #expect(try Self.asUser(app, cToken, .get, "/v1/rooms/r1/online_count").status == 200)
-            Self.expectProblem(try Self.asUser(app, cToken, .get, "/v1/rooms/nope"), 404, 6_000_322)
-            Self.expectProblem(try Self.asUser(app, cToken, .post, "/v1/rooms/r1/leave", json: "{}"), 403, 6_000_321)
-            Self.expectProblem(try Self.asUser(app, cToken, .post, "/v1/rooms/r1/enter", json: #"{"user_id":"a"}"#), 403, 7_000_002)
+            Self.expectProblem(try Self.asUser(app, cToken, .get, "/v1/rooms/nope"), 404, .roomNotFound)
+            Self.expectProblem(try Self.asUser(app, cToken, .post, "/v1/rooms/r1/leave", json: "{}"), 403, .notInRoom)
+            Self.expectProblem(try Self.asUser(app, cToken, .post, "/v1/rooms/r1/enter", json: #"{"user_id":"a"}"#), 403, .forbidden)
             #expect(try Self.asUser(app, cToken, .post, "/v1/rooms/r1/enter", json: "{}").status == 200)
 
             let left = try app.request(.post, "/v1/rooms/r1/leave", json: #"{"user_id":"b"}"#)
@@ -108,7 +109,7 @@ struct RoomsTests: GroupTestSupport {
             #expect(leftEvent?["data"]?["reason"] == .string("left"))
 
             let kick = try app.request(.post, "/v1/rooms/r1/members/kick", json: #"{"user_ids":["c","b","a"]}"#)
-            #expect(Self.codes(kick) == [nil, 6_000_321, nil])
+            #expect(Self.codes(kick) == [nil, ErrorCode.notInRoom.code, nil])
             let kicked = try Self.roomEvents(app, "room.member_left", room: "r1").last
             #expect(kicked?["data"]?["user_ids"] == .array([.string("c"), .string("a")]), "one event, request order")
             #expect(kicked?["data"]?["reason"] == .string("kicked"))
@@ -126,10 +127,10 @@ struct RoomsTests: GroupTestSupport {
             #expect(rest.json?["items"]?.arrayValue?.count == 1)
             #expect(try app.request(.get, "/v1/rooms?q=lob").json?["items"]?.arrayValue?.first?["room_id"] == .string("r1"))
             #expect(try app.request(.delete, "/v1/rooms/r9").status == 204)
-            Self.expectProblem(try Self.room(app, "r9"), 404, 6_000_322)
+            Self.expectProblem(try Self.room(app, "r9"), 404, .roomNotFound)
             let destroyed = try Self.roomEvents(app, "room.destroyed", room: "r9")
             #expect(destroyed.count == 1)
-            Self.expectProblem(try app.request(.delete, "/v1/rooms/r9"), 404, 6_000_322)
+            Self.expectProblem(try app.request(.delete, "/v1/rooms/r9"), 404, .roomNotFound)
             #expect(try server.count("SELECT count(*) FROM room_attributes WHERE room_id = 'r9'", []) == 0)
             // The id may be used again.
             #expect(try app.request(.post, "/v1/rooms", json: #"{"room_id":"r9"}"#).status == 201)
@@ -142,15 +143,15 @@ struct RoomsTests: GroupTestSupport {
             #expect(try app.request(.patch, "/v1/settings", json: #"{"max_rooms_per_user":2}"#).status == 200)
             #expect(try Self.enter(app, "x1", "u").status == 200)
             #expect(try Self.enter(app, "x2", "u").status == 200)
-            Self.expectProblem(try Self.enter(app, "x3", "u"), 422, 6_000_325)
+            Self.expectProblem(try Self.enter(app, "x3", "u"), 422, .joinedRoomsLimit)
             #expect(try Self.enter(app, "x2", "u").json?["already_member"] == .bool(true), "already a member: a no-op even at the limit")
-            Self.expectProblem(try app.request(.post, "/v1/rooms", json: #"{"room_id":"x4","creator":"u"}"#), 422, 6_000_325)
-            Self.expectProblem(try Self.room(app, "x3"), 404, 6_000_322)
+            Self.expectProblem(try app.request(.post, "/v1/rooms", json: #"{"room_id":"x4","creator":"u"}"#), 422, .joinedRoomsLimit)
+            Self.expectProblem(try Self.room(app, "x3"), 404, .roomNotFound)
             // 10,000 rooms per app (bulk fixture).
             try server.sql(
                 "INSERT INTO rooms (app_id, room_id, created_at) SELECT $1, 'bulk' || g, 0 FROM generate_series(1, 9998) g", [app.appID])
-            Self.expectProblem(try app.request(.post, "/v1/rooms", json: #"{"room_id":"y"}"#), 422, 6_000_324)
-            Self.expectProblem(try Self.enter(app, "y", "u"), 422, 6_000_324)
+            Self.expectProblem(try app.request(.post, "/v1/rooms", json: #"{"room_id":"y"}"#), 422, .roomLimit)
+            Self.expectProblem(try Self.enter(app, "y", "u"), 422, .roomLimit)
             #expect(try Self.enter(app, "x1", "u").status == 200, "entering an existing room is not a creation")
         }
     }
@@ -172,7 +173,7 @@ struct RoomsTests: GroupTestSupport {
             #expect(updated?["data"]?["attributes"]?["seat1"] == .string("a"))
             // b cannot overwrite a's key without force; with force it can, and the owner stays a unless is_update_owner.
             let denied = try Self.asUser(app, bToken, .post, "/v1/rooms/r/attributes", json: #"{"attributes":{"seat1":"b","seat3":"b"}}"#)
-            #expect(Self.codes(denied) == [7_000_401, nil])
+            #expect(Self.codes(denied) == [ErrorCode.roomAttributeOwned.code, nil])
             let forced = try Self.asUser(app, bToken, .post, "/v1/rooms/r/attributes", json: #"{"attributes":{"seat1":"b"},"is_force":true}"#)
             #expect(Self.codes(forced) == [nil])
             var rows = try app.request(.get, "/v1/rooms/r/attributes").json?["attributes"]?.arrayValue ?? []
@@ -188,11 +189,11 @@ struct RoomsTests: GroupTestSupport {
             #expect(Self.codes(try app.request(.post, "/v1/rooms/r/attributes", json: #"{"attributes":{"app":"1","seat3":"app"}}"#)) == [nil, nil])
             #expect(
                 Self.codes(try Self.asUser(app, bToken, .post, "/v1/rooms/r/attributes/delete", json: #"{"keys":["app","nokey"]}"#)) == [
-                    7_000_401, 7_000_402,
+                    ErrorCode.roomAttributeOwned.code, ErrorCode.roomAttributeNotFound.code,
                 ])
             // The app naming an operator acts as that user: outside the room → 403.
-            Self.expectProblem(try app.request(.post, "/v1/rooms/r/attributes", json: #"{"operator":"out","attributes":{"k":"v"}}"#), 403, 6_000_321)
-            Self.expectProblem(try app.request(.post, "/v1/rooms/nope/attributes", json: #"{"attributes":{"k":"v"}}"#), 404, 6_000_322)
+            Self.expectProblem(try app.request(.post, "/v1/rooms/r/attributes", json: #"{"operator":"out","attributes":{"k":"v"}}"#), 403, .notInRoom)
+            Self.expectProblem(try app.request(.post, "/v1/rooms/nope/attributes", json: #"{"attributes":{"k":"v"}}"#), 404, .roomNotFound)
 
             // Quotas in request order: 5 keys exist (seat1-3, app); fill to 20, then the 21st fails while others apply.
             var fill: [String] = []
@@ -202,13 +203,17 @@ struct RoomsTests: GroupTestSupport {
                     $0 == nil
                 })
             let over = try app.request(.post, "/v1/rooms/r/attributes", json: #"{"attributes":{"new":"x","seat1":"changed"}}"#)
-            #expect(Self.codes(over) == [6_000_334, nil])
+            #expect(Self.codes(over) == [ErrorCode.roomAttributeCountExceeded.code, nil])
             let long = try app.request(
                 .post, "/v1/rooms/r/attributes",
                 json:
                     "{\"attributes\":{\"\(String(repeating: "k", count: 17))\":\"x\",\"f0\":\"\(String(repeating: "v", count: 1025))\",\"f1\":\"\(String(repeating: "v", count: 1000))\",\"f2\":\"\(String(repeating: "v", count: 1000))\",\"f3\":\"\(String(repeating: "v", count: 1000))\",\"f4\":\"\(String(repeating: "v", count: 1000))\",\"f5\":\"\(String(repeating: "v", count: 1000))\",\"f6\":\"\(String(repeating: "v", count: 1000))\"}}"
             )
-            #expect(Self.codes(long) == [6_000_334, 6_000_336, nil, nil, nil, nil, nil, 6_000_337], "\(long.text)")
+            #expect(
+                Self.codes(long) == [
+                    ErrorCode.roomAttributeCountExceeded.code, ErrorCode.roomAttributeValueTooLong.code, nil, nil, nil, nil, nil,
+                    ErrorCode.roomAttributesTotalExceeded.code,
+                ], "\(long.text)")
             let total = try Self.attributes(app, "r").reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
             #expect(total <= 5120)
             Self.expectInvalid(
@@ -247,13 +252,13 @@ struct RoomsTests: GroupTestSupport {
             )
             #expect(failing.status == 200, "\(failing.text)")
             #expect(failing.json?["applied"] == .bool(false))
-            #expect(Self.codes(failing) == [6_000_331, 7_000_401, 6_000_331])
+            #expect(Self.codes(failing) == [ErrorCode.roomBatchAborted.code, ErrorCode.roomAttributeOwned.code, ErrorCode.roomBatchAborted.code])
             #expect(try Self.attributes(app, "r") == ["owned": "a"])
             #expect(try Self.roomEvents(app, "room.attributes_batch_updated", room: "r").isEmpty)
             let repeated = try app.request(
                 .post, "/v1/rooms/r/attributes/batch", json: #"{"operations":[{"op":"set","key":"x","value":"1"},{"op":"delete","key":"x"}]}"#)
             #expect(repeated.json?["applied"] == .bool(false))
-            #expect(Self.codes(repeated) == [6_000_331, 6_000_001])
+            #expect(Self.codes(repeated) == [ErrorCode.roomBatchAborted.code, ErrorCode.invalidParams.code])
 
             let ok = try app.request(
                 .post, "/v1/rooms/r/attributes/batch",
@@ -286,7 +291,7 @@ struct RoomsTests: GroupTestSupport {
             for id in ["a", "b", "c"] { #expect(try Self.enter(app, "r", id).status == 200) }
             let set = try app.request(
                 .post, "/v1/rooms/r/member_attributes", json: #"{"operator":"a","user_ids":["a","b","out"],"attributes":{"mic":"on","cam":"off"}}"#)
-            #expect(Self.codes(set) == [nil, nil, 6_000_321], "\(set.text)")
+            #expect(Self.codes(set) == [nil, nil, ErrorCode.notInRoom.code], "\(set.text)")
             #expect(Self.results(set).first?["data"]?["attributes"] == .object(["cam": .string("off"), "mic": .string("on")]))
             let event = try Self.roomEvents(app, "room.member_attributes_updated", room: "r").last
             #expect(event?["data"]?["infos"]?.arrayValue?.count == 2)
@@ -301,26 +306,26 @@ struct RoomsTests: GroupTestSupport {
             let pairs = (0..<31).map { "\"k\($0)\":\"v\"" }.joined(separator: ",")
             #expect(
                 Self.codes(try app.request(.post, "/v1/rooms/r/member_attributes", json: "{\"user_ids\":[\"c\"],\"attributes\":{\(pairs)}}")) == [
-                    7_000_403
+                    ErrorCode.memberAttributePairsExceeded.code
                 ])
             #expect(
                 Self.codes(try app.request(.post, "/v1/rooms/r/member_attributes", json: #"{"user_ids":["c"],"attributes":{"ninebytes":"v"}}"#)) == [
-                    6_000_352
+                    ErrorCode.memberAttributeKeyTooLong.code
                 ])
             #expect(
                 Self.codes(
                     try app.request(
                         .post, "/v1/rooms/r/member_attributes",
                         json: "{\"user_ids\":[\"c\"],\"attributes\":{\"k\":\"\(String(repeating: "v", count: 65))\"}}"))
-                    == [6_000_353])
+                    == [ErrorCode.memberAttributeValueTooLong.code])
             let big = (0..<3).map { "\"k\($0)\":\"\(String(repeating: "v", count: 50))\"" }.joined(separator: ",")
             #expect(
                 Self.codes(try app.request(.post, "/v1/rooms/r/member_attributes", json: "{\"user_ids\":[\"c\"],\"attributes\":{\(big)}}")) == [
-                    6_000_351
+                    ErrorCode.memberAttributesTotalExceeded.code
                 ]
             )
             let query = try app.request(.post, "/v1/rooms/r/member_attributes/query", json: #"{"user_ids":["a","c","out"]}"#)
-            #expect(Self.codes(query) == [nil, nil, 6_000_321])
+            #expect(Self.codes(query) == [nil, nil, ErrorCode.notInRoom.code])
             #expect(Self.results(query)[1]["data"]?["attributes"] == .object([:]))
             // Leaving drops flagged member attributes (a's), keeps unflagged ones (b's) in the list.
             #expect(try app.request(.post, "/v1/rooms/r/leave", json: #"{"user_id":"a"}"#).status == 200)
@@ -329,14 +334,14 @@ struct RoomsTests: GroupTestSupport {
             #expect(list.json?["items"]?.arrayValue?.compactMap { $0["user_id"]?.stringValue } == ["b"], "\(list.text)")
             Self.expectProblem(
                 try app.request(.post, "/v1/rooms/r/member_attributes", json: #"{"operator":"b","user_ids":["c"],"attributes":{"x":"1"}}"#), 403,
-                6_000_321)
+                .notInRoom)
             // 500 users holding attributes per room (bulk fixture of 499 more holders, b included = 500).
             try server.sql(
                 "INSERT INTO room_member_attributes (app_id, room_id, user_id, key, value, delete_after_owner_left) SELECT $1, 'r', 'h' || g, 'k', 'v', false FROM generate_series(1, 499) g",
                 [app.appID])
             #expect(
                 Self.codes(try app.request(.post, "/v1/rooms/r/member_attributes", json: #"{"user_ids":["c"],"attributes":{"x":"1"}}"#)) == [
-                    6_000_357
+                    ErrorCode.memberAttributesUsersExceeded.code
                 ])
         }
     }
@@ -360,7 +365,7 @@ struct RoomsTests: GroupTestSupport {
             try server.advanceClock(ms: 29_500)
             #expect(try Self.room(app, "d").status == 200)
             try server.advanceClock(ms: 500)
-            Self.expectProblem(try Self.room(app, "d"), 404, 6_000_322)
+            Self.expectProblem(try Self.room(app, "d"), 404, .roomNotFound)
             #expect(try Self.roomEvents(app, "room.destroyed", room: "d").count == 1)
             #expect(try server.count("SELECT count(*) FROM room_attributes WHERE room_id = 'd'", []) == 0)
             // Never entered: never auto-destroyed.
@@ -369,7 +374,7 @@ struct RoomsTests: GroupTestSupport {
             // Delay 0: destroyed with the last removal, after its events.
             #expect(try Self.enter(app, "zero", "a").status == 200)
             #expect(try app.request(.post, "/v1/rooms/zero/leave", json: #"{"user_id":"a"}"#).status == 200)
-            Self.expectProblem(try Self.room(app, "zero"), 404, 6_000_322)
+            Self.expectProblem(try Self.room(app, "zero"), 404, .roomNotFound)
             let types = try app.events(query: "room_id=zero").compactMap { $0["type"]?.stringValue }
             #expect(types == ["room.created", "room.member_joined", "room.member_left", "room.destroyed"])
         }

@@ -91,13 +91,13 @@ struct UserEventLogTests: GroupTestSupport {
             #expect(byApp.json == byToken.json, "the user view whichever credential reads it")
             #expect(byApp.json?["next_cursor"] == byApp.json?["items"]?[Self.items(byApp).count - 1]?["id"])
 
-            Self.expectProblem(try Self.log(app, "b", token: tokenA), 403, 7_000_002, "another user's log")
-            Self.expectProblem(try Self.log(app, "nobody"), 404, 6_000_011)
+            Self.expectProblem(try Self.log(app, "b", token: tokenA), 403, .forbidden, "another user's log")
+            Self.expectProblem(try Self.log(app, "nobody"), 404, .userNotFound)
             for bad in ["-1", "abc", "%2B5", "1.5", "99999999"] {
-                Self.expectProblem(try Self.log(app, "a", "after=\(bad)"), 400, 7_000_012, "after=\(bad)")
+                Self.expectProblem(try Self.log(app, "a", "after=\(bad)"), 400, .invalidLastEventId, "after=\(bad)")
             }
-            Self.expectProblem(try Self.log(app, "a", "limit=0"), 400, 6_000_001)
-            Self.expectProblem(try Self.log(app, "a", "limit=101"), 400, 6_000_001)
+            Self.expectProblem(try Self.log(app, "a", "limit=0"), 400, .invalidParams)
+            Self.expectProblem(try Self.log(app, "a", "limit=101"), 400, .invalidParams)
         }
     }
 

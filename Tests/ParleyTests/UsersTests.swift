@@ -93,12 +93,12 @@ struct UsersTests {
             try app.createUser("u1")
             let dup = try app.request(.post, "/v1/users", json: #"{"user_id":"u1"}"#)
             #expect(dup.status == 409)
-            #expect(dup.code == 7000101)
+            #expect(dup.code == ErrorCode.userAlreadyExists.code)
 
             // A soft-deleted id is still taken.
             try app.createUser("gone")
             #expect(try app.request(.delete, "/v1/users/gone").status == 204)
-            #expect(try app.request(.post, "/v1/users", json: #"{"user_id":"gone"}"#).code == 7000101)
+            #expect(try app.request(.post, "/v1/users", json: #"{"user_id":"gone"}"#).code == ErrorCode.userAlreadyExists.code)
 
             let long = String(repeating: "a", count: 33)
             let cases: [(String, String)] = [
@@ -119,13 +119,13 @@ struct UsersTests {
             for (body, field) in cases {
                 let r = try app.request(.post, "/v1/users", json: body)
                 #expect(r.status == 400, "\(body)")
-                #expect(r.code == 6000001, "\(body)")
+                #expect(r.code == ErrorCode.invalidParams.code, "\(body)")
                 #expect(Self.errorFields(r).contains(field), "\(body): \(r.text)")
             }
             let many = try app.request(.post, "/v1/users", json: #"{"user_id":"","name":7}"#)
             #expect(Set(Self.errorFields(many)) == ["body.user_id", "body.name"])
-            #expect(try app.request(.post, "/v1/users", json: "[1]").code == 6000001)
-            #expect(try app.request(.post, "/v1/users", json: "{").code == 6000001)
+            #expect(try app.request(.post, "/v1/users", json: "[1]").code == ErrorCode.invalidParams.code)
+            #expect(try app.request(.post, "/v1/users", json: "{").code == ErrorCode.invalidParams.code)
 
             // Exactly at the limits is fine (and 32 bytes of id).
             let atLimit =
@@ -140,7 +140,7 @@ struct UsersTests {
             let token = try app.token(for: "u1")
             let forbidden = try server.request(.post, "/v1/users", bearer: token, json: #"{"user_id":"u9"}"#)
             #expect(forbidden.status == 403)
-            #expect(forbidden.code == 7000002)
+            #expect(forbidden.code == ErrorCode.forbidden.code)
         }
     }
 
@@ -178,15 +178,15 @@ struct UsersTests {
             // Another app's key does not see this app's users.
             let foreign = try other.request(.get, "/v1/users/u1")
             #expect(foreign.status == 404)
-            #expect(foreign.code == 6000011)
+            #expect(foreign.code == ErrorCode.userNotFound.code)
 
             let missing = try app.request(.get, "/v1/users/nobody")
             #expect(missing.status == 404)
-            #expect(missing.code == 6000011)
+            #expect(missing.code == ErrorCode.userNotFound.code)
             let bad = try app.request(.get, "/v1/users/" + String(repeating: "a", count: 33))
             #expect(bad.status == 400)
             #expect(Self.errorFields(bad) == ["user_id"])
-            #expect(try app.request(.get, "/v1/users/u1?include_deleted=yes").code == 6000001)
+            #expect(try app.request(.get, "/v1/users/u1?include_deleted=yes").code == ErrorCode.invalidParams.code)
 
             let token = try app.token(for: "u1")
             let me = try server.request(.get, "/v1/users/u1", bearer: token)
@@ -198,12 +198,12 @@ struct UsersTests {
             #expect(them.json?["name"] == .string("Two"))
             let noDeleted = try server.request(.get, "/v1/users/u2?include_deleted=true", bearer: token)
             #expect(noDeleted.status == 403)
-            #expect(noDeleted.code == 7000002)
+            #expect(noDeleted.code == ErrorCode.forbidden.code)
 
             // Soft-deleted users are hidden unless the app asks for them.
             #expect(try app.request(.delete, "/v1/users/u2").status == 204)
-            #expect(try app.request(.get, "/v1/users/u2").code == 6000011)
-            #expect(try server.request(.get, "/v1/users/u2", bearer: token).code == 6000011)
+            #expect(try app.request(.get, "/v1/users/u2").code == ErrorCode.userNotFound.code)
+            #expect(try server.request(.get, "/v1/users/u2", bearer: token).code == ErrorCode.userNotFound.code)
             let shown = try app.request(.get, "/v1/users/u2?include_deleted=true")
             #expect(shown.status == 200)
             #expect(shown.json?["deleted_at"]?.intValue != nil)
@@ -224,7 +224,11 @@ struct UsersTests {
             #expect(results.map { $0["index"]?.intValue } == [0, 1, 2, 3, 4, 5, 6])
             #expect(results.map { $0["ok"]?.boolValue } == [true, false, true, false, false, false, false])
             #expect(results.map { $0["id"]?.stringValue } == ["u2", "nobody", "u1", "u3", "u2", "bad id", ""])
-            #expect(results.map { $0["error"]?["code"]?.intValue } == [nil, 6000011, nil, 6000011, 6000001, 6000001, 6000001])
+            #expect(
+                results.map { $0["error"]?["code"]?.intValue.map(Int.init) } == [
+                    nil, ErrorCode.userNotFound.code, nil, ErrorCode.userNotFound.code, ErrorCode.invalidParams.code, ErrorCode.invalidParams.code,
+                    ErrorCode.invalidParams.code,
+                ])
             #expect(results[0]["data"]?["name"] == .string("Two"))
             #expect(Self.keys(results[0]["data"]) == Self.user.union(["deleted_at"]))
 
@@ -236,9 +240,9 @@ struct UsersTests {
             #expect(Self.keys(items.last?["data"]) == ["user_id", "name", "avatar_url", "extended_data", "created_at"])
 
             let tooMany = (0...100).map { "\"u\($0)\"" }.joined(separator: ",")
-            #expect(try app.request(.post, "/v1/users/query", json: "{\"user_ids\":[\(tooMany)]}").code == 6000001)
-            #expect(try app.request(.post, "/v1/users/query", json: #"{"user_ids":[]}"#).code == 6000001)
-            #expect(try app.request(.post, "/v1/users/query", json: #"{"user_ids":"u1"}"#).code == 6000001)
+            #expect(try app.request(.post, "/v1/users/query", json: "{\"user_ids\":[\(tooMany)]}").code == ErrorCode.invalidParams.code)
+            #expect(try app.request(.post, "/v1/users/query", json: #"{"user_ids":[]}"#).code == ErrorCode.invalidParams.code)
+            #expect(try app.request(.post, "/v1/users/query", json: #"{"user_ids":"u1"}"#).code == ErrorCode.invalidParams.code)
         }
     }
 
@@ -258,7 +262,10 @@ struct UsersTests {
             #expect(results.enumerated().allSatisfy { $0.element["index"]?.intValue == Int64($0.offset) })
             let failed = results.filter { $0["ok"] == .bool(false) }
             #expect(failed.map { $0["index"]?.intValue } == [10, 50, 99])
-            #expect(failed.map { $0["error"]?["code"]?.intValue } == [6000001, 7000101, 6000001])
+            #expect(
+                failed.map { $0["error"]?["code"]?.intValue.map(Int.init) } == [
+                    ErrorCode.invalidParams.code, ErrorCode.userAlreadyExists.code, ErrorCode.invalidParams.code,
+                ])
             #expect(results.filter { $0["ok"] == .bool(true) }.count == 97)
             #expect(results[3]["data"]?["name"] == .string("N3"))
             #expect(results[50]["id"] == .string("taken"))
@@ -272,9 +279,10 @@ struct UsersTests {
 
             // Request-level problems.
             let tooMany = (0...100).map { "{\"user_id\":\"z\($0)\"}" }.joined(separator: ",")
-            #expect(try app.request(.post, "/v1/users/import", json: "{\"users\":[\(tooMany)]}").code == 6000001)
-            #expect(try app.request(.post, "/v1/users/import", json: #"{"users":[]}"#).code == 6000001)
-            #expect(try app.request(.post, "/v1/users/import", json: #"{"users":[{"user_id":"a"}],"upsert":"yes"}"#).code == 6000001)
+            #expect(try app.request(.post, "/v1/users/import", json: "{\"users\":[\(tooMany)]}").code == ErrorCode.invalidParams.code)
+            #expect(try app.request(.post, "/v1/users/import", json: #"{"users":[]}"#).code == ErrorCode.invalidParams.code)
+            #expect(
+                try app.request(.post, "/v1/users/import", json: #"{"users":[{"user_id":"a"}],"upsert":"yes"}"#).code == ErrorCode.invalidParams.code)
         }
     }
 
@@ -293,7 +301,7 @@ struct UsersTests {
             #expect(results[0]["data"]?["avatar_url"] == .string("http://a"))
             #expect(results[1]["data"]?["name"] == .string("Same"))
             #expect(results[2]["data"]?["name"] == .string("Three"))
-            #expect(results[3]["error"]?["code"] == .int(6000001))
+            #expect(results[3]["error"]?["code"] == .int(Int64(ErrorCode.invalidParams.code)))
             #expect(results[4]["id"] == .string(""))
 
             // One update event (u2 did not change), addressed to u1; one created event for u3.
@@ -305,7 +313,7 @@ struct UsersTests {
 
             // Without upsert an existing id fails per item and changes nothing.
             let again = try app.request(.post, "/v1/users/import", json: #"{"users":[{"user_id":"u1","name":"Nope"}]}"#)
-            #expect(again.json?["results"]?[0]?["error"]?["code"] == .int(7000101))
+            #expect(again.json?["results"]?[0]?["error"]?["code"] == .int(Int64(ErrorCode.userAlreadyExists.code)))
             #expect(try app.request(.get, "/v1/users/u1").json?["name"] == .string("New"))
         }
     }
@@ -345,15 +353,15 @@ struct UsersTests {
             #expect(Self.keys(mine.json) == Self.user)
             let theirs = try server.request(.patch, "/v1/users/u2", bearer: token, json: #"{"name":"hacked"}"#)
             #expect(theirs.status == 403)
-            #expect(theirs.code == 7000002)
+            #expect(theirs.code == ErrorCode.forbidden.code)
             #expect(try app.request(.get, "/v1/users/u2").json?["name"] == .string(""))
 
             let tooLong = try app.request(.patch, "/v1/users/u1", json: "{\"name\":\"\(String(repeating: "n", count: 257))\"}")
             #expect(tooLong.status == 400)
             #expect(Self.errorFields(tooLong) == ["body.name"])
-            #expect(try app.request(.patch, "/v1/users/u1", json: #"{"avatar_url":false}"#).code == 6000001)
-            #expect(try app.request(.patch, "/v1/users/nobody", json: #"{"name":"a"}"#).code == 6000011)
-            #expect(try app.request(.patch, "/v1/users/" + String(repeating: "a", count: 33), json: "{}").code == 6000001)
+            #expect(try app.request(.patch, "/v1/users/u1", json: #"{"avatar_url":false}"#).code == ErrorCode.invalidParams.code)
+            #expect(try app.request(.patch, "/v1/users/nobody", json: #"{"name":"a"}"#).code == ErrorCode.userNotFound.code)
+            #expect(try app.request(.patch, "/v1/users/" + String(repeating: "a", count: 33), json: "{}").code == ErrorCode.invalidParams.code)
         }
     }
 
@@ -368,10 +376,10 @@ struct UsersTests {
             #expect(try app.request(.delete, "/v1/users/u1").status == 204)
             let dead = try server.request(.get, "/v1/users/u1", bearer: token)
             #expect(dead.status == 401)
-            #expect(dead.code == 6000103)
-            #expect(try app.request(.delete, "/v1/users/u1").code == 6000011)
-            #expect(try app.request(.post, "/v1/users/u1/tokens", json: "{}").code == 6000011)
-            #expect(try app.request(.patch, "/v1/users/u1", json: #"{"name":"x"}"#).code == 6000011)
+            #expect(dead.code == ErrorCode.tokenInvalid.code)
+            #expect(try app.request(.delete, "/v1/users/u1").code == ErrorCode.userNotFound.code)
+            #expect(try app.request(.post, "/v1/users/u1/tokens", json: "{}").code == ErrorCode.userNotFound.code)
+            #expect(try app.request(.patch, "/v1/users/u1", json: #"{"name":"x"}"#).code == ErrorCode.userNotFound.code)
             var deleted = try Self.events(app, "user.deleted")
             #expect(deleted.count == 1)
             #expect(deleted.first?["data"] == .object(["user_id": .string("u1"), "mode": .string("soft")]))
@@ -384,27 +392,27 @@ struct UsersTests {
             let updated = try Self.events(app, "user.updated", audience: "u1")
             #expect(updated.count == 1)
             #expect(updated.first?["data"]?["changed"] == .array([.string("deleted_at")]))
-            #expect(try app.request(.post, "/v1/users/u1/restore").code == 6000011)
-            #expect(try app.request(.post, "/v1/users/nobody/restore").code == 6000011)
-            #expect(try server.request(.get, "/v1/users/u1", bearer: token).code == 6000103)
+            #expect(try app.request(.post, "/v1/users/u1/restore").code == ErrorCode.userNotFound.code)
+            #expect(try app.request(.post, "/v1/users/nobody/restore").code == ErrorCode.userNotFound.code)
+            #expect(try server.request(.get, "/v1/users/u1", bearer: token).code == ErrorCode.tokenInvalid.code)
             let fresh = try app.token(for: "u1")
             #expect(try server.request(.get, "/v1/users/u1", bearer: fresh).status == 200)
 
             // Hard delete removes the row; the id can be created again, and old tokens never work for the new user.
             #expect(try app.request(.delete, "/v1/users/u1?mode=hard").status == 204)
-            #expect(try app.request(.get, "/v1/users/u1?include_deleted=true").code == 6000011)
+            #expect(try app.request(.get, "/v1/users/u1?include_deleted=true").code == ErrorCode.userNotFound.code)
             deleted = try Self.events(app, "user.deleted")
             #expect(deleted.last?["data"] == .object(["user_id": .string("u1"), "mode": .string("hard")]))
             try app.createUser("u1")
             #expect(try app.request(.get, "/v1/users/u1").json?["name"] == .string(""))
-            #expect(try server.request(.get, "/v1/users/u1", bearer: fresh).code == 6000103)
+            #expect(try server.request(.get, "/v1/users/u1", bearer: fresh).code == ErrorCode.tokenInvalid.code)
 
             // Hard delete also purges a soft-deleted user.
             #expect(try app.request(.delete, "/v1/users/u1?mode=soft").status == 204)
             #expect(try app.request(.delete, "/v1/users/u1?mode=hard").status == 204)
-            #expect(try app.request(.delete, "/v1/users/u1?mode=hard").code == 6000011)
-            #expect(try app.request(.delete, "/v1/users/u1?mode=gone").code == 6000001)
-            #expect(try app.request(.delete, "/v1/users/nobody").code == 6000011)
+            #expect(try app.request(.delete, "/v1/users/u1?mode=hard").code == ErrorCode.userNotFound.code)
+            #expect(try app.request(.delete, "/v1/users/u1?mode=gone").code == ErrorCode.invalidParams.code)
+            #expect(try app.request(.delete, "/v1/users/nobody").code == ErrorCode.userNotFound.code)
         }
     }
 
@@ -447,16 +455,16 @@ struct UsersTests {
                 #expect(Self.errorFields(bad) == ["body.ttl_s"], "\(body)")
             }
             #expect(try app.request(.post, "/v1/users/u1/tokens", json: #"{"ttl_s":2592000}"#).status == 201)
-            #expect(try app.request(.post, "/v1/users/nobody/tokens").code == 6000011)
+            #expect(try app.request(.post, "/v1/users/nobody/tokens").code == ErrorCode.userNotFound.code)
             let byUser = try server.request(.post, "/v1/users/u1/tokens", bearer: token, json: "{}")
-            #expect(byUser.code == 7000002)
+            #expect(byUser.code == ErrorCode.forbidden.code)
 
             // The token works until its expiry on the server clock.
             #expect(try server.request(.get, "/v1/users/u1", bearer: token).status == 200)
             try Self.advance(server, seconds: 61)
             let expired = try server.request(.get, "/v1/users/u1", bearer: token)
             #expect(expired.status == 401)
-            #expect(expired.code == 6000106)
+            #expect(expired.code == ErrorCode.tokenExpired.code)
             #expect(expired.headers["WWW-Authenticate"] == "Bearer")
         }
     }
@@ -478,7 +486,7 @@ struct UsersTests {
             #expect(r.status == 200)
             let kicked = try server.request(.get, "/v1/users/u1", bearer: token)
             #expect(kicked.status == 401)
-            #expect(kicked.code == 6000103)
+            #expect(kicked.code == ErrorCode.tokenInvalid.code)
             #expect(try server.request(.get, "/v1/users/u1", bearer: try app.token(for: "u1")).status == 200)
 
             let events = try Self.events(app, "user.kicked", audience: "u1")
@@ -492,8 +500,8 @@ struct UsersTests {
             let bad = try app.request(.post, "/v1/users/u1/kick", json: #"{"platforms":["ios","symbian"]}"#)
             #expect(bad.status == 400)
             #expect(Self.errorFields(bad) == ["body.platforms[1]"])
-            #expect(try app.request(.post, "/v1/users/u1/kick", json: #"{"revoke_tokens":1}"#).code == 6000001)
-            #expect(try app.request(.post, "/v1/users/nobody/kick").code == 6000011)
+            #expect(try app.request(.post, "/v1/users/u1/kick", json: #"{"revoke_tokens":1}"#).code == ErrorCode.invalidParams.code)
+            #expect(try app.request(.post, "/v1/users/nobody/kick").code == ErrorCode.userNotFound.code)
             #expect(try Self.events(app, "user.kicked").count == 2)
         }
     }
@@ -535,7 +543,7 @@ struct UsersTests {
                 #expect(Self.errorFields(bad) == ["body.duration_s"], "\(body)")
             }
             #expect(try app.request(.post, "/v1/users/m1/mute", json: #"{"duration_s":31536000}"#).status == 200)
-            #expect(try app.request(.post, "/v1/users/nobody/mute", json: #"{"duration_s":5}"#).code == 6000011)
+            #expect(try app.request(.post, "/v1/users/nobody/mute", json: #"{"duration_s":5}"#).code == ErrorCode.userNotFound.code)
         }
     }
 
@@ -550,10 +558,10 @@ struct UsersTests {
             #expect((r.json?["banned_until"]?.intValue ?? 0) > 0)
             let banned = try server.request(.get, "/v1/users/b1", bearer: token)
             #expect(banned.status == 403)
-            #expect(banned.code == 7000102)
+            #expect(banned.code == ErrorCode.userBanned.code)
             let mint = try app.request(.post, "/v1/users/b1/tokens")
             #expect(mint.status == 403)
-            #expect(mint.code == 7000102)
+            #expect(mint.code == ErrorCode.userBanned.code)
 
             let updated = try Self.events(app, "user.updated", audience: "b1")
             #expect(updated.count == 1)
@@ -590,8 +598,8 @@ struct UsersTests {
             }
             let reason = try app.request(.post, "/v1/users/b1/ban", json: "{\"duration_s\":5,\"reason\":\"\(String(repeating: "r", count: 257))\"}")
             #expect(Self.errorFields(reason) == ["body.reason"])
-            #expect(try app.request(.post, "/v1/users/nobody/ban", json: #"{"duration_s":5}"#).code == 6000011)
-            #expect(try app.request(.post, "/v1/users/nobody/unban").code == 6000011)
+            #expect(try app.request(.post, "/v1/users/nobody/ban", json: #"{"duration_s":5}"#).code == ErrorCode.userNotFound.code)
+            #expect(try app.request(.post, "/v1/users/nobody/unban").code == ErrorCode.userNotFound.code)
         }
     }
 
@@ -624,16 +632,16 @@ struct UsersTests {
             // A cursor is bound to its filter and to this server's key.
             let otherFilter = try app.request(.get, "/v1/users?state=all&cursor=\(next)")
             #expect(otherFilter.status == 400)
-            #expect(otherFilter.code == 7000007)
-            #expect(try app.request(.get, "/v1/users?q=w1&cursor=\(next)").code == 7000007)
-            #expect(try app.request(.get, "/v1/users?cursor=abc").code == 7000007)
+            #expect(otherFilter.code == ErrorCode.invalidCursor.code)
+            #expect(try app.request(.get, "/v1/users?q=w1&cursor=\(next)").code == ErrorCode.invalidCursor.code)
+            #expect(try app.request(.get, "/v1/users?cursor=abc").code == ErrorCode.invalidCursor.code)
             // Tampering with the payload (its first character encodes the leading `{`) breaks the MAC.
             #expect(next.first == "e")
-            #expect(try app.request(.get, "/v1/users?cursor=f\(next.dropFirst())").code == 7000007)
+            #expect(try app.request(.get, "/v1/users?cursor=f\(next.dropFirst())").code == ErrorCode.invalidCursor.code)
             for limit in ["0", "101", "-1", "x"] {
-                #expect(try app.request(.get, "/v1/users?limit=\(limit)").code == 6000001)
+                #expect(try app.request(.get, "/v1/users?limit=\(limit)").code == ErrorCode.invalidParams.code)
             }
-            #expect(try app.request(.get, "/v1/users?state=sleepy").code == 6000001)
+            #expect(try app.request(.get, "/v1/users?state=sleepy").code == ErrorCode.invalidParams.code)
         }
     }
 
@@ -678,7 +686,7 @@ struct UsersTests {
             let token = try app.token(for: "bob")
             let r = try server.request(.get, "/v1/users", bearer: token)
             #expect(r.status == 403)
-            #expect(r.code == 7000002)
+            #expect(r.code == ErrorCode.forbidden.code)
             let other = try server.createApp()
             #expect(try other.request(.get, "/v1/users").json?["items"]?.arrayValue?.isEmpty == true)
         }

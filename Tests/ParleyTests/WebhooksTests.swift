@@ -158,30 +158,30 @@ struct WebhooksTests: ProblemAssertions {
             let aID = a["webhook_id"]?.stringValue ?? ""
             // A second enabled endpoint listing the same before type: 409.
             Self.expectProblem(
-                try app.request(.post, "/v1/webhooks", json: "{\"url\":\"\(url)\",\"event_types\":[\"message.before_send\"]}"), 409, 7_000_504)
+                try app.request(.post, "/v1/webhooks", json: "{\"url\":\"\(url)\",\"event_types\":[\"message.before_send\"]}"), 409, .beforeHookTaken)
             // `*` does not claim before types; another before type is free.
             try Self.create(app, url: url, types: #"["*","group.before_create"]"#)
             // Created disabled it is allowed, but enabling it by PATCH conflicts.
             let b = try Self.create(app, url: url, types: #"["message.before_send"]"#, #","enabled":false"#)
             let bID = b["webhook_id"]?.stringValue ?? ""
-            Self.expectProblem(try app.request(.patch, "/v1/webhooks/\(bID)", json: #"{"enabled":true}"#), 409, 7_000_504)
+            Self.expectProblem(try app.request(.patch, "/v1/webhooks/\(bID)", json: #"{"enabled":true}"#), 409, .beforeHookTaken)
             #expect(try app.request(.get, "/v1/webhooks/\(bID)").json?["enabled"] == .bool(false))
             // Adding the type to an enabled endpoint by PATCH conflicts too.
             let c = try Self.create(app, url: url, types: #"["user.*"]"#)
             let cID = c["webhook_id"]?.stringValue ?? ""
             Self.expectProblem(
-                try app.request(.patch, "/v1/webhooks/\(cID)", json: #"{"event_types":["message.before_send"]}"#), 409, 7_000_504)
+                try app.request(.patch, "/v1/webhooks/\(cID)", json: #"{"event_types":["message.before_send"]}"#), 409, .beforeHookTaken)
             // Once the owner is disabled the type is free.
             #expect(try app.request(.patch, "/v1/webhooks/\(aID)", json: #"{"enabled":false}"#).status == 200)
             let enabled = try app.request(.patch, "/v1/webhooks/\(bID)", json: #"{"enabled":true}"#)
             #expect(enabled.status == 200, "\(enabled.text)")
             // …and the former owner cannot take it back while b serves it.
-            Self.expectProblem(try app.request(.patch, "/v1/webhooks/\(aID)", json: #"{"enabled":true}"#), 409, 7_000_504)
+            Self.expectProblem(try app.request(.patch, "/v1/webhooks/\(aID)", json: #"{"enabled":true}"#), 409, .beforeHookTaken)
 
             // 20 endpoints at most (4 exist).
             for i in 4..<20 { try Self.create(app, url: url + "/\(i)") }
             Self.expectProblem(
-                try app.request(.post, "/v1/webhooks", json: "{\"url\":\"\(url)\",\"event_types\":[\"*\"]}"), 422, 7_000_505)
+                try app.request(.post, "/v1/webhooks", json: "{\"url\":\"\(url)\",\"event_types\":[\"*\"]}"), 422, .webhookLimit)
             // Deleting one makes room again.
             #expect(try app.request(.delete, "/v1/webhooks/\(cID)").status == 204)
             try Self.create(app, url: url)
@@ -203,25 +203,25 @@ struct WebhooksTests: ProblemAssertions {
             #expect(second.json?["next_cursor"] == .null)
             #expect(page1 + page2 == ids, "by created_at asc, then webhook_id")
             #expect(second.json?["items"]?[0]?["secret"]?.stringValue?.hasPrefix("whsec_") == true)
-            Self.expectProblem(try app.request(.get, "/v1/webhooks?cursor=garbage"), 400, 7_000_007)
+            Self.expectProblem(try app.request(.get, "/v1/webhooks?cursor=garbage"), 400, .invalidCursor)
             Self.expectInvalid(try app.request(.get, "/v1/webhooks?limit=0"), field: "limit")
 
             // Another app sees none of them.
             let other = try server.createApp()
             #expect(try other.request(.get, "/v1/webhooks").json?["items"]?.arrayValue?.count == 0)
-            Self.expectProblem(try other.request(.get, "/v1/webhooks/\(ids[0])"), 404, 7_000_006)
+            Self.expectProblem(try other.request(.get, "/v1/webhooks/\(ids[0])"), 404, .notFound)
 
             let missing = "/v1/webhooks/wh_nope"
-            Self.expectProblem(try app.request(.get, missing), 404, 7_000_006)
-            Self.expectProblem(try app.request(.patch, missing, json: #"{"enabled":false}"#), 404, 7_000_006)
-            Self.expectProblem(try app.request(.delete, missing), 404, 7_000_006)
-            Self.expectProblem(try app.request(.post, missing + "/rotate_secret", json: "{}"), 404, 7_000_006)
-            Self.expectProblem(try app.request(.post, missing + "/ping"), 404, 7_000_006)
-            Self.expectProblem(try app.request(.get, missing + "/deliveries"), 404, 7_000_006)
-            Self.expectProblem(try app.request(.get, missing + "/deliveries/dlv_1"), 404, 7_000_006)
-            Self.expectProblem(try app.request(.post, missing + "/deliveries/dlv_1/retry"), 404, 7_000_006)
-            Self.expectProblem(try app.request(.get, "/v1/webhooks/\(ids[0])/deliveries/dlv_nope"), 404, 7_000_006)
-            Self.expectProblem(try app.request(.post, "/v1/webhooks/\(ids[0])/deliveries/dlv_nope/retry"), 404, 7_000_006)
+            Self.expectProblem(try app.request(.get, missing), 404, .notFound)
+            Self.expectProblem(try app.request(.patch, missing, json: #"{"enabled":false}"#), 404, .notFound)
+            Self.expectProblem(try app.request(.delete, missing), 404, .notFound)
+            Self.expectProblem(try app.request(.post, missing + "/rotate_secret", json: "{}"), 404, .notFound)
+            Self.expectProblem(try app.request(.post, missing + "/ping"), 404, .notFound)
+            Self.expectProblem(try app.request(.get, missing + "/deliveries"), 404, .notFound)
+            Self.expectProblem(try app.request(.get, missing + "/deliveries/dlv_1"), 404, .notFound)
+            Self.expectProblem(try app.request(.post, missing + "/deliveries/dlv_1/retry"), 404, .notFound)
+            Self.expectProblem(try app.request(.get, "/v1/webhooks/\(ids[0])/deliveries/dlv_nope"), 404, .notFound)
+            Self.expectProblem(try app.request(.post, "/v1/webhooks/\(ids[0])/deliveries/dlv_nope/retry"), 404, .notFound)
 
             // PATCH changes only what it names; DELETE then 404.
             let patched = try app.request(.patch, "/v1/webhooks/\(ids[1])", json: #"{"description":"new","url":"https://x.example.com/"}"#)
@@ -230,8 +230,8 @@ struct WebhooksTests: ProblemAssertions {
             #expect(patched.json?["url"] == .string("https://x.example.com/"))
             #expect(patched.json?["event_types"] == .array([.string("user.*")]))
             #expect(try app.request(.delete, "/v1/webhooks/\(ids[1])").status == 204)
-            Self.expectProblem(try app.request(.get, "/v1/webhooks/\(ids[1])"), 404, 7_000_006)
-            Self.expectProblem(try app.request(.delete, "/v1/webhooks/\(ids[1])"), 404, 7_000_006)
+            Self.expectProblem(try app.request(.get, "/v1/webhooks/\(ids[1])"), 404, .notFound)
+            Self.expectProblem(try app.request(.delete, "/v1/webhooks/\(ids[1])"), 404, .notFound)
         }
     }
 
@@ -332,7 +332,7 @@ struct WebhooksTests: ProblemAssertions {
 
             // A ping delivery cannot be retried.
             let pingDelivery = pings.last?["delivery_id"]?.stringValue ?? ""
-            Self.expectProblem(try app.request(.post, "/v1/webhooks/\(id)/deliveries/\(pingDelivery)/retry"), 409, 7_000_009)
+            Self.expectProblem(try app.request(.post, "/v1/webhooks/\(id)/deliveries/\(pingDelivery)/retry"), 409, .conflict)
 
             // Nobody listening: ok false without a status.
             let closed = try Self.receiver()
@@ -512,12 +512,12 @@ struct WebhooksTests: ProblemAssertions {
             let pending = try #require(try Self.deliveries(app, id, "status=pending").first, "\(all)")
             #expect(pending["event_type"] == .string("user.updated"))
             Self.expectProblem(
-                try app.request(.post, "/v1/webhooks/\(id)/deliveries/\(pending["delivery_id"]?.stringValue ?? "")/retry"), 409, 7_000_009)
+                try app.request(.post, "/v1/webhooks/\(id)/deliveries/\(pending["delivery_id"]?.stringValue ?? "")/retry"), 409, .conflict)
             receiver.setHandler { _ in .status(204) }
 
             // Deleting the endpoint drops its deliveries.
             #expect(try app.request(.delete, "/v1/webhooks/\(id)").status == 204)
-            Self.expectProblem(try app.request(.get, "/v1/webhooks/\(id)/deliveries"), 404, 7_000_006)
+            Self.expectProblem(try app.request(.get, "/v1/webhooks/\(id)/deliveries"), 404, .notFound)
             #expect(try server.count("SELECT count(*) FROM webhook_deliveries WHERE webhook_id = $1", [id]) == 0)
         }
     }
