@@ -57,16 +57,17 @@ public final class ParleyProcess: @unchecked Sendable {
         process.standardError = log
         process.standardInput = FileHandle.nullDevice
         try process.run()
-        let deadline = Date().addingTimeInterval(60)
-        while Date() < deadline {
+        var port: Int?
+        try eventually(timeout: .seconds(60), every: .milliseconds(20)) {
             let text = Self.text(of: logFile, from: offset)
             if let range = text.range(of: "msg=ready listen=127.0.0.1:") {
-                let digits = text[range.upperBound...].prefix { $0.isNumber }
-                if let port = Int(digits) { return ParleyProcess(process: process, port: port, logFile: logFile) }
+                port = Int(text[range.upperBound...].prefix { $0.isNumber })
+                if port != nil { return true }
             }
             if !process.isRunning { throw TestFailure("parley exited before it was ready:\n\(text.suffix(3000))") }
-            usleep(20_000)
+            return false
         }
+        if let port { return ParleyProcess(process: process, port: port, logFile: logFile) }
         Glibc.kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
         throw TestFailure("parley was not ready within 60 s:\n\(Self.text(of: logFile, from: offset).suffix(3000))")
@@ -81,15 +82,12 @@ public final class ParleyProcess: @unchecked Sendable {
     /// Spins (≤ `seconds`) until the process has died (a zombie, or reaped): the moment its children are orphaned, with
     /// none of `waitForExit`'s latency. True when it died in time.
     public func waitUntilDead(seconds: Double = 5) -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
+        eventually(timeout: .milliseconds(Int(seconds * 1000)), every: .microseconds(100)) {
             guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else {
                 return true
             }
-            if stat[stat.index(after: close)...].split(separator: " ").first == "Z" { return true }
-            usleep(100)
+            return stat[stat.index(after: close)...].split(separator: " ").first == "Z"
         }
-        return false
     }
 
     /// The log from `offset` on.

@@ -97,12 +97,8 @@ public final class TestReceiver: Sendable {
 
     /// Waits until at least `count` requests arrived or `timeout` passed; returns the requests received by then.
     public func waitFor(count: Int, timeout: Duration = .seconds(10)) -> [Received] {
-        let deadline = ContinuousClock.now + timeout
-        while true {
-            let received = requests
-            if received.count >= count || ContinuousClock.now >= deadline { return received }
-            usleep(5_000)
-        }
+        eventually(timeout: timeout, every: .milliseconds(5)) { requests.count >= count }
+        return requests
     }
 
     /// Stops listening (the port is closed when this returns); open connections end within a fraction of a second.

@@ -644,6 +644,7 @@ final class CannedConnection {
         }
     }
 
+    /// Deliberate real time between the scripted server's writes (split reads, slow peers, timeouts).
     func pause(milliseconds: Int) { usleep(UInt32(milliseconds * 1000)) }
 
     /// Blocks until the client closes the connection (or `stop()` shuts it down).

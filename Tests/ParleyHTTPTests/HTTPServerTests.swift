@@ -1,6 +1,7 @@
 import Dispatch
 import Glibc
 import ParleyHTTP
+import ParleyTesting
 import Synchronization
 import Testing
 
@@ -20,6 +21,7 @@ private func withServer<T>(
     builder.add(.post, "/echo") { request in Response(status: 200, body: request.body) }
     builder.add(.post, "/small", options: RouteOptions(maxBodyBytes: 10)) { request in Response(status: 200, body: request.body) }
     builder.add(.get, "/slow") { _ in
+        // Deliberate: a handler that takes real time.
         usleep(600_000)
         return .json("{\"slow\":true}")
     }
@@ -298,6 +300,7 @@ private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) thr
     @Test func gracefulShutdownFinishesInFlightRequest() throws {
         var builder = RouterBuilder()
         builder.add(.get, "/slow") { _ in
+            // Deliberate: a request still running when the shutdown starts.
             usleep(800_000)
             return .json("{\"slow\":true}")
         }
@@ -310,6 +313,7 @@ private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) thr
         let client = try connect(server)
         let idle = try connect(server)
         try client.sendRaw("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        // Deliberate: the slow request gets in flight before the shutdown starts.
         usleep(100_000)
         let stopped = Atomic<Bool>(false)
         let box = Unmanaged.passRetained(server)
@@ -339,12 +343,7 @@ private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) thr
                 _ = client.readAvailable(timeout: .milliseconds(200))
                 client.close()
             }
-            var waited = 0
-            while server.connectionCount > 0 && waited < 50 {
-                usleep(100_000)
-                waited += 1
-            }
-            #expect(server.connectionCount == 0)
+            #expect(eventually(every: .milliseconds(100)) { server.connectionCount == 0 })
             #expect(try connect(server).send(method: .get, path: "/healthz").status == 200)
         }
     }
@@ -363,6 +362,7 @@ private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) thr
                             let s = Unmanaged<ResponseStream>.fromOpaque(arg!).takeRetainedValue()
                             for i in 0..<3 {
                                 s.write(Array("data: \(i)\n\n".utf8))
+                                // Deliberate: the events go out as separate writes from this thread.
                                 usleep(20_000)
                             }
                             return nil
@@ -378,11 +378,7 @@ private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) thr
                 #expect(event.data == "\(i)")
             }
             stream.close()
-            var waited = 0
-            while closed.load(ordering: .relaxed) == 0 && waited < 50 {
-                usleep(50_000)
-                waited += 1
-            }
+            eventually(timeout: .milliseconds(2_500), every: .milliseconds(50)) { closed.load(ordering: .relaxed) != 0 }
             #expect(closed.load(ordering: .relaxed) == 1)
         }
     }
@@ -497,8 +493,7 @@ private final class LaterAnswerer: Sendable {
 
     /// Waits (up to 10 s) until `count` answers are held, then runs them all on a new thread.
     func release(expecting count: Int) {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while pending.withLock({ $0.count }) < count && ContinuousClock.now < deadline { usleep(1_000) }
+        eventually(timeout: .seconds(10), every: .milliseconds(1)) { pending.withLock { $0.count } >= count }
         let answers = pending.withLock { held -> [@Sendable () -> Void] in
             defer { held.removeAll() }
             return held

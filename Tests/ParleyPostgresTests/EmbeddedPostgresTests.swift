@@ -68,13 +68,8 @@ import Testing
 
         _ = try cluster.start()
         let restarted = DispatchTime.now().uptimeNanoseconds
-        var recovered = false
-        while DispatchTime.now().uptimeNanoseconds - restarted < 5_000_000_000 {
-            if (try? pool.withConnection({ try $0.query("SELECT 1")[0][0].int })) == 1 {
-                recovered = true
-                break
-            }
-            usleep(50_000)
+        let recovered = eventually(every: .milliseconds(50)) {
+            (try? pool.withConnection({ try $0.query("SELECT 1")[0][0].int })) == 1
         }
         #expect(recovered)
         print("outage: recovered \(Double(DispatchTime.now().uptimeNanoseconds - restarted) / 1e9) s after restart")

@@ -1,5 +1,6 @@
 import Foundation
 import ParleyPostgres
+import ParleyTesting
 import Synchronization
 import Testing
 
@@ -47,7 +48,7 @@ import Testing
         #expect(maxInUse.load(ordering: .relaxed) <= 8)
         #expect(Set(pids.all).count <= 8)
         // The caller wakes just before its worker decrements `inUse`.
-        #expect(eventually(2) { pool.inUse == 0 })
+        #expect(eventually(timeout: .seconds(2)) { pool.inUse == 0 })
         #expect(pool.waiting == 0)
         #expect(pool.size == 8)
         print("pool: 640 borrows by 64 threads on 8 connections in \(seconds) s, max concurrent \(gauge.max)")
@@ -84,7 +85,7 @@ import Testing
                     try db.query(sql: "SELECT pg_sleep(1.5)")
                 }
             }, rejected: {})
-        #expect(eventually(5) { started.load(ordering: .acquiring) })
+        #expect(eventually(timeout: .seconds(5)) { started.load(ordering: .acquiring) })
         let (result, seconds) = measure { Result { try pool.withConnection { try $0.query("SELECT 1") } } }
         guard case .failure(let error as PostgresError) = result else {
             Issue.record("expected a pool time-out")
@@ -96,7 +97,7 @@ import Testing
         let ran = Atomic<Int>(0)
         let rejected = Atomic<Int>(0)
         pool.submit({ ran.add(1, ordering: .relaxed) }, rejected: { rejected.add(1, ordering: .relaxed) })
-        #expect(eventually(5) { ran.load(ordering: .relaxed) + rejected.load(ordering: .relaxed) == 1 })
+        #expect(eventually(timeout: .seconds(5)) { ran.load(ordering: .relaxed) + rejected.load(ordering: .relaxed) == 1 })
         #expect(rejected.load(ordering: .relaxed) == 1)
         // And the pool works again once the worker is free.
         #expect(try pool.withConnection { try $0.query("SELECT 7")[0][0].int } == 7)
@@ -119,7 +120,7 @@ import Testing
                     done.add(1, ordering: .relaxed)
                 }, rejected: {})
         }
-        #expect(eventually(10) { done.load(ordering: .relaxed) == 20 })
+        #expect(eventually(timeout: .seconds(10)) { done.load(ordering: .relaxed) == 20 })
         #expect(pids.all.count == 20)
         #expect(Set(pids.all).count <= 2)
     }
@@ -132,9 +133,10 @@ import Testing
         pool.submit(
             {
                 started.store(true, ordering: .releasing)
+                // A gate, not a wait: the job holds its connection until the test releases it.
                 while !release.load(ordering: .acquiring) { usleep(1000) }
             }, rejected: {})
-        #expect(eventually(5) { started.load(ordering: .acquiring) })
+        #expect(eventually(timeout: .seconds(5)) { started.load(ordering: .acquiring) })
         let rejectedCount = Atomic<Int>(0)
         let ranCount = Atomic<Int>(0)
         for _ in 0..<(PostgresPool.maxQueuedJobs + 5) {
@@ -143,7 +145,7 @@ import Testing
         #expect(pool.waiting == PostgresPool.maxQueuedJobs)
         #expect(rejectedCount.load(ordering: .relaxed) == 5)
         release.store(true, ordering: .releasing)
-        #expect(eventually(10) { ranCount.load(ordering: .relaxed) == PostgresPool.maxQueuedJobs })
+        #expect(eventually(timeout: .seconds(10)) { ranCount.load(ordering: .relaxed) == PostgresPool.maxQueuedJobs })
     }
 
     @Test func shutdownRejectsFurtherWork() throws {
@@ -164,7 +166,7 @@ import Testing
         // Another session kills ours; the next borrow notices and reconnects instead of failing.
         let admin = try PostgresConnection(try sharedAdminConfiguration())
         try admin.query(sql: "SELECT pg_terminate_backend($1)", [Int(first)])
-        usleep(100_000)
+        #expect(try eventually { try admin.query(sql: "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", [Int(first)])[0][0].int == 0 })
         let second = try pool.withConnection { db -> Int32 in
             _ = try db.query(sql: "SELECT 1")
             return db.backendPID

@@ -50,7 +50,7 @@ import Testing
 
         freezer.thaw()
         let (recovered, recoverySeconds) = measure {
-            eventually(5) { (try? pool.withConnection { try $0.query("SELECT 1")[0][0].int }) == 1 }
+            eventually(timeout: .seconds(5)) { (try? pool.withConnection { try $0.query("SELECT 1")[0][0].int }) == 1 }
         }
         print("stall: the pool answered again \(recoverySeconds) s after the thaw")
         #expect(recovered)
@@ -83,7 +83,7 @@ import Testing
         // The cancel reaches the server: the abandoned backend stops sleeping instead of running on.
         let admin = try PostgresConnection(database)
         let (stopped, stopSeconds) = measure {
-            eventually(4.5) {
+            eventually(timeout: .milliseconds(4500)) {
                 let state = try? admin.query(sql: "SELECT state FROM pg_stat_activity WHERE pid = $1", [Int(pid)])
                 return (state?.rowCount ?? 0) == 0 || (try? state?[0][0].string) != "active"
             }

@@ -42,16 +42,6 @@ final class Collector<T: Sendable>: Sendable {
     var all: [T] { items.withLock { $0 } }
 }
 
-/// Waits (polling) up to `seconds` for `condition`.
-func eventually(_ seconds: Double, _ condition: () -> Bool) -> Bool {
-    let deadline = Date().addingTimeInterval(seconds)
-    while Date() < deadline {
-        if condition() { return true }
-        usleep(10_000)
-    }
-    return condition()
-}
-
 /// Superuser settings of the shared test server.
 func sharedAdminConfiguration() throws -> PostgresConfiguration {
     try TestDatabase.shared().adminConfiguration

@@ -48,10 +48,10 @@ struct BeforeHookTests: ProblemAssertions {
         }
 
         func send(_ text: String = "hi", from: String = "a", to: String = "b", extra: String = "") throws -> TestResponse {
-            try MessagesTests.sendText(app, from, to, text, extra: extra)
+            try PeerMessages.sendText(app, from, to, text, extra: extra)
         }
 
-        func history(_ user: String = "b", _ peer: String = "a") throws -> [JSONValue] { try MessagesTests.history(app, user, peer) }
+        func history(_ user: String = "b", _ peer: String = "a") throws -> [JSONValue] { try PeerMessages.history(app, user, peer) }
 
         /// The endpoint's `before` deliveries, newest first (after the dispatcher wrote its log).
         func beforeDeliveries() throws -> [JSONValue] {
@@ -94,7 +94,7 @@ struct BeforeHookTests: ProblemAssertions {
         let f = try Fixture()
         f.answer(#"{"action":"reject","code":42,"reason":"no thanks"}"#)
         let r = try f.send()
-        Self.expectProblem(r, 403, 7_000_501)
+        Self.expectProblem(r, 403, .rejectedByHook)
         #expect(r.json?["hook_code"]?.intValue == 42)
         #expect(r.json?["detail"]?.stringValue == "no thanks")
         #expect(try f.history().isEmpty)
@@ -119,9 +119,9 @@ struct BeforeHookTests: ProblemAssertions {
         let f = try Fixture()
         // A text over the limit (413 without a hook) and a bad member type (400 without a hook) are both 422.
         f.answer(#"{"action":"modify","patch":{"extended_data":42}}"#)
-        Self.expectProblem(try f.send(), 422, 7_000_503)
+        Self.expectProblem(try f.send(), 422, .hookPatchInvalid)
         f.answer(#"{"action":"modify","patch":{"body":{"text":"\#(String(repeating: "x", count: 20_000))"}}}"#)
-        Self.expectProblem(try f.send(), 422, 7_000_503)
+        Self.expectProblem(try f.send(), 422, .hookPatchInvalid)
         #expect(try f.history().isEmpty)
     }
 
@@ -135,7 +135,7 @@ struct BeforeHookTests: ProblemAssertions {
         #expect(try f.history("a", "b").count == 1)
         let stored = try f.app.request(.get, "/v1/messages/\(r.json?["message_id"]?.stringValue ?? "")")
         #expect(stored.json?["suppressed"]?.stringValue == "hook_drop")
-        #expect(try MessagesTests.events(f.app, "message.sent", audience: "b").isEmpty)
+        #expect(try PeerMessages.events(f.app, "message.sent", audience: "b").isEmpty)
         #expect(try f.beforeDeliveries().first?["decision"]?.stringValue == "drop")
     }
 
@@ -148,11 +148,11 @@ struct BeforeHookTests: ProblemAssertions {
         let closed = try Fixture(failOpen: false)
         closed.answer(#"{"action":"allow"}"#, delayMillis: 600)
         let r = try closed.send()
-        Self.expectProblem(r, 503, 7_000_502)
+        Self.expectProblem(r, 503, .hookUnavailable)
         #expect(r.headers["Retry-After"] == "1")
         #expect(try closed.history().isEmpty)
         closed.answer(status: 500, "{}")
-        Self.expectProblem(try closed.send(), 503, 7_000_502)
+        Self.expectProblem(try closed.send(), 503, .hookUnavailable)
     }
 
     @Test func skippedSendsDoNotCallTheHook() throws {
@@ -162,7 +162,7 @@ struct BeforeHookTests: ProblemAssertions {
         let token = try f.app.token(for: "a")
         let userSend = try f.server.request(
             .post, "/v1/messages", bearer: token, json: #"{"conversation_type":"peer","to":"b","type":1,"body":{"text":"x"},"skip_hooks":true}"#)
-        Self.expectProblem(userSend, 403, 7_000_002)
+        Self.expectProblem(userSend, 403, .forbidden)
         let batch = try f.app.request(
             .post, "/v1/messages/batch", json: #"{"from":"a","to_user_ids":["b"],"type":1,"body":{"text":"batch"}}"#)
         #expect(batch.status == 200, "\(batch.text)")
@@ -212,10 +212,10 @@ struct BeforeHookTests: ProblemAssertions {
         #expect(data["member_ids"]?.arrayValue?.compactMap(\.stringValue) == ["b"])
 
         f.answer(#"{"action":"modify","patch":{"name":"\#(String(repeating: "n", count: 60))"}}"#)
-        Self.expectProblem(try f.app.request(.post, "/v1/groups", json: #"{"operator":"a","group_id":"g2"}"#), 422, 7_000_503)
+        Self.expectProblem(try f.app.request(.post, "/v1/groups", json: #"{"operator":"a","group_id":"g2"}"#), 422, .hookPatchInvalid)
         f.answer(#"{"action":"drop","code":7}"#)
         let dropped = try f.app.request(.post, "/v1/groups", json: #"{"operator":"a","group_id":"g3"}"#)
-        Self.expectProblem(dropped, 403, 7_000_501)
+        Self.expectProblem(dropped, 403, .rejectedByHook)
         #expect(dropped.json?["hook_code"]?.intValue == 7)
         #expect(try f.app.request(.get, "/v1/groups/g3").status == 404)
         #expect(try f.app.request(.post, "/v1/groups", json: #"{"operator":"a","group_id":"g4","skip_hooks":true}"#).status == 201)
@@ -239,10 +239,10 @@ struct BeforeHookTests: ProblemAssertions {
 
         f.answer(#"{"action":"reject","reason":"spam"}"#)
         let rejected = try f.app.request(.post, "/v1/users/a/friend_applications", json: #"{"to":"c","wording":"hi"}"#)
-        Self.expectProblem(rejected, 403, 7_000_501)
+        Self.expectProblem(rejected, 403, .rejectedByHook)
         #expect(f.receiver.requests.last?.json?["data"]?["via"]?.stringValue == "application")
         #expect(try f.app.request(.get, "/v1/users/c/friend_applications").json?["items"]?.arrayValue?.isEmpty == true)
         f.answer(#"{"action":"modify","patch":{"alias":42}}"#)
-        Self.expectProblem(try f.app.request(.post, "/v1/users/a/friends", json: #"{"friend_id":"c"}"#), 422, 7_000_503)
+        Self.expectProblem(try f.app.request(.post, "/v1/users/a/friends", json: #"{"friend_id":"c"}"#), 422, .hookPatchInvalid)
     }
 }

@@ -26,17 +26,17 @@ struct ConsoleTests {
     }
 
     @Test func thePageIsServedWithItsSecurityHeaders() throws {
-        let server = try TestServer.start()
-        defer { server.stop() }
-        let response = try server.request(.get, "/console")
-        #expect(response.status == 200)
-        #expect(response.headers["Content-Type"] == "text/html; charset=utf-8")
-        Self.expectSecurityHeaders(response)
-        #expect(response.text == DataDirectory.readFile(Self.repositoryFile("index.html")))
-        // Every asset the page references is on this server.
-        #expect(response.text.contains("src=\"/console/console.js\""))
-        #expect(response.text.contains("href=\"/console/console.css\""))
-        #expect(!response.text.contains("//"), "the page loads nothing from another origin")
+        try withTestServer { server in
+            let response = try server.request(.get, "/console")
+            #expect(response.status == 200)
+            #expect(response.headers["Content-Type"] == "text/html; charset=utf-8")
+            Self.expectSecurityHeaders(response)
+            #expect(response.text == DataDirectory.readFile(Self.repositoryFile("index.html")))
+            // Every asset the page references is on this server.
+            #expect(response.text.contains("src=\"/console/console.js\""))
+            #expect(response.text.contains("href=\"/console/console.css\""))
+            #expect(!response.text.contains("//"), "the page loads nothing from another origin")
+        }
     }
 
     @Test(arguments: [
@@ -44,22 +44,22 @@ struct ConsoleTests {
         ("index.html", "text/html; charset=utf-8"),
     ])
     func assetsAreServed(name: String, contentType: String) throws {
-        let server = try TestServer.start()
-        defer { server.stop() }
-        let response = try server.request(.get, "/console/" + name)
-        #expect(response.status == 200)
-        #expect(response.headers["Content-Type"] == contentType)
-        Self.expectSecurityHeaders(response)
-        #expect(response.text == DataDirectory.readFile(Self.repositoryFile(name)))
+        try withTestServer { server in
+            let response = try server.request(.get, "/console/" + name)
+            #expect(response.status == 200)
+            #expect(response.headers["Content-Type"] == contentType)
+            Self.expectSecurityHeaders(response)
+            #expect(response.text == DataDirectory.readFile(Self.repositoryFile(name)))
+        }
     }
 
     @Test func otherNamesAreNotFound() throws {
-        let server = try TestServer.start()
-        defer { server.stop() }
-        for name in ["missing.js", "..%2FPackage.swift", "Package.swift"] {
-            let response = try server.request(.get, "/console/" + name)
-            #expect(response.status == 404, "\(name)")
-            #expect(response.headers["Content-Type"]?.hasPrefix("application/problem+json") == true, "\(name)")
+        try withTestServer { server in
+            for name in ["missing.js", "..%2FPackage.swift", "Package.swift"] {
+                let response = try server.request(.get, "/console/" + name)
+                #expect(response.status == 404, "\(name)")
+                #expect(response.headers["Content-Type"]?.hasPrefix("application/problem+json") == true, "\(name)")
+            }
         }
     }
 }

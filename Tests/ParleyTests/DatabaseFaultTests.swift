@@ -23,17 +23,6 @@ struct DatabaseFaultTests {
         return (value, Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9)
     }
 
-    /// Polls `condition` every 10 ms for up to `seconds`; the seconds it took, or nil.
-    static func waitFor(_ seconds: Double, _ condition: () -> Bool) -> Double? {
-        let start = DispatchTime.now().uptimeNanoseconds
-        while true {
-            let elapsed = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
-            if condition() { return elapsed }
-            if elapsed > seconds { return nil }
-            usleep(10_000)
-        }
-    }
-
     /// Runs `body(i)` on `count` threads at once and returns when all are done.
     static func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
         let threads = (0..<count).map { i in BackgroundThread(name: "fault-\(i)") { body(i) } }
@@ -77,7 +66,7 @@ struct DatabaseFaultTests {
         defer { freezer.thaw() }
         let (ready, readySeconds) = try Self.measure { try server.request(.get, "/readyz") }
         #expect(ready.status == 503)
-        #expect(ready.code == 7000010)
+        #expect(ready.code == ErrorCode.unavailable.code)
         #expect(readySeconds < 1.0, "readyz took \(readySeconds) s")
         // The process itself is live: /healthz does not depend on an external database.
         #expect(try server.request(.get, "/healthz").status == 200)
@@ -103,17 +92,19 @@ struct DatabaseFaultTests {
         print("stall: /readyz 503 in \(readySeconds) s; 8 API requests 503 within \(slowest) s (timeout 0.4 s)")
         for outcome in all {
             #expect(outcome.status == 503, "\(outcome.label): \(outcome.status)")
-            #expect(outcome.code == 7000010, "\(outcome.label)")
+            #expect(outcome.code == ErrorCode.unavailable.code, "\(outcome.label)")
             #expect(outcome.retryAfter != nil, "\(outcome.label)")
         }
         #expect(slowest < 2.0)
 
         freezer.thaw()
-        let recovery = Self.waitFor(10) {
-            (try? app.request(.get, "/v1/users/u1").status) == 200 && (try? server.request(.get, "/readyz").status) == 200
+        let (recovered, recovery) = Self.measure {
+            eventually(timeout: .seconds(10)) {
+                (try? app.request(.get, "/v1/users/u1").status) == 200 && (try? server.request(.get, "/readyz").status) == 200
+            }
         }
-        print("stall: API and /readyz answered 200 again \(recovery ?? -1) s after the thaw")
-        #expect(recovery != nil && recovery! < 3)
+        print("stall: API and /readyz answered 200 again \(recovered ? recovery : -1) s after the thaw")
+        #expect(recovered && recovery < 3)
         // Every pool worker answers again (the connections left waiting were replaced), and the writer sends.
         let failures = LockedValue<[String]>([])
         Self.onThreads(12) { i in
@@ -144,20 +135,22 @@ struct DatabaseFaultTests {
             let before = try #require(cluster.postmasterPID)
             kill(before, signal)
             var sawDown = false
-            let back = Self.waitFor(30) {
-                guard let r = try? server.request(.get, "/healthz") else { return false }
-                if r.status == 503 {
-                    sawDown = true
-                    #expect(r.code == 7000010)
+            let (cameBack, back) = Self.measure {
+                eventually(timeout: .seconds(30)) {
+                    guard let r = try? server.request(.get, "/healthz") else { return false }
+                    if r.status == 503 {
+                        sawDown = true
+                        #expect(r.code == ErrorCode.unavailable.code)
+                    }
+                    return r.status == 200 && cluster.postmasterPID != nil && cluster.postmasterPID != before
                 }
-                return r.status == 200 && cluster.postmasterPID != nil && cluster.postmasterPID != before
             }
-            print("embedded postgres: back \(back ?? -1) s after signal \(signal)")
+            print("embedded postgres: back \(cameBack ? back : -1) s after signal \(signal)")
             #expect(sawDown, "/healthz never answered 503 while the cluster was down (signal \(signal))")
-            #expect(back != nil)
+            #expect(cameBack)
             #expect(try Self.counter("parley_embedded_postgres_restarts_total", in: server) == round)
             // The pool reconnects by itself; the data is still there.
-            #expect(Self.waitFor(10) { (try? app.request(.get, "/v1/users/kept").status) == 200 } != nil)
+            #expect(eventually(timeout: .seconds(10)) { (try? app.request(.get, "/v1/users/kept").status) == 200 })
             #expect(try server.request(.get, "/readyz").status == 200)
         }
     }
@@ -232,6 +225,7 @@ struct DatabaseFaultTests {
             let result = Result { try TestServer.startEmbedded(dataDirectory: data, transport: .inProcess) { $0.adminKey = adminKey } }
             outcome.withLock { $0 = result }
         }
+        // Deliberate: time for the new server to start, which it must not do while the cluster is held.
         usleep(500_000)
         // Still waiting for the previous cluster, not failed (nor started beside it).
         #expect(

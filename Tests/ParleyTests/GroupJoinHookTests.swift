@@ -62,7 +62,7 @@ struct GroupJoinHookTests: GroupTestSupport {
         let g = try Self.createGroup(f.app, "o")
 
         let rejected = try Self.join(f, g, "a")
-        Self.expectProblem(rejected, 403, 7_000_501)
+        Self.expectProblem(rejected, 403, .rejectedByHook)
         #expect(rejected.json?["hook_code"]?.intValue == 42)
         #expect(rejected.json?["detail"]?.stringValue == "not welcome")
         #expect(try Self.member(f.app, g, "a") == nil)
@@ -83,21 +83,21 @@ struct GroupJoinHookTests: GroupTestSupport {
         #expect(f.calls.count == 2)
 
         // Errors that come first in a join's check order are answered without asking the hook.
-        Self.expectProblem(try Self.join(f, g, "b"), 409, 6_000_522)
+        Self.expectProblem(try Self.join(f, g, "b"), 409, .alreadyGroupMember)
         let forbidden = try Self.createGroup(f.app, "o", extra: #","join_mode":"forbid""#)
-        Self.expectProblem(try Self.join(f, forbidden, "c"), 403, 7_000_301)
+        Self.expectProblem(try Self.join(f, forbidden, "c"), 403, .groupJoinForbidden)
         #expect(f.calls.count == 2)
 
         // With a user token too: the joiner is the operator.
         let token = try f.app.token(for: "a")
-        Self.expectProblem(try Self.asUser(f.app, token, .post, "/v1/groups/\(g)/join", json: "{}"), 403, 7_000_501)
+        Self.expectProblem(try Self.asUser(f.app, token, .post, "/v1/groups/\(g)/join", json: "{}"), 403, .rejectedByHook)
         #expect(f.calls.last?["operator"]?.stringValue == "a")
     }
 
     @Test func skipChecksJoinAsksTheHookAndSkipHooksDoesNot() throws {
         let f = try Fixture { _ in Self.reject() }
         let g = try Self.createGroup(f.app, "o", extra: #","join_mode":"auth""#)
-        Self.expectProblem(try Self.join(f, g, "a", extra: #","skip_checks":true"#), 403, 7_000_501)
+        Self.expectProblem(try Self.join(f, g, "a", extra: #","skip_checks":true"#), 403, .rejectedByHook)
         #expect(f.calls.first?["via"]?.stringValue == "join")
 
         let skipped = try Self.join(f, g, "a", extra: #","skip_checks":true,"skip_hooks":true"#)
@@ -108,7 +108,7 @@ struct GroupJoinHookTests: GroupTestSupport {
 
         let token = try f.app.token(for: "c")
         Self.expectProblem(
-            try Self.asUser(f.app, token, .post, "/v1/groups/\(open)/join", json: #"{"skip_hooks":true}"#), 403, 7_000_002)
+            try Self.asUser(f.app, token, .post, "/v1/groups/\(open)/join", json: #"{"skip_hooks":true}"#), 403, .forbidden)
         #expect(f.calls.count == 1)
     }
 
@@ -118,7 +118,7 @@ struct GroupJoinHookTests: GroupTestSupport {
         }
         let g = try Self.createGroup(f.app, "o")
         let r = try Self.join(f, g, "a")
-        Self.expectProblem(r, 503, 7_000_502)
+        Self.expectProblem(r, 503, .hookUnavailable)
         #expect(r.headers["Retry-After"] == "1")
         #expect(try Self.member(f.app, g, "a") == nil)
 
@@ -141,7 +141,7 @@ struct GroupJoinHookTests: GroupTestSupport {
         let id = try #require(applied.json?["application_id"]?.stringValue)
 
         let rejected = try f.app.request(.post, "/v1/group_applications/\(id)/accept", json: #"{"operator":"o"}"#)
-        Self.expectProblem(rejected, 403, 7_000_501)
+        Self.expectProblem(rejected, 403, .rejectedByHook)
         #expect(rejected.json?["hook_code"]?.intValue == 7)
         #expect(rejected.json?["detail"]?.stringValue == "later")
         let calls = f.calls
@@ -159,7 +159,7 @@ struct GroupJoinHookTests: GroupTestSupport {
         // The accept's own checks come first: a member operator is denied without a call.
         let added = try f.app.request(.post, "/v1/groups/\(g)/members/invite", json: #"{"user_ids":["b"],"skip_hooks":true}"#)
         #expect(Self.codes(added) == [nil], "\(added.text)")
-        Self.expectProblem(try f.app.request(.post, "/v1/group_applications/\(id)/accept", json: #"{"operator":"b"}"#), 403, 6_000_541)
+        Self.expectProblem(try f.app.request(.post, "/v1/group_applications/\(id)/accept", json: #"{"operator":"b"}"#), 403, .groupPermissionDenied)
         #expect(f.calls.count == 1)
 
         // The app accepting (no operator): operator null; allowed now.
@@ -191,7 +191,7 @@ struct GroupJoinHookTests: GroupTestSupport {
         let g = try Self.createGroup(f.app, "o")
         let r = try f.app.request(.post, "/v1/groups/\(g)/members/invite", json: #"{"operator":"o","user_ids":["a","b","c","ghost"]}"#)
         #expect(r.status == 200, "\(r.text)")
-        #expect(Self.codes(r) == [nil, 7_000_501, nil, 6_000_011])
+        #expect(Self.codes(r) == [nil, ErrorCode.rejectedByHook.code, nil, ErrorCode.userNotFound.code])
         let results = Self.results(r)
         #expect(results[0]["data"]?["state"]?.stringValue == "joined")
         #expect(results[2]["data"]?["state"]?.stringValue == "joined")
@@ -214,7 +214,7 @@ struct GroupJoinHookTests: GroupTestSupport {
         // Room for one more member: the refused a leaves the seat to b.
         let g = try Self.createGroup(f.app, "o", extra: #","max_members":2"#)
         let r = try f.app.request(.post, "/v1/groups/\(g)/members/invite", json: #"{"user_ids":["a","b","c"]}"#)
-        #expect(Self.codes(r) == [7_000_501, nil, 6_000_525], "\(r.text)")
+        #expect(Self.codes(r) == [ErrorCode.rejectedByHook.code, nil, ErrorCode.groupFull.code], "\(r.text)")
         #expect(f.calls.allSatisfy { $0["operator"] == .null })
 
         // A user inviter of a `be_invite_mode` `auth` group creates applications: no call.
@@ -236,7 +236,7 @@ struct GroupJoinHookTests: GroupTestSupport {
         let g = try Self.createGroup(f.app, "o")
         let r = try f.app.request(.post, "/v1/groups/\(g)/members/invite", json: #"{"operator":"o","user_ids":["a","b"]}"#)
         #expect(r.status == 200, "\(r.text)")
-        #expect(Self.codes(r) == [7_000_502, nil])
+        #expect(Self.codes(r) == [ErrorCode.hookUnavailable.code, nil])
         #expect(try Self.member(f.app, g, "b") != nil)
     }
 
@@ -252,7 +252,7 @@ struct GroupJoinHookTests: GroupTestSupport {
             return Self.allow
         }
         let r = try f.app.request(.post, "/v1/groups/\(g)/members/invite", json: #"{"operator":"o","user_ids":["a","b"]}"#)
-        #expect(Self.codes(r) == [7_000_502, nil], "\(r.text)")
+        #expect(Self.codes(r) == [ErrorCode.hookUnavailable.code, nil], "\(r.text)")
         #expect(f.calls.compactMap { $0["user_id"]?.stringValue } == ["b"])
         #expect(try Self.member(f.app, g, "a") == nil)
         // A retry asks the hook about a.

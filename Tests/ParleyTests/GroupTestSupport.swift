@@ -34,8 +34,8 @@ extension GroupTestSupport {
     static func results(_ r: TestResponse) -> [JSONValue] { r.json?["results"]?.arrayValue ?? [] }
 
     /// The per-item error codes of a batch response (nil for successful items).
-    static func codes(_ r: TestResponse) -> [Int64?] {
-        results(r).map { $0["ok"] == .bool(true) ? nil : $0["error"]?["code"]?.intValue }
+    static func codes(_ r: TestResponse) -> [Int?] {
+        results(r).map { $0["ok"] == .bool(true) ? nil : $0["error"]?["code"]?.intValue.map(Int.init) }
     }
 
     static func events(_ app: TestApp, _ type: String, user: String? = nil, group: String? = nil) throws -> [JSONValue] {

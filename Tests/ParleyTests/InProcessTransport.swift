@@ -25,29 +25,29 @@ extension Trait where Self == InProcessTransport {
 @Suite("In-process transport", .inProcess)
 struct InProcessTransportTests {
     @Test func suiteTraitPicksInProcessAndATestMayAskForSockets() throws {
-        let local = try TestServer.start()
-        defer { local.stop() }
-        let socket = try TestServer.start(transport: .sockets)
-        defer { socket.stop() }
-        #expect(local.transport == .inProcess)
-        #expect(socket.transport == .sockets)
-        for server in [local, socket] {
-            let r = try server.request(.get, "/v1/nope", bearer: server.adminKey)
-            #expect(r.status == 404)
-            #expect(r.json?["request_id"]?.stringValue == r.headers["X-Request-Id"])
+        try withTestServer { local in
+            let socket = try TestServer.start(transport: .sockets)
+            defer { socket.stop() }
+            #expect(local.transport == .inProcess)
+            #expect(socket.transport == .sockets)
+            for server in [local, socket] {
+                let r = try server.request(.get, "/v1/nope", bearer: server.adminKey)
+                #expect(r.status == 404)
+                #expect(r.json?["request_id"]?.stringValue == r.headers["X-Request-Id"])
+            }
         }
     }
 
     @Test func twoNodesOfOneDatabaseAnswerInProcess() throws {
-        let nodeA = try TestServer.start()
-        defer { nodeA.stop() }
-        let nodeB = try TestServer.start(database: nodeA.database)
-        defer { nodeB.stop() }
-        let app = try nodeA.createApp()
-        try app.createUser("u1", name: "one")
-        let onB = TestApp(server: nodeB, appID: app.appID, key: app.key)
-        let r = try onB.request(.get, "/v1/users/u1")
-        #expect(r.status == 200)
-        #expect(r.json?["name"]?.stringValue == "one")
+        try withTestServer { nodeA in
+            let nodeB = try TestServer.start(database: nodeA.database)
+            defer { nodeB.stop() }
+            let app = try nodeA.createApp()
+            try app.createUser("u1", name: "one")
+            let onB = TestApp(server: nodeB, appID: app.appID, key: app.key)
+            let r = try onB.request(.get, "/v1/users/u1")
+            #expect(r.status == 200)
+            #expect(r.json?["name"]?.stringValue == "one")
+        }
     }
 }

@@ -61,7 +61,7 @@ struct MessageBodyTests {
         switch result(type, body, textMaxBytes: textMaxBytes) {
         case .success: Issue.record("expected 400 naming \(fields), got a valid body", sourceLocation: sourceLocation)
         case .failure(let e):
-            #expect(e.status == 400 && e.code.code == 6_000_001, "\(e)", sourceLocation: sourceLocation)
+            #expect(e.status == 400 && e.code.code == ErrorCode.invalidParams.code, "\(e)", sourceLocation: sourceLocation)
             #expect(e.fieldErrors.map(\.field) == fields, "\(e)", sourceLocation: sourceLocation)
         }
     }
@@ -75,13 +75,13 @@ struct MessageBodyTests {
 
     /// Expects a non-400 problem with `status` and `code` whose detail names `path`.
     private func expectProblem(
-        _ type: MessageType, _ body: JSONValue, _ status: Int, _ code: Int, path: String, textMaxBytes: Int = 2048,
+        _ type: MessageType, _ body: JSONValue, _ status: Int, _ code: ErrorCode, path: String, textMaxBytes: Int = 2048,
         sourceLocation: SourceLocation = #_sourceLocation
     ) {
         switch result(type.rawValue, body, textMaxBytes: textMaxBytes) {
         case .success: Issue.record("expected \(status) \(code) at \(path), got a valid body", sourceLocation: sourceLocation)
         case .failure(let e):
-            #expect(e.status == status && e.code.code == code, "\(e)", sourceLocation: sourceLocation)
+            #expect(e.status == status && e.code == code, "\(e)", sourceLocation: sourceLocation)
             #expect(e.detail.hasPrefix(path + " ") || e.detail.hasPrefix(path + ":"), "\(e)", sourceLocation: sourceLocation)
             #expect(e.fieldErrors.isEmpty, "\(e)", sourceLocation: sourceLocation)
         }
@@ -91,7 +91,7 @@ struct MessageBodyTests {
         _ type: MessageType, _ body: JSONValue, path: String, textMaxBytes: Int = 2048,
         sourceLocation: SourceLocation = #_sourceLocation
     ) {
-        expectProblem(type, body, 413, 7_000_201, path: path, textMaxBytes: textMaxBytes, sourceLocation: sourceLocation)
+        expectProblem(type, body, 413, .messageTooLarge, path: path, textMaxBytes: textMaxBytes, sourceLocation: sourceLocation)
     }
 
     // MARK: - Type and body shape
@@ -217,7 +217,7 @@ struct MessageBodyTests {
 
     @Test(arguments: ["a.webp", "a.tif", "a.png.exe", "png", "a.", ".png", "a.jpg "])
     func imageRejectsOtherExtensions(name: String) {
-        expectProblem(.image, Self.with(Self.image, "file_name", .string(name)), 422, 6_000_213, path: "body.file_name")
+        expectProblem(.image, Self.with(Self.image, "file_name", .string(name)), 422, .fileTypeUnsupported, path: "body.file_name")
     }
 
     @Test func sizesAreIntegersAtLeastZero() {
@@ -310,8 +310,8 @@ struct MessageBodyTests {
     }
 
     @Test func audioAcceptsOnlyMp3() {
-        expectProblem(.audio, Self.with(Self.audio, "file_name", "a.wav"), 422, 6_000_213, path: "body.file_name")
-        expectProblem(.audio, Self.with(Self.audio, "file_name", "a.mp4"), 422, 6_000_213, path: "body.file_name")
+        expectProblem(.audio, Self.with(Self.audio, "file_name", "a.wav"), 422, .fileTypeUnsupported, path: "body.file_name")
+        expectProblem(.audio, Self.with(Self.audio, "file_name", "a.mp4"), 422, .fileTypeUnsupported, path: "body.file_name")
     }
 
     @Test func durationIsRequiredAndAtLeastOne() {
@@ -340,7 +340,7 @@ struct MessageBodyTests {
     @Test func videoAcceptsMp4AndMov() {
         expectValid(.video, Self.with(Self.video, "file_name", "clip.MOV"))
         expectValid(.video, Self.with(Self.video, "file_name", "clip.mp4"))
-        expectProblem(.video, Self.with(Self.video, "file_name", "clip.avi"), 422, 6_000_213, path: "body.file_name")
+        expectProblem(.video, Self.with(Self.video, "file_name", "clip.avi"), 422, .fileTypeUnsupported, path: "body.file_name")
     }
 
     // MARK: - 200 custom
@@ -462,7 +462,7 @@ struct MessageBodyTests {
     @Test(arguments: [MessageType.command, .multiple, .barrage, .revoke, .tips, .combine])
     func multipleRejectsOtherItemTypesAs6000013(type: MessageType) {
         let items = [Self.item(.text, ["text": "t"]), Self.item(type, ["data": "AQ=="])]
-        expectProblem(.multiple, Self.multiple(items), 422, 6_000_013, path: "body.items[1].type")
+        expectProblem(.multiple, Self.multiple(items), 422, .unsupportedOperation, path: "body.items[1].type")
     }
 
     @Test func multipleItemTypeMustBeAKnownInteger() {
@@ -484,7 +484,7 @@ struct MessageBodyTests {
         expectInvalid(
             .multiple, Self.multiple([Self.item(.file, Self.with(Self.file, "file_name", "README"))]), field: "body.items[0].body.file_name")
         expectProblem(
-            .multiple, Self.multiple([Self.item(.audio, Self.with(Self.audio, "file_name", "a.wav"))]), 422, 6_000_213,
+            .multiple, Self.multiple([Self.item(.audio, Self.with(Self.audio, "file_name", "a.wav"))]), 422, .fileTypeUnsupported,
             path: "body.items[0].body.file_name")
     }
 
@@ -512,7 +512,7 @@ struct MessageBodyTests {
 
     @Test func extensionsOutrankItemTypes() {
         let items = [Self.item(.command, ["data": "AQ=="]), Self.item(.image, Self.with(Self.image, "file_name", "a.webp"))]
-        expectProblem(.multiple, Self.multiple(items), 422, 6_000_213, path: "body.items[1].body.file_name")
+        expectProblem(.multiple, Self.multiple(items), 422, .fileTypeUnsupported, path: "body.items[1].body.file_name")
     }
 
     @Test func fieldErrorsOutrankItemTypesAndCountsAreFieldErrors() {
@@ -550,7 +550,7 @@ struct MessageBodyTests {
         // With a valid request the 413 is thrown, and a valid body is returned.
         switch read(["to": "u1", "type": 1, "body": ["text": Self.bytes(65)]]) {
         case .success(let r): Issue.record("expected 413, got \(r)")
-        case .failure(let e): #expect(e.code.code == 7_000_201 && e.detail.hasPrefix("body.text "))
+        case .failure(let e): #expect(e.code.code == ErrorCode.messageTooLarge.code && e.detail.hasPrefix("body.text "))
         }
         let ok = try read(["to": "u1", "type": 1, "body": ["text": "hi"]]).get()
         #expect(ok.0?.json == ["text": "hi"] && ok.1.isEmpty)

@@ -35,38 +35,38 @@ import Testing
     }
 
     @Test func routerAndSpecAgree() throws {
-        let server = try TestServer.start()
-        defer { server.stop() }
-        var served: [String: String] = [:]
-        for route in server.app.routeTable {
-            let key = "\(route.method) \(route.template)"
-            #expect(served[key] == nil, "\(key) is registered twice")
-            served[key] = route.operationID ?? ""
-        }
-        let specified = try Self.specOperations()
-        let servedKeys = Set(served.keys)
-        let specifiedKeys = Set(specified.keys)
-        #expect(servedKeys.subtracting(specifiedKeys).sorted() == [], "served but not in openapi/openapi.json")
-        #expect(specifiedKeys.subtracting(servedKeys).sorted() == [], "in openapi/openapi.json but not served")
+        try withTestServer { server in
+            var served: [String: String] = [:]
+            for route in server.app.routeTable {
+                let key = "\(route.method) \(route.template)"
+                #expect(served[key] == nil, "\(key) is registered twice")
+                served[key] = route.operationID ?? ""
+            }
+            let specified = try Self.specOperations()
+            let servedKeys = Set(served.keys)
+            let specifiedKeys = Set(specified.keys)
+            #expect(servedKeys.subtracting(specifiedKeys).sorted() == [], "served but not in openapi/openapi.json")
+            #expect(specifiedKeys.subtracting(servedKeys).sorted() == [], "in openapi/openapi.json but not served")
 
-        // The operationIds, compared both ways for every operation both sides have.
-        let shared = servedKeys.intersection(specifiedKeys).sorted()
-        let mismatched = shared.filter { served[$0] != specified[$0] }.map {
-            "\($0): router \(served[$0] ?? "") vs document \(specified[$0] ?? "")"
+            // The operationIds, compared both ways for every operation both sides have.
+            let shared = servedKeys.intersection(specifiedKeys).sorted()
+            let mismatched = shared.filter { served[$0] != specified[$0] }.map {
+                "\($0): router \(served[$0] ?? "") vs document \(specified[$0] ?? "")"
+            }
+            #expect(mismatched == [], "operationId differs")
+            #expect(served.filter { $0.value.isEmpty }.keys.sorted() == [], "routes without an operationId")
+            #expect(specified.filter { $0.value.isEmpty }.keys.sorted() == [], "operations without an operationId")
+            // Distinct operations never share an id, on either side.
+            #expect(Set(served.values).count == served.count, "an operationId is used by two routes")
+            #expect(Set(specified.values).count == specified.count, "an operationId is used by two operations of the document")
         }
-        #expect(mismatched == [], "operationId differs")
-        #expect(served.filter { $0.value.isEmpty }.keys.sorted() == [], "routes without an operationId")
-        #expect(specified.filter { $0.value.isEmpty }.keys.sorted() == [], "operations without an operationId")
-        // Distinct operations never share an id, on either side.
-        #expect(Set(served.values).count == served.count, "an operationId is used by two routes")
-        #expect(Set(specified.values).count == specified.count, "an operationId is used by two operations of the document")
     }
 
     @Test func openAPIRouteServesTheFile() throws {
-        let server = try TestServer.start()
-        defer { server.stop() }
-        let response = try server.request(.get, "/openapi.json")
-        #expect(response.status == 200)
-        #expect(response.text == DataDirectory.readFile(Self.specPath))
+        try withTestServer { server in
+            let response = try server.request(.get, "/openapi.json")
+            #expect(response.status == 200)
+            #expect(response.text == DataDirectory.readFile(Self.specPath))
+        }
     }
 }

@@ -24,6 +24,21 @@ extension ProblemAssertions {
         expectProblem(status: r.status, headers: r.headers, body: r.body, status, code, comment, sourceLocation: sourceLocation)
     }
 
+    /// Asserts the full problem shape with `status` and the catalogue entry `code` (`.userNotFound`).
+    static func expectProblem(
+        _ r: TestResponse, _ status: Int, _ code: ErrorCode, _ comment: String = "",
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        expectProblem(r, status, code.code, comment, sourceLocation: sourceLocation)
+    }
+
+    static func expectProblem(
+        _ r: HTTPClientResponse, _ status: Int, _ code: ErrorCode, _ comment: String = "",
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        expectProblem(r, status, code.code, comment, sourceLocation: sourceLocation)
+    }
+
     static func expectProblem(
         _ r: HTTPClientResponse, _ status: Int, _ code: Int, _ comment: String = "", sourceLocation: SourceLocation = #_sourceLocation
     ) {
@@ -51,11 +66,11 @@ extension ProblemAssertions {
         #expect(json?["request_id"]?.stringValue == requestID, "\(comment) request_id", sourceLocation: sourceLocation)
     }
 
-    /// Asserts 400 `6000001` whose `errors[].field` contains `field`.
+    /// Asserts 400 `invalid_params` whose `errors[].field` contains `field`.
     static func expectInvalid(
         _ r: TestResponse, field: String, _ comment: String = "", sourceLocation: SourceLocation = #_sourceLocation
     ) {
-        expectProblem(r, 400, 6_000_001, comment, sourceLocation: sourceLocation)
+        expectProblem(r, 400, .invalidParams, comment, sourceLocation: sourceLocation)
         #expect(fields(r).contains(field), "\(comment): expected field \(field) in \(r.text)", sourceLocation: sourceLocation)
     }
 }

@@ -223,14 +223,12 @@ struct WebhookDeliveryTests: ProblemAssertions {
         let second = try Self.server(testClock: false, database: first.database)
         defer { second.stop() }
         // The failed deliveries are due 5 s (±20 %) after their attempt, by the real clock here.
-        let deadline = ContinuousClock.now + .seconds(20)
         var succeeded = 0
         let again = TestApp(server: second, appID: app.appID, key: app.key)
-        while ContinuousClock.now < deadline {
+        try eventually(timeout: .seconds(20), every: .milliseconds(250)) {
             Self.drain(second)
             succeeded = try Self.deliveries(again, webhookID, query: "&status=succeeded").count
-            if succeeded == 20 { break }
-            Wakeup.sleep(millis: 250)
+            return succeeded == 20
         }
         #expect(succeeded == 20)
         let accepted = receiver.requests.suffix(20).compactMap { $0.header("webhook-id") }
@@ -257,13 +255,11 @@ struct WebhookDeliveryTests: ProblemAssertions {
         let second = try Self.server(testClock: false, database: first.database)
         defer { second.stop() }
         let again = TestApp(server: second, appID: app.appID, key: app.key)
-        let deadline = ContinuousClock.now + .seconds(20)
         var listed: [JSONValue] = []
-        while ContinuousClock.now < deadline {
+        try eventually(timeout: .seconds(20), every: .milliseconds(200)) {
             Self.drain(second)
             listed = try Self.deliveries(again, webhookID)
-            if listed.count == count && listed.allSatisfy({ $0["status"]?.stringValue == "succeeded" }) { break }
-            Wakeup.sleep(millis: 200)
+            return listed.count == count && listed.allSatisfy { $0["status"]?.stringValue == "succeeded" }
         }
         #expect(listed.count == count, "one delivery per event")
         #expect(Set(listed.compactMap { $0["event_id"]?.stringValue }).count == count)
