@@ -17,6 +17,7 @@ Relative links of README.md and docs/*.md are checked by `scripts/api-docs.py ch
 """
 
 import os
+import importlib.util
 import re
 import sys
 
@@ -32,20 +33,18 @@ PATTERN = re.compile(r"(?<!\w)(?:%s)\b|%s" % ("|".join(re.escape(n) for n in OUT
 CITATION = re.compile(r"(?<![\w/.-])((?:docs/[\w.-]+\.md|README\.md)(?:#[\w-]+)?)")
 
 
+def _api_docs():
+    """scripts/api-docs.py as a module: its anchor rule is the one every docs link is checked with."""
+    spec = importlib.util.spec_from_file_location("api_docs", os.path.join(os.path.dirname(os.path.abspath(__file__)), "api-docs.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def anchors(path, cache={}):
     """The GitHub anchors of a Markdown file's headings (the rule of scripts/api-docs.py)."""
     if path not in cache:
-        with open(path, encoding="utf-8") as f:
-            text = re.sub(r"(?ms)^(```|~~~).*?^\1", "", f.read())
-        out = set()
-        for heading in re.findall(r"(?m)^#{1,6}\s+(.*?)\s*#*\s*$", text):
-            slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-            base, n = slug, 1
-            while slug in out:
-                slug = "%s-%d" % (base, n)
-                n += 1
-            out.add(slug)
-        cache[path] = out
+        cache[path] = _api_docs().anchors(path)
     return cache[path]
 
 
