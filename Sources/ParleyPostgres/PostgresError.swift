@@ -122,7 +122,7 @@ extension PostgresError {
         return PostgresError(kind: .connection, message: trimmed.isEmpty ? context : "\(context): \(trimmed)")
     }
 
-    static func decoding(_ message: String) -> PostgresError {
+    @usableFromInline static func decoding(_ message: String) -> PostgresError {
         PostgresError(kind: .protocol, message: message)
     }
 }

@@ -138,6 +138,7 @@ extension PostgresConnection {
 extension PostgresRow {
     /// The row's columns, in order, as the types of `types`: `row.decode((String, Int64?).self)`. Use an Optional
     /// type for a nullable column. The row must have exactly as many columns as `types` has members.
+    @inlinable  // specialised in the caller: an unspecialised pack decode goes through metadata for every cell
     public func decode<each Column: PostgresDecodable>(_ types: (repeat each Column).Type) throws(PostgresError) -> (repeat each Column) {
         var count = 0
         for _ in repeat (each Column).self { count += 1 }
@@ -155,6 +156,7 @@ extension PostgresRow {
 
 extension PostgresResult {
     /// Every row decoded as ``PostgresRow/decode(_:)`` does.
+    @inlinable
     public func decode<each Column: PostgresDecodable>(_ types: (repeat each Column).Type) throws(PostgresError) -> [(repeat each Column)] {
         var rows: [(repeat each Column)] = []
         rows.reserveCapacity(rowCount)
@@ -179,6 +181,7 @@ extension PostgresResult {
     }
 
     /// The first row decoded as ``PostgresRow/decode(_:)`` does, or nil when there is none.
+    @inlinable
     public func decodeFirst<each Column: PostgresDecodable>(_ types: (repeat each Column).Type) throws(PostgresError) -> (repeat each Column)? {
         rowCount == 0 ? nil : try self[0].decode(types)
     }

@@ -61,8 +61,8 @@ extension PostgresResult: RandomAccessCollection {
 
 /// One row of a `PostgresResult`; cells by column index or name.
 public struct PostgresRow {
-    let result: PostgresResult
-    let row: Int
+    @usableFromInline let result: PostgresResult
+    @usableFromInline let row: Int
 
     /// The cell in column `column`.
     public subscript(column: Int) -> PostgresCell {

@@ -95,9 +95,10 @@ package struct API {
     /// the request runs again from the start on a worker with `handler`, as a route added with ``add(_:_:_:_:maxBodyBytes:queryToken:numbersItsEvents:bodyMediaType:_:)`` does.
     package mutating func add(
         _ method: HTTPMethod, _ template: String, _ access: Access, _ operationID: String, maxBodyBytes: Int? = nil,
-        numbersItsEvents: Bool = false, onEventLoop: @escaping EventLoopHandler, _ handler: @escaping Handler
+        numbersItsEvents: Bool = false, userBucket: RouteUserBucket? = nil, onEventLoop: @escaping EventLoopHandler,
+        _ handler: @escaping Handler
     ) {
-        let route = RequestPipeline.Route(access: access, queryToken: false, sequenced: !numbersItsEvents)
+        let route = RequestPipeline.Route(access: access, queryToken: false, sequenced: !numbersItsEvents, userBucket: userBucket)
         let services = self.services
         let onWorker: @Sendable (RequestPipeline.Exchange) throws -> Response = { exchange in
             guard let app = exchange.app else { throw APIError(.internalError, "app route without an app") }

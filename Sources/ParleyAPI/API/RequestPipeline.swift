@@ -16,6 +16,9 @@ enum RequestPipeline {
         var sequenced: Bool
         /// The media type request bodies must have (JSON, except the NDJSON import; docs/api.md).
         var bodyMediaType = "application/json"
+        /// A bucket of the route's own that a user token's requests take besides the token's (sends,
+        /// docs/errors.md#rate-limits).
+        var userBucket: RouteUserBucket? = nil
     }
 
     /// One request on its way through the pipeline. Owned by the worker thread running it.
@@ -28,6 +31,8 @@ enum RequestPipeline {
         /// The rate-limit bucket this request took a token from: given back when an event-loop run hands the request to
         /// a worker, which takes it again.
         var rateTaken: (bucket: String, rate: Int)?
+        /// The route's user bucket token this request took (``routeUserLimit(_:)``), given back with `rateTaken`.
+        var routeRateTaken: (bucket: String, rate: Int)?
         var credential: Credential = .admin
         /// The app the request acts in (app credentials), resolved once.
         var app: AppRecord?
@@ -58,7 +63,7 @@ enum RequestPipeline {
     /// The precedence of docs/errors.md#problems-rfc-9457: credentials (401/403), `Idempotency-Key` (replay, 422, 409),
     /// 415, 413, then 400.
     static let before: [Before] = [
-        authenticate, resolveApp, rateLimit, readClock, replayIdempotent, requireJSON, limitBody, refuseNUL,
+        authenticate, resolveApp, rateLimit, readClock, replayIdempotent, requireJSON, limitBody, refuseNUL, routeUserLimit,
     ]
     /// The steps after it, in order, on every answer.
     static let after: [After] = [storeIdempotent, addHeaders, publishEvents]
@@ -87,7 +92,9 @@ enum RequestPipeline {
         do {
             response = try answerBeforeHandler(&exchange) ?? handler(exchange)
         } catch is NeedsConnection {
-            if let (bucket, rate) = exchange.rateTaken { exchange.services.rateLimiter.giveBack(key: bucket, ratePerSecond: rate) }
+            for (bucket, rate) in [exchange.rateTaken, exchange.routeRateTaken].compactMap({ $0 }) {
+                exchange.services.rateLimiter.giveBack(key: bucket, ratePerSecond: rate)
+            }
             return nil
         } catch {
             response = ProblemRendering.handlerError(error, request: exchange.request, logger: exchange.services.logger)
@@ -140,6 +147,20 @@ enum RequestPipeline {
         if !decision.allowed {
             throw APIError.retryLater(.rateLimited, "rate limit exceeded", retryAfterSeconds: decision.retryAfterSeconds)
         }
+        return nil
+    }
+
+    /// The route's own bucket for a user token's requests (``Route/userBucket``; sends, docs/errors.md#rate-limits),
+    /// last of the checks, so a replayed or refused request takes none of it.
+    static func routeUserLimit(_ x: inout Exchange) throws -> Response? {
+        guard let bucket = x.route.userBucket, let app = x.app, let userID = x.credential.userID else { return nil }
+        let key = "\(bucket.name):\(app.appID):\(userID)"
+        let rate = bucket.rate(app.settings)
+        let decision = x.services.rateLimiter.take(key: key, ratePerSecond: rate)
+        guard decision.allowed else {
+            throw APIError.retryLater(.rateLimited, bucket.refusal, retryAfterSeconds: decision.retryAfterSeconds)
+        }
+        x.routeRateTaken = (key, rate)
         return nil
     }
 
@@ -307,5 +328,20 @@ enum RequestPipeline {
                 return true
             }
         }
+    }
+}
+
+/// A route's own request rate per user token, taken by the pipeline besides the token's bucket: `name` keys the bucket
+/// (with the app and the user), `rate` reads its requests per second from the app's settings, `refusal` is the 429's
+/// detail.
+package struct RouteUserBucket: Sendable {
+    let name: String
+    let rate: @Sendable (AppSettings) -> Int
+    let refusal: String
+
+    package init(name: String, refusal: String, rate: @escaping @Sendable (AppSettings) -> Int) {
+        self.name = name
+        self.rate = rate
+        self.refusal = refusal
     }
 }

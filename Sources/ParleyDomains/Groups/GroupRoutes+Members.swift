@@ -228,7 +228,7 @@ extension GroupRoutes {
         let cursor = query.cursor()
         try query.check()
         let service = GroupService(ctx)
-        guard try service.liveUsers([userID], on: ctx.db).contains(userID) else { throw UserService.notFound(userID) }
+        try UserService.requireActive(userID, appID: ctx.appID, on: ctx.db)
         let list = "user_groups|\(ctx.appID)|\(userID)|\(keywords.joined(separator: " "))"
         var after: (Int64, String)?
         if let values = try ListPage.cursorValues(ctx, cursor, list: list, count: 2) {

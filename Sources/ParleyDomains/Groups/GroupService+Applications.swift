@@ -118,7 +118,7 @@ extension GroupService {
         _ userID: String, type: GroupApplication.Kind?, state: GroupApplication.State?, after: (createdAt: Int64, applicationID: String)?,
         limit: Int, on db: PostgresConnection
     ) throws -> [GroupApplication] {
-        guard try liveUsers([userID], on: db).contains(userID) else { throw UserService.notFound(userID) }
+        try UserService.requireActive(userID, appID: appID, on: db)
         return try GroupApplicationStore.list(
             appID: appID, scope: .user(userID), type: type, state: state, now: now, after: after, limit: limit, on: db
         ).map { $0.asOf(now) }

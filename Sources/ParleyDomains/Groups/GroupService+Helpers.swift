@@ -68,7 +68,7 @@ extension GroupService {
 
     /// The ids among `userIDs` of existing, not soft-deleted users.
     func liveUsers(_ userIDs: [String], on db: PostgresConnection) throws -> Set<String> {
-        Set(try UserStore.fetchMany(appID: appID, userIDs: userIDs, on: db).filter { !$0.isDeleted }.map(\.userID))
+        try UserService.activeUserIDs(userIDs, appID: appID, on: db)
     }
 
     /// The owner and admins (join application audiences, big-group membership audiences).

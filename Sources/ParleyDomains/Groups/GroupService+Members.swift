@@ -53,7 +53,7 @@ extension GroupService {
     /// The checks of a join, in this order — 404 user, 409 `already_group_member`, 403 `group_join_forbidden`,
     /// then (a direct join) 422 `group_full` — and whether it joins directly (false: it applies).
     private func joinsDirectly(_ group: Group, userID: String, skipChecks: Bool, on db: PostgresConnection) throws -> Bool {
-        guard try liveUsers([userID], on: db).contains(userID) else { throw UserService.notFound(userID) }
+        try UserService.requireActive(userID, appID: appID, on: db)
         if try GroupStore.member(appID: appID, groupID: group.groupID, userID: userID, on: db) != nil {
             throw APIError(.alreadyGroupMember, "user \(userID) is already a member of group \(group.groupID)")
         }

@@ -31,10 +31,7 @@ struct BlacklistService: DomainService {
     func add(owner: String, blockedIDs: [String]) throws -> [String: AddOutcome] {
         try db.transaction { db in
             try lockOwner(owner, on: db)
-            var live: Set<String> = []
-            for user in try UserStore.fetchMany(appID: appID, userIDs: blockedIDs, on: db) where !user.isDeleted {
-                live.insert(user.userID)
-            }
+            let live = try UserService.activeUserIDs(blockedIDs, appID: appID, on: db)
             let present = try BlacklistStore.present(appID: appID, owner: owner, blockedIDs: blockedIDs, on: db)
             var count = try BlacklistStore.count(appID: appID, owner: owner, on: db)
             var outcomes: [String: AddOutcome] = [:]

@@ -244,7 +244,7 @@ struct FriendService: DomainService {
     /// is soft-deleted.
     func check(owner: String, userIDs: [String], mode: Friend.DeleteMode, on db: PostgresConnection) throws -> [String: Friend.Relation?] {
         try requireOwner(owner, on: db)
-        let live = Set(try UserStore.fetchMany(appID: appID, userIDs: userIDs, on: db).filter { !$0.isDeleted }.map(\.userID))
+        let live = try UserService.activeUserIDs(userIDs, appID: appID, on: db)
         let ownerHas = try FriendStore.present(appID: appID, owner: owner, friendIDs: userIDs, on: db)
         let otherHas = mode == .both ? try FriendStore.listing(appID: appID, friendID: owner, userIDs: userIDs, on: db) : []
         var relations: [String: Friend.Relation?] = [:]

@@ -299,6 +299,11 @@ extension UserService {
         try UserStore.fetchMany(appID: appID, userIDs: userIDs, on: db).filter { !$0.isDeleted }
     }
 
+    /// The ids among `userIDs` of users that exist and are not deleted (the many-user form of ``requireActive(_:appID:forUpdate:on:)``).
+    package static func activeUserIDs(_ userIDs: [String], appID: String, on db: PostgresConnection) throws -> Set<String> {
+        Set(try UserStore.fetchMany(appID: appID, userIDs: userIDs, on: db).filter { !$0.isDeleted }.map(\.userID))
+    }
+
     /// 404 `user_not_found` unless the user exists (deleted users included, as a stream may be opened for them).
     package func requireExists(_ userID: String) throws {
         guard try UserStore.fetch(appID: appID, userID: userID, on: db) != nil else { throw Self.notFound(userID) }

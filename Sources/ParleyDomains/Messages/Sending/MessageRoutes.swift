@@ -10,6 +10,8 @@ package enum MessageRoutes {
     package static func register(on api: inout API, writer: MessageWriter) {
         api.add(
             .post, "/v1/messages", .appOrUser, "sendMessage", numbersItsEvents: true,
+            // User-token sends have their own bucket besides the token's (docs/errors.md#rate-limits).
+            userBucket: .init(name: "s", refusal: "send rate limit exceeded") { $0.userSendRatePerS },
             onEventLoop: { caller in try sendOnEventLoop(caller, writer: writer) }
         ) { ctx in
             try send(ctx, writer: writer)
@@ -67,13 +69,6 @@ package enum MessageRoutes {
     /// its batch commits.
     private static func send(_ ctx: APIContext, writer: MessageWriter) throws -> Response {
         let app = ctx.app
-        if let userID = ctx.tokenUserID {
-            // User-token sends have their own bucket besides the token's (docs/errors.md#rate-limits).
-            let decision = ctx.services.rateLimiter.take(key: "s:\(ctx.appID):\(userID)", ratePerSecond: app.settings.userSendRatePerS)
-            if !decision.allowed {
-                throw APIError.retryLater(.rateLimited, "send rate limit exceeded", retryAfterSeconds: decision.retryAfterSeconds)
-            }
-        }
         var body = try ctx.body()
         let request = try SendRequest(&body, ctx: ctx, settings: app.settings)
         // Under overload, priority-1 room messages are refused first (docs/errors.md#rate-limits), before any database
@@ -110,7 +105,7 @@ package enum MessageRoutes {
     /// `message.before_send` hook to call. It validates and answers its problems as ``send(_:writer:)`` would, and hands
     /// anything else to a worker (``NeedsConnection``) before it has done anything.
     private static func sendOnEventLoop(_ caller: CallerContext, writer: MessageWriter) throws -> Response {
-        // A user token's own send bucket is taken on the worker (the pipeline hands user tokens over anyway).
+        // A user token's send runs on a worker (its user is read there); the pipeline takes its send bucket.
         if caller.tokenUserID != nil { throw NeedsConnection() }
         var body = try caller.body()
         let request = try SendRequest(&body, ctx: caller, settings: caller.app.settings)
