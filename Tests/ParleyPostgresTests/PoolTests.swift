@@ -167,6 +167,9 @@ import Testing
         let admin = try PostgresConnection(try sharedAdminConfiguration())
         try admin.query(sql: "SELECT pg_terminate_backend($1)", [Int(first)])
         #expect(try eventually { try admin.query(sql: "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", [Int(first)])[0][0].int == 0 })
+        // A deliberate window, not a wait for a state we can see: the backend leaves pg_stat_activity before its
+        // process exits and closes the socket, and the pool notices a dead session by the EOF on its socket.
+        usleep(100_000)
         let second = try pool.withConnection { db -> Int32 in
             _ = try db.query(sql: "SELECT 1")
             return db.backendPID
