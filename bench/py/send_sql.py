@@ -21,7 +21,7 @@ Checks, each fatal (exit status 1, the reason on stderr), so a changed statement
 measuring something else:
   - every parameter the statement uses has a value in the block, and every value a parameter;
   - for MessageWrite.statement: the $1 item names (the `'name',` keys of its json_build_object) are exactly the
-    columns of the statement's `json_to_recordset($1::json) AS i(...)`, which are exactly the keys `itemsJSON`
+    columns of the statement's `json_to_recordset($1::json) AS i(...)`, which are exactly the keys `itemRecords`
     (MessageWrite.swift) writes per item;
   - pgbench's view of the result: pgbench replaces `:name` anywhere in an SQL command (also inside literals and
     comments) by a variable, so every `:name` must be a variable the script sets (`\\set`) or a pgbench built-in;
@@ -36,7 +36,7 @@ SOURCES = {
     "MessageWrite.statement": ["sql", "send"],
     "EventLog.appendNumbered": ["sql", "events"],
 }
-# Where itemsJSON writes the item keys (checked against the statement's columns).
+# Where itemRecords writes the item keys (checked against the statement's columns).
 ITEMS_SOURCE = "Sources/ParleyDomains/Messages/Sending/MessageWrite.swift"
 PGBENCH_BUILTINS = {"client_id", "scale", "random_seed", "default_seed"}
 
@@ -57,7 +57,7 @@ def statement_text(binary, name, parts):
 
 
 def item_keys(root):
-    """The keys `MessageWrite.itemsJSON` writes per item: the names of `MessageWrite.itemFields`, in order."""
+    """The keys `MessageWrite.itemRecords` writes per item: the names of `MessageWrite.itemFields`, in order."""
     path = os.path.join(root, ITEMS_SOURCE)
     with open(path, encoding="utf-8") as f:
         source = f.read()
@@ -132,7 +132,7 @@ def expand(root, binary, name, parts, params):
     if name == "MessageWrite.statement":
         columns, keys = recordset_columns(statement), item_keys(root)
         if sorted(columns) != sorted(keys):
-            fail(f"MessageWrite: the statement's json_to_recordset columns and the keys itemsJSON writes differ (columns "
+            fail(f"MessageWrite: the statement's json_to_recordset columns and the keys itemRecords writes differ (columns "
                  f"only: {sorted(set(columns) - set(keys))}, keys only: {sorted(set(keys) - set(columns))})")
         named = json_object_keys(params["1"])
         if sorted(named) != sorted(columns):

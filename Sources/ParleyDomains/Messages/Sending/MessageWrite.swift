@@ -103,7 +103,7 @@ package enum MessageWrite {
         if items.isEmpty { return [] }
         let shape = Shape(items)
         let binds: [(any PostgresEncodable)?] =
-            shape.contains(.combine) ? [itemsJSON(items), combinesJSON(items)] : [itemsJSON(items)]
+            shape.contains(.combine) ? [itemRecords.json(items), combinesJSON(items)] : [itemRecords.json(items)]
         // One row per item, in item order: the outcome, the seq, timestamp and suppression of a sent message, the
         // root's new reply count, and the message a duplicate's key first sent.
         let rows = try db.run(
@@ -141,7 +141,7 @@ package enum MessageWrite {
     /// called for duplicates, failed sends or suppressed messages; the write checks again.
     static func check(_ item: Item, on db: PostgresConnection) throws -> (outcome: Outcome, suppressed: Bool) {
         let statement = PostgresStatement(
-            PostgresQuery(sql: checkStatement(Shape([item])), binds: [itemsJSON([item])]), rows: (Outcome, Bool).self)
+            PostgresQuery(sql: checkStatement(Shape([item])), binds: [itemRecords.json([item])]), rows: (Outcome, Bool).self)
         guard let (outcome, suppressed) = try db.runFirst(statement) else {
             throw APIError(.internalError, "message check returned no outcome")
         }
@@ -281,30 +281,8 @@ package enum MessageWrite {
 
     // MARK: - The statement
 
-    /// The items as one JSON array, read by `json_to_recordset` with named columns (`statement`'s `i`): one object per
-    /// item with a member per ``itemFields`` entry, in that order.
-    private static func itemsJSON(_ items: [Item]) -> String {
-        var w = JSONWriter(capacity: 512 * items.count)
-        w.beginArray()
-        for (ord, item) in items.enumerated() {
-            w.object { w in
-                for field in itemFields {
-                    w.key(static: field.name)
-                    field.write(&w, item, ord)
-                }
-            }
-        }
-        w.endArray()
-        return String(decoding: w.bytes, as: UTF8.self)
-    }
-
-    /// One column of the items JSON: its member name (also the `json_to_recordset` column), its SQL type, and how an
-    /// item (at position `ord` of its batch) writes it. The JSON and the column list both come from this table.
-    struct ItemField: Sendable {
-        let name: StaticString
-        let type: String
-        let write: @Sendable (inout JSONWriter, Item, Int) -> Void
-    }
+    /// One column of the items JSON (`statement`'s `i`); the JSON and the column list both come from ``itemFields``.
+    typealias ItemField = JSONRecordset<Item>.Field
 
     /// The columns the statement reads from the items JSON.
     static let itemFields: [ItemField] = [
@@ -349,13 +327,8 @@ package enum MessageWrite {
         },
     ]
 
-    /// `json_to_recordset`'s column list, from ``itemFields``, a few columns a line (for readable statements in the
-    /// server's logs).
-    static let itemColumns: String = {
-        let columns = itemFields.map { "\($0.name) \($0.type)" }
-        return stride(from: 0, to: columns.count, by: 8).map { columns[$0..<min($0 + 8, columns.count)].joined(separator: ", ") }
-            .joined(separator: ",\n")
-    }()
+    /// The items as the JSON array the statement reads, one object per item, positions in the batch as `ord`.
+    static let itemRecords = JSONRecordset(itemFields)
 
     /// Stored JSON (body, reply, push) travels as a JSON string, so PostgreSQL stores its exact bytes.
     private static func writeText(_ json: [UInt8]?, to w: inout JSONWriter) {
@@ -633,7 +606,7 @@ package enum MessageWrite {
         return """
             WITH i AS (
                 SELECT * FROM json_to_recordset($1::json) AS i(
-            \(indented(itemColumns, 8)))
+            \(indented(itemRecords.columnList, 8)))
             ), checked AS (
                 SELECT i.*,
                     CASE

@@ -164,7 +164,7 @@ struct MessageImport {
                 let rows = try db.transaction { db in
                     try db.run(
                         PostgresStatement(
-                            PostgresQuery(sql: Self.statement, binds: [appID, Self.linesJSON(batch), now]),
+                            PostgresQuery(sql: Self.statement, binds: [appID, Self.lineRecords.json(batch, bytesPerRow: 400), now]),
                             rows: (MessageWrite.Outcome, String?, Int64?).self))
                 }
                 return try zip(batch, rows).map { line, row in try outcome(line, row) }
@@ -190,67 +190,45 @@ struct MessageImport {
         }
     }
 
-    /// The lines as the JSON array the statement reads (`$2`).
-    private static func linesJSON(_ lines: [Line]) -> String {
-        var w = JSONWriter(capacity: lines.count * 400)
-        w.beginArray()
-        for line in lines {
-            w.object { w in
-                w.key(static: "ord")
-                w.writeInt(line.ord)
-                w.key(static: "conv_type")
-                w.writeString(line.conversationType.rawValue)
-                w.key(static: "conv_id")
-                w.writeString(line.threadID)
-                w.key(static: "sender")
-                w.writeString(line.from)
-                w.key(static: "recipient")
-                w.writeString(line.to)
-                w.key(static: "message_id")
-                w.writeString(line.messageID)
-                w.key(static: "client_msg_id")
-                if let id = line.clientMsgID { w.writeString(id) } else { w.writeNull() }
-                w.key(static: "dedupe_key")
-                w.writeString(line.dedupeKey)
-                w.key(static: "content_hash")
-                w.writeString(line.contentHash)
-                w.key(static: "type")
-                w.writeInt(line.type)
-                w.key(static: "body")
-                // As a JSON string: PostgreSQL stores the body's exact bytes.
-                if let body = line.body { body.withUnsafeBufferPointer { w.writeString(utf8: $0) } } else { w.writeNull() }
-                w.key(static: "extended_data")
-                w.writeString(line.extendedData)
-                w.key(static: "mention_ids")
-                w.beginArray()
-                for id in line.mentionIDs { w.writeString(id) }
-                w.endArray()
-                w.key(static: "mention_all")
-                w.writeBool(line.mentionAll)
-                w.key(static: "priority")
-                w.writeInt(line.priority)
-                w.key(static: "need_receipt")
-                w.writeBool(line.needReceipt)
-                w.key(static: "deleted")
-                w.writeBool(line.deleted)
-                w.key(static: "original_text")
-                if let text = line.originalText { w.writeString(text) } else { w.writeNull() }
-                w.key(static: "ts")
-                w.writeInt(line.timestamp)
-            }
-        }
-        w.endArray()
-        return String(decoding: w.bytes, as: UTF8.self)
-    }
+    /// The columns the statement reads from the lines JSON (`$2`); the JSON and the column list both come from here.
+    static let lineFields: [JSONRecordset<Line>.Field] = [
+        .init(name: "ord", type: "int") { w, line, _ in w.writeInt(line.ord) },
+        .init(name: "conv_type", type: "text") { w, line, _ in w.writeString(line.conversationType.rawValue) },
+        .init(name: "conv_id", type: "text") { w, line, _ in w.writeString(line.threadID) },
+        .init(name: "sender", type: "text") { w, line, _ in w.writeString(line.from) },
+        .init(name: "recipient", type: "text") { w, line, _ in w.writeString(line.to) },
+        .init(name: "message_id", type: "text") { w, line, _ in w.writeString(line.messageID) },
+        .init(name: "client_msg_id", type: "text") { w, line, _ in
+            if let id = line.clientMsgID { w.writeString(id) } else { w.writeNull() }
+        },
+        .init(name: "dedupe_key", type: "text") { w, line, _ in w.writeString(line.dedupeKey) },
+        .init(name: "content_hash", type: "text") { w, line, _ in w.writeString(line.contentHash) },
+        .init(name: "type", type: "int") { w, line, _ in w.writeInt(line.type) },
+        // As a JSON string: PostgreSQL stores the body's exact bytes.
+        .init(name: "body", type: "text") { w, line, _ in
+            if let body = line.body { body.withUnsafeBufferPointer { w.writeString(utf8: $0) } } else { w.writeNull() }
+        },
+        .init(name: "extended_data", type: "text") { w, line, _ in w.writeString(line.extendedData) },
+        .init(name: "mention_ids", type: "text[]") { w, line, _ in w.array { w in for id in line.mentionIDs { w.writeString(id) } } },
+        .init(name: "mention_all", type: "boolean") { w, line, _ in w.writeBool(line.mentionAll) },
+        .init(name: "priority", type: "smallint") { w, line, _ in w.writeInt(line.priority) },
+        .init(name: "need_receipt", type: "boolean") { w, line, _ in w.writeBool(line.needReceipt) },
+        .init(name: "deleted", type: "boolean") { w, line, _ in w.writeBool(line.deleted) },
+        .init(name: "original_text", type: "text") { w, line, _ in
+            if let text = line.originalText { w.writeString(text) } else { w.writeNull() }
+        },
+        .init(name: "ts", type: "bigint") { w, line, _ in w.writeInt(line.timestamp) },
+    ]
+
+    /// The lines as the JSON array the statement reads.
+    static let lineRecords = JSONRecordset(lineFields)
 
     /// One statement per batch: checks (outcomes named as a send's, ``MessageWrite/Outcome``), seq heads, dedupe keys, the message
     /// rows (the only INSERT INTO messages of an import) and conversation entries. `$1` app, `$2` lines, `$3` now.
     static let statement = """
         WITH i AS (
             SELECT $1::text AS app_id, * FROM json_to_recordset($2::json) AS i(
-                ord int, conv_type text, conv_id text, sender text, recipient text, message_id text, client_msg_id text,
-                dedupe_key text, content_hash text, type int, body text, extended_data text, mention_ids text[], mention_all boolean,
-                priority smallint, need_receipt boolean, deleted boolean, original_text text, ts bigint)
+                \(lineRecords.columnList))
         ), checked AS (
             SELECT i.*,
                 CASE
