@@ -31,9 +31,10 @@ public struct JSONRecordset<Row>: Sendable {
             .joined(separator: ",\n")
     }
 
-    /// The rows as one JSON array: an object per row with a member per field, in the table's order.
-    public func json(_ rows: [Row], bytesPerRow: Int = 512) -> String {
-        var w = JSONWriter(capacity: max(64, bytesPerRow * rows.count))
+    /// The rows as one JSON array: an object per row with a member per field, in the table's order. `capacity` is the
+    /// expected size in bytes (512 a row unless told).
+    public func json(_ rows: [Row], capacity: Int? = nil) -> String {
+        var w = JSONWriter(capacity: max(64, capacity ?? 512 * rows.count))
         w.beginArray()
         for (index, row) in rows.enumerated() {
             w.object { w in

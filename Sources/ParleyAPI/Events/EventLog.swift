@@ -58,7 +58,7 @@ public enum EventLog {
             sql: """
                 INSERT INTO pending_events (app_id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
                 SELECT $1, e.type, $2, e.data::text, e.audience, e.group_id, e.room_id, e.to_group_members, e.order_key
-                FROM json_to_recordset($3::json) AS e(\(eventColumns))
+                FROM json_to_recordset($3::json) AS e(\(eventRecords.columnList))
                 ORDER BY e.ord
                 """, binds: [appID, now, eventsJSON(events)])
     }
@@ -88,44 +88,30 @@ public enum EventLog {
         INSERT INTO events (app_id, id, type, created_at, data, audience, group_id, room_id, to_group_members, order_key)
         SELECT $1, h.head - $2 + e.ord, e.type, $3, e.data::text, e.audience, e.group_id, e.room_id, e.to_group_members,
                e.order_key
-        FROM h, json_to_recordset($4::json) AS e(\(eventColumns))
+        FROM h, json_to_recordset($4::json) AS e(\(eventRecords.columnList))
         RETURNING id
         """
 
-    /// The columns of the events JSON both appends read (``eventsJSON(_:)``).
-    private static let eventColumns =
-        "ord int, type text, data json, audience text[], group_id text, room_id text, to_group_members boolean, order_key text"
-
-    /// The events as one JSON array, `ord` counting from 1. Each event's data is embedded as JSON, not as a string:
-    /// PostgreSQL keeps a `json` value's text as written, and nothing has to be escaped (text arrays escaped every quote
-    /// of every event's data, the largest cost of the message writer's Swift side).
-    private static func eventsJSON(_ events: [NewEvent]) -> String {
-        var w = JSONWriter(capacity: events.reduce(64) { $0 + $1.data.count + 160 })
-        w.beginArray()
-        for (index, event) in events.enumerated() {
-            w.beginObject()
-            w.key(static: "ord")
-            w.writeInt(index + 1)
-            w.key(static: "type")
-            w.writeString(event.type)
-            w.key(static: "data")
-            w.writeRaw(event.data)
-            w.key(static: "audience")
-            w.beginArray()
-            for user in event.audience { w.writeString(user) }
-            w.endArray()
-            w.key(static: "group_id")
+    /// The events as the JSON array both appends read (`e`), `ord` counting from 1. Each event's data is embedded as
+    /// JSON, not as a string: PostgreSQL keeps a `json` value's text as written, and nothing has to be escaped (text
+    /// arrays escaped every quote of every event's data, the largest cost of the message writer's Swift side).
+    private static let eventRecords = JSONRecordset<NewEvent>([
+        .init(name: "ord", type: "int") { w, _, index in w.writeInt(index + 1) },
+        .init(name: "type", type: "text") { w, event, _ in w.writeString(event.type) },
+        .init(name: "data", type: "json") { w, event, _ in w.writeRaw(event.data) },
+        .init(name: "audience", type: "text[]") { w, event, _ in w.array { w in for user in event.audience { w.writeString(user) } } },
+        .init(name: "group_id", type: "text") { w, event, _ in
             if let group = event.groupID { w.writeString(group) } else { w.writeNull() }
-            w.key(static: "room_id")
+        },
+        .init(name: "room_id", type: "text") { w, event, _ in
             if let room = event.roomID { w.writeString(room) } else { w.writeNull() }
-            w.key(static: "to_group_members")
-            w.writeBool(event.toGroupMembers)
-            w.key(static: "order_key")
-            w.writeString(event.orderKey)
-            w.endObject()
-        }
-        w.endArray()
-        return String(decoding: w.bytes, as: UTF8.self)
+        },
+        .init(name: "to_group_members", type: "boolean") { w, event, _ in w.writeBool(event.toGroupMembers) },
+        .init(name: "order_key", type: "text") { w, event, _ in w.writeString(event.orderKey) },
+    ])
+
+    private static func eventsJSON(_ events: [NewEvent]) -> String {
+        eventRecords.json(events, capacity: events.reduce(64) { $0 + $1.data.count + 160 })
     }
 
     /// Gives the committed pending events of `appID` their ids, in one transaction on `db` (the sequencer's own

@@ -164,7 +164,7 @@ struct MessageImport {
                 let rows = try db.transaction { db in
                     try db.run(
                         PostgresStatement(
-                            PostgresQuery(sql: Self.statement, binds: [appID, Self.lineRecords.json(batch, bytesPerRow: 400), now]),
+                            PostgresQuery(sql: Self.statement, binds: [appID, Self.lineRecords.json(batch, capacity: 400 * batch.count), now]),
                             rows: (MessageWrite.Outcome, String?, Int64?).self))
                 }
                 return try zip(batch, rows).map { line, row in try outcome(line, row) }
