@@ -29,6 +29,8 @@ public final class EventLoop: @unchecked Sendable {
         /// A chunk of a streaming response, and its end.
         case streamWrite(ConnectionID, [UInt8])
         case streamFinish(ConnectionID)
+        /// A streamed request body's handler read down its backlog: read the socket again.
+        case bodyResume(ConnectionID)
     }
 
     let index: Int
@@ -244,6 +246,7 @@ public final class EventLoop: @unchecked Sendable {
             case .answer(let id, let response): connection(id)?.deliver(response)
             case .streamWrite(let id, let bytes): connection(id)?.streamWrite(bytes)
             case .streamFinish(let id): connection(id)?.streamFinish()
+            case .bodyResume(let id): connection(id)?.resumeBody()
             }
         }
         running.removeAll(keepingCapacity: true)

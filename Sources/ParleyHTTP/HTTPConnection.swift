@@ -45,6 +45,10 @@ final class HTTPConnection: EventLoop.Watcher {
     @exclusivity(unchecked) private var closeAfterResponse = false
     /// The request's body was left unread (over its limit): the connection lingers after the answer.
     @exclusivity(unchecked) private var lingerAfterResponse = false
+    /// The body of a request whose handler already runs (`RouteOptions.streamsBody`), while it arrives.
+    @exclusivity(unchecked) private var bodyStream: RequestBodyStream?
+    /// That request's client waits for `100 Continue`: sent on the handler's first read, never if it answers first.
+    @exclusivity(unchecked) private var continuePending = false
     /// Monotonic ms after which the connection is closed (0 = none).
     @exclusivity(unchecked) private var deadline: Int64
     private static let readChunk = 64 * 1024
@@ -140,6 +144,17 @@ final class HTTPConnection: EventLoop.Watcher {
             do {
                 progress = try parser.advance()
             } catch {
+                if let stream = bodyStream {
+                    // The handler runs already: it learns from its next read and answers (413 or 400) itself. The
+                    // connection closes after that answer; the rest of the input is dropped.
+                    stream.fail(error.kind == .payloadTooLarge ? .tooLarge : .malformed)
+                    bodyStream = nil
+                    closeAfterResponse = true
+                    lingerAfterResponse = true
+                    phase = .handling
+                    deadline = 0
+                    return
+                }
                 if error.kind == .payloadTooLarge, case .readingBody = phase {
                     // Over the route's limit: nothing more of the body is kept (the failed parser drops its input)
                     // and the request is dispatched now, so its route can put 413 after its other checks. The rest
@@ -153,10 +168,25 @@ final class HTTPConnection: EventLoop.Watcher {
             }
             switch progress {
             case .needMore:
+                if let stream = bodyStream, stream.push(parser.takeBodySoFar()) {
+                    // The handler has a backlog (or has not asked for the body yet): the socket waits, and so does
+                    // the body's clock, until it reads (``resumeBody()``).
+                    pauseReading(true)
+                    deadline = 0
+                    return
+                }
                 refreshReadDeadline()
                 return
             case .head: begin(parser.takeHead())
-            case .end: dispatch(body: parser.takeBody())
+            case .end:
+                if let stream = bodyStream {
+                    stream.finish(parser.takeBody())
+                    bodyStream = nil
+                    phase = .handling
+                    deadline = 0
+                } else {
+                    dispatch(body: parser.takeBody())
+                }
             }
         }
     }
@@ -183,6 +213,10 @@ final class HTTPConnection: EventLoop.Watcher {
         phase = .readingBody
         let pending = server.begin(head) { server.nextRequestID(loop: loop) }
         parser.setBodyLimit(pending.bodyLimit)
+        if let route = pending.route, route.options.streamsBody, pending.problem == nil, (head.contentLength ?? 0) <= pending.bodyLimit {
+            startStreamingBody(pending, expectsContinue: head.expectsContinue)
+            return
+        }
         if head.expectsContinue {
             var routable = head.method == .options
             if case .found = pending.match { routable = true }
@@ -219,8 +253,52 @@ final class HTTPConnection: EventLoop.Watcher {
         }
     }
 
+    /// The handler of a `streamsBody` route starts now, with the body to come through a stream this connection fills.
+    private func startStreamingBody(_ pending: PendingRequest, expectsContinue: Bool) {
+        self.pending = pending
+        if !pending.keepsConnection || server.draining.load(ordering: .relaxed) { closeAfterResponse = true }
+        continuePending = expectsContinue
+        let (id, loop) = (id, loop)
+        let stream = RequestBodyStream(startsPaused: expectsContinue) { loop.enqueue(.bodyResume(id)) }
+        switch server.dispatch(pending, body: [], bodyStream: stream, receivedAtMillis: loop.nowMillis) {
+        case .answer(let response):
+            closeAfterResponse = true
+            lingerAfterResponse = true
+            respond(response, to: pending)
+        case .handle(let route, let request):
+            bodyStream = stream
+            refreshReadDeadline()
+            server.execute(route, request, deliver: .connection(id, loop))
+        }
+    }
+
+    /// The handler of a streamed body read down its backlog (or asked for the body the client waits to send).
+    func resumeBody() {
+        guard case .readingBody = phase, bodyStream != nil else { return }
+        if continuePending {
+            continuePending = false
+            append(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8))
+            flush()
+            if case .closed = phase { return }
+        }
+        pauseReading(false)
+        refreshReadDeadline()
+        readAvailable()
+    }
+
     /// A handler's response arrives from a worker thread (through the loop's inbox).
     func deliver(_ response: Response) {
+        if case .readingBody = phase, let stream = bodyStream, let pending {
+            // Answered before its body ended (a refusal, or a handler that did not need the rest): the rest is
+            // dropped while the answer goes out, then the connection closes.
+            stream.fail(.abandoned)
+            bodyStream = nil
+            continuePending = false
+            closeAfterResponse = true
+            lingerAfterResponse = true
+            respond(response, to: pending)
+            return
+        }
         guard case .handling = phase, let pending else { return }
         respond(response, to: pending)
     }
@@ -384,6 +462,11 @@ final class HTTPConnection: EventLoop.Watcher {
         case .readingBody: timedOut = true  // a stalled body; no response has started (a 100 Continue is not one)
         default: timedOut = false
         }
+        if timedOut, let stream = bodyStream {
+            // The handler's answer, when it comes, finds the connection past its request and is dropped.
+            stream.fail(.timedOut)
+            bodyStream = nil
+        }
         if timedOut {
             // Tell the client why (408), then close.
             closeAfterResponse = true
@@ -411,6 +494,8 @@ final class HTTPConnection: EventLoop.Watcher {
         let stream: ResponseStream?
         if case .streaming(let s) = phase { stream = s } else { stream = nil }
         phase = .closed
+        bodyStream?.fail(.closed)
+        bodyStream = nil
         loop.deregister(fd: fd)
         Glibc.close(fd)
         let count = server.openConnections.subtract(1, ordering: .relaxed).newValue

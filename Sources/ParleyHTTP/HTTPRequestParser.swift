@@ -139,6 +139,8 @@ public struct HTTPRequestParser: Sendable {
     private var headBytes = 0
     private var leadingEmptyLines = 0
     private var body: [UInt8] = []
+    /// Body bytes of the current request already handed on by ``takeBodySoFar()``.
+    private var drainedBodyBytes = 0
     /// What the last `.head` / `.end` of ``advance()`` handed over, until taken.
     private var completedHead: HTTPRequestHead?
     private var completedBody: [UInt8] = []
@@ -217,6 +219,15 @@ public struct HTTPRequestParser: Sendable {
     /// The head ``advance()`` returned `.head` for.
     mutating func takeHead() -> HTTPRequestHead { completedHead.take()! }
 
+    /// The body bytes parsed so far of a request still arriving (a streamed body, handed on in pieces); what the
+    /// `.end` then hands over is the rest. The limit still counts every byte of the body.
+    mutating func takeBodySoFar() -> [UInt8] {
+        guard !body.isEmpty else { return [] }
+        drainedBodyBytes += body.count
+        defer { body = [] }
+        return body
+    }
+
     /// The body ``advance()`` returned `.end` for (empty for none).
     mutating func takeBody() -> [UInt8] {
         defer { completedBody = [] }
@@ -256,7 +267,7 @@ public struct HTTPRequestParser: Sendable {
 
             case .fixedBody(let remaining):
                 // Re-checked on every call: the route may lower the limit after the first check.
-                try checkDeclaredBody(body.count + remaining)
+                try checkDeclaredBody(drainedBodyBytes + body.count + remaining)
                 let taken = takeBody(upTo: remaining)
                 if taken == remaining { return finishRequest() }
                 state = .fixedBody(remaining: remaining - taken)
@@ -431,6 +442,7 @@ public struct HTTPRequestParser: Sendable {
         headBytes = 0
         leadingEmptyLines = 0
         declaredBodyBytes = 0
+        drainedBodyBytes = 0
         trailerBytes = 0
         trailerCount = 0
         bodyLimit = limits.maxBodyBytes

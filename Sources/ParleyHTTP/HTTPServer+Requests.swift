@@ -134,7 +134,13 @@ extension HTTPServer {
     /// `bodyOverLimit`: the body was over `pending.bodyLimit` and was not read (`body` is empty). A route with
     /// `RouteOptions.answersOversizedBody` gets the request anyway, flagged, to answer 413 in the order of its own
     /// checks; any other is answered 413 here.
-    func dispatch(_ pending: PendingRequest, body: [UInt8], bodyOverLimit: Bool = false, receivedAtMillis: Int64) -> Disposition {
+    ///
+    /// `bodyStream`: the body still arriving, for a route with `RouteOptions.streamsBody` (the socket path); such a
+    /// route given a whole `body` (the in-process path) reads it through a complete stream.
+    func dispatch(
+        _ pending: PendingRequest, body: [UInt8], bodyOverLimit: Bool = false, bodyStream: RequestBodyStream? = nil,
+        receivedAtMillis: Int64
+    ) -> Disposition {
         if let problem = pending.problem { return .answer(hooks.problem(problem, pending.requestID)) }
         if pending.head.method == .options { return .answer(Response(status: 204, headers: HTTPHeaders())) }
         guard case .found(let route, let parameters) = pending.match else {
@@ -154,6 +160,10 @@ extension HTTPServer {
             head: pending.head, body: body, routeTemplate: route.template, pathParameters: parameters, query: query,
             requestID: pending.requestID, receivedAtMillis: receivedAtMillis)
         request.bodyOverLimit = bodyOverLimit
+        if route.options.streamsBody && !bodyOverLimit {
+            request.bodyStream = bodyStream ?? RequestBodyStream(complete: body)
+            request.body = []
+        }
         return .handle(route, request)
     }
 

@@ -15,6 +15,8 @@ public struct Request: Sendable {
     /// The body was over the route's `maxBodyBytes`: it was not read, `body` is empty, and the connection closes
     /// after the answer. Only routes with `RouteOptions.answersOversizedBody` see such a request.
     public var bodyOverLimit = false
+    /// The body as it arrives, for routes with `RouteOptions.streamsBody` (`body` is then empty); nil otherwise.
+    public var bodyStream: RequestBodyStream?
 
     public init(
         head: HTTPRequestHead, body: [UInt8] = [], routeTemplate: String = "", pathParameters: [String: String] = [:],

@@ -14,16 +14,22 @@ public struct RouteOptions: Sendable {
     /// no body, so 413 can come after the checks its API orders first (Parley: credentials, `Idempotency-Key`
     /// replay, 415; docs/errors.md#problems-rfc-9457). Otherwise the server answers 413 without calling it.
     public var answersOversizedBody: Bool
+    /// The handler starts when the head arrives and reads the body as it comes (`Request.bodyStream`), so an upload
+    /// of any size up to `maxBodyBytes` passes through in bounded memory. A declared `Content-Length` over the limit is
+    /// still answered (or flagged, with `answersOversizedBody`) before the handler runs.
+    public var streamsBody: Bool
 
     public init(
         maxBodyBytes: Int? = nil, runsOnEventLoop: Bool = false, operationID: String? = nil,
-        executor: (any RequestExecutor)? = nil, answersOversizedBody: Bool = false
+        executor: (any RequestExecutor)? = nil, answersOversizedBody: Bool = false, streamsBody: Bool = false
     ) {
+        precondition(!(streamsBody && runsOnEventLoop), "a handler that reads a streamed body blocks: it cannot run on the loop")
         self.maxBodyBytes = maxBodyBytes
         self.runsOnEventLoop = runsOnEventLoop
         self.operationID = operationID
         self.executor = executor
         self.answersOversizedBody = answersOversizedBody
+        self.streamsBody = streamsBody
     }
 }
 

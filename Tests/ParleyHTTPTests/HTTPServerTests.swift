@@ -5,8 +5,8 @@ import ParleyTesting
 import Synchronization
 import Testing
 
-/// A server on 127.0.0.1:0 with a few routes, stopped when the body returns.
-private func withServer<T>(
+/// A server on 127.0.0.1:0 with a few routes (and those `routes` adds), stopped when the body returns.
+func withServer<T>(
     configure: (inout HTTPServerConfiguration) -> Void = { _ in },
     routes: (inout RouterBuilder) -> Void = { _ in },
     logger: Logger = Logger(label: "test", level: .off),
@@ -42,7 +42,7 @@ private func withServer<T>(
     return try body(server)
 }
 
-private func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) throws -> HTTPClientConnection {
+func connect(_ server: HTTPServer, timeout: Duration = .seconds(10)) throws -> HTTPClientConnection {
     try HTTPClientConnection(host: "127.0.0.1", port: server.port, timeout: timeout)
 }
 
