@@ -62,7 +62,7 @@ BASE = "base.json"
 METHOD = r"\.(get|put|post|delete|options|head|patch|trace)\s*,\s*"
 LITERAL = r'"([^"\\\n]*)"'
 # Each form up to its operationId; whatever follows (maxBodyBytes:, queryToken:, the handler) does not matter.
-APP_ROUTE = re.compile(r"\.add\(\s*" + METHOD + LITERAL + r"\s*,\s*\.(app|appOrSelf|appOrUser)\s*,\s*" + LITERAL)
+APP_ROUTE = re.compile(r"\.add(?:Upload)?\(\s*" + METHOD + LITERAL + r"\s*,\s*\.(app|appOrSelf|appOrUser)\s*,\s*" + LITERAL)
 ADMIN_ROUTE = re.compile(r"\.addAdmin\(\s*" + METHOD + LITERAL + r"\s*,\s*" + LITERAL)
 # RouteOptions(…) may hold one level of nested parentheses (`maxBodyBytes: Int(…)`).
 PLAIN_ROUTE = re.compile(

@@ -17,6 +17,8 @@ public struct APIError: Error, Sendable, CustomStringConvertible {
     public var hookCode: Int??
     /// Headers the response must carry besides the defaults (`Retry-After`, `WWW-Authenticate` …).
     public var extraHeaders: [(String, String)]
+    /// Integer members the problem carries besides the standard ones (`quota` of a refused upload), in order.
+    public var extraMembers: [(String, Int64)] = []
 
     public init(
         _ code: ErrorCode, _ detail: String, fieldErrors: [FieldError] = [], hookCode: Int?? = nil,
@@ -116,6 +118,7 @@ public struct APIError: Error, Sendable, CustomStringConvertible {
         if let hookCode {
             o["hook_code"] = hookCode
         }
+        for (name, value) in extraMembers { o[name] = value }
         return o.finish()
     }
 }

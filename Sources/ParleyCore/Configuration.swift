@@ -38,6 +38,9 @@ public struct Configuration: Sendable {
         Setting(
             variable: "PARLEY_WEBHOOK_CA_FILE", flag: "--webhook-ca-file",
             help: "PEM file of extra CAs trusted for https webhook receivers, besides the system's"),
+        Setting(
+            variable: "PARLEY_PUBLIC_URL", flag: "--public-url",
+            help: "base of the signed file URLs, e.g. https://chat.example.com (default: the request's scheme and Host)"),
     ]
 
     public var listenHost = "127.0.0.1"
@@ -65,6 +68,9 @@ public struct Configuration: Sendable {
     public var webhookAllowPrivate = false
     /// Extra trusted CAs (PEM) for https webhook receivers.
     public var webhookCAFile: String?
+    /// The scheme, host and optional port (and path prefix) clients reach the server at, for signed file URLs; nil:
+    /// each request's own `Host` (docs/files.md#signed-urls).
+    public var publicURL: String?
     public var requestHeadTimeoutMillis = 10_000
     public var requestBodyTimeoutMillis = 30_000
     /// Tests only (no setting reads it): the message writer's overload threshold (docs/errors.md#rate-limits,
@@ -163,6 +169,15 @@ public struct Configuration: Sendable {
                 throw Invalid(description: "PARLEY_WEBHOOK_CA_FILE (--webhook-ca-file) must name a readable PEM file, got \"\(file)\"")
             }
             config.webhookCAFile = file
+        }
+        if let url = values["PARLEY_PUBLIC_URL"], !url.isEmpty {
+            let trimmed = url.hasSuffix("/") ? String(url.dropLast()) : url
+            guard trimmed.hasPrefix("http://") || trimmed.hasPrefix("https://"), trimmed.utf8.count <= 1024, !trimmed.contains("?"),
+                !trimmed.contains("#"), !trimmed.contains(" ")
+            else {
+                throw Invalid(description: "PARLEY_PUBLIC_URL (--public-url) must be an absolute http(s) URL without query, got \"\(url)\"")
+            }
+            config.publicURL = trimmed
         }
         return config
     }

@@ -36,6 +36,40 @@ public enum Crypto {
         if bytes.count > 0 { precondition(EVP_DigestUpdate(ctx, bytes.baseAddress, bytes.count) == 1) }
     }
 
+    /// SHA-256 over bytes that arrive in pieces (an upload's body): `update` with each, then `finish` once.
+    ///
+    /// Owner: whoever made it; one thread at a time. The OpenSSL context is freed by `finish` or `deinit`.
+    public final class SHA256Hasher {
+        private var ctx: OpaquePointer?
+
+        public init() {
+            guard let ctx = EVP_MD_CTX_new() else { fatalError("EVP_MD_CTX_new failed") }
+            precondition(EVP_DigestInit_ex2(ctx, sha256Method.md, nil) == 1, "SHA-256 init failed")
+            self.ctx = ctx
+        }
+
+        deinit { EVP_MD_CTX_free(ctx) }
+
+        public func update(_ bytes: [UInt8]) {
+            guard let ctx else { preconditionFailure("SHA-256 updated after finish") }
+            bytes.withUnsafeBufferPointer { Crypto.update(ctx, $0) }
+        }
+
+        /// The digest (32 bytes); the hasher takes no more input.
+        public func finish() -> [UInt8] {
+            guard let ctx else { preconditionFailure("SHA-256 finished twice") }
+            defer {
+                EVP_MD_CTX_free(ctx)
+                self.ctx = nil
+            }
+            return [UInt8](unsafeUninitializedCapacity: 32) { out, n in
+                var len: UInt32 = 0
+                precondition(EVP_DigestFinal_ex(ctx, out.baseAddress, &len) == 1 && len == 32, "SHA-256 final failed")
+                n = 32
+            }
+        }
+    }
+
     /// SHA-256 of `bytes` (32 bytes).
     public static func sha256(_ bytes: some Collection<UInt8>) -> [UInt8] {
         withContiguous(bytes) { buf in

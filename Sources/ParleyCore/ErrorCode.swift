@@ -41,8 +41,19 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
     /// The recipient user, group or room of a send, an import line or an export, or the other user of a new peer
     /// conversation entry, does not exist.
     public static let targetNotFound = ErrorCode(6000204, "target_not_found", 404)
-    /// Media file extension not allowed for the message type.
+    /// A recognised image format that fails to decode, or an image over `image_max_pixels` (docs/files.md).
+    public static let fileError = ErrorCode(6000210, "file_error", 422)
+    /// The file does not exist in this app or was deleted.
+    public static let fileNotFound = ErrorCode(6000211, "file_not_found", 404)
+    /// The file store does not answer.
+    public static let fileStorageUnavailable = ErrorCode(6000212, "file_storage_unavailable", 503)
+    /// Media file extension not allowed for the message type or the upload's kind, or an image upload whose content is
+    /// no image format Parley reads.
     public static let fileTypeUnsupported = ErrorCode(6000213, "file_type_unsupported", 422)
+    /// Over the kind's size limit or the app's storage quota.
+    public static let fileSizeInvalid = ErrorCode(6000214, "file_size_invalid", 413)
+    /// Not allowed to use or download this file, or a wrong or expired signed URL.
+    public static let filePermissionDenied = ErrorCode(6000216, "file_permission_denied", 403)
     /// Sender globally muted, muted in the group, or covered by the group mute.
     public static let senderMuted = ErrorCode(6000231, "sender_muted", 403)
     /// The call or the user's call state does not allow the operation (ended, not pending, not accepted).
@@ -246,6 +257,8 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
     public static let callUserLimit = ErrorCode(7000603, "call_user_limit", 422)
     /// No push gateway configured for a real (non-dry-run) push test.
     public static let pushNotConfigured = ErrorCode(7000701, "push_not_configured", 422)
+    /// An unsatisfiable `Range` of a download (416), or a refusal of the resumable-upload protocol.
+    public static let uploadProtocolError = ErrorCode(7000905, "upload_protocol_error", 416)
 
     /// Every catalogue entry, in code order within each family (docs/errors.md#code-families).
     public static let all: [ErrorCode] = [
@@ -256,7 +269,12 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
         .tokenInvalid,
         .tokenExpired,
         .targetNotFound,
+        .fileError,
+        .fileNotFound,
+        .fileStorageUnavailable,
         .fileTypeUnsupported,
+        .fileSizeInvalid,
+        .filePermissionDenied,
         .senderMuted,
         .callStateConflict,
         .notInviter,
@@ -356,5 +374,6 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
         .callNoInvitee,
         .callUserLimit,
         .pushNotConfigured,
+        .uploadProtocolError,
     ]
 }

@@ -27,6 +27,10 @@ package final class Metrics: Sendable {
         var openConnections = 0
         /// Accepted messages by "conversation_type stored" (`parley_messages_total`).
         var messages: [String: Int] = [:]
+        /// Uploads stored, by kind, and the bytes they carried (`parley_file_uploads_total`, `…_bytes_total`).
+        var uploads: [String: Int] = [:]
+        var uploadedBytes: Int64 = 0
+        var downloadedBytes: Int64 = 0
     }
 
     private let state = LockedValue(State())
@@ -87,6 +91,17 @@ package final class Metrics: Sendable {
         state.withLock { $0.messages["\(conversationType) \(stored)", default: 0] += 1 }
     }
 
+    /// Counts one upload stored as a file of `kind`, of `bytes` bytes.
+    package func fileUploaded(kind: String, bytes: Int64) {
+        state.withLock {
+            $0.uploads[kind, default: 0] += 1
+            $0.uploadedBytes += bytes
+        }
+    }
+
+    /// Counts bytes a download sent.
+    package func fileDownloaded(bytes: Int64) { state.withLock { $0.downloadedBytes += bytes } }
+
     /// The HTTP part of the exposition text.
     package func render() -> String {
         let s = state.withLock { $0 }
@@ -112,6 +127,10 @@ package final class Metrics: Sendable {
             let parts = key.split(separator: " ")
             out += "parley_messages_total{conversation_type=\"\(parts[0])\",stored=\"\(parts[1])\"} \(count)\n"
         }
+        out += Self.family("parley_file_uploads_total", "counter", "Uploads stored as files, by kind.")
+        for (kind, count) in s.uploads.sorted(by: { $0.key < $1.key }) { out += "parley_file_uploads_total{kind=\"\(kind)\"} \(count)\n" }
+        out += Self.metric("parley_file_uploaded_bytes_total", "counter", "Bytes of the uploads stored as files.", s.uploadedBytes)
+        out += Self.metric("parley_file_downloaded_bytes_total", "counter", "Bytes sent by file downloads.", s.downloadedBytes)
         return out
     }
 

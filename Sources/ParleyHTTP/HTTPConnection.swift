@@ -321,7 +321,9 @@ final class HTTPConnection: EventLoop.Watcher {
             preconditionFailure("a deferred response reached respond() unsettled")
         case .stream(let start):
             let isHead = pending.head.method == .head
-            let s = ResponseStream(loop: loop, connection: id, maxBufferedBytes: server.configuration.streamBufferLimit)
+            let s = ResponseStream(
+                loop: loop, connection: id, maxBufferedBytes: server.configuration.streamBufferLimit,
+                chunked: response.headers["Content-Length"] == nil)
             phase = isHead ? .writing : .streaming(s)
             if isHead { s.markClosed() } else { start(s) }
         }
@@ -428,10 +430,14 @@ final class HTTPConnection: EventLoop.Watcher {
     func streamWrite(_ bytes: [UInt8]) {
         guard case .streaming(let stream) = phase else { return }
         stream.queued.subtract(bytes.count, ordering: .relaxed)
-        // The chunk goes straight into the output buffer (size line, bytes, CRLF): one copy of the bytes, not two.
-        append(Array(String(bytes.count, radix: 16).utf8) + [0x0D, 0x0A])
-        output.append(contentsOf: bytes)
-        output.append(contentsOf: [0x0D, 0x0A])
+        if stream.chunked {
+            // The chunk goes straight into the output buffer (size line, bytes, CRLF): one copy of the bytes, not two.
+            append(Array(String(bytes.count, radix: 16).utf8) + [0x0D, 0x0A])
+            output.append(contentsOf: bytes)
+            output.append(contentsOf: [0x0D, 0x0A])
+        } else {
+            append(bytes)
+        }
         if output.count - outputOffset > stream.maxBufferedBytes {
             server.logger.debug("msg=\"slow stream closed\" fd=\(fd)")
             close()
@@ -442,7 +448,7 @@ final class HTTPConnection: EventLoop.Watcher {
 
     func streamFinish() {
         guard case .streaming(let stream) = phase else { return }
-        append(Array("0\r\n\r\n".utf8))
+        if stream.chunked { append(Array("0\r\n\r\n".utf8)) }
         phase = .writing
         closeAfterResponse = true
         // The stream is over for its writers now, whoever ended it: run its close handlers (the socket closes

@@ -283,7 +283,13 @@ extension HTTPServer {
         case .later:
             preconditionFailure("a deferred response reached writeResponse() unsettled")
         case .stream:
-            framing = .stream(pending.head.version == .http1_1 ? Self.chunked : Self.connectionClose)
+            // A stream of known length (the handler's `Content-Length`) goes out as it is; any other is chunked on
+            // HTTP/1.1 and delimited by the close on 1.0. Either way the connection closes after it.
+            if response.headers["Content-Length"] != nil {
+                framing = .stream(Self.connectionClose)
+            } else {
+                framing = .stream(pending.head.version == .http1_1 ? Self.chunked : Self.connectionClose)
+            }
             closeAfterResponse = true
         }
         let status = response.status

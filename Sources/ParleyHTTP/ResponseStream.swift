@@ -22,11 +22,15 @@ public final class ResponseStream: Sendable {
     /// When the bytes queued for the socket exceed this, the client is too slow: the connection is closed
     /// (it resumes later, e.g. with `Last-Event-ID`) rather than letting memory grow without bound.
     public let maxBufferedBytes: Int
+    /// Writes are framed as chunks (the response has no `Content-Length`); false for a body of known length, whose
+    /// bytes go out as they are.
+    let chunked: Bool
 
-    init(loop: EventLoop, connection: ConnectionID, maxBufferedBytes: Int) {
+    init(loop: EventLoop, connection: ConnectionID, maxBufferedBytes: Int, chunked: Bool = true) {
         self.loop = loop
         self.connection = connection
         self.maxBufferedBytes = maxBufferedBytes
+        self.chunked = chunked
     }
 
     /// Queues `bytes` as one chunk. Ignored once the stream is closed.

@@ -183,6 +183,8 @@ public final class ParleyApp: Sendable {
         if stopping.set() { return }
         hub.stop()
         server.shutdown()
+        // Its connections are closed: a transfer still reading or writing a body ends with them.
+        services.shutdownTransfers()
         health.probeExecutor.shutdown()
         health.probe.close()
         // In-flight answers wait for the sequencer (and sends for the message writer): stop them after the server.

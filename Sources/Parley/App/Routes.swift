@@ -32,6 +32,7 @@ enum Routes {
         GroupRoutes.register(on: &api)
         RoomRoutes.register(on: &api)
         DeviceRoutes.register(on: &api)
+        FileRoutes.register(on: &api)
         MessageRoutes.register(on: &api, writer: writer)
         // Messages sit below Push: a revoke's push is handed in here.
         MessageLifecycleRoutes.register(on: &api, pool: services.pool) { db, appID, messageID, push, now in

@@ -74,6 +74,8 @@ enum OpsAPIRoutes {
             o["webhook_dead_24h"] = stats.webhookDeadSince
             o["push_sent_24h"] = appStats.pushSent
             o["push_failed_24h"] = appStats.pushFailed
+            o["files_total"] = appStats.files.files
+            o["file_bytes_total"] = appStats.files.bytes
             o["generated_at"] = ctx.now
             return Reply.json(o.finish())
         }

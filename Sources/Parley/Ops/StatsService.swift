@@ -13,6 +13,7 @@ enum StatsService {
         var callsActive: Int64
         var pushSent: Int64
         var pushFailed: Int64
+        var files: (files: Int64, bytes: Int64)
     }
 
     /// The app's statistics over the last day before `now`; 404 `not_found` when the app does not exist.
@@ -23,7 +24,8 @@ enum StatsService {
         }
         let push = try PushBridge.counts(appID: appID, since: since, on: db)
         return AppStats(
-            counts: counts, callsActive: try CallStore.activeCount(appID: appID, on: db), pushSent: push.sent, pushFailed: push.failed)
+            counts: counts, callsActive: try CallStore.activeCount(appID: appID, on: db), pushSent: push.sent, pushFailed: push.failed,
+            files: try FileService(db: db, appID: appID, now: now).usage())
     }
 
     /// The database gauges of `/metrics`, each nil when its read failed (the rest of the page still renders).

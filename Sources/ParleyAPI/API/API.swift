@@ -18,6 +18,13 @@ package final class Services: Sendable {
     package let timers: Timers
     package let sequencer: EventSequencer
     package let webhooks: Webhooks
+    /// The key of signed file URLs (docs/files.md#signed-urls): derived from the admin key, so every node verifies the
+    /// URLs every other node signed.
+    package let fileURLKey: [UInt8]
+    /// Threads that move file bodies between clients and storage (uploads read as they arrive, downloads written as
+    /// the client takes them): a slow client holds one of these, never a database connection, which each piece borrows
+    /// only while it is written or read.
+    package let transfers: ThreadPoolExecutor
 
     package init(
         pool: PostgresPool, clock: ServerClock, adminKey: String, metrics: Metrics, logger: Logger, configuration: Configuration,
@@ -31,6 +38,8 @@ package final class Services: Sendable {
         rateLimiter = RateLimiter()
         // Cursors must verify on every node and across restarts, so their key derives from the admin key.
         cursors = CursorCodec(secret: Crypto.hmacSHA256(key: Array(adminKey.utf8), message: Array("parley cursor key".utf8)))
+        fileURLKey = Crypto.hmacSHA256(key: Array(adminKey.utf8), message: Array("parley file url key".utf8))
+        transfers = ThreadPoolExecutor(threads: Self.transferThreads(poolSize: configuration.poolSize), maxQueued: 256, maxWait: .seconds(10))
         self.metrics = metrics
         self.logger = logger
         self.configuration = configuration
@@ -43,6 +52,15 @@ package final class Services: Sendable {
             configuration: configuration, clock: clock, logger: logger.named("webhooks"), eventsWritten: { sequencer.publish($0, then: $1) },
             appChanged: { apps.invalidate(appID: $0) })
     }
+}
+
+extension Services {
+    /// File transfers one node runs at once (twice its database connections, which their pieces borrow in turn); more
+    /// wait (up to 256, 10 s) and then get 503.
+    static func transferThreads(poolSize: Int) -> Int { max(4, 2 * poolSize) }
+
+    /// Stops the transfer threads (the app's shutdown, after the HTTP server stopped).
+    package func shutdownTransfers() { transfers.shutdown() }
 }
 
 /// The executor of a route's event-loop path: the handler runs at once on the thread that read the request.
@@ -72,14 +90,39 @@ package struct API {
     /// `numbersItsEvents` routes write their events with ids before they answer (the message writer), so their
     /// answer need not wait for the sequencer. `bodyMediaType`: the media type of request bodies (JSON unless the route
     /// says otherwise, docs/api.md).
+    ///
+    /// `signedRequest`: answers, before the pipeline, a request that proves itself without a credential (a signed
+    /// download URL, docs/files.md#signed-urls); it returns nil for any other request, which the pipeline then runs.
     package mutating func add(
         _ method: HTTPMethod, _ template: String, _ access: Access, _ operationID: String, maxBodyBytes: Int? = nil,
         queryToken: Bool = false, numbersItsEvents: Bool = false, bodyMediaType: String = "application/json",
-        _ handler: @escaping Handler
+        signedRequest: (@Sendable (Request, Services) -> Response?)? = nil, _ handler: @escaping Handler
     ) {
         let route = RequestPipeline.Route(
             access: access, queryToken: queryToken, sequenced: !numbersItsEvents, bodyMediaType: bodyMediaType)
-        register(method, template, operationID, maxBodyBytes: maxBodyBytes, route) { exchange in
+        register(method, template, operationID, maxBodyBytes: maxBodyBytes, route, signedRequest: signedRequest, Self.appHandler(handler))
+    }
+
+    /// Adds an app route whose body its handler reads as it arrives (file uploads, docs/files.md#uploading). It runs on
+    /// a transfer thread (``Services/transfers``): the pipeline and `handler` run with a connection borrowed from the
+    /// pool; `handler` checks what it can before the body and answers later (``Response/later(_:)``), and that answer
+    /// runs on the transfer thread once the connection went back, reading `request.bodyStream` and borrowing a
+    /// connection for each piece it stores. The route numbers no events of its own.
+    package mutating func addUpload(
+        _ method: HTTPMethod, _ template: String, _ access: Access, _ operationID: String, maxBodyBytes: Int,
+        _ handler: @escaping Handler
+    ) {
+        let route = RequestPipeline.Route(access: access, queryToken: false, sequenced: false)
+        let services = self.services
+        let options = RouteOptions(
+            maxBodyBytes: maxBodyBytes, operationID: operationID, executor: services.transfers, answersOversizedBody: true,
+            streamsBody: true)
+        let appHandler = Self.appHandler(handler)
+        builder.add(method, template, options: options) { request in Self.runOnWorker(request, route, services, appHandler) }
+    }
+
+    private static func appHandler(_ handler: @escaping Handler) -> @Sendable (RequestPipeline.Exchange) throws -> Response {
+        { exchange in
             guard let app = exchange.app else { throw APIError(.internalError, "app route without an app") }
             return try handler(
                 APIContext(
@@ -136,13 +179,17 @@ package struct API {
 
     private mutating func register(
         _ method: HTTPMethod, _ template: String, _ operationID: String, maxBodyBytes: Int?, _ route: RequestPipeline.Route,
+        signedRequest: (@Sendable (Request, Services) -> Response?)? = nil,
         _ handler: @escaping @Sendable (RequestPipeline.Exchange) throws -> Response
     ) {
         let services = self.services
         // The pipeline answers a body over the limit itself, after the checks that come before 413
         // (docs/errors.md#problems-rfc-9457).
         let options = RouteOptions(maxBodyBytes: maxBodyBytes, operationID: operationID, answersOversizedBody: true)
-        builder.add(method, template, options: options) { request in Self.runOnWorker(request, route, services, handler) }
+        builder.add(method, template, options: options) { request in
+            if let signedRequest, let answer = signedRequest(request, services) { return answer }
+            return Self.runOnWorker(request, route, services, handler)
+        }
     }
 
     /// Runs `request` through the pipeline and `handler` with this worker thread's connection.

@@ -142,7 +142,7 @@ public struct QueryReader {
     private let pairs: [(String, String)]
     public private(set) var errors: [FieldError] = []
 
-    init(_ pairs: [(String, String)]) { self.pairs = pairs }
+    package init(_ pairs: [(String, String)]) { self.pairs = pairs }
 
     public func raw(_ name: String) -> String? {
         for (n, v) in pairs where n == name { return v }

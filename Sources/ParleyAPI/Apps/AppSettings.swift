@@ -45,6 +45,11 @@ public struct AppSettings: Sendable, Equatable {
         Field(name: "rate_limit_app_rps", kind: .int(1...100_000), defaultValue: 200),
         Field(name: "rate_limit_user_rps", kind: .int(1...100_000), defaultValue: 20),
         Field(name: "user_send_rate_per_s", kind: .int(1...100_000), defaultValue: 10),
+        Field(name: "file_max_bytes", kind: .int(1024...2_147_483_648), defaultValue: 104_857_600),
+        Field(name: "image_max_bytes", kind: .int(1024...104_857_600), defaultValue: 10_485_760),
+        Field(name: "image_max_pixels", kind: .int(10_000...200_000_000), defaultValue: 50_000_000),
+        Field(name: "app_storage_quota_bytes", kind: .int(0...1_000_000_000_000_000), defaultValue: 0),
+        Field(name: "file_url_ttl_s", kind: .int(60...31_536_000), defaultValue: 604_800),
     ]
 
     static let pushFields: [Field] = [

@@ -1,0 +1,163 @@
+import ParleyAPI
+import ParleyCore
+import ParleyPostgres
+
+/// The file rules (docs/files.md): what an upload may be, who may read and delete a file, and how an uploaded blob
+/// becomes a file (dedupe, quota, usage) in one transaction.
+///
+/// A value made per request (or per piece of a transfer, on the connection it borrowed); it owns nothing mutable.
+/// Transaction bodies are re-runnable.
+package struct FileService: DomainService {
+    let db: PostgresConnection
+    let appID: String
+    let now: Int64
+
+    package init(db: PostgresConnection, appID: String, now: Int64) {
+        self.db = db
+        self.appID = appID
+        self.now = now
+    }
+
+    static func notFound(_ fileID: String) -> APIError { APIError(.fileNotFound, "file \(fileID) does not exist") }
+
+    // MARK: - Uploads
+
+    /// What an upload will be, decided before its body is read (docs/files.md#uploading).
+    package struct UploadPlan: Sendable {
+        var kind: FileKind
+        var fileName: String
+        /// The type the client gave (raw `Content-Type` or the part's), normalised; images are sniffed instead.
+        var claimedMimeType: String?
+        var ownerID: String?
+        /// The kind's size limit for this app.
+        var maxBytes: Int64
+        /// The app's storage quota (0: none).
+        var quotaBytes: Int64
+    }
+
+    /// Checks an upload's name, kind, owner and declared length against the app's rules; `kind` nil is guessed from
+    /// the name's extension.
+    package func planUpload(
+        fileName: String, kind: FileKind?, claimedMimeType: String?, ownerID: String?, declaredLength: Int?, settings: AppSettings
+    ) throws -> UploadPlan {
+        let fileExtension = StoredFile.fileExtension(of: fileName)
+        let kind = kind ?? FileKind.guessed(fromExtension: fileExtension)
+        if let allowed = kind.allowedExtensions, !allowed.contains(fileExtension.lowercased()) {
+            throw APIError(
+                .fileTypeUnsupported,
+                "a file of kind \(kind.rawValue) must be named .\(allowed.sorted().joined(separator: ", .")); got \"\(fileName)\"")
+        }
+        if let ownerID { try UserService.requireActive(ownerID, appID: appID, on: db) }
+        let maxBytes = settings.int(kind == .image ? "image_max_bytes" : "file_max_bytes")
+        if let declaredLength, Int64(declaredLength) > maxBytes {
+            throw Self.tooLarge(kind: kind, maxBytes: maxBytes)
+        }
+        return UploadPlan(
+            kind: kind, fileName: fileName, claimedMimeType: claimedMimeType, ownerID: ownerID, maxBytes: maxBytes,
+            quotaBytes: settings.int("app_storage_quota_bytes"))
+    }
+
+    static func tooLarge(kind: FileKind, maxBytes: Int64) -> APIError {
+        APIError(.fileSizeInvalid, "a file of kind \(kind.rawValue) may hold at most \(maxBytes) bytes in this app")
+    }
+
+    /// A blob an upload wrote, with what its bytes turned out to be.
+    struct UploadedBlob: Sendable {
+        var blobID: String
+        var sha256: String
+        var size: Int64
+        var mimeType: String
+        var width: Int64?
+        var height: Int64?
+    }
+
+    /// Makes the uploaded blob a file: the app's usage row locked (uploads of one app record one at a time, so the
+    /// quota holds), the bytes deduplicated against what the app stores, the quota checked, the file and usage written.
+    /// When the app already stored these bytes, the new blob is deleted and the file references the stored one.
+    func record(_ blob: UploadedBlob, plan: UploadPlan, fileID: String) throws -> StoredFile {
+        try db.transaction { db in
+            let usedBytes = try FileStore.lockUsage(appID: appID, on: db)
+            var blobID = blob.blobID
+            var newBytes = blob.size
+            if let stored = try FileStore.storedBlob(appID: appID, sha256: blob.sha256, on: db) {
+                try FileStore.addReference(appID: appID, blobID: stored.blobID, on: db)
+                try FileStore.deleteBlob(appID: appID, blobID: blob.blobID, on: db)
+                blobID = stored.blobID
+                newBytes = 0
+            } else {
+                if plan.quotaBytes > 0, usedBytes + newBytes > plan.quotaBytes {
+                    var error = APIError(
+                        .fileSizeInvalid, "storing \(newBytes) more bytes would pass the app's quota of \(plan.quotaBytes) bytes")
+                    error.extraMembers = [("quota", plan.quotaBytes)]
+                    throw error
+                }
+                try FileStore.markStored(appID: appID, blobID: blob.blobID, sha256: blob.sha256, size: blob.size, on: db)
+            }
+            let file = StoredFile(
+                fileID: fileID, kind: plan.kind, fileName: plan.fileName, mimeType: blob.mimeType, size: blob.size, sha256: blob.sha256,
+                blobID: blobID, ownerID: plan.ownerID, createdAt: now, width: blob.width, height: blob.height, durationMillis: nil)
+            try FileStore.insert(file, appID: appID, on: db)
+            try FileStore.addUsage(appID: appID, bytes: newBytes, files: 1, on: db)
+            return file
+        }
+    }
+
+    // MARK: - Reads and deletes
+
+    /// The file for a caller: any file of the app for an app key; for a user token, a file it uploaded
+    /// (docs/files.md#who-may-download), else 403 `6000216`.
+    package func readable(_ fileID: String, byUser userID: String?) throws -> StoredFile {
+        guard let file = try FileStore.fetch(appID: appID, fileID: fileID, on: db) else { throw Self.notFound(fileID) }
+        if let userID, file.ownerID != userID {
+            throw APIError(.filePermissionDenied, "user \(userID) did not upload file \(fileID)")
+        }
+        return file
+    }
+
+    /// The file a signed URL names (the signature was checked): no caller rule applies.
+    package func signed(_ fileID: String) throws -> StoredFile {
+        guard let file = try FileStore.fetch(appID: appID, fileID: fileID, on: db) else { throw Self.notFound(fileID) }
+        return file
+    }
+
+    package func list(ownerID: String?, kind: FileKind?, after: (Int64, String)?, limit: Int) throws -> [StoredFile] {
+        try FileStore.list(appID: appID, ownerID: ownerID, kind: kind, after: after, limit: limit, on: db)
+    }
+
+    /// Deletes a file: the app, or the user who uploaded it. Its blob goes with its last file; the app's usage follows;
+    /// `file.deleted` tells the owner.
+    package func delete(_ fileID: String, byUser userID: String?) throws {
+        try db.transaction { db in
+            guard let file = try FileStore.fetch(appID: appID, fileID: fileID, forUpdate: true, on: db) else { throw Self.notFound(fileID) }
+            if let userID, file.ownerID != userID {
+                throw APIError(.filePermissionDenied, "only the app or the user who uploaded file \(fileID) may delete it")
+            }
+            _ = try FileStore.lockUsage(appID: appID, on: db)
+            try FileStore.delete(appID: appID, fileID: fileID, on: db)
+            let freed = try FileStore.dropReference(appID: appID, blobID: file.blobID, on: db)
+            try FileStore.addUsage(appID: appID, bytes: -freed, files: -1, on: db)
+            if let owner = file.ownerID {
+                var data = JSONObjectWriter(capacity: 64)
+                data["file_id"] = fileID
+                try EventLog.append(
+                    [NewEvent(type: "file.deleted", data: data.finish(), audience: [owner], orderKey: "user:\(owner)")], appID: appID, now: now,
+                    on: db)
+            }
+        }
+    }
+
+    /// The app's files and stored bytes (/v1/stats).
+    package func usage() throws -> (files: Int64, bytes: Int64) { try FileStore.usage(appID: appID, on: db) }
+
+    // MARK: - Abandoned uploads
+
+    /// Deletes blobs whose upload started over a day ago and never finished (the node that ran it died), a batch at a
+    /// time; returns how many went.
+    static func sweepAbandoned(now: Int64, on db: PostgresConnection) throws -> Int {
+        try db.transaction { db in
+            let abandoned = try FileStore.abandonedBlobs(before: now - FileLimits.abandonedUploadMillis, limit: 100, on: db)
+            for blob in abandoned { try FileStore.deleteBlob(appID: blob.appID, blobID: blob.blobID, on: db) }
+            return abandoned.count
+        }
+    }
+}

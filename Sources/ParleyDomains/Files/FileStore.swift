@@ -1,0 +1,153 @@
+import ParleyAPI
+import ParleyCore
+import ParleyPostgres
+
+/// The SQL of files, their blobs and the blobs' chunks (Migrations/0024_files.sql). No rules: ``FileService`` and
+/// ``FileTransfer`` decide.
+package enum FileStore {
+    private static let fileColumns =
+        "file_id, kind, file_name, mime_type, size, sha256, blob_id, owner_id, created_at, width, height, duration_ms"
+
+    // MARK: - Blobs and chunks
+
+    /// A new blob an upload writes its chunks under, in state `uploading`.
+    static func createBlob(appID: String, blobID: String, now: Int64, on db: PostgresConnection) throws {
+        try db.query("INSERT INTO file_blobs (app_id, blob_id, state, created_at) VALUES (\(appID), \(blobID), 'uploading', \(now))")
+    }
+
+    /// Writes `chunks` of blob `blobID` as chunks `first`, `first + 1`, … in one statement.
+    static func writeChunks(appID: String, blobID: String, first: Int, _ chunks: [[UInt8]], on db: PostgresConnection) throws {
+        guard !chunks.isEmpty else { return }
+        var q: PostgresQuery = "INSERT INTO file_chunks (app_id, blob_id, n, data) VALUES "
+        for (offset, chunk) in chunks.enumerated() {
+            if offset > 0 { q += ", " }
+            q += "(\(appID), \(blobID), \(first + offset), \(chunk))"
+        }
+        try db.query(q)
+    }
+
+    /// Chunks `first..<end` of blob `blobID`, in order.
+    static func readChunks(appID: String, blobID: String, from first: Int, to end: Int, on db: PostgresConnection) throws -> [[UInt8]] {
+        try db.query(
+            """
+            SELECT data FROM file_chunks WHERE app_id = \(appID) AND blob_id = \(blobID) AND n >= \(first) AND n < \(end) ORDER BY n
+            """
+        ).decode(PostgresCell.self).map { try $0.bytes }
+    }
+
+    /// The stored blob of the app holding bytes with hash `sha256`, locked (a file is about to reference it).
+    static func storedBlob(appID: String, sha256: String, on db: PostgresConnection) throws -> (blobID: String, size: Int64)? {
+        try db.query(
+            "SELECT blob_id, size FROM file_blobs WHERE app_id = \(appID) AND sha256 = \(sha256) FOR UPDATE"
+        ).decodeFirst((String, Int64).self).map { (blobID: $0.0, size: $0.1) }
+    }
+
+    /// Records an uploaded blob as stored with its hash and size, referenced once.
+    static func markStored(appID: String, blobID: String, sha256: String, size: Int64, on db: PostgresConnection) throws {
+        try db.query(
+            """
+            UPDATE file_blobs SET state = 'stored', sha256 = \(sha256), size = \(size), refs = 1
+            WHERE app_id = \(appID) AND blob_id = \(blobID)
+            """)
+    }
+
+    /// One more file references the blob.
+    static func addReference(appID: String, blobID: String, on db: PostgresConnection) throws {
+        try db.query("UPDATE file_blobs SET refs = refs + 1 WHERE app_id = \(appID) AND blob_id = \(blobID)")
+    }
+
+    /// One file fewer references the blob; returns the bytes freed when that was the last reference (the blob and its
+    /// chunks are then deleted), else 0.
+    static func dropReference(appID: String, blobID: String, on db: PostgresConnection) throws -> Int64 {
+        let refs = try db.query(
+            "UPDATE file_blobs SET refs = refs - 1 WHERE app_id = \(appID) AND blob_id = \(blobID) RETURNING refs, size"
+        ).decodeFirst((Int64, Int64).self)
+        guard let (left, size) = refs, left <= 0 else { return 0 }
+        try deleteBlob(appID: appID, blobID: blobID, on: db)
+        return size
+    }
+
+    /// Deletes a blob and its chunks (an abandoned or duplicate upload, or the last reference gone).
+    static func deleteBlob(appID: String, blobID: String, on db: PostgresConnection) throws {
+        try db.query("DELETE FROM file_blobs WHERE app_id = \(appID) AND blob_id = \(blobID)")
+    }
+
+    /// Blobs still `uploading` that started before `before`, oldest first (uploads whose node died).
+    static func abandonedBlobs(before: Int64, limit: Int, on db: PostgresConnection) throws -> [(appID: String, blobID: String)] {
+        try db.query(
+            """
+            SELECT app_id, blob_id FROM file_blobs WHERE state = 'uploading' AND created_at < \(before)
+            ORDER BY created_at LIMIT \(limit) FOR UPDATE SKIP LOCKED
+            """
+        ).decode((String, String).self).map { (appID: $0.0, blobID: $0.1) }
+    }
+
+    // MARK: - Files
+
+    static func insert(_ file: StoredFile, appID: String, on db: PostgresConnection) throws {
+        try db.query(
+            """
+            INSERT INTO files (app_id, file_id, kind, file_name, mime_type, size, sha256, blob_id, owner_id, created_at, width, height,
+                               duration_ms)
+            VALUES (\(appID), \(file.fileID), \(file.kind.rawValue), \(file.fileName), \(file.mimeType), \(file.size), \(file.sha256),
+                    \(file.blobID), \(file.ownerID), \(file.createdAt), \(file.width), \(file.height), \(file.durationMillis))
+            """)
+    }
+
+    /// The file `fileID`; `forUpdate` locks its row (a delete holds it).
+    static func fetch(appID: String, fileID: String, forUpdate: Bool = false, on db: PostgresConnection) throws -> StoredFile? {
+        try db.query(
+            """
+            SELECT \(unsafeSQL: fileColumns) FROM files WHERE app_id = \(appID) AND file_id = \(fileID) \(unsafeSQL: forUpdate ? "FOR UPDATE" : "")
+            """
+        ).rows.first.map(file)
+    }
+
+    /// Files newest first, optionally of one owner and one kind, after the cursor `(createdAt, fileID)`.
+    static func list(
+        appID: String, ownerID: String?, kind: FileKind?, after: (Int64, String)?, limit: Int, on db: PostgresConnection
+    ) throws -> [StoredFile] {
+        var q: PostgresQuery = "SELECT \(unsafeSQL: fileColumns) FROM files WHERE app_id = \(appID)"
+        if let ownerID { q += " AND owner_id = \(ownerID)" }
+        if let kind { q += " AND kind = \(kind.rawValue)" }
+        if let (createdAt, fileID) = after { q += " AND (created_at, file_id) < (\(createdAt), \(fileID))" }
+        q += " ORDER BY created_at DESC, file_id DESC LIMIT \(limit)"
+        return try db.query(q).rows.map(file)
+    }
+
+    static func delete(appID: String, fileID: String, on db: PostgresConnection) throws {
+        try db.query("DELETE FROM files WHERE app_id = \(appID) AND file_id = \(fileID)")
+    }
+
+    // MARK: - Usage
+
+    /// The app's stored bytes, its usage row locked (uploads of one app record their bytes one at a time, so the quota
+    /// holds under concurrent uploads).
+    static func lockUsage(appID: String, on db: PostgresConnection) throws -> Int64 {
+        try db.query("INSERT INTO file_usage (app_id) VALUES (\(appID)) ON CONFLICT DO NOTHING")
+        return try db.query("SELECT bytes FROM file_usage WHERE app_id = \(appID) FOR UPDATE").decodeFirst(Int64.self) ?? 0
+    }
+
+    /// Adds `bytes` stored bytes and `files` files to the app's usage (negative to remove).
+    static func addUsage(appID: String, bytes: Int64, files: Int64, on db: PostgresConnection) throws {
+        try db.query(
+            """
+            INSERT INTO file_usage AS u (app_id, bytes, files) VALUES (\(appID), \(bytes), \(files))
+            ON CONFLICT (app_id) DO UPDATE SET bytes = u.bytes + excluded.bytes, files = u.files + excluded.files
+            """)
+    }
+
+    /// The app's files and stored bytes (/v1/stats).
+    static func usage(appID: String, on db: PostgresConnection) throws -> (files: Int64, bytes: Int64) {
+        try db.query("SELECT files, bytes FROM file_usage WHERE app_id = \(appID)").decodeFirst((Int64, Int64).self)
+            .map { (files: $0.0, bytes: $0.1) } ?? (0, 0)
+    }
+
+    private static func file(_ row: PostgresRow) throws -> StoredFile {
+        let (fileID, kind, fileName, mimeType, size, sha256, blobID, ownerID, createdAt, width, height, duration) = try row.decode(
+            (String, String, String, String, Int64, String, String, String?, Int64, Int64?, Int64?, Int64?).self)
+        return StoredFile(
+            fileID: fileID, kind: FileKind(rawValue: kind) ?? .file, fileName: fileName, mimeType: mimeType, size: size, sha256: sha256,
+            blobID: blobID, ownerID: ownerID, createdAt: createdAt, width: width, height: height, durationMillis: duration)
+    }
+}
