@@ -145,7 +145,24 @@ extension PostgresRow {
         guard count == result.columnCount else {
             throw .decoding("the row has \(result.columnCount) columns, decoded as \(count)")
         }
-        var column = 0
+        return try decode(types, at: 0)
+    }
+
+    /// The columns from `offset` on, as many as `types` has members, decoded as ``decode(_:)`` decodes a whole row.
+    ///
+    /// For a row that joins shapes decoded by different code, so that no one tuple is the whole row: a user id
+    /// before the status columns a shared decoder reads, a key's columns before the message `MessageRow` reads.
+    /// The columns must exist; those outside them are left to the other decoders.
+    @inlinable
+    public func decode<each Column: PostgresDecodable>(_ types: (repeat each Column).Type, at offset: Int) throws(PostgresError) -> (
+        repeat each Column
+    ) {
+        var count = 0
+        for _ in repeat (each Column).self { count += 1 }
+        guard offset >= 0, offset + count <= result.columnCount else {
+            throw .decoding("the row has \(result.columnCount) columns, decoded as \(count) from column \(offset)")
+        }
+        var column = offset
         func next<Value: PostgresDecodable>(_ type: Value.Type) throws(PostgresError) -> Value {
             defer { column += 1 }
             return try Value(postgresCell: self[column])

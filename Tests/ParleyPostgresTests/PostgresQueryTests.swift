@@ -65,6 +65,16 @@ import Testing
         #expect(throws: PostgresError.self) { try db.query("SELECT 1, 2").decode(Int.self) }
     }
 
+    @Test func decodesTheColumnsFromAnOffset() throws {
+        let row = try freshConnection().query("SELECT 'lead', 2, NULL::text, 4")[0]
+        let (second, third, fourth) = try row.decode((Int64, String?, Int).self, at: 1)
+        #expect(second == 2 && third == nil && fourth == 4)
+        let (first, afterFirst) = try row.decode((String, Int).self, at: 0)
+        #expect(first == "lead" && afterFirst == 2)
+        #expect(throws: PostgresError.self) { try row.decode((Int, Int).self, at: 3) }
+        #expect(throws: PostgresError.self) { try row.decode((Int, Int).self, at: -1) }
+    }
+
     @Test func aPooledConnectionsTransactionRetriesConflicts() throws {
         let pool = PostgresPool(configuration: try freshDatabase(migrated: false), size: 2)
         defer { pool.shutdown() }

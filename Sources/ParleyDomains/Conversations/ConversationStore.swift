@@ -73,8 +73,18 @@ enum ConversationStore {
         ORDER BY m.seq DESC LIMIT 1
         """
 
+    /// The types of the entry columns of ``select``, in order, up to the last message's columns (which follow them).
+    private typealias EntryColumns = (
+        String, String, String, String, String, String, String, Int64, Int64, Int64, Int64, Bool, String, String, Int64, [Int],
+        PostgresTextBytes, Int64, Int64, Int64, Bool, Int64
+    )
+
     static func conversation(_ row: PostgresRow) throws -> Conversation {
-        let items = try row[16].textBytes
+        let (
+            userID, type, id, threadID, name, avatarURL, alias, unreadCount, readSeq, lastSeq, orderKey, pinned, notificationStatus,
+            draft, draftUpdatedAt, marks, mentionItems, clearedSeq, createdAt, updatedAt, disabled, mutedUntil
+        ) = try row.decode(EntryColumns.self, at: 0)
+        let items = mentionItems.bytes
         var me = false
         var all = false
         for item in (try? JSONValue.parse(items))?.arrayValue ?? [] {
@@ -87,13 +97,11 @@ enum ConversationStore {
             }
         }
         return Conversation(
-            userID: try row[0].string, type: try row[1].string, id: try row[2].string, threadID: try row[3].string,
-            name: try row[4].string, avatarURL: try row[5].string, alias: try row[6].string, unreadCount: try row[7].int64,
-            readSeq: try row[8].int64, lastSeq: try row[9].int64, lastMessage: try MessageStore.message(row, at: 22),
-            orderKey: try row[10].int64, pinned: try row[11].bool, notificationStatus: try row[12].string, draft: try row[13].string,
-            draftUpdatedAt: try row[14].int64, marks: try row[15].intArray, mentionItems: items, mentionMe: me, mentionAll: all,
-            clearedSeq: try row[17].int64, disabled: try row[20].bool, mutedUntil: try row[21].int64, createdAt: try row[18].int64,
-            updatedAt: try row[19].int64)
+            userID: userID, type: type, id: id, threadID: threadID, name: name, avatarURL: avatarURL, alias: alias,
+            unreadCount: unreadCount, readSeq: readSeq, lastSeq: lastSeq, lastMessage: try MessageStore.message(row, at: 22),
+            orderKey: orderKey, pinned: pinned, notificationStatus: notificationStatus, draft: draft, draftUpdatedAt: draftUpdatedAt,
+            marks: marks, mentionItems: items, mentionMe: me, mentionAll: all, clearedSeq: clearedSeq, disabled: disabled,
+            mutedUntil: mutedUntil, createdAt: createdAt, updatedAt: updatedAt)
     }
 
     /// One entry that is not deleted.

@@ -9,13 +9,17 @@ enum GroupApplicationStore {
         a.updated_at, a.expires_at
         """
 
-    private static func application(_ row: PostgresRow, from s: Int = 0) throws -> GroupApplication {
-        GroupApplication(
-            applicationID: try row[s].string, type: GroupApplication.Kind(rawValue: try row[s + 1].string) ?? .join,
-            state: GroupApplication.State(rawValue: try row[s + 2].string) ?? .waiting, groupID: try row[s + 3].string,
-            userID: try row[s + 4].string, inviterID: row[s + 5].isNull ? nil : try row[s + 5].string, wording: try row[s + 6].string,
-            operatedBy: row[s + 7].isNull ? nil : try row[s + 7].string, createdAt: try row[s + 8].int64,
-            updatedAt: try row[s + 9].int64, expiresAt: try row[s + 10].int64)
+    /// The types of ``columns``, in order.
+    private typealias Columns = (String, String, String, String, String, String?, String, String?, Int64, Int64, Int64)
+
+    /// Decodes ``columns`` starting at column `start`.
+    private static func application(_ row: PostgresRow, from start: Int = 0) throws -> GroupApplication {
+        let (applicationID, type, state, groupID, userID, inviterID, wording, operatedBy, createdAt, updatedAt, expiresAt) =
+            try row.decode(Columns.self, at: start)
+        return GroupApplication(
+            applicationID: applicationID, type: GroupApplication.Kind(rawValue: type) ?? .join,
+            state: GroupApplication.State(rawValue: state) ?? .waiting, groupID: groupID, userID: userID, inviterID: inviterID,
+            wording: wording, operatedBy: operatedBy, createdAt: createdAt, updatedAt: updatedAt, expiresAt: expiresAt)
     }
 
     /// One application; `forUpdate` locks its row until the transaction ends.
@@ -90,7 +94,7 @@ enum GroupApplicationStore {
             WHERE a.app_id = due.app_id AND a.application_id = due.application_id AND a.state = 'waiting'
             RETURNING a.app_id, \(unsafeSQL: columns)
             """
-        ).rows.map { row in (try row[0].string, try application(row, from: 1)) }
+        ).rows.map { row in (try row.decode(String.self, at: 0), try application(row, from: 1)) }
     }
 
     /// Who a list is about: one group's applications, or those where a user is applicant, invitee or inviter.

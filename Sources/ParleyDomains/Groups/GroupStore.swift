@@ -11,21 +11,25 @@ enum GroupStore {
         g.created_at, g.updated_at, g.dismissed_at
         """
     static let groupColumnCount = 19
+    /// The types of ``groupColumns``, in order.
+    private typealias GroupColumns = (
+        String, String, String, String, String, String, String, String, String, Int64, Int64, Bool, String, Int64, [Int], String, Int64,
+        Int64, Int64?
+    )
 
-    static func group(_ row: PostgresRow, from s: Int = 0) throws -> Group {
-        let attributes = (try? JSONValue.parse(try row[s + 15].string))?.objectValue ?? JSONObject()
+    static func group(_ row: PostgresRow, from start: Int = 0) throws -> Group {
+        let (
+            groupID, name, avatarURL, notice, extendedData, ownerID, joinMode, inviteMode, beInviteMode, maxMembers, memberCount, isBigGroup,
+            muteMode, muteExpiresAt, muteRoles, attributesText, createdAt, updatedAt, dismissedAt
+        ) = try row.decode(GroupColumns.self, at: start)
+        let attributes = (try? JSONValue.parse(attributesText))?.objectValue ?? JSONObject()
         return Group(
-            groupID: try row[s].string, name: try row[s + 1].string, avatarURL: try row[s + 2].string, notice: try row[s + 3].string,
-            extendedData: try row[s + 4].string, ownerID: try row[s + 5].string,
-            joinMode: Group.JoinMode(rawValue: try row[s + 6].string) ?? .any,
-            inviteMode: Group.InviteMode(rawValue: try row[s + 7].string) ?? .any,
-            beInviteMode: Group.BeInviteMode(rawValue: try row[s + 8].string) ?? .none,
-            maxMembers: try row[s + 9].int64, memberCount: try row[s + 10].int64, isBigGroup: try row[s + 11].bool,
-            mute: Group.Mute(
-                mode: Group.Mute.Mode(rawValue: try row[s + 12].string) ?? .none, expiresAt: try row[s + 13].int64,
-                roles: try row[s + 14].intArray.map(Int64.init)),
-            attributes: attributes, createdAt: try row[s + 16].int64, updatedAt: try row[s + 17].int64,
-            dismissedAt: row[s + 18].isNull ? nil : try row[s + 18].int64)
+            groupID: groupID, name: name, avatarURL: avatarURL, notice: notice, extendedData: extendedData, ownerID: ownerID,
+            joinMode: Group.JoinMode(rawValue: joinMode) ?? .any, inviteMode: Group.InviteMode(rawValue: inviteMode) ?? .any,
+            beInviteMode: Group.BeInviteMode(rawValue: beInviteMode) ?? .none, maxMembers: maxMembers, memberCount: memberCount,
+            isBigGroup: isBigGroup,
+            mute: Group.Mute(mode: Group.Mute.Mode(rawValue: muteMode) ?? .none, expiresAt: muteExpiresAt, roles: muteRoles.map(Int64.init)),
+            attributes: attributes, createdAt: createdAt, updatedAt: updatedAt, dismissedAt: dismissedAt)
     }
 
     private static func text(_ object: JSONObject) -> String { String(decoding: JSONValue.object(object).serialized(), as: UTF8.self) }
@@ -88,12 +92,14 @@ enum GroupStore {
         "m.user_id, u.name, u.avatar_url, m.role, m.nickname, m.muted_until, m.enter_type, m.joined_at, m.operated_by"
     static let memberJoin = "group_members m JOIN users u ON u.app_id = m.app_id AND u.user_id = m.user_id"
 
-    static func member(_ row: PostgresRow, from s: Int = 0) throws -> GroupMember {
-        GroupMember(
-            userID: try row[s].string, name: try row[s + 1].string, avatarURL: try row[s + 2].string, role: try row[s + 3].int64,
-            nickname: try row[s + 4].string, mutedUntil: try row[s + 5].int64,
-            enterType: GroupMember.EnterType(rawValue: try row[s + 6].string) ?? .joined, joinedAt: try row[s + 7].int64,
-            operatedBy: row[s + 8].isNull ? nil : try row[s + 8].string)
+    /// The types of ``memberColumns``, in order.
+    private typealias MemberColumns = (String, String, String, Int64, String, Int64, String, Int64, String?)
+
+    static func member(_ row: PostgresRow, from start: Int = 0) throws -> GroupMember {
+        let (userID, name, avatarURL, role, nickname, mutedUntil, enterType, joinedAt, operatedBy) = try row.decode(MemberColumns.self, at: start)
+        return GroupMember(
+            userID: userID, name: name, avatarURL: avatarURL, role: role, nickname: nickname, mutedUntil: mutedUntil,
+            enterType: GroupMember.EnterType(rawValue: enterType) ?? .joined, joinedAt: joinedAt, operatedBy: operatedBy)
     }
 
     /// The members among `userIDs`, by user id.
@@ -264,11 +270,9 @@ enum GroupStore {
             if let after { query += " AND (m.joined_at, m.group_id) < (\(after.joinedAt), \(after.groupID))" }
             query += match(["g.name"])
             query += " ORDER BY m.joined_at DESC, m.group_id DESC LIMIT \(limit)"
-            let n = groupColumnCount
             return try db.query(query).rows.map { row in
-                Membership(
-                    group: try group(row), role: try row[n].int64, joinedAt: try row[n + 1].int64,
-                    notificationStatus: try row[n + 2].string, alias: try row[n + 3].string)
+                let (role, joinedAt, notificationStatus, alias) = try row.decode((Int64, Int64, String, String).self, at: groupColumnCount)
+                return Membership(group: try group(row), role: role, joinedAt: joinedAt, notificationStatus: notificationStatus, alias: alias)
             }
         }
     }

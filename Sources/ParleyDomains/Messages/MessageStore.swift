@@ -24,8 +24,9 @@ enum MessageStore {
 
     /// The message whose columns start at `offset` (nil when its `message_id` is NULL, as after a LEFT JOIN).
     static func message(_ row: PostgresRow, at offset: Int = 0) throws -> Message? {
-        if row[offset].isNull { return nil }
-        return try MessageRow(row, at: offset).decode()
+        let message = MessageRow(row, at: offset)
+        if message[.messageID].isNull { return nil }
+        return try message.decode()
     }
 
     // MARK: - Dedupe keys
@@ -50,10 +51,11 @@ enum MessageStore {
             WHERE k.app_id = \(appID) AND k.sender = \(from) AND k.client_msg_id = \(clientMsgID)
             """)
         guard let row = result.first else { return nil }
+        let (messageID, conversationType, to, seq, timestamp, unstoredJSON) = try row.decode(
+            (String, String, String, Int64?, Int64, PostgresTextBytes?).self, at: 0)
         return StoredKey(
-            messageID: try row[0].string, conversationType: ConversationType(rawValue: try row[1].string) ?? .peer,
-            to: try row[2].string, seq: row[3].isNull ? nil : try row[3].int64, timestamp: try row[4].int64,
-            unstoredJSON: row[5].isNull ? nil : try row[5].textBytes, message: try message(row, at: 6))
+            messageID: messageID, conversationType: ConversationType(rawValue: conversationType) ?? .peer, to: to, seq: seq,
+            timestamp: timestamp, unstoredJSON: unstoredJSON?.bytes, message: try message(row, at: 6))
     }
 
     // MARK: - Reads
@@ -82,7 +84,7 @@ enum MessageStore {
             FROM messages m WHERE m.app_id = \(appID) AND m.message_id = \(messageID) FOR UPDATE OF m
             """)
         guard let row = result.first, let message = try message(row, at: 1) else { return nil }
-        return (message, try row[0].bool)
+        return (message, try row.decode(Bool.self, at: 0))
     }
 
     /// Whether `userID` deleted `messageID` for itself (delete with `scope=self`, docs/messages.md#revoke-edit-delete).

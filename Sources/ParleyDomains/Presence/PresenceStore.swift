@@ -11,13 +11,18 @@ package enum PresenceStore {
         s.custom_status_expires_at, s.last_custom_status_updated_at
         """
 
+    /// The types of ``columns``, in order, for a stored status row.
+    private typealias StatusColumns = (String, [String], Int64, String, Int64, Int64)
+
     /// The status of `userID` from the columns at `offset` (all NULL when a LEFT JOIN found no row: the defaults).
     package static func status(userID: String, _ row: PostgresRow, from offset: Int) throws -> UserStatus {
-        if row[offset].isNull { return UserStatus(userID: userID) }
+        // `online_status` is NOT NULL in a stored row, so NULL there means no row.
+        if try row.decode(String?.self, at: offset) == nil { return UserStatus(userID: userID) }
+        let (onlineStatus, onlinePlatforms, onlineUpdatedAt, customStatus, customExpiresAt, customUpdatedAt) = try row.decode(
+            StatusColumns.self, at: offset)
         return UserStatus(
-            userID: userID, onlineStatus: try row[offset].string, onlinePlatforms: try row[offset + 1].stringArray,
-            lastOnlineStatusUpdatedAt: try row[offset + 2].int64, customStatus: try row[offset + 3].string,
-            customStatusExpiresAt: try row[offset + 4].int64, lastCustomStatusUpdatedAt: try row[offset + 5].int64)
+            userID: userID, onlineStatus: onlineStatus, onlinePlatforms: onlinePlatforms, lastOnlineStatusUpdatedAt: onlineUpdatedAt,
+            customStatus: customStatus, customStatusExpiresAt: customExpiresAt, lastCustomStatusUpdatedAt: customUpdatedAt)
     }
 
     // MARK: - Statuses
@@ -34,7 +39,7 @@ package enum PresenceStore {
             """)
         var out: [String: UserStatus] = [:]
         for row in result.rows {
-            let userID = try row[0].string
+            let userID = try row.decode(String.self, at: 0)
             out[userID] = try status(userID: userID, row, from: 1)
         }
         return out
@@ -97,7 +102,8 @@ package enum PresenceStore {
             RETURNING s.app_id, s.user_id, \(unsafeSQL: columns)
             """)
         return try result.rows.map { row in
-            (try row[0].string, try status(userID: try row[1].string, row, from: 2))
+            let (appID, userID) = try row.decode((String, String).self, at: 0)
+            return (appID, try status(userID: userID, row, from: 2))
         }
     }
 
@@ -194,8 +200,8 @@ package enum PresenceStore {
         if let afterTargetID { query += " AND b.target_id > \(afterTargetID)" }
         query += " ORDER BY b.target_id LIMIT \(limit)"
         return try db.query(query).rows.map { row in
-            let targetID = try row[0].string
-            return (Subscription(targetID: targetID, expiresAt: try row[1].int64), try status(userID: targetID, row, from: 2))
+            let (targetID, expiresAt) = try row.decode((String, Int64).self, at: 0)
+            return (Subscription(targetID: targetID, expiresAt: expiresAt), try status(userID: targetID, row, from: 2))
         }
     }
 

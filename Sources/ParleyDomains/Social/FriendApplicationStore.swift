@@ -11,14 +11,17 @@ enum FriendApplicationStore {
     private static let prefixedColumns =
         "f.application_id, f.from_id, f.to_id, f.wording, f.alias, f.attributes::text, f.state, f.created_at, f.updated_at, f.expires_at"
 
+    /// The types of ``columns``, in order.
+    private typealias Columns = (String, String, String, String, String, String, String, Int64, Int64, Int64)
+
     /// Decodes ``columns`` starting at column `start`.
     private static func application(_ row: PostgresRow, from start: Int) throws -> FriendApplication {
-        let attributes = (try? JSONValue.parse(try row[start + 5].string))?.objectValue ?? JSONObject()
-        let state = FriendApplication.State(rawValue: try row[start + 6].string) ?? .waiting
+        let (applicationID, from, to, wording, alias, attributesText, state, createdAt, updatedAt, expiresAt) = try row.decode(
+            Columns.self, at: start)
+        let attributes = (try? JSONValue.parse(attributesText))?.objectValue ?? JSONObject()
         return FriendApplication(
-            applicationID: try row[start].string, from: try row[start + 1].string, to: try row[start + 2].string,
-            wording: try row[start + 3].string, alias: try row[start + 4].string, attributes: attributes, state: state,
-            createdAt: try row[start + 7].int64, updatedAt: try row[start + 8].int64, expiresAt: try row[start + 9].int64)
+            applicationID: applicationID, from: from, to: to, wording: wording, alias: alias, attributes: attributes,
+            state: FriendApplication.State(rawValue: state) ?? .waiting, createdAt: createdAt, updatedAt: updatedAt, expiresAt: expiresAt)
     }
 
     private static func application(_ row: PostgresRow) throws -> FriendApplication { try application(row, from: 0) }
@@ -109,7 +112,7 @@ enum FriendApplicationStore {
             WHERE f.app_id = due.app_id AND f.application_id = due.application_id AND f.state = 'waiting'
             RETURNING f.app_id, \(unsafeSQL: prefixedColumns)
             """)
-        return try result.rows.map { row in (try row[0].string, try application(row, from: 1)) }
+        return try result.rows.map { row in (try row.decode(String.self, at: 0), try application(row, from: 1)) }
     }
 
     /// Up to `limit` of `userID`'s applications in `direction`, optionally in `state` as read at `now` (an overdue

@@ -124,11 +124,12 @@ struct MessageReactions: DomainService {
                 changes.map { $0.viewerID ?? "" }, maxTypes, String(decoding: prefix, as: UTF8.self), event.audience, event.groupID,
                 event.roomID, event.toGroupMembers, event.orderKey,
             ], prepared: true
-        ).rows
+        ).decode((Int64, PostgresCell, PostgresCell).self)  // the summaries stay cells: a change copies only the one it answers with
         guard rows.count == changes.count else { throw APIError(.internalError, "parley_reaction_changes answered \(rows.count) rows") }
         return try zip(changes, rows).map { change, row in
-            switch Outcome(rawValue: try row[0].int64) {
-            case .changed: return .success(change.viewerID == nil ? try row[1].textBytes : try row[2].textBytes)
+            let (outcome, summary, viewerSummary) = row
+            switch Outcome(rawValue: outcome) {
+            case .changed: return .success(try (change.viewerID == nil ? summary : viewerSummary).textBytes)
             case let outcome: return .failure(problem(outcome, change))
             }
         }
@@ -223,15 +224,13 @@ struct MessageReactions: DomainService {
     private static func summary(appID: String, messageID: String, selfIncludedFor userID: String, on db: PostgresConnection) throws
         -> [UInt8]
     {
-        guard
-            let row = try db.query(
-                sql: """
-                    SELECT parley_reaction_summary($1, $2, $3, coalesce(array_agg(reaction_type), '{}'), coalesce(array_agg(count), '{}'),
-                                                   coalesce(array_agg(first_at), '{}'))
-                    FROM message_reaction_types WHERE app_id = $1 AND message_id = $2
-                    """, [appID, messageID, userID], prepared: true
-            ).first
-        else { return Array("[]".utf8) }
-        return try row[0].textBytes
+        let summary = try db.query(
+            sql: """
+                SELECT parley_reaction_summary($1, $2, $3, coalesce(array_agg(reaction_type), '{}'), coalesce(array_agg(count), '{}'),
+                                               coalesce(array_agg(first_at), '{}'))
+                FROM message_reaction_types WHERE app_id = $1 AND message_id = $2
+                """, [appID, messageID, userID], prepared: true
+        ).decodeFirst(PostgresTextBytes.self)
+        return summary?.bytes ?? Array("[]".utf8)
     }
 }

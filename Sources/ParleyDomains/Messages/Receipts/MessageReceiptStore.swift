@@ -147,17 +147,15 @@ enum MessageReceiptStore {
             """
         ).rows.compactMap { row in
             guard let message = try MessageStore.message(row, at: 1) else { return nil }
-            return ((try row[0].string, message), try receipt(row, at: offset))
+            return ((try row.decode(String.self, at: 0), message), try receipt(row, at: offset))
         }.sorted { $0.message.message.timestamp < $1.message.message.timestamp }
     }
 
     /// The receipt in the four columns from `offset`: state, reads, recipients, done time.
     private static func receipt(_ row: PostgresRow, at offset: Int) throws -> MessageReceipts.Receipt {
-        let state = row[offset].isNull ? nil : ReceiptStatus(rawValue: try row[offset].string)
-        let reads = try row[offset + 1].int64
-        let recipients = try row[offset + 2].int64
+        let (state, reads, recipients, doneAt) = try row.decode((String?, Int64, Int64, Int64?).self, at: offset)
         return MessageReceipts.Receipt(
-            status: ReceiptStatus(needReceipt: true, settled: state), readCount: reads, unreadCount: max(recipients - reads, 0),
-            doneAt: row[offset + 3].isNull ? nil : try row[offset + 3].int64)
+            status: ReceiptStatus(needReceipt: true, settled: state.flatMap(ReceiptStatus.init(rawValue:))), readCount: reads,
+            unreadCount: max(recipients - reads, 0), doneAt: doneAt)
     }
 }
