@@ -405,15 +405,12 @@ package final class EventHub: CommitObserver {
                 if page.count < Self.pageSize, feed.subscribers[id] != nil { subscriber.cursor = feed.head }
             }
         }
-        // The run of local events that follows the head without a gap (two writer threads hand over in either order;
-        // another writer's or node's events may lie between): anything after a gap comes from the log.
-        let fresh = local.filter { $0.id > feed.head }.sorted { $0.id < $1.id }
-        var run = 0
-        while run < fresh.count, fresh[run].id == feed.head + 1 + Int64(run) { run += 1 }
-        for start in stride(from: 0, to: run, by: Self.pageSize) {
-            try deliverToAll(Array(fresh[start..<min(start + Self.pageSize, run)]), appID: appID, in: &feed, audience: &audience, db: db)
+        // The run of local events that follows the head without a gap: anything after a gap comes from the log.
+        let (run, gapFollows) = StreamDelivery.localRun(local, after: feed.head)
+        for start in stride(from: 0, to: run.count, by: Self.pageSize) {
+            try deliverToAll(Array(run[start..<min(start + Self.pageSize, run.count)]), appID: appID, in: &feed, audience: &audience, db: db)
         }
-        let mustRead = readLog || run < fresh.count
+        let mustRead = readLog || gapFollows
         guard mustRead else { return behind }
         while true {
             let page = try EventLog.readLive(appID: appID, after: feed.head, upTo: nil, limit: Self.pageSize, on: db)
@@ -455,25 +452,15 @@ package final class EventHub: CommitObserver {
         _ page: [LiveEvent], _ members: [MemberAudience.Members?], _ userFrames: inout UserFrames, to id: UInt64, _ subscriber: Subscriber,
         in feed: inout Feed
     ) {
-        let subscription = subscriber.subscription
-        var frames: [UInt8] = []
-        for (index, event) in page.enumerated() where event.id > subscriber.cursor {
-            let visible = subscription.filter.matches(event) { userID, _ in members[index]?.contains(userID) ?? false }
-            subscriber.cursor = event.id
-            if visible { frames.append(contentsOf: subscription.userID.map { userFrames.frame(index, for: $0) } ?? event.frame) }
-            guard let userID = subscription.userID else { continue }
-            let kicked =
-                event.type == "user.kicked" && event.audience.contains(userID)
-                && (event.kickedPlatforms ?? [subscription.platform]).contains(subscription.platform)
-            if kicked || event.deletedUserID == userID {
-                subscriber.stream.write(frames)
-                subscriber.presence?.endedByLogout()
-                subscriber.stream.close()
-                feed.subscribers[id] = nil
-                return
-            }
+        let pass = StreamDelivery.pass(page, after: subscriber.cursor, to: subscriber.subscription, userFrames: &userFrames) { index, userID in
+            members[index]?.contains(userID) ?? false
         }
-        subscriber.stream.write(frames)
+        subscriber.cursor = pass.cursor
+        subscriber.stream.write(pass.frames)
+        guard pass.closes else { return }
+        subscriber.presence?.endedByLogout()
+        subscriber.stream.close()
+        feed.subscribers[id] = nil
     }
 
     /// Closes the streams whose credential lapsed (docs/events.md#live-streams-server-sent-events): the user token

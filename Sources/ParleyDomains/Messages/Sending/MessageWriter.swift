@@ -175,15 +175,9 @@ package final class MessageWriter: Sendable {
     /// The first batch of `jobs` in queue order, and the rest. A send repeating a (sender, client_msg_id) already in
     /// the batch waits for the next one, where it finds the first one's key and answers as its duplicate.
     private static func nextBatch(_ jobs: [Job]) -> (batch: [Job], rest: [Job]) {
-        var batch: [Job] = []
-        var rest: [Job] = []
-        var keys: Set<String> = []
-        for job in jobs {
-            let message = job.item.message
-            let fresh = message.clientMsgID.map { keys.insert(job.item.appID + "\u{0}" + message.from + "\u{0}" + $0).inserted } ?? true
-            if fresh && batch.count < maxBatch { batch.append(job) } else { rest.append(job) }
+        SendBatching.split(jobs, limit: maxBatch) { job in
+            job.item.message.clientMsgID.map { job.item.appID + "\u{0}" + job.item.message.from + "\u{0}" + $0 }
         }
-        return (batch, rest)
     }
 
     /// Writes `batch` in one transaction and answers every job.
