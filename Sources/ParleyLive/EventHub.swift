@@ -42,7 +42,8 @@ package final class EventHub: CommitObserver {
         var appKeyID: String?
     }
 
-    private struct Inbox {
+    /// What the hub thread's next round takes.
+    private struct Round {
         var newcomers: [(id: UInt64, subscriber: Subscriber)] = []
         var departed: [(appID: String, id: UInt64)] = []
         var dirty: Set<String> = []
@@ -51,8 +52,11 @@ package final class EventHub: CommitObserver {
         var local: [String: [CommittedEvent]] = [:]
         /// Another node said hello on the channel (it started and listens): notify from now on.
         var peerAppeared = false
-        var signalled = false
-        var stopped = false
+    }
+
+    private struct Inbox {
+        /// Taken whole by each round; the stream counts below stay (a round does not copy them).
+        var round = Round()
         var nextID: UInt64 = 1
         /// Open streams per counting key (`u:<app>:<user>`, `a:<app>`), for the stream caps
         /// (docs/events.md#live-streams-server-sent-events).
@@ -79,9 +83,7 @@ package final class EventHub: CommitObserver {
     let heartbeatMillis: Int
     private let logger: Logger
     private let nodeID = String(UInt64.random(in: 0...UInt64.max), radix: 36)
-    private let inbox = LockedValue(Inbox())
-    private let wakeup = Wakeup()
-    private let thread = LockedValue<BackgroundThread?>(nil)
+    private let inbox = WorkerInbox(Inbox())
     private let listener = LockedValue<PostgresListener?>(nil)
     /// Set by `start`, cleared by `stop`: the pool and clock the presence writes use.
     private let services = LockedValue<Services?>(nil)
@@ -103,15 +105,16 @@ package final class EventHub: CommitObserver {
     /// must then `subscribe` with the returned reservation; one that never does (its client vanished before the
     /// response head went out) is released after `reservationTimeoutMillis`.
     func reserve(_ key: String, limit: Int) -> Reservation? {
-        inbox.withLock { inbox in
+        // Nothing for the hub thread to do yet: no wake-up.
+        inbox.ifRunning { inbox -> Reservation? in
             let open = inbox.openStreams[key, default: 0]
-            guard open < limit, !inbox.stopped else { return nil }
+            guard open < limit else { return nil }
             inbox.openStreams[key] = open + 1
             defer { inbox.nextID += 1 }
             let reservation = Reservation(id: inbox.nextID, key: key)
             inbox.unconfirmed[reservation.id] = (key, EventLoop.monotonicMillis() + Self.reservationTimeoutMillis)
             return reservation
-        }
+        } ?? nil
     }
 
     /// A counted, not yet started stream.
@@ -128,31 +131,39 @@ package final class EventHub: CommitObserver {
         let presence = subscription.userID.flatMap { userID in
             services.withLock { $0 }.map { UserStreamPresence(userID: userID, streamID: "\(nodeID):\(id)", services: $0) }
         }
-        let confirmed = inbox.withLock { inbox -> Bool in
+        // The hub is woken once the stream's close handler is in place (below).
+        let confirmed = inbox.ifRunning { inbox -> Bool in
             guard inbox.unconfirmed.removeValue(forKey: id) != nil else { return false }
             let subscriber = Subscriber(subscription: subscription, stream: stream, presence: presence, cursor: subscription.after)
-            inbox.newcomers.append((id, subscriber))
+            inbox.round.newcomers.append((id, subscriber))
             return true
         }
-        guard confirmed else {
-            stream.close()  // reserved too long ago: its count was already released
+        guard confirmed == true else {
+            // Reserved too long ago (its count was already released), or the hub has stopped and would never serve it.
+            if confirmed == nil {
+                inbox.withState { inbox in
+                    if inbox.unconfirmed.removeValue(forKey: id) != nil { inbox.release(key) }
+                }
+            }
+            stream.close()
             return
         }
         presence?.open(subscription, nodeID: nodeID)
         stream.onClose { [self] in
-            inbox.withLock { inbox in
-                inbox.departed.append((subscription.appID, id))
+            // Released during and after a stop too (the stop closes every stream).
+            inbox.withState { inbox in
+                inbox.round.departed.append((subscription.appID, id))
                 inbox.release(key)
             }
             presence?.close(appID: subscription.appID)
-            signal()
+            inbox.poke()
         }
-        signal()
+        inbox.poke()
     }
 
     /// Open streams on this node: user streams and app-level streams (for `/metrics` and `/v1/stats`).
     package func openStreams(appID: String? = nil) -> (user: Int, app: Int) {
-        inbox.withLock { inbox in
+        inbox.withState { inbox in
             var user = 0
             var app = 0
             for (key, count) in inbox.openStreams {
@@ -169,24 +180,20 @@ package final class EventHub: CommitObserver {
     /// Says that `appID` may have new events: a request or timer of this node committed (`local`), or another
     /// node notified.
     package func poke(_ appID: String, local: Bool = true) {
-        let wake = inbox.withLock { inbox -> Bool in
-            inbox.dirty.insert(appID)
-            if local { inbox.writtenHere.insert(appID) }
-            return !inbox.signalled
+        inbox.post { inbox in
+            inbox.round.dirty.insert(appID)
+            if local { inbox.round.writtenHere.insert(appID) }
         }
-        if wake { signal() }
     }
 
     /// Events the message writer of this node has just committed: delivered from memory when they follow what the
     /// streams have seen (nothing reads back what this node wrote), from the log otherwise; the other nodes are told.
     package func committed(_ events: CommittedEvents) {
         guard !events.events.isEmpty else { return }
-        let wake = inbox.withLock { inbox -> Bool in
-            inbox.local[events.appID, default: []].append(contentsOf: events.events)
-            inbox.writtenHere.insert(events.appID)
-            return !inbox.signalled
+        inbox.post { inbox in
+            inbox.round.local[events.appID, default: []].append(contentsOf: events.events)
+            inbox.round.writtenHere.insert(events.appID)
         }
-        if wake { signal() }
     }
 
     /// The sequencer of this node numbered events of `appID` (a request's or timer's commit): read from the log.
@@ -196,24 +203,14 @@ package final class EventHub: CommitObserver {
     /// already poked the streams (`start`).
     package func storedElsewhere(appID: String) {}
 
-    private func signal() {
-        let wake = inbox.withLock { inbox -> Bool in
-            defer { inbox.signalled = true }
-            return !inbox.signalled
-        }
-        guard wake else { return }
-        wakeup.signal()
-    }
-
     // MARK: - Lifecycle
 
     /// Starts the hub thread (reading on its own connection to `database`) and the listener for other nodes.
     package func start(database: PostgresConfiguration, pgLogger: PostgresLogger, services: Services) {
         self.services.withLock { $0 = services }
-        let started = BackgroundThread(name: "parley-hub") { [self] in
+        inbox.start(name: "parley-hub") { [self] _ in
             run(DedicatedConnection(database, applicationName: "parley-hub", logger: pgLogger))
         }
-        thread.withLock { $0 = started }
         let nodeID = self.nodeID
         let notified = PostgresListener(
             configuration: database, channels: [Self.channel], logger: pgLogger,
@@ -223,7 +220,7 @@ package final class EventHub: CommitObserver {
                 guard let space = payload.firstIndex(of: " "), payload[..<space] != nodeID else { return }
                 let subject = payload[payload.index(after: space)...]
                 if subject == Self.hello {
-                    inbox.withLock { $0.peerAppeared = true }
+                    inbox.withState { $0.round.peerAppeared = true }
                     return
                 }
                 let appID = String(subject)
@@ -232,15 +229,13 @@ package final class EventHub: CommitObserver {
             })
         listener.withLock { $0 = notified }
         // The first round at once: the hello, and the first heartbeat that tells whether other nodes listen.
-        signal()
+        inbox.poke()
     }
 
     /// Closes every stream (clients resume with `Last-Event-ID`) and stops the thread.
     package func stop() {
         listener.withLock { $0.take() }?.stop()
-        inbox.withLock { $0.stopped = true }
-        wakeup.signal()
-        thread.withLock { $0.take() }?.join()
+        inbox.stop()
         // The closed streams' own presence updates may find the pool gone: settle this node's rows now.
         if let services = services.withLock({ $0.take() }) {
             do { try StreamPresence.nodeGone(nodeID, services: services) } catch {
@@ -251,8 +246,7 @@ package final class EventHub: CommitObserver {
 
     /// Says that any app may have new events (timers fired; the listener reconnected and may have missed some).
     func pokeAll() {
-        inbox.withLock { $0.dirty.insert("*") }
-        signal()
+        inbox.post { _ = $0.round.dirty.insert("*") }
     }
 
     // MARK: - The hub thread
@@ -298,18 +292,17 @@ package final class EventHub: CommitObserver {
         var greeted = false
         while true {
             let now = EventLoop.monotonicMillis()
-            wakeup.wait(timeoutMillis: Int(max(0, min(nextHeartbeat, nextSweep) - now)))
-            let batch = inbox.withLock { inbox -> Inbox in
-                let taken = inbox
-                inbox.newcomers = []
-                inbox.departed = []
-                inbox.dirty = []
-                inbox.writtenHere = []
-                inbox.local = [:]
-                inbox.signalled = false
-                return taken
+            let taken = inbox.take(waitMillis: Int(max(0, min(nextHeartbeat, nextSweep) - now))) { inbox in
+                defer { inbox.round = Round() }
+                return inbox.round
             }
-            if batch.stopped {
+            guard let batch = taken else {
+                // Also the streams that subscribed after this thread's last round: none may stay open unserved.
+                let newcomers = inbox.withState { inbox in
+                    defer { inbox.round.newcomers = [] }
+                    return inbox.round.newcomers
+                }
+                for (_, subscriber) in newcomers { subscriber.stream.close() }
                 for feed in feeds.values { for subscriber in feed.subscribers.values { subscriber.stream.close() } }
                 return
             }
@@ -368,7 +361,7 @@ package final class EventHub: CommitObserver {
                 for feed in feeds.values { for subscriber in feed.subscribers.values { subscriber.stream.write(Self.pingFrame) } }
                 nextHeartbeat = EventLoop.monotonicMillis() + Int64(heartbeatMillis)
             }
-            if !retry.isEmpty { signal() }
+            if !retry.isEmpty { inbox.poke() }
         }
     }
 
@@ -516,7 +509,7 @@ package final class EventHub: CommitObserver {
 
     private func releaseExpiredReservations() {
         let now = EventLoop.monotonicMillis()
-        inbox.withLock { inbox in
+        inbox.withState { inbox in
             for (id, reservation) in inbox.unconfirmed where reservation.deadline < now {
                 inbox.unconfirmed[id] = nil
                 inbox.release(reservation.key)

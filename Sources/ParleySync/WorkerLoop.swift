@@ -7,7 +7,8 @@ import Dispatch
 /// The worker's thread runs its loop around ``next(waitMillis:gatherMillis:)`` (nil: stop) and calls ``idle()`` once
 /// a round found nothing to do and nothing in flight; a `drain` that began before that round then returns.
 ///
-/// Owner: `state` behind its lock (any thread); the loop's own state stays in the worker's thread.
+/// Owner: `inbox` (any thread; its ``WorkerInbox`` holds the thread, the wake-up and the stop); the loop's own state
+/// stays in the worker's thread.
 public final class WorkerLoop<Message: Sendable>: Sendable {
     /// What one call of ``next(waitMillis:gatherMillis:)`` took.
     public struct Round: Sendable {
@@ -20,18 +21,27 @@ public final class WorkerLoop<Message: Sendable>: Sendable {
     private struct State {
         var messages: [Message] = []
         var poked = false
-        var stopped = false
         /// Drains waiting for a round that starts after they did.
         var waiting: [@Sendable () -> Void] = []
         /// Drains that such a round has started for: released by the next `idle()`.
         var covered: [@Sendable () -> Void] = []
         /// When the worker's thread last took a round, or was started (nil before `start`).
         var lastRound: ContinuousClock.Instant?
+
+        /// Takes the reports and the poke for a round that covers every drain waiting now.
+        mutating func takeRound() -> Round {
+            defer {
+                messages = []
+                poked = false
+                covered += waiting
+                waiting = []
+            }
+            lastRound = ContinuousClock.now
+            return Round(messages: messages, poked: poked)
+        }
     }
 
-    private let state = LockedValue(State())
-    private let wakeup = Wakeup()
-    private let thread = LockedValue<BackgroundThread?>(nil)
+    private let inbox = WorkerInbox(State())
 
     public init() {}
 
@@ -39,14 +49,12 @@ public final class WorkerLoop<Message: Sendable>: Sendable {
 
     /// There may be new work (events stored, the clock moved).
     public func poke() {
-        state.withLock { $0.poked = true }
-        wakeup.signal()
+        inbox.post { $0.poked = true }
     }
 
     /// Hands a report to the worker's thread and wakes it.
     public func post(_ message: Message) {
-        state.withLock { $0.messages.append(message) }
-        wakeup.signal()
+        inbox.post { $0.messages.append(message) }
     }
 
     /// Blocks until a round that started after this call found the worker idle (tests; never on an event loop or a
@@ -54,14 +62,11 @@ public final class WorkerLoop<Message: Sendable>: Sendable {
     @discardableResult
     public func drain(timeout: Duration = .seconds(30)) -> Bool {
         let done = DispatchSemaphore(value: 0)
-        let accepted = state.withLock { state -> Bool in
-            guard !state.stopped else { return false }
+        let accepted = inbox.post { state in
             state.poked = true
             state.waiting.append { done.signal() }
-            return true
         }
         guard accepted else { return true }
-        wakeup.signal()
         let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
         return done.wait(timeout: .now() + seconds) == .success
     }
@@ -70,25 +75,21 @@ public final class WorkerLoop<Message: Sendable>: Sendable {
     /// docs/operations.md#health-readiness-and-metrics). A round waits at most its poll interval for work, so a live
     /// worker stays well within a window of seconds.
     public func isRunning(within window: Duration) -> Bool {
-        state.withLock { state in
-            guard !state.stopped, let last = state.lastRound else { return false }
-            return ContinuousClock.now - last < window
-        }
+        guard let last = inbox.ifRunning({ $0.lastRound }) ?? nil else { return false }
+        return ContinuousClock.now - last < window
     }
 
     // MARK: - Lifecycle
 
     /// Starts the worker's thread running `body` (its loop).
     public func start(name: String, _ body: @escaping @Sendable () -> Void) {
-        state.withLock { $0.lastRound = ContinuousClock.now }
-        thread.withLock { $0 = BackgroundThread(name: name, body) }
+        inbox.withState { $0.lastRound = ContinuousClock.now }
+        inbox.start(name: name) { _ in body() }
     }
 
     /// Makes ``next(waitMillis:gatherMillis:)`` return nil and waits for the thread to end.
     public func stop() {
-        state.withLock { $0.stopped = true }
-        wakeup.signal()
-        thread.withLock { $0.take() }?.join()
+        inbox.stop()
     }
 
     // MARK: - The worker's thread
@@ -97,28 +98,30 @@ public final class WorkerLoop<Message: Sendable>: Sendable {
     /// `gatherMillis` > 0 and nobody poked, lets reports gather that long (so one round records several); nil once
     /// stopped (every drain is released).
     public func next(waitMillis: Int, gatherMillis: Int = 0) -> Round? {
-        if waitMillis > 0 { wakeup.wait(timeoutMillis: waitMillis) }
-        if gatherMillis > 0, !state.withLock({ $0.poked }) { Wakeup.sleep(millis: gatherMillis) }
-        let taken = state.withLock { state -> (Round, stopped: Bool, released: [@Sendable () -> Void]) in
-            let round = Round(messages: state.messages, poked: state.poked)
-            state.lastRound = ContinuousClock.now
-            state.messages = []
-            state.poked = false
-            state.covered += state.waiting
-            state.waiting = []
-            if state.stopped {
-                defer { state.covered = [] }
-                return (round, true, state.covered)
+        var round = inbox.take(waitMillis: waitMillis) { $0.takeRound() }
+        if gatherMillis > 0, let first = round, !first.poked {
+            Wakeup.sleep(millis: gatherMillis)
+            round = inbox.take(waitMillis: 0) { $0.takeRound() }.map { gathered in
+                var messages = first.messages
+                messages += gathered.messages
+                return Round(messages: messages, poked: gathered.poked)
             }
-            return (round, false, [])
         }
-        for release in taken.released { release() }
-        return taken.stopped ? nil : taken.0
+        if let round { return round }
+        let released = inbox.withState { state -> [@Sendable () -> Void] in
+            defer {
+                state.waiting = []
+                state.covered = []
+            }
+            return state.covered + state.waiting
+        }
+        for release in released { release() }
+        return nil
     }
 
     /// The round just run found nothing to do and nothing in flight: releases the drains it covered.
     public func idle() {
-        let released = state.withLock { state -> [@Sendable () -> Void] in
+        let released = inbox.withState { state -> [@Sendable () -> Void] in
             defer { state.covered = [] }
             return state.covered
         }

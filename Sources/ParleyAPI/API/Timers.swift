@@ -1,4 +1,3 @@
-import Glibc
 import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
@@ -35,15 +34,15 @@ package struct TimerKind: Sendable {
 /// Reads never depend on a timer having fired: domain code treats an item whose due time has passed as
 /// expired, so the background sweep only has to make the state (and its event) durable soon after.
 ///
-/// Owner: `sweepQueued` is the one flag keeping at most one background sweep queued on the pool; `stopped`
-/// ends the ticking thread. The kinds are fixed at construction.
+/// Owner: `sweepQueued` is the one flag keeping at most one background sweep queued on the pool; `ticks` holds the
+/// ticking thread (it carries no work: its wait is the interval, and a stop ends it at once). The kinds are fixed at
+/// construction.
 package final class Timers: Sendable {
     let kinds: [TimerKind]
     private let sweepQueued = Atomic<Bool>(false)
     /// When each throttled kind last ran in the background sweep (monotonic ms, by kind name).
     private let lastRun = LockedValue<[String: Int64]>([:])
-    private let stopped = Atomic<Bool>(false)
-    private let thread = LockedValue<BackgroundThread?>(nil)
+    private let ticks = WorkerInbox<Void>()
 
     /// `kinds`: every timer kind of the server (the app layer lists them: App/TimerKinds.swift).
     init(kinds: [TimerKind]) { self.kinds = kinds }
@@ -81,10 +80,9 @@ package final class Timers: Sendable {
     /// Starts the background sweep (every `intervalMillis` of real time; each kind then runs by its `everyMillis`).
     package func start(services: Services, intervalMillis: Int = 250) {
         guard !kinds.isEmpty else { return }
-        let started = BackgroundThread(name: "parley-timers") { [self] in
-            while !stopped.load(ordering: .acquiring) {
-                Self.sleep(millis: intervalMillis, unless: stopped)
-                if stopped.load(ordering: .acquiring) { break }
+        ticks.start(name: "parley-timers") { [self] _ in
+            // Nothing is ever posted: each take waits the whole interval, and returns nil once stopped.
+            while ticks.take(waitMillis: intervalMillis, { _ in }) != nil {
                 // Skip a tick while the database is not answering (the serving connections' circuit is open): a sweep
                 // would fail at once, and one refused inside its transaction costs its connection a reconnect, which
                 // then becomes the circuit's probe when the database wakes and holds every request back meanwhile.
@@ -99,24 +97,11 @@ package final class Timers: Sendable {
                     rejected: { [self] in sweepQueued.store(false, ordering: .releasing) })
             }
         }
-        thread.withLock { $0 = started }
     }
 
     /// Stops the background sweep and waits for its thread (a queued sweep still runs or is rejected).
     package func stop() {
-        stopped.store(true, ordering: .releasing)
-        thread.withLock { $0 }?.join()
-    }
-
-    /// Sleeps in short steps so `stop()` returns quickly.
-    private static func sleep(millis: Int, unless flag: borrowing Atomic<Bool>) {
-        var left = millis
-        while left > 0 && !flag.load(ordering: .acquiring) {
-            let step = min(left, 50)
-            var ts = timespec(tv_sec: 0, tv_nsec: step * 1_000_000)
-            nanosleep(&ts, nil)
-            left -= step
-        }
+        ticks.stop()
     }
 }
 

@@ -21,13 +21,18 @@ package final class EventSequencer: Sendable {
         let done: @Sendable () -> Void
     }
 
-    private struct Inbox {
+    /// What the next round sequences; a round takes all of it.
+    private struct Requests {
         var apps: Set<String> = []
         var waiters: [String: [Waiter]] = [:]
         /// Waiting for every app's pending events (the test clock fired timers in any app).
         var waitersForAll: [Waiter] = []
         var all = false
-        var stopped = false
+
+        mutating func take() -> Requests {
+            defer { self = Requests() }
+            return self
+        }
     }
 
     /// How long a request waits for its events to be sequenced while the database fails; then it is answered
@@ -37,9 +42,7 @@ package final class EventSequencer: Sendable {
     static let maxWaitMillis: Int64 = 3_000
     static let sweepMillis: Int64 = 1_000
 
-    private let inbox = LockedValue(Inbox())
-    private let wakeup = Wakeup()
-    private let thread = LockedValue<BackgroundThread?>(nil)
+    private let inbox = WorkerInbox(Requests())
     /// Told, on the sequencer thread, of each app that got new ids (the node wires the live hub here, which tells
     /// the other nodes): the event log does not know who reads it.
     private let sequenced: @Sendable (_ appID: String) -> Void
@@ -54,13 +57,11 @@ package final class EventSequencer: Sendable {
 
     /// Sequences `appID`'s committed events, then calls `done` (on the sequencer thread: keep it short).
     func publish(_ appID: String, then done: @escaping @Sendable () -> Void) {
-        let accepted = inbox.withLock { inbox -> Bool in
-            guard !inbox.stopped else { return false }
-            inbox.apps.insert(appID)
-            inbox.waiters[appID, default: []].append(Waiter(deadline: EventLoop.monotonicMillis() + Self.maxWaitMillis, done: done))
-            return true
+        let accepted = inbox.post { requests in
+            requests.apps.insert(appID)
+            requests.waiters[appID, default: []].append(Waiter(deadline: EventLoop.monotonicMillis() + Self.maxWaitMillis, done: done))
         }
-        if accepted { wakeup.signal() } else { done() }
+        if !accepted { done() }
     }
 
     /// Sequences `appID`'s committed events and blocks until done (tests and tools outside a request; never on a
@@ -73,42 +74,34 @@ package final class EventSequencer: Sendable {
 
     /// Sequences `appID`'s committed events soon; nobody waits.
     package func poke(_ appID: String) {
-        inbox.withLock { _ = $0.apps.insert(appID) }
-        wakeup.signal()
+        inbox.post { _ = $0.apps.insert(appID) }
     }
 
     /// Sequences every app with pending events, then calls `done` (on the sequencer thread: keep it short).
     package func publishAll(then done: @escaping @Sendable () -> Void) {
-        let accepted = inbox.withLock { inbox -> Bool in
-            guard !inbox.stopped else { return false }
-            inbox.all = true
-            inbox.waitersForAll.append(Waiter(deadline: EventLoop.monotonicMillis() + Self.maxWaitMillis, done: done))
-            return true
+        let accepted = inbox.post { requests in
+            requests.all = true
+            requests.waitersForAll.append(Waiter(deadline: EventLoop.monotonicMillis() + Self.maxWaitMillis, done: done))
         }
-        if accepted { wakeup.signal() } else { done() }
+        if !accepted { done() }
     }
 
     /// Sequences every app with pending events soon (timers wrote in several apps).
     func pokeAll() {
-        inbox.withLock { $0.all = true }
-        wakeup.signal()
+        inbox.post { $0.all = true }
     }
 
     // MARK: - Lifecycle
 
     package func start(database: PostgresConfiguration, pgLogger: PostgresLogger) {
-        thread.withLock {
-            $0 = BackgroundThread(name: "parley-sequencer") { [self] in
-                run(DedicatedConnection(database, applicationName: "parley-sequencer", logger: pgLogger))
-            }
+        inbox.start(name: "parley-sequencer") { [self] _ in
+            run(DedicatedConnection(database, applicationName: "parley-sequencer", logger: pgLogger))
         }
     }
 
     /// Runs a last round for what is asked, answers every waiter and stops the thread.
     package func stop() {
-        inbox.withLock { $0.stopped = true }
-        wakeup.signal()
-        thread.withLock { $0.take() }?.join()
+        inbox.stop()
     }
 
     // MARK: - The sequencer thread
@@ -120,16 +113,11 @@ package final class EventSequencer: Sendable {
         var retry: [String: [Waiter]] = [:]
         while true {
             let now = EventLoop.monotonicMillis()
-            if retry.isEmpty { wakeup.wait(timeoutMillis: Int(max(0, nextSweep - now))) }
-            var round = inbox.withLock { inbox -> Inbox in
-                defer {
-                    inbox.apps = []
-                    inbox.waiters = [:]
-                    inbox.waitersForAll = []
-                    inbox.all = false
-                }
-                return inbox
-            }
+            // Waiters to retry: the next round at once (after the pause of the failed one).
+            let taken = inbox.take(waitMillis: retry.isEmpty ? Int(max(0, nextSweep - now)) : 0) { $0.take() }
+            // Stopped: a last round for what was asked before the stop (later requests are answered at once).
+            let stopping = taken == nil
+            var round = taken ?? inbox.withState { $0.take() }
             for (appID, waiters) in retry {
                 round.apps.insert(appID)
                 round.waiters[appID, default: []] += waiters
@@ -160,18 +148,10 @@ package final class EventSequencer: Sendable {
                     for waiter in late { waiter.done() }
                     if !waiting.isEmpty { retry[appID] = waiting }
                 }
-                if !round.stopped { Wakeup.sleep(millis: 100) }
+                if !stopping { Wakeup.sleep(millis: 100) }
             }
-            if round.stopped {
+            if stopping {
                 for waiter in retry.values.joined() { waiter.done() }
-                let left = inbox.withLock { inbox -> [Waiter] in
-                    defer {
-                        inbox.waiters = [:]
-                        inbox.waitersForAll = []
-                    }
-                    return Array(inbox.waiters.values.joined()) + inbox.waitersForAll
-                }
-                for waiter in left { waiter.done() }
                 return
             }
         }

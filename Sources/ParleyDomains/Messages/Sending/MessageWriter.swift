@@ -35,14 +35,17 @@ package final class MessageWriter: Sendable {
         let done: Completion
     }
 
-    private struct Inbox {
+    /// What the writers share. A send wakes a writer only when one sleeps (the inbox counts them): a pipe write per
+    /// send cost a system call while the writers were busy anyway.
+    private struct Queue {
         var jobs: [Job] = []
-        var stopped = false
         /// Sends accepted and not answered yet: queued here, or taken by a writer and not written yet.
         var outstanding = 0
-        /// Writer threads waiting for work: a send wakes one only then (a pipe write per send cost a system call
-        /// while the writers were busy anyway).
-        var sleeping = 0
+
+        mutating func takeJobs() -> [Job] {
+            defer { jobs = [] }
+            return jobs
+        }
     }
 
     /// At most this many sends per transaction (a bound on statement size and lock time, not a wait).
@@ -61,9 +64,7 @@ package final class MessageWriter: Sendable {
         conversationType == .room && priority == 1 && outstanding > threshold
     }
 
-    private let inbox = LockedValue(Inbox())
-    private let wakeup = Wakeup()
-    private let threads = LockedValue<[BackgroundThread]>([])
+    private let inbox = WorkerInbox(Queue())
     /// Told, on a writer thread, of each app's events a batch committed, with their ids (the node hands them to its
     /// live hub, push bridge and webhook dispatcher).
     private let committed: @Sendable (CommittedEvents) -> Void
@@ -83,7 +84,7 @@ package final class MessageWriter: Sendable {
     /// ``sheds``.
     private func sheds(_ request: SendRequest) -> Bool {
         guard request.conversationType == .room && request.priority == 1 else { return false }
-        let outstanding = inbox.withLock { $0.outstanding }
+        let outstanding = inbox.withState { $0.outstanding }
         return Self.sheds(
             conversationType: request.conversationType, priority: request.priority, outstanding: outstanding, threshold: overloadThreshold)
     }
@@ -98,35 +99,24 @@ package final class MessageWriter: Sendable {
 
     /// Queues one send; `done` runs on a writer thread once its batch committed (or failed): keep it short.
     func submit(_ item: MessageWrite.Item, done: @escaping Completion) {
-        let accepted = inbox.withLock { inbox -> Bool? in
-            guard !inbox.stopped else { return nil }
-            inbox.jobs.append(Job(item: item, done: done))
-            inbox.outstanding += 1
-            return inbox.sleeping > 0
+        let accepted = inbox.post { queue in
+            queue.jobs.append(Job(item: item, done: done))
+            queue.outstanding += 1
         }
-        if let wake = accepted {
-            if wake { wakeup.signal() }
-        } else {
+        if !accepted {
             done(.failure(APIError.retryLater(.unavailable, "the server is shutting down", retryAfterSeconds: 1)))
         }
     }
 
     package func start(database: PostgresConfiguration, pgLogger: PostgresLogger, writers: Int = 2) {
-        threads.withLock { threads in
-            threads = (0..<writers).map { index in
-                BackgroundThread(name: "parley-writer") { [self] in
-                    run(DedicatedConnection(database, applicationName: "parley-writer-\(index)", logger: pgLogger))
-                }
-            }
+        inbox.start(name: "parley-writer", threads: writers) { [self] index in
+            run(DedicatedConnection(database, applicationName: "parley-writer-\(index)", logger: pgLogger))
         }
     }
 
     /// Writes what is queued, answers it, and stops the threads; later sends fail with 503.
     package func stop() {
-        inbox.withLock { $0.stopped = true }
-        wakeup.signal()
-        for thread in threads.withLock({ $0 }) { thread.join() }
-        threads.withLock { $0 = [] }
+        inbox.stop()
     }
 
     // MARK: - The writer thread
@@ -134,41 +124,31 @@ package final class MessageWriter: Sendable {
     private func run(_ connection: DedicatedConnection) {
         var db = connection
         var outage = OutageLog(logger: logger, what: "message writer connect")
-        var deferred: [Job] = []
-        while true {
-            let taken = inbox.withLock { inbox -> (jobs: [Job], stopped: Bool)? in
-                if inbox.jobs.isEmpty && !inbox.stopped && deferred.isEmpty {
-                    inbox.sleeping += 1
-                    return nil
-                }
-                defer { inbox.jobs = [] }
-                return (inbox.jobs, inbox.stopped)
+        // A send or the stop wakes a sleeping writer; the second only bounds each sleep.
+        while let queued = inbox.take(waitMillis: 1_000, { $0.takeJobs() }) {
+            writeInBatches(queued, db: &db, outage: &outage)
+        }
+        // Stopped: the sends accepted before the stop are still queued (later ones are refused), and the stop has
+        // reached the other writers too; whichever writer comes here first writes them.
+        writeInBatches(inbox.withState { $0.takeJobs() }, db: &db, outage: &outage)
+    }
+
+    /// Writes `jobs` in batches (``nextBatch(_:)``) and answers each.
+    private func writeInBatches(_ jobs: [Job], db: inout DedicatedConnection, outage: inout OutageLog) {
+        var pending = jobs
+        while !pending.isEmpty {
+            let (batch, rest) = Self.nextBatch(pending)
+            pending = rest
+            do {
+                let connection = try db.get()
+                outage.succeeded()
+                write(batch, on: connection)
+                db.dropIfBroken()
+            } catch {
+                outage.failed(error)
+                for job in batch { job.done(.failure(Self.unavailable)) }
             }
-            guard let (queued, stopped) = taken else {
-                wakeup.wait(timeoutMillis: 1_000)
-                inbox.withLock { $0.sleeping -= 1 }
-                continue
-            }
-            var pending = deferred + queued
-            deferred = []
-            while !pending.isEmpty {
-                let (batch, rest) = Self.nextBatch(pending)
-                pending = rest
-                do {
-                    let connection = try db.get()
-                    outage.succeeded()
-                    write(batch, on: connection)
-                    db.dropIfBroken()
-                } catch {
-                    outage.failed(error)
-                    for job in batch { job.done(.failure(Self.unavailable)) }
-                }
-                inbox.withLock { $0.outstanding -= batch.count }
-            }
-            if stopped {
-                wakeup.signal()  // the other writers see the stop too
-                return
-            }
+            inbox.withState { $0.outstanding -= batch.count }
         }
     }
 
