@@ -52,6 +52,34 @@ struct FilesTests: ProblemAssertions {
         }
     }
 
+    @Test func aMultipartFormUploadsItsFilePart() throws {
+        try withApp { server, app in
+            let bytes = Self.randomBytes(400_000)
+            let boundary = "------------------------d74496d66958873e"
+            var body = Array("--\(boundary)\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nskipped\r\n".utf8)
+            body += Array(
+                "--\(boundary)\r\nContent-Disposition: form-data; name=\"file\"; filename=\"report.pdf\"\r\nContent-Type: application/pdf\r\n\r\n"
+                    .utf8)
+            body += bytes + Array("\r\n--\(boundary)--\r\n".utf8)
+            let r = try Files.upload(server, body, name: nil, bearer: app.key, contentType: "multipart/form-data; boundary=\(boundary)")
+            #expect(r.status == 201, "\(r.text)")
+            #expect(r.json?["file_name"] == "report.pdf")
+            #expect(r.json?["mime_type"] == "application/pdf")
+            #expect(r.json?["file_size"]?.intValue == Int64(bytes.count))
+            let fileID = try #require(r.json?["file_id"]?.stringValue)
+            #expect(try Files.get(server, "/v1/files/\(fileID)", bearer: app.key).body == bytes)
+            let noFile = Array("--\(boundary)\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\ny\r\n--\(boundary)--\r\n".utf8)
+            Self.expectProblem(
+                try Files.upload(server, noFile, name: nil, bearer: app.key, contentType: "multipart/form-data; boundary=\(boundary)"), 400,
+                .invalidParams)
+            let truncated = Array(body.prefix(body.count - 30))
+            Self.expectProblem(
+                try Files.upload(server, truncated, name: nil, bearer: app.key, contentType: "multipart/form-data; boundary=\(boundary)"), 400,
+                .invalidParams)
+            #expect(try Files.blobs(server, app) == 1)
+        }
+    }
+
     @Test func rangesAndConditionalRequests() throws {
         try withApp { server, app in
             let bytes = Self.randomBytes(300_000)

@@ -44,7 +44,7 @@ struct OpenAPIResponseSchemaTests {
         "PushGatewayRequest", "PushGatewayResponse", "PushMatrixNotifyRequest", "PushMatrixNotification", "PushMatrixContent",
         "PushMatrixDevice", "PushGenericRequest", "PushGenericNotification", "Call", "CallUser", "CallPage", "CallBatchResult",
         "MessageReaction", "MessageReactionsResult", "MessageImportResult", "MessageReactionUserPage", "MessageReceipt", "MessageReceiptMemberPage",
-        "MessageReceiptMember",
+        "MessageReceiptMember", "File", "FilePage",
     ]
 
     /// The members of a User as the app key sees it (`deleted_at` is null unless soft-deleted).
@@ -64,6 +64,7 @@ struct OpenAPIResponseSchemaTests {
             try Self.groups(c)
             try Self.rooms(c)
             try Self.calls(c)
+            try Self.files(c)
             try Self.messagesAndConversations(c)
             try Self.messageLifecycle(c)
             try Self.events(c)
@@ -653,6 +654,29 @@ struct OpenAPIResponseSchemaTests {
         c.call(.patch, "/v1/settings", json: #"{"push":{"enabled":false,"format":"matrix"}}"#, status: 200)
     }
 
+    /// Files (docs/files.md): an upload as raw bytes, its metadata, the list, a download whole and in a range, and the
+    /// refusals of each route.
+    static func files(_ c: ContractChecker) throws {
+        let octets = "application/octet-stream"
+        let named = ["Parley-File-Name": "notes.bin"]
+        let uploaded = c.call(.post, "/v1/files", query: "user_id=a", json: "hello file", contentType: octets, headers: named, status: 201)
+        let id = uploaded.json?["file_id"]?.stringValue ?? ""
+        c.call(.post, "/v1/files", json: "no image", contentType: octets, headers: ["Parley-File-Name": "p.jpg"], status: 422)
+        c.call(.post, "/v1/files", query: "user_id=ghost", json: "x", contentType: octets, headers: named, status: 404)
+        c.call(.post, "/v1/files", json: "x", contentType: octets, status: 400)
+        c.call(.get, "/v1/files", query: "user_id=a&kind=file", status: 200)
+        c.call(.get, "/v1/files", query: "kind=nope", status: 400)
+        c.call(.get, "/v1/files/{file_id}/meta", id, status: 200)
+        c.call(.get, "/v1/files/{file_id}/meta", id, as: .user("b"), status: 403)
+        c.call(.get, "/v1/files/{file_id}", id, status: 200)
+        c.call(.get, "/v1/files/{file_id}", id, headers: ["Range": "bytes=0-3"], status: 206)
+        c.call(.get, "/v1/files/{file_id}", id, headers: ["Range": "bytes=100-"], status: 416)
+        c.call(.get, "/v1/files/{file_id}", "f_nope", status: 404)
+        c.call(.delete, "/v1/files/{file_id}", id, as: .user("b"), status: 403)
+        c.call(.delete, "/v1/files/{file_id}", id, status: 204)
+        c.call(.delete, "/v1/files/{file_id}", id, status: 404)
+    }
+
     /// Calls (docs/calls.md): every route with its success answer and its codes, a general call resolved and an
     /// advanced call through invite-more, join, quit and end (its events are checked against their payload schemas).
     static func calls(_ c: ContractChecker) throws {
@@ -743,6 +767,7 @@ struct OpenAPIResponseSchemaTests {
         "call.ended": "CallEndedData", "message.revoked": "MessageRevokedData", "message.edited": "MessageEditedData",
         "message.deleted": "MessageDeletedData", "message.pin_updated": "MessagePinUpdatedData",
         "message.reactions_updated": "MessageReactionsUpdatedData", "message.receipt_updated": "MessageReceiptUpdatedData",
+        "file.deleted": "FileDeletedData",
     ]
 
     /// Problem responses of the kinds every operation declares: 401, 403, 415.
@@ -788,7 +813,8 @@ final class ContractChecker {
     @discardableResult
     func call(
         _ method: HTTPMethod, _ template: String, _ parameters: String..., query: String = "", as credential: Credential = .app,
-        json: String? = nil, contentType: String? = nil, status: Int, sourceLocation: SourceLocation = #_sourceLocation
+        json: String? = nil, contentType: String? = nil, headers extra: [String: String] = [:], status: Int,
+        sourceLocation: SourceLocation = #_sourceLocation
     ) -> TestResponse {
         let label = "\(method) \(template)"
         do {
@@ -804,6 +830,7 @@ final class ContractChecker {
             if !query.isEmpty { path += "?" + query }
             var headers = HTTPHeaders()
             if let contentType { headers.add("Content-Type", contentType) }
+            for (name, value) in extra.sorted(by: { $0.key < $1.key }) { headers.add(name, value) }
             var bearer: String?
             switch credential {
             case .app: bearer = app.key
@@ -866,7 +893,8 @@ final class ContractChecker {
             return
         }
         let mediaType = Self.essence(r.headers["Content-Type"] ?? "")
-        guard let media = content.first(where: { Self.essence($0.key) == mediaType })?.value else {
+        // `*/*`: a download, whose type is the stored file's.
+        guard let media = content.first(where: { Self.essence($0.key) == mediaType || $0.key == "*/*" })?.value else {
             Issue.record(
                 "\(label) \(r.status): content type \(mediaType) is not declared (\(content.keys))", sourceLocation: location)
             return

@@ -197,7 +197,7 @@ struct OpsTests: ProblemAssertions {
     static let statsFields: Set<String> = [
         "users_total", "users_online", "groups_total", "rooms_active", "messages_stored_total", "messages_24h", "calls_active",
         "streams_open", "event_log_head", "event_log_trim_point", "webhook_pending", "webhook_dead_24h", "push_sent_24h",
-        "push_failed_24h", "generated_at",
+        "push_failed_24h", "files_total", "file_bytes_total", "generated_at",
     ]
 
     @Test func statsHaveEveryFieldWithTheEventLogHeadAsAString() throws {

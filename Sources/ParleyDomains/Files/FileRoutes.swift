@@ -54,8 +54,9 @@ package enum FileRoutes {
 
     // MARK: - Upload
 
-    /// `POST /v1/files`: the checks that need no body (name, kind, owner, declared length), then the body on the
-    /// transfer thread. A raw body names the file in `Parley-File-Name` (percent-encoded UTF-8).
+    /// `POST /v1/files`: the checks that need no body (owner, kind; for a raw body also the name and the declared
+    /// length), then the body on the transfer thread. A raw body names the file in `Parley-File-Name` (percent-encoded
+    /// UTF-8); a `multipart/form-data` body carries it in the part named `file` (`curl -F file=@photo.jpg`).
     private static func upload(_ ctx: APIContext) throws -> Response {
         var query = ctx.query()
         let kind = query.choice("kind", FileKind.allCases.map(\.rawValue)).flatMap(FileKind.init(rawValue:))
@@ -67,16 +68,22 @@ package enum FileRoutes {
         }
         guard let stream = ctx.request.bodyStream else { throw APIError(.payloadTooLarge, "request body too large") }
         let headers = ctx.request.headers
-        guard let rawName = headers["Parley-File-Name"] else {
-            throw APIError.invalidParam("header Parley-File-Name", "is required (the file's name, percent-encoded)")
-        }
-        let fileName = try fileName(PercentDecoding.decode(Substring(rawName)), field: "header Parley-File-Name")
-        let plan = try FileService(ctx).planUpload(
-            fileName: fileName, kind: kind, claimedMimeType: FileSniffing.normalised(headers["Content-Type"]), ownerID: ownerID,
-            declaredLength: ctx.request.head.contentLength, settings: ctx.app.settings)
+        let policy = try FileService(ctx).uploadPolicy(kind: kind, ownerID: ownerID, settings: ctx.app.settings)
         let transfer = FileTransfer(services: ctx.services, appID: ctx.appID)
         let urls = issue(ctx)
         let request = ctx.request
+        if let contentType = headers["Content-Type"], let boundary = MultipartFormReader.boundary(fromContentType: contentType) {
+            // The file's name and type are in its part's headers: the transfer reads them first.
+            return .later { respond in
+                respond(transfer.receiveForm(policy, boundary: boundary, body: stream, urls: urls, request: request))
+            }
+        }
+        guard let rawName = headers["Parley-File-Name"] else {
+            throw APIError.invalidParam("header Parley-File-Name", "is required (the file's name, percent-encoded)")
+        }
+        let plan = try policy.plan(
+            fileName: try fileName(PercentDecoding.decode(Substring(rawName)), field: "header Parley-File-Name"),
+            claimedMimeType: FileSniffing.normalised(headers["Content-Type"]), declaredLength: ctx.request.head.contentLength)
         return .later { respond in
             respond(transfer.receive(plan, pieces: { try stream.next() }, urls: urls, request: request))
         }

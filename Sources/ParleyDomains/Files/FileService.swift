@@ -22,7 +22,33 @@ package struct FileService: DomainService {
 
     // MARK: - Uploads
 
-    /// What an upload will be, decided before its body is read (docs/files.md#uploading).
+    /// The rules an upload meets, known before its body is read (docs/files.md#uploading): its owner, the kind asked
+    /// for, the app's limits.
+    package struct UploadPolicy: Sendable {
+        var kind: FileKind?
+        var ownerID: String?
+        var imageMaxBytes: Int64
+        var fileMaxBytes: Int64
+        var quotaBytes: Int64
+
+        /// The upload of a file named `fileName`: its kind (`kind`, else guessed from the name's extension), which
+        /// must allow the extension, and its size limit; a `declaredLength` over it is refused before any byte is read.
+        package func plan(fileName: String, claimedMimeType: String?, declaredLength: Int?) throws -> UploadPlan {
+            let fileExtension = StoredFile.fileExtension(of: fileName)
+            let kind = kind ?? FileKind.guessed(fromExtension: fileExtension)
+            if let allowed = kind.allowedExtensions, !allowed.contains(fileExtension.lowercased()) {
+                throw APIError(
+                    .fileTypeUnsupported,
+                    "a file of kind \(kind.rawValue) must be named .\(allowed.sorted().joined(separator: ", .")); got \"\(fileName)\"")
+            }
+            let maxBytes = kind == .image ? imageMaxBytes : fileMaxBytes
+            if let declaredLength, Int64(declaredLength) > maxBytes { throw FileService.tooLarge(kind: kind, maxBytes: maxBytes) }
+            return UploadPlan(
+                kind: kind, fileName: fileName, claimedMimeType: claimedMimeType, ownerID: ownerID, maxBytes: maxBytes, quotaBytes: quotaBytes)
+        }
+    }
+
+    /// What an upload will be once its file is named.
     package struct UploadPlan: Sendable {
         var kind: FileKind
         var fileName: String
@@ -35,25 +61,11 @@ package struct FileService: DomainService {
         var quotaBytes: Int64
     }
 
-    /// Checks an upload's name, kind, owner and declared length against the app's rules; `kind` nil is guessed from
-    /// the name's extension.
-    package func planUpload(
-        fileName: String, kind: FileKind?, claimedMimeType: String?, ownerID: String?, declaredLength: Int?, settings: AppSettings
-    ) throws -> UploadPlan {
-        let fileExtension = StoredFile.fileExtension(of: fileName)
-        let kind = kind ?? FileKind.guessed(fromExtension: fileExtension)
-        if let allowed = kind.allowedExtensions, !allowed.contains(fileExtension.lowercased()) {
-            throw APIError(
-                .fileTypeUnsupported,
-                "a file of kind \(kind.rawValue) must be named .\(allowed.sorted().joined(separator: ", .")); got \"\(fileName)\"")
-        }
+    /// The policy of an upload by the caller: the owner must be an active user of the app.
+    package func uploadPolicy(kind: FileKind?, ownerID: String?, settings: AppSettings) throws -> UploadPolicy {
         if let ownerID { try UserService.requireActive(ownerID, appID: appID, on: db) }
-        let maxBytes = settings.int(kind == .image ? "image_max_bytes" : "file_max_bytes")
-        if let declaredLength, Int64(declaredLength) > maxBytes {
-            throw Self.tooLarge(kind: kind, maxBytes: maxBytes)
-        }
-        return UploadPlan(
-            kind: kind, fileName: fileName, claimedMimeType: claimedMimeType, ownerID: ownerID, maxBytes: maxBytes,
+        return UploadPolicy(
+            kind: kind, ownerID: ownerID, imageMaxBytes: settings.int("image_max_bytes"), fileMaxBytes: settings.int("file_max_bytes"),
             quotaBytes: settings.int("app_storage_quota_bytes"))
     }
 

@@ -46,6 +46,30 @@ package struct FileTransfer: Sendable {
         }
     }
 
+    /// Reads a `multipart/form-data` body: the part named `file` is the upload, named by its `filename`; other parts
+    /// are skipped (docs/files.md#uploading).
+    package func receiveForm(
+        _ policy: FileService.UploadPolicy, boundary: String, body: RequestBodyStream, urls: FileURLSigner.Issued, request: Request
+    ) -> Response {
+        do {
+            let form = try MultipartFormReader(boundary: boundary, body: body)
+            while let part = try Self.readingBody({ try form.nextPart() }) {
+                guard part.name == "file" else { continue }
+                guard let given = part.filename else { throw APIError.invalidParam("body.file", "needs a filename") }
+                let plan = try policy.plan(
+                    fileName: try FileRoutes.fileName(given, field: "body.file"), claimedMimeType: FileSniffing.normalised(part.contentType),
+                    declaredLength: nil)
+                let response = receive(plan, pieces: { try part.readPiece() }, urls: urls, request: request)
+                // The rest of the form (more parts, the epilogue) is read, so the connection can carry another request.
+                while (try? form.nextPart()) != nil {}
+                return response
+            }
+            throw APIError.invalidParam("body", "a multipart/form-data upload needs a part named file")
+        } catch {
+            return problem(error, request: request)
+        }
+    }
+
     /// Writes the body as the chunks of `blobID`, hashing it on the way; returns what it stored.
     private func write(blobID: String, plan: FileService.UploadPlan, pieces: () throws -> [UInt8]?) throws -> FileService.UploadedBlob {
         let hasher = Crypto.SHA256Hasher()
@@ -81,15 +105,20 @@ package struct FileTransfer: Sendable {
             blobID: blobID, sha256: Crypto.hex(hasher.finish()), size: size, mimeType: mimeType, width: nil, height: nil)
     }
 
-    /// The next piece of the body, with the ways a body ends early turned into the API's problems.
-    private static func nextPiece(_ pieces: () throws -> [UInt8]?) throws -> [UInt8]? {
-        do { return try pieces() } catch let error as RequestBodyError {
+    /// The next piece of the body.
+    private static func nextPiece(_ pieces: () throws -> [UInt8]?) throws -> [UInt8]? { try readingBody(pieces) }
+
+    /// Runs a read of the body, with the ways a body ends early or malformed turned into the API's problems.
+    private static func readingBody<T>(_ read: () throws -> T) throws -> T {
+        do { return try read() } catch let error as RequestBodyError {
             switch error {
             case .tooLarge: throw APIError(.payloadTooLarge, "request body too large")
             case .malformed: throw APIError(.badRequest, "malformed request body framing")
             case .timedOut: throw APIError(.requestTimeout, "the body did not arrive in time")
             case .closed, .abandoned: throw APIError(.badRequest, "the body ended early: the client went away")
             }
+        } catch let error as MultipartError {
+            throw APIError.invalidParam("body", "malformed multipart/form-data: \(error)")
         }
     }
 
