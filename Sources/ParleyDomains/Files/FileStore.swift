@@ -15,15 +15,16 @@ package enum FileStore {
         try db.query("INSERT INTO file_blobs (app_id, blob_id, state, created_at) VALUES (\(appID), \(blobID), 'uploading', \(now))")
     }
 
-    /// Writes `chunks` of blob `blobID` as chunks `first`, `first + 1`, … in one statement.
+    /// Writes `chunks` of blob `blobID` as chunks `first`, `first + 1`, … in one transaction (one commit, one WAL flush,
+    /// for the lot).
     static func writeChunks(appID: String, blobID: String, first: Int, _ chunks: [[UInt8]], on db: PostgresConnection) throws {
         guard !chunks.isEmpty else { return }
-        var q: PostgresQuery = "INSERT INTO file_chunks (app_id, blob_id, n, data) VALUES "
-        for (offset, chunk) in chunks.enumerated() {
-            if offset > 0 { q += ", " }
-            q += "(\(appID), \(blobID), \(first + offset), \(chunk))"
+        try db.transaction { db in
+            for (offset, chunk) in chunks.enumerated() {
+                try db.query(
+                    "INSERT INTO file_chunks (app_id, blob_id, n, data) VALUES (\(appID), \(blobID), \(first + offset), \(chunk))")
+            }
         }
-        try db.query(q)
     }
 
     /// Chunks `first..<end` of blob `blobID`, in order.
