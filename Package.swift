@@ -18,7 +18,11 @@ let package = Package(
     targets: [
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CVips", pkgConfig: "vips", providers: [.apt(["libvips-dev"])]),
         .target(name: "CParleyShims", cSettings: [.define("_GNU_SOURCE")]),
+        // Non-variadic wrappers of the libvips calls ImageDerivation makes (Swift cannot call C variadic functions);
+        // a target of its own so only the modules that derive images link libvips, not everything CParleyShims serves.
+        .target(name: "CParleyVips", dependencies: ["CVips"]),
         .target(name: "ParleySync", dependencies: ["CParleyShims"], swiftSettings: strict),
         .target(name: "ParleyHTTP", dependencies: ["CParleyShims", "COpenSSL", "ParleySync"], swiftSettings: strict),
         .target(name: "ParleyPostgres", dependencies: ["CLibPQ", "CParleyShims", "COpenSSL", "ParleySync"], swiftSettings: strict),
@@ -27,7 +31,8 @@ let package = Package(
         .target(name: "ParleyCore", dependencies: ["ParleyHTTP", "ParleyPostgres", "ParleySync", "COpenSSL"], swiftSettings: strict),
         .target(name: "ParleyAPI", dependencies: ["ParleyCore", "ParleyHTTP", "ParleyPostgres", "ParleySync"], swiftSettings: strict),
         .target(
-            name: "ParleyDomains", dependencies: ["ParleyCore", "ParleyAPI", "ParleyHTTP", "ParleyPostgres", "ParleySync"],
+            name: "ParleyDomains",
+            dependencies: ["ParleyCore", "ParleyAPI", "ParleyHTTP", "ParleyPostgres", "ParleySync", "CVips", "CParleyVips"],
             swiftSettings: strict),
         .target(
             name: "ParleyLive",
@@ -48,7 +53,8 @@ let package = Package(
         .testTarget(
             name: "ParleyTests",
             dependencies: [
-                "Parley", "ParleyCore", "ParleyAPI", "ParleyDomains", "ParleyLive", "ParleyTesting", "ParleyPostgres",
+                "Parley", "ParleyCore", "ParleyAPI", "ParleyDomains", "ParleyLive", "ParleyTesting", "ParleyPostgres", "CVips",
+                "CParleyVips",
             ],
             swiftSettings: strict),
     ]
