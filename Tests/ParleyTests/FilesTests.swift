@@ -80,6 +80,48 @@ struct FilesTests: ProblemAssertions {
         }
     }
 
+    @Test func anImageIsStoredUprightInThreeVariantsWithoutMetadata() throws {
+        try withApp { server, app in
+            // 1600×900 as stored, tagged orientation 6: upright it is 900×1600.
+            let photo = try ImageDerivationTests.jpegWithMetadata(width: 1600, height: 900)
+            #expect(ImageDerivationTests.contains(photo, Array("GPS".utf8)) || ImageDerivationTests.contains(photo, Array("Exif".utf8)))
+            let r = try Files.upload(app, photo, name: "holiday.JPG")
+            #expect(r.status == 201, "\(r.text)")
+            let file = try #require(r.json)
+            #expect(file["kind"] == "image" && file["mime_type"] == "image/jpeg")
+            #expect(file["file_size"]?.intValue == Int64(photo.count))
+            #expect(file["sha256"]?.stringValue == Crypto.hex(Crypto.sha256(photo)), "the hash of the bytes as uploaded")
+            #expect((file["width"]?.intValue, file["height"]?.intValue) == (900, 1600))
+            #expect((file["large_width"]?.intValue, file["large_height"]?.intValue) == (720, 1280))
+            #expect((file["thumbnail_width"]?.intValue, file["thumbnail_height"]?.intValue) == (198, 352))
+            for (field, size) in [("url", (900, 1600)), ("large_url", (720, 1280)), ("thumbnail_url", (198, 352))] {
+                let url = try #require(file[field]?.stringValue)
+                let served = try Files.get(server, String(url.dropFirst("http://127.0.0.1:\(server.port)".count)), bearer: nil)
+                #expect(served.status == 200 && served.headers["Content-Type"] == "image/jpeg", "\(field)")
+                #expect(served.headers["ETag"] == "\"\(Crypto.hex(Crypto.sha256(served.body)))\"", "each variant's ETag is its own bytes' hash")
+                let decoded = try ImageDerivationTests.decoded(served.body)
+                #expect((decoded.width, decoded.height) == size, "\(field)")
+                let metadata = decoded.fields.filter { $0.hasPrefix("exif-") || ["xmp-data", "icc-profile-data", "iptc-data"].contains($0) }
+                #expect(metadata.isEmpty, "\(field) keeps \(metadata)")
+                #expect(!ImageDerivationTests.contains(served.body, Array("Exif\u{0}\u{0}".utf8)))
+            }
+            let again = try Files.upload(app, photo, name: "again.jpg")
+            #expect(again.status == 201 && again.json?["file_id"] != file["file_id"])
+            #expect(try Files.blobs(server, app) == 3, "the same photo is stored once: three variants")
+            #expect(
+                try Files.get(server, "/v1/files/\(try #require(file["file_id"]?.stringValue))?variant=first_frame", bearer: app.key).status == 404)
+
+            Self.expectProblem(
+                try Files.upload(app, ImageDerivationTests.pngHeader(width: 100_000, height: 100_000), name: "bomb.png"), 422, .fileError)
+            Self.expectProblem(try Files.upload(app, Array(photo.prefix(photo.count / 3)), name: "cut.jpg"), 422, .fileError)
+            #expect(try Files.blobs(server, app) == 3, "refused images leave nothing")
+            #expect(try app.request(.delete, "/v1/files/\(try #require(file["file_id"]?.stringValue))").status == 204)
+            #expect(try Files.blobs(server, app) == 3, "the other upload keeps the variants")
+            #expect(try app.request(.delete, "/v1/files/\(try #require(again.json?["file_id"]?.stringValue))").status == 204)
+            #expect(try Files.blobs(server, app) == 0)
+        }
+    }
+
     @Test func rangesAndConditionalRequests() throws {
         try withApp { server, app in
             let bytes = Self.randomBytes(300_000)

@@ -661,6 +661,14 @@ struct OpenAPIResponseSchemaTests {
         let named = ["Parley-File-Name": "notes.bin"]
         let uploaded = c.call(.post, "/v1/files", query: "user_id=a", json: "hello file", contentType: octets, headers: named, status: 201)
         let id = uploaded.json?["file_id"]?.stringValue ?? ""
+        let png = try ImageDerivationTests.encode(try ImageDerivationTests.image(width: 40, height: 30, bands: 3) { x, _, _ in UInt8(x) }, png: true)
+        // PNG bytes are no text for `call`: the upload goes over its own connection; its File is checked through meta.
+        let image = try HTTPClientConnection(host: "127.0.0.1", port: c.server.port, timeout: .seconds(30)).send(
+            method: .post, path: "/v1/files?user_id=a", headers: ["Authorization": "Bearer \(c.app.key)", "Parley-File-Name": "dot.png"], body: png)
+        #expect(image.status == 201, "\(String(decoding: image.body, as: UTF8.self))")
+        let imageID = (try? JSONValue.parse(image.body))?["file_id"]?.stringValue ?? ""
+        c.call(.get, "/v1/files/{file_id}/meta", imageID, status: 200)
+        c.call(.get, "/v1/files/{file_id}", imageID, query: "variant=thumbnail", status: 200)
         c.call(.post, "/v1/files", json: "no image", contentType: octets, headers: ["Parley-File-Name": "p.jpg"], status: 422)
         c.call(.post, "/v1/files", query: "user_id=ghost", json: "x", contentType: octets, headers: named, status: 404)
         c.call(.post, "/v1/files", json: "x", contentType: octets, status: 400)

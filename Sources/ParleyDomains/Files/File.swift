@@ -40,8 +40,18 @@ package struct StoredFile: Sendable {
     var width: Int64?
     var height: Int64?
     var durationMillis: Int64?
+    /// The stored bytes served for each variant other than a plain file's original: an image's `original` (its bytes
+    /// without metadata, not the bytes as uploaded), `large` and `thumbnail`.
+    var variants: [FileURLSigner.Variant: FileVariant] = [:]
 
-    /// The File object, with download URLs signed by `urls` (nil: the file's own URL only is left out, for events).
+    /// What a download of `variant` serves; nil when the file has no such variant.
+    func served(_ variant: FileURLSigner.Variant) -> FileVariant? {
+        if let stored = variants[variant] { return stored }
+        guard variant == .original else { return nil }
+        return FileVariant(blobID: blobID, sha256: sha256, size: size, mimeType: mimeType, width: width, height: height)
+    }
+
+    /// The File object, with download URLs signed by `urls`.
     func json(urls: FileURLSigner.Issued) -> [UInt8] {
         var o = JSONObjectWriter(capacity: 512 + fileName.utf8.count)
         o["file_id"] = fileID
@@ -57,6 +67,12 @@ package struct StoredFile: Sendable {
         case .image:
             o["width"] = width
             o["height"] = height
+            for variant in [FileURLSigner.Variant.large, .thumbnail] {
+                let stored = variants[variant]
+                o["\(variant.rawValue)_url"] = stored.map { _ in urls.url(fileID: fileID, variant: variant) }
+                o["\(variant.rawValue)_width"] = stored?.width
+                o["\(variant.rawValue)_height"] = stored?.height
+            }
         case .video, .audio:
             o["duration_ms"] = durationMillis
         case .file: break
@@ -68,6 +84,48 @@ package struct StoredFile: Sendable {
     static func fileExtension(of fileName: String) -> String {
         guard let dot = fileName.lastIndex(of: "."), dot != fileName.startIndex else { return "" }
         return String(fileName[fileName.index(after: dot)...])
+    }
+}
+
+/// Bytes a file serves for one variant: a stored blob with its hash (the download's `ETag`), size, type and, for
+/// images, dimensions.
+package struct FileVariant: Sendable, Equatable {
+    var blobID: String
+    var sha256: String
+    var size: Int64
+    var mimeType: String
+    var width: Int64?
+    var height: Int64?
+
+    /// The `variants` column: `{"large": {"blob_id", "sha256", "size", "mime_type", "width", "height"}, …}`.
+    static func json(_ variants: [FileURLSigner.Variant: FileVariant]) -> String {
+        var o = JSONObjectWriter(capacity: 128 * variants.count + 2)
+        for (name, variant) in variants.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+            var v = JSONObjectWriter(capacity: 192)
+            v["blob_id"] = variant.blobID
+            v["sha256"] = variant.sha256
+            v["size"] = variant.size
+            v["mime_type"] = variant.mimeType
+            v["width"] = variant.width
+            v["height"] = variant.height
+            o.raw(name.rawValue, v.finish())
+        }
+        return String(decoding: o.finish(), as: UTF8.self)
+    }
+
+    /// Reads the `variants` column back; entries that do not read are left out (a download of them is then 404).
+    static func parse(_ json: String) -> [FileURLSigner.Variant: FileVariant] {
+        guard let object = (try? JSONValue.parse(Array(json.utf8)))?.objectValue else { return [:] }
+        var out: [FileURLSigner.Variant: FileVariant] = [:]
+        for (name, value) in object {
+            guard let variant = FileURLSigner.Variant(rawValue: name), let blobID = value["blob_id"]?.stringValue,
+                let sha256 = value["sha256"]?.stringValue, let size = value["size"]?.intValue, let mimeType = value["mime_type"]?.stringValue
+            else { continue }
+            out[variant] = FileVariant(
+                blobID: blobID, sha256: sha256, size: size, mimeType: mimeType, width: value["width"]?.intValue,
+                height: value["height"]?.intValue)
+        }
+        return out
     }
 }
 

@@ -136,8 +136,8 @@ package enum FileRoutes {
     /// The answer to a download of `file`: 304 when the client has it, 416 for a range outside it, else 200 or 206
     /// with the bytes streamed from storage (docs/files.md#downloading).
     static func download(_ file: StoredFile, variant: FileURLSigner.Variant, request: Request, transfer: FileTransfer) throws -> Response {
-        guard variant == .original else { throw APIError(.fileNotFound, "file \(file.fileID) has no \(variant.rawValue) variant") }
-        let etag = "\"\(file.sha256)\""
+        guard let served = file.served(variant) else { throw APIError(.fileNotFound, "file \(file.fileID) has no \(variant.rawValue) variant") }
+        let etag = "\"\(served.sha256)\""
         var headers = HTTPHeaders()
         headers.add("ETag", etag)
         headers.add("Cache-Control", "private, max-age=31536000, immutable")
@@ -148,23 +148,23 @@ package enum FileRoutes {
         if let given = request.headers["If-None-Match"], DownloadHeaders.matches(given, etag: etag) {
             return Response(status: 304, headers: headers)
         }
-        headers.add("Content-Type", file.mimeType)
+        headers.add("Content-Type", served.mimeType)
         if file.kind == .file { headers.add("Content-Disposition", DownloadHeaders.attachment(file.fileName)) }
         var status = 200
-        var span = FileTransfer.Span(start: 0, end: file.size)
-        switch DownloadHeaders.range(request.headers["Range"], size: file.size) {
+        var span = FileTransfer.Span(start: 0, end: served.size)
+        switch DownloadHeaders.range(request.headers["Range"], size: served.size) {
         case .whole: break
         case .part(let start, let end):
             status = 206
             span = FileTransfer.Span(start: start, end: end)
-            headers.add("Content-Range", "bytes \(start)-\(end - 1)/\(file.size)")
+            headers.add("Content-Range", "bytes \(start)-\(end - 1)/\(served.size)")
         case .unsatisfiable:
-            var error = APIError(.uploadProtocolError, "the range is outside the file's \(file.size) bytes")
-            error.extraHeaders = [("Content-Range", "bytes */\(file.size)")]
+            var error = APIError(.uploadProtocolError, "the range is outside the file's \(served.size) bytes")
+            error.extraHeaders = [("Content-Range", "bytes */\(served.size)")]
             throw error
         }
         headers.add("Content-Length", String(span.count))
-        let (blobID, sent) = (file.blobID, span)
+        let (blobID, sent) = (served.blobID, span)
         let transfers = transfer.services.transfers
         return Response(status: status, headers: headers) { stream in
             transfers.execute({ transfer.send(blobID: blobID, span: sent, to: stream) }, rejected: { stream.close() })

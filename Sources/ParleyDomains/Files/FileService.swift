@@ -29,6 +29,7 @@ package struct FileService: DomainService {
         var ownerID: String?
         var imageMaxBytes: Int64
         var fileMaxBytes: Int64
+        var imageMaxPixels: Int64
         var quotaBytes: Int64
 
         /// The upload of a file named `fileName`: its kind (`kind`, else guessed from the name's extension), which
@@ -44,7 +45,8 @@ package struct FileService: DomainService {
             let maxBytes = kind == .image ? imageMaxBytes : fileMaxBytes
             if let declaredLength, Int64(declaredLength) > maxBytes { throw FileService.tooLarge(kind: kind, maxBytes: maxBytes) }
             return UploadPlan(
-                kind: kind, fileName: fileName, claimedMimeType: claimedMimeType, ownerID: ownerID, maxBytes: maxBytes, quotaBytes: quotaBytes)
+                kind: kind, fileName: fileName, claimedMimeType: claimedMimeType, ownerID: ownerID, maxBytes: maxBytes,
+                maxPixels: imageMaxPixels, quotaBytes: quotaBytes)
         }
     }
 
@@ -57,6 +59,8 @@ package struct FileService: DomainService {
         var ownerID: String?
         /// The kind's size limit for this app.
         var maxBytes: Int64
+        /// The largest decoded image (width × height).
+        var maxPixels: Int64
         /// The app's storage quota (0: none).
         var quotaBytes: Int64
     }
@@ -66,50 +70,78 @@ package struct FileService: DomainService {
         if let ownerID { try UserService.requireActive(ownerID, appID: appID, on: db) }
         return UploadPolicy(
             kind: kind, ownerID: ownerID, imageMaxBytes: settings.int("image_max_bytes"), fileMaxBytes: settings.int("file_max_bytes"),
-            quotaBytes: settings.int("app_storage_quota_bytes"))
+            imageMaxPixels: settings.int("image_max_pixels"), quotaBytes: settings.int("app_storage_quota_bytes"))
     }
 
     static func tooLarge(kind: FileKind, maxBytes: Int64) -> APIError {
         APIError(.fileSizeInvalid, "a file of kind \(kind.rawValue) may hold at most \(maxBytes) bytes in this app")
     }
 
-    /// A blob an upload wrote, with what its bytes turned out to be.
-    struct UploadedBlob: Sendable {
+    /// Bytes an upload stored as a new blob, not yet recorded.
+    struct NewBlob: Sendable {
         var blobID: String
         var sha256: String
         var size: Int64
-        var mimeType: String
-        var width: Int64?
-        var height: Int64?
     }
 
-    /// Makes the uploaded blob a file: the app's usage row locked (uploads of one app record one at a time, so the
-    /// quota holds), the bytes deduplicated against what the app stores, the quota checked, the file and usage written.
-    /// When the app already stored these bytes, the new blob is deleted and the file references the stored one.
-    func record(_ blob: UploadedBlob, plan: UploadPlan, fileID: String) throws -> StoredFile {
+    /// A variant an upload derived and stored (an image's original without metadata, its large and thumbnail copies).
+    struct DerivedBlob: Sendable {
+        var variant: FileURLSigner.Variant
+        var blob: NewBlob
+        var mimeType: String
+        var width: Int64
+        var height: Int64
+    }
+
+    /// What an upload stored: the file as uploaded (hash and size), the blob its original serves, what it is, and
+    /// any derived variants.
+    struct Upload: Sendable {
+        var uploadedSHA256: String
+        var uploadedSize: Int64
+        var original: NewBlob
+        var mimeType: String
+        var width: Int64? = nil
+        var height: Int64? = nil
+        var derived: [DerivedBlob] = []
+    }
+
+    /// Makes an upload a file: the app's usage row locked (uploads of one app record one at a time, so the quota
+    /// holds), each new blob deduplicated against what the app stores (when the app already stores those bytes, the
+    /// new blob is deleted and the file references the stored one), the quota checked against the bytes really added,
+    /// the file and usage written.
+    func record(_ upload: Upload, plan: UploadPlan, fileID: String) throws -> StoredFile {
         try db.transaction { db in
             let usedBytes = try FileStore.lockUsage(appID: appID, on: db)
-            var blobID = blob.blobID
-            var newBytes = blob.size
-            if let stored = try FileStore.storedBlob(appID: appID, sha256: blob.sha256, on: db) {
-                try FileStore.addReference(appID: appID, blobID: stored.blobID, on: db)
-                try FileStore.deleteBlob(appID: appID, blobID: blob.blobID, on: db)
-                blobID = stored.blobID
-                newBytes = 0
-            } else {
-                if plan.quotaBytes > 0, usedBytes + newBytes > plan.quotaBytes {
-                    var error = APIError(
-                        .fileSizeInvalid, "storing \(newBytes) more bytes would pass the app's quota of \(plan.quotaBytes) bytes")
-                    error.extraMembers = [("quota", plan.quotaBytes)]
-                    throw error
+            var addedBytes: Int64 = 0
+            func keep(_ blob: NewBlob) throws -> String {
+                if let stored = try FileStore.storedBlob(appID: appID, sha256: blob.sha256, on: db) {
+                    try FileStore.addReference(appID: appID, blobID: stored.blobID, on: db)
+                    try FileStore.deleteBlob(appID: appID, blobID: blob.blobID, on: db)
+                    return stored.blobID
                 }
                 try FileStore.markStored(appID: appID, blobID: blob.blobID, sha256: blob.sha256, size: blob.size, on: db)
+                addedBytes += blob.size
+                return blob.blobID
+            }
+            let originalID = try keep(upload.original)
+            var variants: [FileURLSigner.Variant: FileVariant] = [:]
+            for derived in upload.derived {
+                let blobID = derived.variant == .original ? originalID : try keep(derived.blob)
+                variants[derived.variant] = FileVariant(
+                    blobID: blobID, sha256: derived.blob.sha256, size: derived.blob.size, mimeType: derived.mimeType, width: derived.width,
+                    height: derived.height)
+            }
+            if plan.quotaBytes > 0, usedBytes + addedBytes > plan.quotaBytes {
+                var error = APIError(.fileSizeInvalid, "storing \(addedBytes) more bytes would pass the app's quota of \(plan.quotaBytes) bytes")
+                error.extraMembers = [("quota", plan.quotaBytes)]
+                throw error
             }
             let file = StoredFile(
-                fileID: fileID, kind: plan.kind, fileName: plan.fileName, mimeType: blob.mimeType, size: blob.size, sha256: blob.sha256,
-                blobID: blobID, ownerID: plan.ownerID, createdAt: now, width: blob.width, height: blob.height, durationMillis: nil)
+                fileID: fileID, kind: plan.kind, fileName: plan.fileName, mimeType: upload.mimeType, size: upload.uploadedSize,
+                sha256: upload.uploadedSHA256, blobID: originalID, ownerID: plan.ownerID, createdAt: now, width: upload.width,
+                height: upload.height, durationMillis: nil, variants: variants)
             try FileStore.insert(file, appID: appID, on: db)
-            try FileStore.addUsage(appID: appID, bytes: newBytes, files: 1, on: db)
+            try FileStore.addUsage(appID: appID, bytes: addedBytes, files: 1, on: db)
             return file
         }
     }
@@ -146,7 +178,11 @@ package struct FileService: DomainService {
             }
             _ = try FileStore.lockUsage(appID: appID, on: db)
             try FileStore.delete(appID: appID, fileID: fileID, on: db)
-            let freed = try FileStore.dropReference(appID: appID, blobID: file.blobID, on: db)
+            var freed = try FileStore.dropReference(appID: appID, blobID: file.blobID, on: db)
+            // The original variant is the file's own blob, dropped above.
+            for (variant, stored) in file.variants where variant != .original {
+                freed += try FileStore.dropReference(appID: appID, blobID: stored.blobID, on: db)
+            }
             try FileStore.addUsage(appID: appID, bytes: -freed, files: -1, on: db)
             if let owner = file.ownerID {
                 var data = JSONObjectWriter(capacity: 64)

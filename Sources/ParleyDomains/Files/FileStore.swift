@@ -6,7 +6,7 @@ import ParleyPostgres
 /// ``FileTransfer`` decide.
 package enum FileStore {
     private static let fileColumns =
-        "file_id, kind, file_name, mime_type, size, sha256, blob_id, owner_id, created_at, width, height, duration_ms"
+        "file_id, kind, file_name, mime_type, size, sha256, blob_id, owner_id, created_at, width, height, duration_ms, variants::text"
 
     // MARK: - Blobs and chunks
 
@@ -89,9 +89,10 @@ package enum FileStore {
         try db.query(
             """
             INSERT INTO files (app_id, file_id, kind, file_name, mime_type, size, sha256, blob_id, owner_id, created_at, width, height,
-                               duration_ms)
+                               duration_ms, variants)
             VALUES (\(appID), \(file.fileID), \(file.kind.rawValue), \(file.fileName), \(file.mimeType), \(file.size), \(file.sha256),
-                    \(file.blobID), \(file.ownerID), \(file.createdAt), \(file.width), \(file.height), \(file.durationMillis))
+                    \(file.blobID), \(file.ownerID), \(file.createdAt), \(file.width), \(file.height), \(file.durationMillis),
+                    \(FileVariant.json(file.variants))::jsonb)
             """)
     }
 
@@ -145,10 +146,11 @@ package enum FileStore {
     }
 
     private static func file(_ row: PostgresRow) throws -> StoredFile {
-        let (fileID, kind, fileName, mimeType, size, sha256, blobID, ownerID, createdAt, width, height, duration) = try row.decode(
-            (String, String, String, String, Int64, String, String, String?, Int64, Int64?, Int64?, Int64?).self)
+        let (fileID, kind, fileName, mimeType, size, sha256, blobID, ownerID, createdAt, width, height, duration, variants) = try row.decode(
+            (String, String, String, String, Int64, String, String, String?, Int64, Int64?, Int64?, Int64?, String).self)
         return StoredFile(
             fileID: fileID, kind: FileKind(rawValue: kind) ?? .file, fileName: fileName, mimeType: mimeType, size: size, sha256: sha256,
-            blobID: blobID, ownerID: ownerID, createdAt: createdAt, width: width, height: height, durationMillis: duration)
+            blobID: blobID, ownerID: ownerID, createdAt: createdAt, width: width, height: height, durationMillis: duration,
+            variants: FileVariant.parse(variants))
     }
 }

@@ -18,32 +18,79 @@ package struct FileTransfer: Sendable {
 
     // MARK: - Upload
 
-    /// Reads the body from `pieces` (nil at its end), stores it as a new blob and records the file; the 201 answer, or
-    /// the problem. Nothing of a failed upload stays: its blob is deleted (or, if this node dies first, swept a day
-    /// later).
+    /// Reads the body from `pieces` (nil at its end), stores it and records the file; the 201 answer, or the problem.
+    /// A file's bytes go to storage as they arrive; an image's are kept in memory (at most `image_max_bytes`), decoded,
+    /// and only what Parley derives from them is stored — its original without metadata, its large and thumbnail copies
+    /// (docs/files.md#images) — so the bytes as uploaded, GPS tags and all, are never kept. Nothing of a failed upload
+    /// stays: its blobs are deleted (or, if this node dies first, swept a day later).
     package func receive(
         _ plan: FileService.UploadPlan, pieces: () throws -> [UInt8]?, urls: FileURLSigner.Issued, request: Request
     ) -> Response {
-        let blobID = IdentifierKind.generateID(prefix: "b_", length: 22)
+        var created: [String] = []
         do {
-            try services.pool.withConnection { db in
-                try FileStore.createBlob(appID: appID, blobID: blobID, now: services.clock.now(), on: db)
-            }
-        } catch {
-            return problem(error, request: request)
-        }
-        do {
-            let blob = try write(blobID: blobID, plan: plan, pieces: pieces)
+            let upload =
+                try plan.kind == .image ? receiveImage(plan, pieces: pieces, created: &created) : receiveFile(plan, pieces: pieces, created: &created)
             let fileID = IdentifierKind.generateID(prefix: "f_", length: 22)
             let file = try services.pool.withConnection { db in
-                try FileService(db: db, appID: appID, now: services.clock.now()).record(blob, plan: plan, fileID: fileID)
+                try FileService(db: db, appID: appID, now: services.clock.now()).record(upload, plan: plan, fileID: fileID)
             }
-            services.metrics.fileUploaded(kind: plan.kind.rawValue, bytes: blob.size)
+            services.metrics.fileUploaded(kind: plan.kind.rawValue, bytes: upload.uploadedSize)
             return Reply.created(file.json(urls: urls))
         } catch {
-            try? services.pool.withConnection { db in try FileStore.deleteBlob(appID: appID, blobID: blobID, on: db) }
+            if !created.isEmpty {
+                try? services.pool.withConnection { db in
+                    for blobID in created { try FileStore.deleteBlob(appID: appID, blobID: blobID, on: db) }
+                }
+            }
             return problem(error, request: request)
         }
+    }
+
+    /// A file (not an image): streamed into one blob as it arrives.
+    private func receiveFile(
+        _ plan: FileService.UploadPlan, pieces: () throws -> [UInt8]?, created: inout [String]
+    ) throws -> FileService.Upload {
+        let (blob, head) = try storeBlob(
+            pieces: { try Self.readingBody(pieces) }, maxBytes: plan.maxBytes,
+            tooLarge: FileService.tooLarge(kind: plan.kind, maxBytes: plan.maxBytes),
+            created: &created)
+        let mimeType = FileSniffing.mimeType(kind: plan.kind, head: head, claimed: plan.claimedMimeType, fileName: plan.fileName)
+        return FileService.Upload(uploadedSHA256: blob.sha256, uploadedSize: blob.size, original: blob, mimeType: mimeType)
+    }
+
+    /// An image: read whole, decoded and derived (bounded by `image_max_pixels` before any pixel is allocated), and
+    /// its three derived variants stored.
+    private func receiveImage(
+        _ plan: FileService.UploadPlan, pieces: () throws -> [UInt8]?, created: inout [String]
+    ) throws -> FileService.Upload {
+        var uploaded: [UInt8] = []
+        while let piece = try Self.readingBody(pieces) {
+            if Int64(uploaded.count + piece.count) > plan.maxBytes { throw FileService.tooLarge(kind: plan.kind, maxBytes: plan.maxBytes) }
+            uploaded += piece
+        }
+        if uploaded.isEmpty { throw APIError.invalidParam("body", "the file is empty") }
+        let image: DerivedImage
+        do { image = try ImageDerivation.derive(source: uploaded, maxPixels: plan.maxPixels) } catch let error as ImageDerivationError {
+            switch error {
+            case .notAnImage: throw APIError(.fileTypeUnsupported, "the content of \"\(plan.fileName)\" is no image format Parley reads")
+            case .overMaxPixels(let message), .cannotDecode(let message): throw APIError(.fileError, message)
+            }
+        }
+        var derived: [FileService.DerivedBlob] = []
+        for (variant, output) in [(FileURLSigner.Variant.original, image.original), (.large, image.large), (.thumbnail, image.thumbnail)] {
+            var once: [UInt8]? = output.bytes
+            let (blob, _) = try storeBlob(
+                pieces: {
+                    defer { once = nil }
+                    return once
+                }, maxBytes: nil, tooLarge: nil, created: &created)
+            derived.append(
+                FileService.DerivedBlob(
+                    variant: variant, blob: blob, mimeType: output.mimeType, width: Int64(output.width), height: Int64(output.height)))
+        }
+        return FileService.Upload(
+            uploadedSHA256: Crypto.hex(Crypto.sha256(uploaded)), uploadedSize: Int64(uploaded.count), original: derived[0].blob,
+            mimeType: image.original.mimeType, width: Int64(image.width), height: Int64(image.height), derived: derived)
     }
 
     /// Reads a `multipart/form-data` body: the part named `file` is the upload, named by its `filename`; other parts
@@ -70,8 +117,14 @@ package struct FileTransfer: Sendable {
         }
     }
 
-    /// Writes the body as the chunks of `blobID`, hashing it on the way; returns what it stored.
-    private func write(blobID: String, plan: FileService.UploadPlan, pieces: () throws -> [UInt8]?) throws -> FileService.UploadedBlob {
+    /// Stores `pieces` as a new blob in chunks, a few per borrowed connection, hashing them on the way; returns the
+    /// blob and the first bytes (for sniffing). The blob's id joins `created` as soon as its row exists.
+    private func storeBlob(
+        pieces: () throws -> [UInt8]?, maxBytes: Int64?, tooLarge: APIError?, created: inout [String]
+    ) throws -> (FileService.NewBlob, head: [UInt8]) {
+        let blobID = IdentifierKind.generateID(prefix: "b_", length: 22)
+        try services.pool.withConnection { db in try FileStore.createBlob(appID: appID, blobID: blobID, now: services.clock.now(), on: db) }
+        created.append(blobID)
         let hasher = Crypto.SHA256Hasher()
         var size: Int64 = 0
         var head: [UInt8] = []
@@ -85,9 +138,9 @@ package struct FileTransfer: Sendable {
             written += chunks.count
             ready = []
         }
-        while let piece = try Self.nextPiece(pieces) {
+        while let piece = try pieces() {
             size += Int64(piece.count)
-            if size > plan.maxBytes { throw FileService.tooLarge(kind: plan.kind, maxBytes: plan.maxBytes) }
+            if let maxBytes, size > maxBytes, let tooLarge { throw tooLarge }
             hasher.update(piece)
             if head.count < FileSniffing.headBytes { head += piece.prefix(FileSniffing.headBytes - head.count) }
             pending += piece
@@ -100,13 +153,8 @@ package struct FileTransfer: Sendable {
         if size == 0 { throw APIError.invalidParam("body", "the file is empty") }
         if !pending.isEmpty { ready.append(pending) }
         try flush()
-        let mimeType = try FileSniffing.mimeType(kind: plan.kind, head: head, claimed: plan.claimedMimeType, fileName: plan.fileName)
-        return FileService.UploadedBlob(
-            blobID: blobID, sha256: Crypto.hex(hasher.finish()), size: size, mimeType: mimeType, width: nil, height: nil)
+        return (FileService.NewBlob(blobID: blobID, sha256: Crypto.hex(hasher.finish()), size: size), head)
     }
-
-    /// The next piece of the body.
-    private static func nextPiece(_ pieces: () throws -> [UInt8]?) throws -> [UInt8]? { try readingBody(pieces) }
 
     /// Runs a read of the body, with the ways a body ends early or malformed turned into the API's problems.
     private static func readingBody<T>(_ read: () throws -> T) throws -> T {

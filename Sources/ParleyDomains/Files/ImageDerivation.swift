@@ -161,7 +161,10 @@ public enum ImageDerivation {
         guard width * height <= maxPixels else {
             throw ImageDerivationError.overMaxPixels("the image is \(width)×\(height) pixels, over image_max_pixels (\(maxPixels))")
         }
-        var image = try VipsHandle { parley_vips_autorot(header.pointer, $0) }
+        // A rotation reads the source out of order, which a sequential decode cannot do past its small line cache
+        // ("out of order read"): a rotated source is decoded into memory first.
+        let source = vips_image_get_orientation(header.pointer) > 1 ? try VipsHandle(copyingToMemory: header) : header
+        var image = try VipsHandle { parley_vips_autorot(source.pointer, $0) }
         image = try sRGB(image)
         return try VipsHandle(copyingToMemory: image)
     }
