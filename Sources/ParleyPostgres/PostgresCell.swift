@@ -148,11 +148,13 @@ public struct PostgresCell {
         }
     }
 
-    /// A bytea column (hex output format, the server default since 9.0; escape format is handed to libpq).
+    /// A bytea column (hex output format, the server default since 9.0; escape format is handed to libpq; a binary
+    /// result's bytes as they are).
     public var bytes: [UInt8] {
         get throws(PostgresError) {
             try check([OID.bytea], "bytea")
             return try withRawBytes { (raw) throws(PostgresError) -> [UInt8] in
+                if result.isBinary(column) { return Array(raw) }
                 if raw.count >= 2, raw[0] == UInt8(ascii: "\\"), raw[1] == UInt8(ascii: "x") {
                     return try Self.decodeHex(raw, columnName: columnName)
                 }

@@ -173,6 +173,37 @@ public final class PostgresConnection {
         return try exchange(carriesBegin: true) { values.withPointers { PQsendQueryParams(handle, sql, $1, nil, $0, nil, nil, 0) } }
     }
 
+    /// Runs `sql` unprepared with every result column in binary format and, when `bytes` is given, those bytes as its
+    /// last parameter in binary format (after `parameters`, which go as text).
+    ///
+    /// For bytea bodies (file chunks): a text bytea is hex, two characters a byte, encoded on one side and decoded on
+    /// the other; in binary the bytes cross as they are. Only for statements whose results are bytea or read
+    /// through ``PostgresCell/bytes``: the other accessors read text.
+    @discardableResult
+    public func queryBinary(sql: String, _ parameters: [(any PostgresEncodable)?], bytes: [UInt8]? = nil) throws(PostgresError) -> PostgresResult {
+        let handle = self.handle
+        let values = try CParameters(parameters)
+        return try exchange(carriesBegin: true) {
+            values.withPointers { textValues, count in
+                let textCount = Int(count)
+                let total = textCount + (bytes == nil ? 0 : 1)
+                var pointers = [UnsafePointer<CChar>?](repeating: nil, count: total)
+                var lengths = [Int32](repeating: 0, count: total)
+                var formats = [Int32](repeating: 0, count: total)
+                for index in 0..<textCount { pointers[index] = textValues?[index] }
+                guard let bytes else {
+                    return PQsendQueryParams(handle, sql, Int32(total), nil, pointers, lengths, formats, 1)
+                }
+                return bytes.withUnsafeBytes { raw in
+                    pointers[textCount] = raw.baseAddress?.assumingMemoryBound(to: CChar.self)
+                    lengths[textCount] = Int32(raw.count)
+                    formats[textCount] = 1
+                    return PQsendQueryParams(handle, sql, Int32(total), nil, pointers, lengths, formats, 1)
+                }
+            }
+        }
+    }
+
     /// Runs the open transaction's last statement and its COMMIT in one round trip (one pipeline), prepared like
     /// `query(sql:_:prepared: true)`; the `transaction` wrapper's COMMIT then sends nothing.
     ///

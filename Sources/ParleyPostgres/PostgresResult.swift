@@ -34,6 +34,8 @@ public final class PostgresResult {
 
     /// The type OID of column `index`.
     public func columnType(_ index: Int) -> UInt32 { UInt32(PQftype(pointer, Int32(index))) }
+    /// Whether column `index` came in binary format (``PostgresConnection/queryBinary(sql:_:bytes:)``).
+    func isBinary(_ index: Int) -> Bool { PQfformat(pointer, Int32(index)) == 1 }
 
     /// Rows affected by INSERT/UPDATE/DELETE/MERGE/SELECT/MOVE/FETCH/COPY (0 for other commands).
     public var affectedRows: Int {

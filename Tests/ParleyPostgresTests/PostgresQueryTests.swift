@@ -48,6 +48,20 @@ import Testing
         #expect(try freshConnection().query(lead).decodeFirst(Int.self) == 15)
     }
 
+    @Test func byteaCrossesInBinaryBothWays() throws {
+        let db = try freshConnection()
+        try db.simpleQuery("CREATE TEMP TABLE blobs (n int, data bytea)")
+        let every = (0...255).map(UInt8.init) + [0, 0, 92, 120]  // NUL bytes and a literal "\x" inside
+        try db.queryBinary(sql: "INSERT INTO blobs VALUES ($1, $2)", [1], bytes: every)
+        try db.queryBinary(sql: "INSERT INTO blobs VALUES ($1, $2)", [2], bytes: [])
+        let rows = try db.queryBinary(sql: "SELECT data FROM blobs WHERE n >= $1 ORDER BY n", [1]).decode(PostgresCell.self)
+        #expect(try rows.map { try $0.bytes } == [every, []])
+        // Written in binary, read as text (hex), and the other way round: the same bytes.
+        #expect(try db.query("SELECT data FROM blobs WHERE n = 1").decodeFirst(PostgresCell.self)?.bytes == every)
+        try db.query("INSERT INTO blobs VALUES (3, \(every))")
+        #expect(try db.queryBinary(sql: "SELECT data FROM blobs WHERE n = $1", [3]).decodeFirst(PostgresCell.self)?.bytes == every)
+    }
+
     @Test func decodesRowsIntoTypedTuples() throws {
         let db = try freshConnection()
         let values = try db.query("SELECT x, 'n' || x, ARRAY['a', x::text] FROM generate_series(1, \(3)) AS x ORDER BY x")

@@ -20,19 +20,20 @@ package enum FileStore {
     static func writeChunks(appID: String, blobID: String, first: Int, _ chunks: [[UInt8]], on db: PostgresConnection) throws {
         guard !chunks.isEmpty else { return }
         try db.transaction { db in
+            // The chunk as a binary parameter: no hex encoding here, no hex decoding in the server.
             for (offset, chunk) in chunks.enumerated() {
-                try db.query(
-                    "INSERT INTO file_chunks (app_id, blob_id, n, data) VALUES (\(appID), \(blobID), \(first + offset), \(chunk))")
+                try db.queryBinary(
+                    sql: "INSERT INTO file_chunks (app_id, blob_id, n, data) VALUES ($1, $2, $3, $4)", [appID, blobID, first + offset],
+                    bytes: chunk)
             }
         }
     }
 
     /// Chunks `first..<end` of blob `blobID`, in order.
     static func readChunks(appID: String, blobID: String, from first: Int, to end: Int, on db: PostgresConnection) throws -> [[UInt8]] {
-        try db.query(
-            """
-            SELECT data FROM file_chunks WHERE app_id = \(appID) AND blob_id = \(blobID) AND n >= \(first) AND n < \(end) ORDER BY n
-            """
+        // In binary format: the bytes as stored, with no hex text to decode.
+        try db.queryBinary(
+            sql: "SELECT data FROM file_chunks WHERE app_id = $1 AND blob_id = $2 AND n >= $3 AND n < $4 ORDER BY n", [appID, blobID, first, end]
         ).decode(PostgresCell.self).map { try $0.bytes }
     }
 
