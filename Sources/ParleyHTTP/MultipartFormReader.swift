@@ -418,7 +418,9 @@ public final class MultipartFormReader {
         let encoded = pieces[2]
         while i < encoded.endIndex {
             if encoded[i] == UInt8(ascii: "%") {
-                guard encoded.endIndex - i >= 3, let high = hexValue(encoded[i + 1]), let low = hexValue(encoded[i + 2]) else { return nil }
+                guard encoded.endIndex - i >= 3, let high = PercentDecoding.hexValue(encoded[i + 1]),
+                    let low = PercentDecoding.hexValue(encoded[i + 2])
+                else { return nil }
                 bytes.append(high << 4 | low)
                 i += 3
             } else {
@@ -501,14 +503,5 @@ public final class MultipartFormReader {
 
     private static func lowercasedASCII(_ bytes: ArraySlice<UInt8>) -> String {
         String(decoding: bytes.map { (0x41...0x5A).contains($0) ? $0 | 0x20 : $0 }, as: UTF8.self)
-    }
-
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
-        }
     }
 }
