@@ -232,6 +232,18 @@ struct FilesTests: ProblemAssertions {
         }
     }
 
+    @Test func deletingTheAppDeletesItsFilesAndTheirBytes() throws {
+        try withApp { server, app in
+            _ = try Files.uploaded(app, Self.randomBytes(300_000), name: "a.bin")
+            _ = try Files.uploaded(app, try ImageDerivationTests.jpegWithMetadata(width: 300, height: 200), name: "b.jpg")
+            #expect(try Files.blobs(server, app) == 4)
+            #expect(try server.request(.delete, "/v1/apps/\(app.appID)", bearer: server.adminKey).status == 204)
+            #expect(try Files.blobs(server, app) == 0)
+            let db = try PostgresConnection(server.database)
+            #expect(try db.query("SELECT count(*) FROM file_chunks WHERE app_id = \(app.appID)").decodeFirst(Int.self) == 0)
+        }
+    }
+
     @Test func aClientThatLeavesMidUploadLeavesNothing() throws {
         try withApp { server, app in
             let connection = try HTTPClientConnection(host: "127.0.0.1", port: server.port, timeout: .seconds(10))
