@@ -122,6 +122,48 @@ struct FilesTests: ProblemAssertions {
         }
     }
 
+    @Test func aVideoHasItsFirstFrameAndDurationAndAudioItsDuration() throws {
+        let directory = try ImageDerivationTests.temporaryDirectory()
+        // Two seconds of FFmpeg's test pattern at 320×240, and 1.5 s of a tone.
+        try Self.ffmpeg(["-f", "lavfi", "-i", "testsrc=duration=2:size=320x240:rate=10", "-pix_fmt", "yuv420p", directory + "/clip.mp4"])
+        try Self.ffmpeg(["-f", "lavfi", "-i", "sine=frequency=440:duration=1.5", directory + "/tone.mp3"])
+        let clip = Array(try Data(contentsOf: URL(fileURLWithPath: directory + "/clip.mp4")))
+        let tone = Array(try Data(contentsOf: URL(fileURLWithPath: directory + "/tone.mp3")))
+        try withApp { server, app in
+            let video = try Files.upload(app, clip, name: "clip.mp4")
+            #expect(video.status == 201, "\(video.text)")
+            #expect(video.json?["kind"] == "video" && video.json?["mime_type"] == "video/mp4")
+            let duration = try #require(video.json?["duration_ms"]?.intValue)
+            #expect(abs(duration - 2000) <= 100, "duration \(duration)")
+            #expect((video.json?["first_frame_width"]?.intValue, video.json?["first_frame_height"]?.intValue) == (320, 240))
+            let frameURL = try #require(video.json?["first_frame_url"]?.stringValue)
+            let frame = try Files.get(server, String(frameURL.dropFirst("http://127.0.0.1:\(server.port)".count)), bearer: nil)
+            #expect(frame.status == 200 && frame.headers["Content-Type"] == "image/jpeg")
+            let decoded = try ImageDerivationTests.decoded(frame.body)
+            #expect((decoded.width, decoded.height) == (320, 240))
+
+            let audio = try Files.upload(app, tone, name: "tone.mp3")
+            #expect(audio.status == 201 && audio.json?["kind"] == "audio", "\(audio.text)")
+            let toneDuration = try #require(audio.json?["duration_ms"]?.intValue)
+            #expect(abs(toneDuration - 1500) <= 100, "duration \(toneDuration)")
+
+            // FFmpeg cannot read it: stored all the same, with nothing read from it.
+            let unreadable = try Files.upload(app, Self.randomBytes(5000), name: "noise.mp4")
+            #expect(unreadable.status == 201, "\(unreadable.text)")
+            #expect(unreadable.json?["duration_ms"] == .null && unreadable.json?["first_frame_url"] == .null)
+        }
+    }
+
+    /// Runs FFmpeg to make a test input (`-y`, quiet).
+    static func ffmpeg(_ arguments: [String]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/ffmpeg")
+        process.arguments = ["-v", "error", "-nostdin", "-y"] + arguments
+        try process.run()
+        process.waitUntilExit()
+        try #require(process.terminationStatus == 0, "ffmpeg \(arguments.joined(separator: " "))")
+    }
+
     @Test func rangesAndConditionalRequests() throws {
         try withApp { server, app in
             let bytes = Self.randomBytes(300_000)

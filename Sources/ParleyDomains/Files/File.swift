@@ -73,7 +73,13 @@ package struct StoredFile: Sendable {
                 o["\(variant.rawValue)_width"] = stored?.width
                 o["\(variant.rawValue)_height"] = stored?.height
             }
-        case .video, .audio:
+        case .video:
+            let frame = variants[.firstFrame]
+            o["first_frame_url"] = frame.map { _ in urls.url(fileID: fileID, variant: .firstFrame) }
+            o["first_frame_width"] = frame?.width
+            o["first_frame_height"] = frame?.height
+            o["duration_ms"] = durationMillis
+        case .audio:
             o["duration_ms"] = durationMillis
         case .file: break
         }

@@ -102,6 +102,7 @@ package struct FileService: DomainService {
         var mimeType: String
         var width: Int64? = nil
         var height: Int64? = nil
+        var durationMillis: Int64? = nil
         var derived: [DerivedBlob] = []
     }
 
@@ -139,7 +140,7 @@ package struct FileService: DomainService {
             let file = StoredFile(
                 fileID: fileID, kind: plan.kind, fileName: plan.fileName, mimeType: upload.mimeType, size: upload.uploadedSize,
                 sha256: upload.uploadedSHA256, blobID: originalID, ownerID: plan.ownerID, createdAt: now, width: upload.width,
-                height: upload.height, durationMillis: nil, variants: variants)
+                height: upload.height, durationMillis: upload.durationMillis, variants: variants)
             try FileStore.insert(file, appID: appID, on: db)
             try FileStore.addUsage(appID: appID, bytes: addedBytes, files: 1, on: db)
             return file

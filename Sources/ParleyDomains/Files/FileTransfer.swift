@@ -46,16 +46,33 @@ package struct FileTransfer: Sendable {
         }
     }
 
-    /// A file (not an image): streamed into one blob as it arrives.
+    /// A file (not an image): streamed into one blob as it arrives. Audio and video are also copied to a private
+    /// temporary file, which FFmpeg reads for the duration and a video's first frame (``MediaProbe``) once the body is
+    /// stored; a file it cannot read is stored all the same.
     private func receiveFile(
         _ plan: FileService.UploadPlan, pieces: () throws -> [UInt8]?, created: inout [String]
     ) throws -> FileService.Upload {
+        let media = plan.kind == .audio || plan.kind == .video ? try MediaProbe.temporaryFile() : nil
+        defer { if let media { MediaProbe.discard(media) } }
         let (blob, head) = try storeBlob(
-            pieces: { try Self.readingBody(pieces) }, maxBytes: plan.maxBytes,
-            tooLarge: FileService.tooLarge(kind: plan.kind, maxBytes: plan.maxBytes),
-            created: &created)
+            pieces: {
+                let piece = try Self.readingBody(pieces)
+                if let piece, let media { try MediaProbe.write(piece, to: media.fd) }
+                return piece
+            }, maxBytes: plan.maxBytes, tooLarge: FileService.tooLarge(kind: plan.kind, maxBytes: plan.maxBytes), created: &created)
         let mimeType = FileSniffing.mimeType(kind: plan.kind, head: head, claimed: plan.claimedMimeType, fileName: plan.fileName)
-        return FileService.Upload(uploadedSHA256: blob.sha256, uploadedSize: blob.size, original: blob, mimeType: mimeType)
+        var upload = FileService.Upload(uploadedSHA256: blob.sha256, uploadedSize: blob.size, original: blob, mimeType: mimeType)
+        guard let media else { return upload }
+        let probed = MediaProbe.probe(path: media.path, video: plan.kind == .video)
+        upload.durationMillis = probed.durationMillis
+        if let frame = probed.firstFrame, let image = try? ImageDerivation.derive(source: frame, maxPixels: plan.maxPixels) {
+            let stored = try storeBlob(bytes: image.original.bytes, created: &created)
+            upload.derived.append(
+                FileService.DerivedBlob(
+                    variant: .firstFrame, blob: stored, mimeType: image.original.mimeType, width: Int64(image.width),
+                    height: Int64(image.height)))
+        }
+        return upload
     }
 
     /// An image: read whole, decoded and derived (bounded by `image_max_pixels` before any pixel is allocated), and
@@ -78,12 +95,7 @@ package struct FileTransfer: Sendable {
         }
         var derived: [FileService.DerivedBlob] = []
         for (variant, output) in [(FileURLSigner.Variant.original, image.original), (.large, image.large), (.thumbnail, image.thumbnail)] {
-            var once: [UInt8]? = output.bytes
-            let (blob, _) = try storeBlob(
-                pieces: {
-                    defer { once = nil }
-                    return once
-                }, maxBytes: nil, tooLarge: nil, created: &created)
+            let blob = try storeBlob(bytes: output.bytes, created: &created)
             derived.append(
                 FileService.DerivedBlob(
                     variant: variant, blob: blob, mimeType: output.mimeType, width: Int64(output.width), height: Int64(output.height)))
@@ -115,6 +127,17 @@ package struct FileTransfer: Sendable {
         } catch {
             return problem(error, request: request)
         }
+    }
+
+    /// Stores bytes in memory (a derived variant) as a new blob.
+    private func storeBlob(bytes: [UInt8], created: inout [String]) throws -> FileService.NewBlob {
+        var once: [UInt8]? = bytes
+        return try storeBlob(
+            pieces: {
+                defer { once = nil }
+                return once
+            }, maxBytes: nil, tooLarge: nil, created: &created
+        ).0
     }
 
     /// Stores `pieces` as a new blob in chunks, a few per borrowed connection, hashing them on the way; returns the
