@@ -95,6 +95,8 @@ final class HTTPConnection: EventLoop.Watcher {
     private var isBusy: Bool {
         switch phase {
         case .handling, .writing: true
+        // A body of known length keeps the connection: a pipelined request waits in the kernel meanwhile.
+        case .streaming(let stream): !stream.chunked
         default: false
         }
     }
@@ -323,7 +325,7 @@ final class HTTPConnection: EventLoop.Watcher {
             let isHead = pending.head.method == .head
             let s = ResponseStream(
                 loop: loop, connection: id, maxBufferedBytes: server.configuration.streamBufferLimit,
-                chunked: response.headers["Content-Length"] == nil)
+                declaredLength: response.headers["Content-Length"].flatMap { Int($0) })
             phase = isHead ? .writing : .streaming(s)
             if isHead { s.markClosed() } else { start(s) }
         }
@@ -437,6 +439,7 @@ final class HTTPConnection: EventLoop.Watcher {
             output.append(contentsOf: [0x0D, 0x0A])
         } else {
             append(bytes)
+            stream.writtenBytes.add(bytes.count, ordering: .relaxed)
         }
         if output.count - outputOffset > stream.maxBufferedBytes {
             server.logger.debug("msg=\"slow stream closed\" fd=\(fd)")
@@ -450,7 +453,9 @@ final class HTTPConnection: EventLoop.Watcher {
         guard case .streaming(let stream) = phase else { return }
         if stream.chunked { append(Array("0\r\n\r\n".utf8)) }
         phase = .writing
-        closeAfterResponse = true
+        // A chunked stream ends with the connection; one of known length keeps it when every byte it declared went out
+        // (a writer that stopped short leaves the client counting: only the close tells it).
+        if stream.chunked || stream.writtenBytes.load(ordering: .relaxed) != stream.declaredLength { closeAfterResponse = true }
         // The stream is over for its writers now, whoever ended it: run its close handlers (the socket closes
         // once the last bytes are out, when the phase is no longer `.streaming`).
         stream.markClosed()

@@ -283,14 +283,16 @@ extension HTTPServer {
         case .later:
             preconditionFailure("a deferred response reached writeResponse() unsettled")
         case .stream:
-            // A stream of known length (the handler's `Content-Length`) goes out as it is; any other is chunked on
-            // HTTP/1.1 and delimited by the close on 1.0. Either way the connection closes after it.
+            // A stream of known length (the handler's `Content-Length`) goes out as it is and keeps the connection as a
+            // bytes body does; any other is chunked on HTTP/1.1 and delimited by the close on 1.0, and ends the
+            // connection.
             if response.headers["Content-Length"] != nil {
-                framing = .stream(Self.connectionClose)
+                framing = .stream(
+                    closeAfterResponse ? Self.connectionClose : pending.head.version == .http1_0 ? Self.connectionKeepAlive : [])
             } else {
                 framing = .stream(pending.head.version == .http1_1 ? Self.chunked : Self.connectionClose)
+                closeAfterResponse = true
             }
-            closeAfterResponse = true
         }
         let status = response.status
         output.write(atMost: limit) { out in

@@ -22,15 +22,18 @@ public final class ResponseStream: Sendable {
     /// When the bytes queued for the socket exceed this, the client is too slow: the connection is closed
     /// (it resumes later, e.g. with `Last-Event-ID`) rather than letting memory grow without bound.
     public let maxBufferedBytes: Int
-    /// Writes are framed as chunks (the response has no `Content-Length`); false for a body of known length, whose
-    /// bytes go out as they are.
-    let chunked: Bool
+    /// The body's length when the response declared one (`Content-Length`): its bytes go out as they are, and the
+    /// connection carries the next request once exactly that many went out. Nil: writes are framed as chunks.
+    let declaredLength: Int?
+    var chunked: Bool { declaredLength == nil }
+    /// Bytes of a body of known length put in the connection's output so far (written and read by its loop only).
+    let writtenBytes = Atomic<Int>(0)
 
-    init(loop: EventLoop, connection: ConnectionID, maxBufferedBytes: Int, chunked: Bool = true) {
+    init(loop: EventLoop, connection: ConnectionID, maxBufferedBytes: Int, declaredLength: Int? = nil) {
         self.loop = loop
         self.connection = connection
         self.maxBufferedBytes = maxBufferedBytes
-        self.chunked = chunked
+        self.declaredLength = declaredLength
     }
 
     /// Queues `bytes` as one chunk. Ignored once the stream is closed.

@@ -1,3 +1,4 @@
+import Foundation
 import Glibc
 import ParleyHTTP
 import ParleyTesting
@@ -144,6 +145,43 @@ import Testing
             try client.sendRaw(Self.pattern(400))
             #expect(try client.readResponse().status == 408)
             #expect(eventually { seen.ending == "timedOut" }, "ending: \(seen.ending)")
+        }
+    }
+
+    @Test func aStreamedResponseOfKnownLengthKeepsTheConnection() throws {
+        let body = Self.pattern(300_000)
+        try withServer(routes: { builder in
+            builder.add(.get, "/sized") { _ in
+                Response(status: 200, headers: ["Content-Length": String(body.count)]) { stream in
+                    // Written from another thread in pieces, as file downloads are.
+                    Thread.detachNewThread {
+                        for start in stride(from: 0, to: body.count, by: 64_000) {
+                            stream.waitForBacklog(below: 128_000)
+                            stream.write(Array(body[start..<min(start + 64_000, body.count)]))
+                        }
+                        stream.close()
+                    }
+                }
+            }
+            builder.add(.get, "/short") { _ in
+                Response(status: 200, headers: ["Content-Length": "10"]) { stream in
+                    stream.write(Array("12345".utf8))
+                    stream.close()
+                }
+            }
+        }) { server in
+            let client = try connect(server)
+            for _ in 0..<2 { #expect(try client.send(method: .get, path: "/sized").body == body) }
+            #expect(client.connectCount == 1, "the connection carried both")
+            // Pipelined: the second request waits in the kernel while the first streams.
+            let pipelined = try connect(server)
+            try pipelined.sendRaw("GET /sized HTTP/1.1\r\nHost: x\r\n\r\nGET /sized HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(try pipelined.readResponse().body == body)
+            #expect(try pipelined.readResponse().body == body)
+            // A writer that stops short: only the close tells the client.
+            let short = try connect(server)
+            try short.sendRaw("GET /short HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(short.isClosedByPeer(timeout: .seconds(5)))
         }
     }
 
