@@ -31,12 +31,13 @@ elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 # CPU of Parley and its PostgreSQL over a command: "seconds parley_cpu pg_cpu".
 timed() {
-    local before after started
+    local before after started ended
     before=$(cpu_snapshot)
     started=$(now)
     "$@" >/dev/null
+    ended=$(now)
     after=$(cpu_snapshot)
-    echo "$(elapsed "$started" "$(now)") $(cpu_delta "$before" "$after" | awk '{ print $1, $2 }')"
+    echo "$(elapsed "$started" "$ended") $(cpu_delta "$before" "$after" | awk '{ print $1, $2 }')"
 }
 upload() { curl -fsS -o "$TMP/upload.json" -H "Authorization: Bearer $PARLEY_KEY" -H "Parley-File-Name: $(basename "$1")" \
     --data-binary "@$1" "$BASE/v1/files"; }
@@ -130,7 +131,8 @@ record_section "## $(date -u '+%Y-%m-%d %H:%M') UTC — files: uploads, download
 
 $(machine_lines)
 - parley: release build, embedded PostgreSQL 15, curl on loopback, one transfer at a time; $ROUNDS rounds, medians
-- CPU: /proc, Parley's process and its PostgreSQL's, in ms per MiB (\`Parley / PostgreSQL\`)
+- CPU: /proc, Parley's process and its PostgreSQL's, in ms per MiB (\`Parley / PostgreSQL\`); /proc counts in 10 ms
+  ticks, so the 1 MiB rows' CPU is at the resolution's edge, and their seconds include starting curl, psql, cp or dd
 
 | size | what | seconds | MiB/s | CPU ms/MiB |
 |---|---|---:|---:|---|
