@@ -39,8 +39,9 @@ timed() {
     after=$(cpu_snapshot)
     echo "$(elapsed "$started" "$ended") $(cpu_delta "$before" "$after" | awk '{ print $1, $2 }')"
 }
+# `-T` streams the file (`--data-binary @file` reads it whole into curl's memory first, which fails at 1 GiB).
 upload() { curl -fsS -o "$TMP/upload.json" -H "Authorization: Bearer $PARLEY_KEY" -H "Parley-File-Name: $(basename "$1")" \
-    --data-binary "@$1" "$BASE/v1/files"; }
+    -H 'Content-Type: application/octet-stream' -X POST -T "$1" "$BASE/v1/files"; }
 download() { curl -fsS -o /dev/null -H "Authorization: Bearer $PARLEY_KEY" "$BASE/v1/files/$1"; }
 copy_out() { psql_run -c "\\copy (SELECT data FROM file_chunks WHERE blob_id = '$1' ORDER BY n) TO '/dev/null'"; }
 cp_sync() { cp "$1" "$TMP/copy.bin" && sync "$TMP/copy.bin" && rm -f "$TMP/copy.bin"; }
