@@ -21,6 +21,7 @@ import re
 import subprocess
 import sys
 import time
+import urllib.parse
 
 CLUSTER_DIR = sys.argv[1]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -373,6 +374,33 @@ async def bounded(coroutines, limit=16):
     return await asyncio.gather(*(one(c) for c in coroutines))
 
 
+async def files_on_every_node():
+    """A file uploaded through one node downloads byte for byte from every node, with the key and through the signed
+    URL the uploading node issued (the bytes live in PostgreSQL; the URL key derives from the shared admin key)."""
+    data = random.Random(SEED).randbytes(700_000)
+    upload = Connection(NODE_PORTS[0])
+    await upload.send_head("POST", "/v1/files", {"Authorization": f"Bearer {KEY}", "Parley-File-Name": "cluster.bin",
+                                                 "Content-Type": "application/octet-stream"}, data)
+    status, head = await upload.read_head()
+    answer = json.loads(await upload.reader.readexactly(int(head.get("content-length", "0"))))
+    upload.close()
+    if status != 201:
+        return [f"upload through node 1 answered {status}: {answer}"]
+    signed = urllib.parse.urlsplit(answer["url"])
+    problems = []
+    for node, port in enumerate(NODE_PORTS, 1):
+        for path, headers in ((f"/v1/files/{answer['file_id']}", {"Authorization": f"Bearer {KEY}"}),
+                              (signed.path + "?" + signed.query, {})):
+            download = Connection(port)
+            await download.send_head("GET", path, headers)
+            status, head = await download.read_head()
+            got = await download.reader.readexactly(int(head.get("content-length", "0")))
+            download.close()
+            if status != 200 or got != data:
+                problems.append(f"node {node} {'signed' if not headers else 'key'}: {status}, {len(got)} bytes")
+    return problems
+
+
 async def check():
     rng = random.Random(SEED)
     users = [f"u{i}" for i in range(1, CLIENTS + 1)]
@@ -400,6 +428,8 @@ async def check():
     await call("POST", "/v1/webhooks", {"url": f"http://127.0.0.1:{hook_port}/hook", "timeout_ms": 2000,
                                         "disable_after_failures": 1000,
                                         "event_types": ["call.ended", "friend.application_updated", "group.application_updated"]})
+    file_problems = await files_on_every_node()
+    log(f"files: uploaded through node 1, downloaded from {len(NODE_PORTS)} nodes: {file_problems or 'identical'}")
     pairs = set()
     while len(pairs) < min(PAIRS, CLIENTS * (CLIENTS - 1) // 2):
         a, b = rng.sample(users, 2)
@@ -582,6 +612,7 @@ async def check():
         "probes_alone_after": probes_alone_after, "probes_elsewhere_after": probes_elsewhere_after,
         "clients_offline_after": clients_offline_after,
         "node_killed_at_s": round(killed_at - load_started, 1), "node_restarted_at_s": round(restarted_at - load_started, 1),
+        "files_served_by_every_node": not file_problems,
         "run_s": round(now(), 1),
     }
     print("{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in figures.items()) + "\n}")  # one line a figure
@@ -608,6 +639,8 @@ async def check():
         problems.append(f"presence: {clients_offline_after} reconnected clients read offline")
     if reconnected == 0:
         problems.append("no stream was on the killed node")
+    if file_problems:
+        problems.append(f"files: {file_problems}")
     for p in problems:
         log(f"FAILED: {p}")
     return 1 if problems else 0
