@@ -7,12 +7,9 @@ import ParleyCore
 /// carry `X-Content-Type-Options: nosniff` and a sandboxing `Content-Security-Policy`, so a claimed `text/html` is
 /// never run as a page of this origin.
 enum FileSniffing {
-    /// Bytes of the head kept for sniffing.
-    static let headBytes = 64
-
     /// The type a file that is not an image is stored with (images get theirs from their decoded content,
     /// ``ImageDerivation``).
-    static func mimeType(kind: FileKind, head: [UInt8], claimed: String?, fileName: String) -> String {
+    static func mimeType(kind: FileKind, claimed: String?, fileName: String) -> String {
         switch kind {
         case .audio, .video:
             if let claimed, claimed.hasPrefix(kind.rawValue + "/") { return claimed }

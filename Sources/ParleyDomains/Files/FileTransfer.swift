@@ -54,13 +54,13 @@ package struct FileTransfer: Sendable {
     ) throws -> FileService.Upload {
         let media = plan.kind == .audio || plan.kind == .video ? try MediaProbe.temporaryFile() : nil
         defer { if let media { MediaProbe.discard(media) } }
-        let (blob, head) = try storeBlob(
+        let blob = try storeBlob(
             pieces: {
                 let piece = try Self.readingBody(pieces)
                 if let piece, let media { try MediaProbe.write(piece, to: media.fd) }
                 return piece
             }, maxBytes: plan.maxBytes, tooLarge: FileService.tooLarge(kind: plan.kind, maxBytes: plan.maxBytes), created: &created)
-        let mimeType = FileSniffing.mimeType(kind: plan.kind, head: head, claimed: plan.claimedMimeType, fileName: plan.fileName)
+        let mimeType = FileSniffing.mimeType(kind: plan.kind, claimed: plan.claimedMimeType, fileName: plan.fileName)
         var upload = FileService.Upload(uploadedSHA256: blob.sha256, uploadedSize: blob.size, original: blob, mimeType: mimeType)
         guard let media else { return upload }
         let probed = MediaProbe.probe(path: media.path, video: plan.kind == .video)
@@ -136,21 +136,18 @@ package struct FileTransfer: Sendable {
             pieces: {
                 defer { once = nil }
                 return once
-            }, maxBytes: nil, tooLarge: nil, created: &created
-        ).0
+            }, maxBytes: nil, tooLarge: nil, created: &created)
     }
 
-    /// Stores `pieces` as a new blob in chunks, a few per borrowed connection, hashing them on the way; returns the
-    /// blob and the first bytes (for sniffing). The blob's id joins `created` as soon as its row exists.
+    /// Stores `pieces` as a new blob in chunks, a few per borrowed connection, hashing them on the way. The blob's id joins `created` as soon as its row exists.
     private func storeBlob(
         pieces: () throws -> [UInt8]?, maxBytes: Int64?, tooLarge: APIError?, created: inout [String]
-    ) throws -> (FileService.NewBlob, head: [UInt8]) {
+    ) throws -> FileService.NewBlob {
         let blobID = IdentifierKind.generateID(prefix: "b_", length: 22)
         try services.pool.withConnection { db in try FileStore.createBlob(appID: appID, blobID: blobID, now: services.clock.now(), on: db) }
         created.append(blobID)
         let hasher = Crypto.SHA256Hasher()
         var size: Int64 = 0
-        var head: [UInt8] = []
         var pending: [UInt8] = []
         var ready: [[UInt8]] = []
         var written = 0
@@ -165,7 +162,6 @@ package struct FileTransfer: Sendable {
             size += Int64(piece.count)
             if let maxBytes, size > maxBytes, let tooLarge { throw tooLarge }
             hasher.update(piece)
-            if head.count < FileSniffing.headBytes { head += piece.prefix(FileSniffing.headBytes - head.count) }
             pending += piece
             while pending.count >= FileLimits.chunkBytes {
                 ready.append(Array(pending[0..<FileLimits.chunkBytes]))
@@ -176,7 +172,7 @@ package struct FileTransfer: Sendable {
         if size == 0 { throw APIError.invalidParam("body", "the file is empty") }
         if !pending.isEmpty { ready.append(pending) }
         try flush()
-        return (FileService.NewBlob(blobID: blobID, sha256: Crypto.hex(hasher.finish()), size: size), head)
+        return FileService.NewBlob(blobID: blobID, sha256: Crypto.hex(hasher.finish()), size: size)
     }
 
     /// Runs a read of the body, with the ways a body ends early or malformed turned into the API's problems.
