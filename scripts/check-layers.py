@@ -61,7 +61,7 @@ TABLE_OWNERS = {
     "Presence": ["user_statuses", "status_subscriptions"],
     "Social": ["friends", "friend_applications", "blacklist"],
     "Files": ["files", "file_blobs", "file_chunks", "file_usage"],
-    "Messages": ["messages", "message_keys", "conversation_seqs", "message_combines", "message_edits", "message_hidden",
+    "Messages": ["messages", "message_keys", "message_files", "conversation_seqs", "message_combines", "message_edits", "message_hidden",
                  "message_reactions", "message_reaction_types", "message_receipt_reads", "room_recent_messages"],
     "Groups": ["groups", "group_members", "group_member_history", "group_applications"],
     "Rooms": ["rooms", "room_members", "room_member_history", "room_attributes", "room_member_attributes"],

@@ -52,6 +52,8 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
     public static let fileTypeUnsupported = ErrorCode(6000213, "file_type_unsupported", 422)
     /// Over the kind's size limit or the app's storage quota.
     public static let fileSizeInvalid = ErrorCode(6000214, "file_size_invalid", 413)
+    /// A message's `duration_ms` that contradicts the duration read from its file by more than 2 seconds.
+    public static let fileDurationInvalid = ErrorCode(6000215, "file_duration_invalid", 422)
     /// Not allowed to use or download this file, or a wrong or expired signed URL.
     public static let filePermissionDenied = ErrorCode(6000216, "file_permission_denied", 403)
     /// Sender globally muted, muted in the group, or covered by the group mute.
@@ -274,6 +276,7 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
         .fileStorageUnavailable,
         .fileTypeUnsupported,
         .fileSizeInvalid,
+        .fileDurationInvalid,
         .filePermissionDenied,
         .senderMuted,
         .callStateConflict,

@@ -32,7 +32,10 @@ enum Routes {
         GroupRoutes.register(on: &api)
         RoomRoutes.register(on: &api)
         DeviceRoutes.register(on: &api)
-        FileRoutes.register(on: &api)
+        // Files sit below Messages: whether a user reads a message naming a file is handed in here.
+        FileRoutes.register(on: &api) { db, appID, fileID, userID, now in
+            try MessageFiles.readable(fileID: fileID, byUser: userID, appID: appID, now: now, on: db)
+        }
         MessageRoutes.register(on: &api, writer: writer)
         // Messages sit below Push: a revoke's push is handed in here.
         MessageLifecycleRoutes.register(on: &api, pool: services.pool) { db, appID, messageID, push, now in

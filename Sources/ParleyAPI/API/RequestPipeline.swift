@@ -72,12 +72,19 @@ enum RequestPipeline {
         var exchange = initial
         var response: Response
         do {
-            response = try answerBeforeHandler(&exchange) ?? handler(exchange)
+            response = try answerBeforeHandler(&exchange) ?? answering(exchange, handler)
         } catch {
             response = ProblemRendering.handlerError(error, request: exchange.request, logger: exchange.services.logger)
         }
         for step in after { response = step(exchange, response) }
         return response
+    }
+
+    /// Runs the handler with the request it answers bound as ``AnsweringScope/current`` (app routes).
+    private static func answering(_ exchange: Exchange, _ handler: (Exchange) throws -> Response) throws -> Response {
+        guard let app = exchange.app else { return try handler(exchange) }
+        let scope = AnsweringScope(app: app, request: exchange.request, now: exchange.now, services: exchange.services)
+        return try AnsweringScope.$current.withValue(scope) { try handler(exchange) }
     }
 
     /// Runs the request on the calling thread (an HTTP event loop) with no database connection, for routes whose
@@ -90,7 +97,7 @@ enum RequestPipeline {
         var exchange = initial
         var response: Response
         do {
-            response = try answerBeforeHandler(&exchange) ?? handler(exchange)
+            response = try answerBeforeHandler(&exchange) ?? answering(exchange, handler)
         } catch is NeedsConnection {
             for (bucket, rate) in [exchange.rateTaken, exchange.routeRateTaken].compactMap({ $0 }) {
                 exchange.services.rateLimiter.giveBack(key: bucket, ratePerSecond: rate)

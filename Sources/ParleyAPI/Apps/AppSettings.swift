@@ -50,6 +50,7 @@ public struct AppSettings: Sendable, Equatable {
         Field(name: "image_max_pixels", kind: .int(10_000...200_000_000), defaultValue: 50_000_000),
         Field(name: "app_storage_quota_bytes", kind: .int(0...1_000_000_000_000_000), defaultValue: 0),
         Field(name: "file_url_ttl_s", kind: .int(60...31_536_000), defaultValue: 604_800),
+        Field(name: "delete_files_with_messages", kind: .bool, defaultValue: true),
     ]
 
     static let pushFields: [Field] = [

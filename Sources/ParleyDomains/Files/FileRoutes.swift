@@ -5,7 +5,8 @@ import ParleyPostgres
 
 /// Files (docs/files.md): HTTP ↔ ``FileService`` for the rules and ``FileTransfer`` for the bytes.
 package enum FileRoutes {
-    package static func register(on api: inout API) {
+    /// `readableThroughMessages`: whether a user reads a message naming a file (the app layer asks the messages).
+    package static func register(on api: inout API, readableThroughMessages: @escaping FileService.ReadableThroughMessages) {
         api.addUpload(.post, "/v1/files", .appOrUser, "uploadFile", maxBodyBytes: FileLimits.largestUpload, upload)
 
         api.add(.get, "/v1/files", .app, "listFiles") { ctx in
@@ -26,7 +27,8 @@ package enum FileRoutes {
 
         api.add(.get, "/v1/files/{file_id}/meta", .appOrUser, "getFileMeta") { ctx in
             let fileID = try ctx.pathID("file_id", .opaque)
-            return Reply.json(try FileService(ctx).readable(fileID, byUser: ctx.tokenUserID).json(urls: issue(ctx)))
+            return Reply.json(
+                try FileService(ctx).readable(fileID, byUser: ctx.tokenUserID, throughMessages: readableThroughMessages).json(urls: issue(ctx)))
         }
 
         api.add(.get, "/v1/files/{file_id}", .appOrUser, "downloadFile", signedRequest: signedDownload) { ctx in
@@ -34,7 +36,7 @@ package enum FileRoutes {
             var query = ctx.query()
             let variant = readVariant(&query)
             try query.check()
-            let file = try FileService(ctx).readable(fileID, byUser: ctx.tokenUserID)
+            let file = try FileService(ctx).readable(fileID, byUser: ctx.tokenUserID, throughMessages: readableThroughMessages)
             return try download(file, variant: variant, request: ctx.request, transfer: FileTransfer(services: ctx.services, appID: ctx.appID))
         }
 
@@ -46,11 +48,7 @@ package enum FileRoutes {
     }
 
     /// URLs for this answer, valid for the app's `file_url_ttl_s`.
-    private static func issue(_ ctx: APIContext) -> FileURLSigner.Issued {
-        FileURLSigner(services: ctx.services).issue(
-            appID: ctx.appID, request: ctx.request, publicURL: ctx.services.configuration.publicURL, nowMillis: ctx.now,
-            ttlSeconds: ctx.app.settings.int("file_url_ttl_s"))
-    }
+    private static func issue(_ ctx: APIContext) -> FileURLSigner.Issued { FileURLSigner.issued(for: ctx) }
 
     // MARK: - Upload
 

@@ -149,12 +149,17 @@ package struct FileService: DomainService {
 
     // MARK: - Reads and deletes
 
-    /// The file for a caller: any file of the app for an app key; for a user token, a file it uploaded
-    /// (docs/files.md#who-may-download), else 403 `6000216`.
-    package func readable(_ fileID: String, byUser userID: String?) throws -> StoredFile {
+    /// Whether user `userID` can read a message that names file `fileID` (docs/files.md#who-may-download); wired by
+    /// the app layer to the messages (Messages sit above Files).
+    package typealias ReadableThroughMessages =
+        @Sendable (_ db: PostgresConnection, _ appID: String, _ fileID: String, _ userID: String, _ now: Int64) throws -> Bool
+
+    /// The file for a caller: any file of the app for an app key; for a user token, a file it uploaded or one a message
+    /// it can read names (docs/files.md#who-may-download), else 403 `6000216`.
+    package func readable(_ fileID: String, byUser userID: String?, throughMessages: ReadableThroughMessages) throws -> StoredFile {
         guard let file = try FileStore.fetch(appID: appID, fileID: fileID, on: db) else { throw Self.notFound(fileID) }
-        if let userID, file.ownerID != userID {
-            throw APIError(.filePermissionDenied, "user \(userID) did not upload file \(fileID)")
+        if let userID, file.ownerID != userID, try !throughMessages(db, appID, fileID, userID, now) {
+            throw APIError(.filePermissionDenied, "user \(userID) did not upload file \(fileID) and reads no message that names it")
         }
         return file
     }

@@ -64,6 +64,22 @@ package struct FileURLSigner: Sendable {
         Issued(signer: self, base: publicURL ?? Self.base(of: request), appID: appID, expires: nowMillis / 1000 + ttlSeconds)
     }
 
+    /// URLs for an answer to `caller`, valid for the app's `file_url_ttl_s`.
+    package static func issued(for caller: some AppCaller) -> Issued {
+        issued(app: caller.app, request: caller.request, now: caller.now, services: caller.services)
+    }
+
+    /// URLs for the answer to the request this thread is answering (``AnsweringScope``); nil outside a request.
+    package static var forAnsweredRequest: Issued? {
+        AnsweringScope.current.map { issued(app: $0.app, request: $0.request, now: $0.now, services: $0.services) }
+    }
+
+    private static func issued(app: AppRecord, request: Request, now: Int64, services: Services) -> Issued {
+        FileURLSigner(services: services).issue(
+            appID: app.appID, request: request, publicURL: services.configuration.publicURL, nowMillis: now,
+            ttlSeconds: app.settings.int("file_url_ttl_s"))
+    }
+
     /// `http://<Host>`, or `https://` behind a proxy that says so with `X-Forwarded-Proto: https`.
     static func base(of request: Request) -> String {
         let host = request.headers["Host"] ?? "127.0.0.1"

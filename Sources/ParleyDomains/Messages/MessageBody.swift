@@ -23,6 +23,57 @@ struct MessageBody: Sendable {
         self.combineMessageIDs = combineMessageIDs
     }
 
+    /// The uploaded files the body names by `file_id` (docs/files.md#files-in-messages): a media body's own, or its
+    /// media items' (type 10), in order, each once.
+    var fileIDs: [String] { Self.fileIDs(in: json, type: type) }
+
+    /// The `file_id`s of a body of `type` (validated or stored).
+    static func fileIDs(in json: JSONValue, type: MessageType) -> [String] {
+        var ids: [String] = []
+        for media in mediaBodies(json, type: type) {
+            if let id = media["file_id"]?.stringValue, !ids.contains(id) { ids.append(id) }
+        }
+        return ids
+    }
+
+    /// The media bodies (types 11–14) of a body of `type`: itself, or the media items of type 10, with their types.
+    static func mediaBodies(_ json: JSONValue, type: MessageType) -> [JSONValue] {
+        switch type {
+        case .image, .file, .audio, .video: return [json]
+        case .multiple:
+            return (json["items"]?.arrayValue ?? []).compactMap { item in
+                guard let raw = item["type"]?.intValue, let itemType = MessageType(rawValue: raw), itemType.isMedia else { return nil }
+                return item["body"]
+            }
+        default: return []
+        }
+    }
+
+    /// `json` (a body of `type`) with each media body (itself, or the media items of type 10) replaced by `transform`
+    /// of it and its type; everything else as it was.
+    static func mappingMedia(
+        of json: JSONValue, type: MessageType, _ transform: (MessageType, JSONObject) throws -> JSONObject
+    ) rethrows -> JSONValue {
+        switch type {
+        case .image, .file, .audio, .video:
+            guard case .object(let media) = json else { return json }
+            return .object(try transform(type, media))
+        case .multiple:
+            guard case .object(var body) = json, case .array(var items)? = body["items"] else { return json }
+            for i in items.indices {
+                guard case .object(var item) = items[i], let raw = item["type"]?.intValue, let itemType = MessageType(rawValue: raw),
+                    itemType.isMedia, case .object(let media)? = item["body"]
+                else { continue }
+                item["body"] = .object(try transform(itemType, media))
+                items[i] = .object(item)
+            }
+            body["items"] = .array(items)
+            return .object(body)
+        default:
+            return json
+        }
+    }
+
     /// The push content default for text is cut to this many characters (docs/push.md#what-is-pushed-to-whom).
     static let pushSummaryMaxCharacters = 100
 

@@ -11,6 +11,8 @@ import ParleyCore
 enum MessageBodyValidator {
     // Limits of message bodies that are not app settings (text and custom `data` use `text_max_bytes`).
     static let fileNameMaxBytes = 255
+    /// File ids are `f_` + 22 characters; anything longer names no file.
+    static let fileIDMaxBytes = 64
     /// Not a documented API limit: RFC 6838 caps a media type's name at 127 + 1 + 127 characters.
     static let mimeTypeMaxBytes = 255
     static let commandMaxBytes = 5120
@@ -131,13 +133,18 @@ enum MessageBodyValidator {
             out["searched_content"] = r.string("searched_content", maxBytes: searchedContentMaxBytes)
                 .map(JSONValue.string)
         case .image, .file, .audio, .video:
+            // A body naming an uploaded file (`file_id`, docs/files.md#files-in-messages) needs no `url`, `file_name` or
+            // `duration_ms`: the server fills them from the file once it has read it (``MessageFiles``).
+            let fileID = r.string("file_id", minBytes: 1, maxBytes: fileIDMaxBytes)
+            if let fileID { out["file_id"] = .string(fileID) }
+            let fromFile = fileID != nil
             for (key, kind) in mediaLayout(type) {
                 let value: JSONValue?
                 switch kind {
-                case .url(let required): value = r.httpURL(key, required: required).map(JSONValue.string)
-                case .fileName: value = fileName(type, &r, &later).map(JSONValue.string)
+                case .url(let required): value = r.httpURL(key, required: required && !fromFile).map(JSONValue.string)
+                case .fileName: value = fileName(type, &r, &later, required: !fromFile).map(JSONValue.string)
                 case .size: value = r.int(key, range: 0...Int64.max).map(JSONValue.int)
-                case .duration: value = r.int(key, required: true, range: 1...Int64.max).map(JSONValue.int)
+                case .duration: value = r.int(key, required: !fromFile, range: 1...Int64.max).map(JSONValue.int)
                 case .mimeType: value = r.string(key, maxBytes: mimeTypeMaxBytes).map(JSONValue.string)
                 }
                 out[key] = value
@@ -245,6 +252,10 @@ enum MessageBodyValidator {
         ("first_frame_url", .url(required: false)), ("first_frame_width", .size), ("first_frame_height", .size),
     ]
 
+    /// The members of a media body of `type` in documented order (after `file_id`), which is also the order of the
+    /// stored body.
+    static func mediaKeys(_ type: MessageType) -> [String] { mediaLayout(type).map(\.0) }
+
     /// The fields of a media body in documented order, which is also the order of the stored body.
     private static func mediaLayout(_ type: MessageType) -> [(String, MediaField)] {
         switch type {
@@ -298,8 +309,8 @@ enum MessageBodyValidator {
 
     /// `file_name`: 1–255 bytes with an extension the type allows (compared case-insensitively). A disallowed
     /// extension is a 422 `6000213`; a file (type 12) without any extension is a field error.
-    private static func fileName(_ type: MessageType, _ r: inout BodyReader, _ later: inout LaterProblems) -> String? {
-        guard let name = r.string("file_name", required: true, minBytes: 1, maxBytes: fileNameMaxBytes) else {
+    private static func fileName(_ type: MessageType, _ r: inout BodyReader, _ later: inout LaterProblems, required: Bool) -> String? {
+        guard let name = r.string("file_name", required: required, minBytes: 1, maxBytes: fileNameMaxBytes) else {
             return nil
         }
         let ext = fileExtension(name)

@@ -193,6 +193,8 @@ extension Message: MessageFields {
         guard let body else { return w.writeNull() }
         if withOriginal, type == MessageType.revoke.rawValue, let originalText {
             Self.writeRevokeBody(body, originalText: originalText, to: &w)
+        } else if let fresh = body.withUnsafeBufferPointer({ MessageFiles.refreshed($0, type: type) }) {
+            w.writeRaw(fresh)
         } else {
             w.writeRaw(body)
         }

@@ -96,7 +96,10 @@ struct MessageRow: MessageFields {
             let text = try self[.originalText].string
             try body.withTextBytes { Self.writeRevokeBody($0, originalText: text, to: &w) }
         } else {
-            try body.withTextBytes { w.writeRaw($0) }
+            let type = try integer(.type)
+            try body.withTextBytes { bytes in
+                if let fresh = MessageFiles.refreshed(bytes, type: type) { w.writeRaw(fresh) } else { w.writeRaw(bytes) }
+            }
         }
     }
 

@@ -44,7 +44,12 @@ struct MessageService: DomainService {
             mentionNotify: request.notifyMentioned, checks: request.skipChecks ? .existence : .all,
             blacklistError: settings.string("blacklist_feedback") == "error", friendOnly: settings.bool("friend_only_c2c"))
         item.cache = request.conversationType == .room && request.cache
-        if request.replyTo != nil || body.type == .combine, connection == nil { throw NeedsConnection() }
+        let fileIDs = body.fileIDs
+        if request.replyTo != nil || body.type == .combine || !fileIDs.isEmpty, connection == nil { throw NeedsConnection() }
+        if !fileIDs.isEmpty, let db = connection, let use = request.fileUse {
+            try MessageFiles.fill(&body, from: request.from, use: use, appID: appID, now: now, on: db)
+            item.namesFiles = true
+        }
         if let replyTo = request.replyTo, let db = connection {
             let service = MessageService(db: db, appID: appID, now: now)
             if let replied = try MessageStore.fetch(appID: appID, messageID: replyTo, on: db),

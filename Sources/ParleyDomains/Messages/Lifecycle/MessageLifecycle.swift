@@ -21,17 +21,22 @@ struct MessageLifecycle {
     /// action.
     var revokeWindowS: Int64 = 120
     var editWindowS: Int64 = 86_400
+    /// The app's `delete_files_with_messages`: a revoke or delete for everyone deletes the files only that message named
+    /// (docs/files.md#files-in-messages).
+    var deleteFiles = true
 
     init(_ ctx: APIContext) {
         service = MessageService(ctx)
         revokeWindowS = ctx.app.settings.int("revoke_window_s")
         editWindowS = ctx.app.settings.int("edit_window_s")
+        deleteFiles = ctx.app.settings.bool("delete_files_with_messages")
     }
 
     /// For a revoke written in a batch (``MessageRevokes``), with what its request read.
-    init(service: MessageService, revokeWindowS: Int64) {
+    init(service: MessageService, revokeWindowS: Int64, deleteFiles: Bool) {
         self.service = service
         self.revokeWindowS = revokeWindowS
+        self.deleteFiles = deleteFiles
     }
 
     /// Who acts: a user (a token, or the app naming `operator`) or the app itself; `skipChecks` (app only) acts as
@@ -296,9 +301,12 @@ struct MessageLifecycle {
 
     /// What a revoke or delete for everyone does beyond ``MessageStore/markGone(appID:message:isRepliedTo:_:on:)`` (the row and
     /// its replies' `reply.state`), for `message` as it was: its reactions go, and a reply's root is recounted (its
-    /// `message.reply_count_updated`).
+    /// `message.reply_count_updated`); the files only it named go too when the app says so.
     private func goneEffects(_ message: Message, on db: PostgresConnection) throws -> [NewEvent] {
         if message.reactions != Array("[]".utf8) { try MessageStore.deleteReactions(appID: appID, messageID: message.messageID, on: db) }
+        if let type = MessageType(rawValue: message.type), type.isMedia || type == .multiple {
+            try MessageFiles.messageRemoved(message.messageID, appID: appID, deleteFiles: deleteFiles, now: now, on: db)
+        }
         guard let root = message.rootMessageID else { return [] }
         let count = try MessageStore.recountReplies(appID: appID, rootID: root, on: db)
         var o = JSONObjectWriter(capacity: 128)

@@ -23,10 +23,12 @@ package enum MessageLifecycleRoutes {
             try body.check()
             let (viewer, request, logger) = (MessageViewer(ctx), ctx.request, ctx.services.logger)
             let (appID, now, revokeWindowS) = (ctx.appID, ctx.now, ctx.app.settings.int("revoke_window_s"))
+            let deleteFiles = ctx.app.settings.bool("delete_files_with_messages")
             let recentUnstored = MessageService.isRecentUnstored(messageID, ctx)
             return .later { respond in
                 let job = MessageRevokes.Job(
-                    messageID: messageID, actor: actor, extendedData: extendedData, push: push, now: now, revokeWindowS: revokeWindowS)
+                    messageID: messageID, actor: actor, extendedData: extendedData, push: push, now: now, revokeWindowS: revokeWindowS,
+                    deleteFiles: deleteFiles)
                 revokes.submit(job, appID: appID) { result in
                     do {
                         respond(Reply.json(try MessageService.tellingUnstored(messageID, recentUnstored) { try result.get() }.json(viewer)))

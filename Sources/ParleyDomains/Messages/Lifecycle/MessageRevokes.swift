@@ -25,6 +25,8 @@ final class MessageRevokes: Sendable {
         let push: JSONValue?
         let now: Int64
         let revokeWindowS: Int64
+        /// The app's `delete_files_with_messages` (docs/files.md#files-in-messages).
+        let deleteFiles: Bool
     }
 
     private let batches: KeyedBatcher<Job, Message>
@@ -76,7 +78,8 @@ final class MessageRevokes: Sendable {
     private static func revoke(
         _ job: Job, appID: String, revokePush: MessageLifecycle.RevokePush, events: inout [NewEvent]?, on db: PostgresConnection
     ) throws -> Message {
-        let lifecycle = MessageLifecycle(service: MessageService(db: db, appID: appID, now: job.now), revokeWindowS: job.revokeWindowS)
+        let lifecycle = MessageLifecycle(
+            service: MessageService(db: db, appID: appID, now: job.now), revokeWindowS: job.revokeWindowS, deleteFiles: job.deleteFiles)
         return try lifecycle.revokeLocked(
             job.messageID, by: job.actor, extendedData: job.extendedData, push: job.push, revokePush: revokePush, events: &events, on: db)
     }

@@ -255,7 +255,8 @@ package enum MessageRoutes {
         let push = PushConfig.read(from: &r, key: "push")
         let validated = try MessageBodyValidator.read(from: &r, textMaxBytes: Int(app.settings.int("text_max_bytes")))
         try r.check()
-        guard let body = validated else { throw APIError.internalError }
+        guard var body = validated else { throw APIError.internalError }
+        try MessageFiles.fill(&body, from: from ?? "", use: FileUse(ctx), appID: ctx.appID, now: ctx.now, on: ctx.db)
         let sent = try MessageService(ctx).broadcast(from: from ?? "", body: body, extendedData: extendedData, push: push)
         var o = JSONObjectWriter(capacity: 64)
         o["message_id"] = sent.messageID

@@ -75,6 +75,8 @@ package enum MessageWrite {
         var combineItems: [String] = []
         /// Room messages sent with `cache: true`: kept in the room's recent cache (stored or not).
         var cache = false
+        /// The body names uploaded files: the statement records which (`message_files`).
+        var namesFiles = false
     }
 
     /// The result of one item.
@@ -377,11 +379,13 @@ package enum MessageWrite {
         /// Some item replies to a message: the root's reply count.
         static let reply = Shape(rawValue: 1 << 7)
         static let combine = Shape(rawValue: 1 << 8)
+        /// Some item's body names uploaded files: the `message_files` rows.
+        static let files = Shape(rawValue: 1 << 9)
 
         /// The names `parley sql` takes (the benchmarks ask the binary for the statement they run).
         static let names: [(String, Shape)] = [
             ("peer", .peer), ("group", .group), ("room", .room), ("keyed", .keyed), ("checked", .checked), ("policy", .policy),
-            ("friend_only", .friendOnly), ("reply", .reply), ("combine", .combine),
+            ("friend_only", .friendOnly), ("reply", .reply), ("combine", .combine), ("files", .files),
         ]
 
         init(rawValue: Int) { self.rawValue = rawValue }
@@ -401,6 +405,7 @@ package enum MessageWrite {
                 if item.checks != .none { shape.insert(.checked) }
                 if item.message.rootMessageID != nil { shape.insert(.reply) }
                 if item.combineID != nil { shape.insert(.combine) }
+                if item.namesFiles { shape.insert(.files) }
             }
             self = shape
         }
@@ -739,6 +744,19 @@ package enum MessageWrite {
                     SELECT p.app_id, x.combine_id, x.position, x.message
                     FROM json_to_recordset($2::json) AS x(combine_id text, position int, message text)
                     JOIN placed p ON p.stored AND p.combine_id = x.combine_id
+                )
+                """)
+        }
+        if shape.contains(.files) {
+            parts.append(
+                """
+                file_refs AS (
+                    -- Which files each stored message names (Migrations/0025): its readers may download them.
+                    INSERT INTO message_files (app_id, file_id, message_id)
+                    SELECT DISTINCT p.app_id, f.id #>> '{}', p.message_id
+                    FROM placed p CROSS JOIN LATERAL jsonb_path_query(p.body::jsonb, 'lax $.**.file_id') AS f(id)
+                    WHERE p.stored AND p.type IN (10, 11, 12, 13, 14)
+                    ON CONFLICT DO NOTHING
                 )
                 """)
         }

@@ -27,6 +27,9 @@ struct SendRequest: Sendable {
     var push: JSONValue?
     var skipChecks: Bool
     var skipHooks: Bool
+    /// The files the body may name and the URLs it gets for them (docs/files.md#files-in-messages); nil when the body
+    /// names none.
+    let fileUse: FileUse?
 
     /// Types a peer or group message may have (docs/messages.md#sending); rooms add barrage (20).
     static let conversationTypes: Set<Int64> = [1, 2, 10, 11, 12, 13, 14, 100, 200]
@@ -80,6 +83,7 @@ struct SendRequest: Sendable {
         let validated = try MessageBodyValidator.read(from: &r, textMaxBytes: Int(settings.int("text_max_bytes")))
         try r.check()
         guard let body = validated else { throw APIError.internalError }
+        fileUse = body.fileIDs.isEmpty ? nil : FileUse(ctx)
         let type: Int64? = body.type.rawValue
 
         // Type, target and option compatibility (422 unsupported_operation for a type or option that does not fit the

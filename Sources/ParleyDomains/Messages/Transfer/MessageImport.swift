@@ -52,6 +52,8 @@ struct MessageImport {
         /// A revoke record's `original_text`, kept in its column (shown only to the sender and the app).
         var originalText: String?
         var timestamp: Int64
+        /// The body names uploaded files (``fillingFiles(_:urls:on:)``): the statement's transaction records which.
+        var namesFiles = false
     }
 
     /// What a line came to: its message, or its problem.
@@ -131,6 +133,21 @@ struct MessageImport {
             deleted: deleted, originalText: originalText, timestamp: timestamp ?? now)
     }
 
+    /// `line` with the files its body names filled in from this app's files (docs/files.md#files-in-messages): an
+    /// exported message names its files by `file_id`, and imports where those files exist (404 `6000211` where not).
+    func fillingFiles(_ line: Line, urls: FileURLSigner.Issued, on db: PostgresConnection) throws -> Line {
+        guard !line.deleted, let bytes = line.body, let type = MessageType(rawValue: line.type), type.isMedia || type == .multiple,
+            let json = try? JSONValue.parse(bytes)
+        else { return line }
+        var body = MessageBody(type: type, json: json)
+        guard !body.fileIDs.isEmpty else { return line }
+        try MessageFiles.fill(&body, from: line.from, use: FileUse(urls: urls, byApp: true), appID: appID, now: now, on: db)
+        var filled = line
+        filled.body = body.json.serialized()
+        filled.namesFiles = true
+        return filled
+    }
+
     // MARK: - Writing
 
     /// Writes `lines` in statements of ``linesPerStatement``, each in its own transaction; returns each line's outcome in
@@ -162,10 +179,13 @@ struct MessageImport {
         while true {
             do {
                 let rows = try db.transaction { db in
-                    try db.run(
+                    let rows = try db.run(
                         PostgresStatement(
                             PostgresQuery(sql: Self.statement, binds: [appID, Self.lineRecords.json(batch, capacity: 400 * batch.count), now]),
                             rows: (MessageWrite.Outcome, String?, Int64?).self))
+                    let naming = zip(batch, rows).compactMap { line, row in line.namesFiles && row.0 == .sent ? row.1 : nil }
+                    try MessageFileStore.record(messageIDs: naming, appID: appID, on: db)
+                    return rows
                 }
                 return try zip(batch, rows).map { line, row in try outcome(line, row) }
             } catch let error as PostgresError where error.sqlState == "23505" && retries < 3 {

@@ -24,8 +24,15 @@ package enum MessageImportRoutes {
         let importer = MessageImport(appID: ctx.appID, now: ctx.now, textMaxBytes: Int(ctx.app.settings.int("text_max_bytes")))
         // (line number, validated line or its problem) for every non-empty line.
         var parsed: [(number: Int, line: Result<MessageImport.Line, APIError>)] = []
+        let urls = FileURLSigner.issued(for: ctx)
         for (number, bytes) in lines.enumerated() where !bytes.isEmpty {
-            parsed.append((number, Result { () throws(APIError) in try importer.line(bytes, ord: number) }))
+            var line = Result { () throws(APIError) in try importer.line(bytes, ord: number) }
+            if case .success(let valid) = line {
+                do { line = .success(try importer.fillingFiles(valid, urls: urls, on: ctx.db)) } catch let error as APIError {
+                    line = .failure(error)
+                }
+            }
+            parsed.append((number, line))
         }
         let valid = parsed.compactMap { try? $0.line.get() }
         var written = try importer.write(valid, on: ctx.db)[...]
