@@ -31,7 +31,7 @@ struct AppsTests: ProblemAssertions {
         "application_expiry_s": 604_800, "max_rooms_per_user": 5, "room_offline_leave_s": 0,
         "token_default_ttl_s": 86400, "rate_limit_app_rps": 200, "rate_limit_user_rps": 20, "user_send_rate_per_s": 10,
         "file_max_bytes": 104_857_600, "image_max_bytes": 10_485_760, "image_max_pixels": 50_000_000, "app_storage_quota_bytes": 0,
-        "file_url_ttl_s": 604_800,
+        "file_url_ttl_s": 604_800, "delete_files_with_messages": true, "file_retention_days": 0,
     ]
     static let defaultPush: [String: JSONValue] = [
         "enabled": false, "gateway_url": .null, "format": "matrix", "event_id_only": false, "timeout_ms": 5000,

@@ -164,6 +164,24 @@ struct MessageFilesTests: ProblemAssertions {
         }
     }
 
+    @Test func fileRetentionDeletesOldFilesNoMessageNames() throws {
+        try withApp(testClock: true, transport: .sockets, settings: #"{"file_retention_days":1}"#) { server, app in
+            for user in ["alice", "bob"] { try app.createUser(user) }
+            let named = try Files.uploaded(app, FilesTests.randomBytes(2000), name: "named.pdf")
+            let lonely = try Files.uploaded(app, FilesTests.randomBytes(2000), name: "lonely.pdf")
+            let sent = try app.request(
+                .post, "/v1/messages", json: #"{"from":"alice","conversation_type":"peer","to":"bob","type":12,"body":{"file_id":"\#(named)"}}"#)
+            #expect(sent.status == 201, "\(sent.text)")
+            try server.advanceClock(ms: 86_400_000 / 2)
+            let young = try Files.uploaded(app, FilesTests.randomBytes(2000), name: "young.pdf")
+            try server.advanceClock(ms: 86_400_000 / 2 + 3_600_000 + 1000)
+            Self.expectProblem(try app.request(.get, "/v1/files/\(lonely)/meta"), 404, .fileNotFound)
+            #expect(try app.request(.get, "/v1/files/\(named)/meta").status == 200, "a stored message names it")
+            #expect(try app.request(.get, "/v1/files/\(young)/meta").status == 200, "younger than a day")
+            #expect(try Files.blobs(server, app) == 2)
+        }
+    }
+
     @Test func exportWritesFileIDsAndImportFillsThemWhereTheFilesExist() throws {
         try withApp(transport: .sockets) { server, app in
             for user in ["alice", "bob"] { try app.createUser(user) }

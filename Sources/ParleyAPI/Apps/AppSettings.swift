@@ -51,6 +51,7 @@ public struct AppSettings: Sendable, Equatable {
         Field(name: "app_storage_quota_bytes", kind: .int(0...1_000_000_000_000_000), defaultValue: 0),
         Field(name: "file_url_ttl_s", kind: .int(60...31_536_000), defaultValue: 604_800),
         Field(name: "delete_files_with_messages", kind: .bool, defaultValue: true),
+        Field(name: "file_retention_days", kind: .int(0...3650), defaultValue: 0),
     ]
 
     static let pushFields: [Field] = [

@@ -200,6 +200,16 @@ package struct FileService: DomainService {
         }
     }
 
+    /// Deletes up to `limit` files created before `horizon` that no stored message names (the app's
+    /// `file_retention_days`, docs/files.md#retention), each as ``delete(_:byUser:)`` would; returns how many went.
+    func deleteExpired(olderThan horizon: Int64, limit: Int) throws -> Int {
+        try db.transaction { db in
+            let expired = try FileStore.expired(appID: appID, before: horizon, limit: limit, on: db)
+            for fileID in expired { try delete(fileID, byUser: nil) }
+            return expired.count
+        }
+    }
+
     /// The app's files and stored bytes (/v1/stats).
     package func usage() throws -> (files: Int64, bytes: Int64) { try FileStore.usage(appID: appID, on: db) }
 

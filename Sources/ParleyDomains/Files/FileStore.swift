@@ -118,6 +118,29 @@ package enum FileStore {
         return try db.query(q).rows.map(file)
     }
 
+    /// Up to `limit` files of the app created before `before` that no stored message names, oldest first, locked (a
+    /// concurrent sweep skips them).
+    static func expired(appID: String, before: Int64, limit: Int, on db: PostgresConnection) throws -> [String] {
+        try db.query(
+            """
+            SELECT f.file_id FROM files f
+            WHERE f.app_id = \(appID) AND f.created_at < \(before)
+              AND NOT EXISTS (SELECT 1 FROM message_files m WHERE m.app_id = f.app_id AND m.file_id = f.file_id)
+            ORDER BY f.created_at LIMIT \(limit) FOR UPDATE OF f SKIP LOCKED
+            """
+        ).decode(String.self)
+    }
+
+    /// The apps with a `file_retention_days` and its value.
+    static func appsWithFileRetention(on db: PostgresConnection) throws -> [(String, Int64)] {
+        try db.query(
+            """
+            SELECT app_id, (settings->>'file_retention_days')::bigint FROM apps
+            WHERE coalesce((settings->>'file_retention_days')::bigint, 0) > 0 ORDER BY app_id
+            """, prepared: false
+        ).decode((String, Int64).self)
+    }
+
     static func delete(appID: String, fileID: String, on db: PostgresConnection) throws {
         try db.query("DELETE FROM files WHERE app_id = \(appID) AND file_id = \(fileID)")
     }

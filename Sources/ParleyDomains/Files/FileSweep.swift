@@ -2,15 +2,30 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// Deletes the blobs of uploads abandoned mid-way (their node died before the upload finished or cleaned up), at
-/// least hourly; each batch claims its blobs with `SKIP LOCKED`, so nodes sweeping together delete each blob once.
+/// At least hourly: deletes the blobs of uploads abandoned mid-way (their node died before the upload finished or
+/// cleaned up), and the files past their app's `file_retention_days` that no stored message names
+/// (docs/files.md#retention). Each batch claims its rows with `SKIP LOCKED`, so nodes sweeping together delete each
+/// once.
 package enum FileSweep {
+    static let batchSize = 100
+
     package static let kind = TimerKind(name: "file_sweep", everyMillis: 3_600_000) { services, now in
         var deleted = 0
         while true {
             let batch = try services.pool.withConnection { db in try FileService.sweepAbandoned(now: now, on: db) }
             deleted += batch
-            if batch < 100 { return deleted }
+            if batch < batchSize { break }
         }
+        let apps = try services.pool.withConnection { db in try FileStore.appsWithFileRetention(on: db) }
+        for (appID, days) in apps {
+            while true {
+                let batch = try services.pool.withConnection { db in
+                    try FileService(db: db, appID: appID, now: now).deleteExpired(olderThan: now - days * 86_400_000, limit: batchSize)
+                }
+                deleted += batch
+                if batch < batchSize { break }
+            }
+        }
+        return deleted
     }
 }
