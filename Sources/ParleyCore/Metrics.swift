@@ -31,7 +31,17 @@ package final class Metrics: Sendable {
         var uploads: [String: Int] = [:]
         var uploadedBytes: Int64 = 0
         var downloadedBytes: Int64 = 0
+        /// Image and first-frame derivations per latency bucket (not cumulative), their count and total seconds.
+        var derivationBuckets = [Int](repeating: 0, count: Metrics.derivationBuckets.count)
+        var derivationCount = 0
+        var derivationSum = 0.0
+        /// Uploads and downloads the file store failed (`parley_file_store_errors_total`).
+        var fileStoreErrors = 0
     }
+
+    /// Bounds of the derivation histogram (seconds): a thumbnail takes tens of milliseconds, a 50-megapixel photo a
+    /// second or more.
+    package static let derivationBuckets: [Double] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 
     private let state = LockedValue(State())
 
@@ -102,6 +112,19 @@ package final class Metrics: Sendable {
     /// Counts bytes a download sent.
     package func fileDownloaded(bytes: Int64) { state.withLock { $0.downloadedBytes += bytes } }
 
+    /// Records one derivation (an image's variants, or a video's first frame) that took `seconds`.
+    package func fileDerived(seconds: Double) {
+        let bucket = Self.derivationBuckets.firstIndex { seconds <= $0 } ?? Self.derivationBuckets.count
+        state.withLock { s in
+            s.derivationCount += 1
+            s.derivationSum += seconds
+            if bucket < s.derivationBuckets.count { s.derivationBuckets[bucket] += 1 }
+        }
+    }
+
+    /// Counts one upload or download the file store failed (it did not answer, or a download was cut short).
+    package func fileStoreFailed() { state.withLock { $0.fileStoreErrors += 1 } }
+
     /// The HTTP part of the exposition text.
     package func render() -> String {
         let s = state.withLock { $0 }
@@ -131,6 +154,16 @@ package final class Metrics: Sendable {
         for (kind, count) in s.uploads.sorted(by: { $0.key < $1.key }) { out += "parley_file_uploads_total{kind=\"\(kind)\"} \(count)\n" }
         out += Self.metric("parley_file_uploaded_bytes_total", "counter", "Bytes of the uploads stored as files.", s.uploadedBytes)
         out += Self.metric("parley_file_downloaded_bytes_total", "counter", "Bytes sent by file downloads.", s.downloadedBytes)
+        var derivations: [Int] = []
+        var derived = 0
+        for count in s.derivationBuckets {
+            derived += count
+            derivations.append(derived)
+        }
+        out += Self.histogram(
+            "parley_file_derivation_seconds", "Time to derive an image's variants or a video's first frame.", bounds: Self.derivationBuckets,
+            buckets: derivations, count: s.derivationCount, sum: s.derivationSum)
+        out += Self.metric("parley_file_store_errors_total", "counter", "Uploads and downloads the file store failed.", s.fileStoreErrors)
         return out
     }
 
@@ -140,9 +173,11 @@ package final class Metrics: Sendable {
     }
 
     /// A histogram over ``buckets`` (cumulative counts per bound, as recorded), with its `+Inf` bucket, sum and count.
-    package static func histogram(_ name: String, _ help: String, buckets counts: [Int], count: Int, sum: Double) -> String {
+    package static func histogram(
+        _ name: String, _ help: String, bounds: [Double] = buckets, buckets counts: [Int], count: Int, sum: Double
+    ) -> String {
         var out = family(name, "histogram", help)
-        for (i, bound) in buckets.enumerated() { out += "\(name)_bucket{le=\"\(bound)\"} \(counts[i])\n" }
+        for (i, bound) in bounds.enumerated() { out += "\(name)_bucket{le=\"\(bound)\"} \(counts[i])\n" }
         return out + "\(name)_bucket{le=\"+Inf\"} \(count)\n\(name)_sum \(sum)\n\(name)_count \(count)\n"
     }
 

@@ -26,6 +26,12 @@ struct MessageFilesTests: ProblemAssertions {
             let upload = try Files.upload(server, photo, name: "holiday.jpg", bearer: alice)
             #expect(upload.status == 201, "\(upload.text)")
             let fileID = try #require(upload.json?["file_id"]?.stringValue)
+            // The derivation is timed and the stored bytes counted per app (/metrics, docs/files.md#operations).
+            let metrics = try server.request(.get, "/metrics").text
+            let derivations = metrics.split(separator: "\n").first { $0.hasPrefix("parley_file_derivation_seconds_count ") }
+            #expect(derivations.flatMap { Int($0.split(separator: " ")[1]) }.map { $0 >= 1 } == true, "\(String(describing: derivations))")
+            #expect(metrics.contains("parley_files_stored{app_id=\"\(app.appID)\"} 1\n"))
+            #expect(metrics.contains("parley_file_stored_bytes{app_id=\"\(app.appID)\"} "))
 
             let sent = try Self.send(server, bearer: alice, #"{"conversation_type":"peer","to":"bob","type":11,"body":{"file_id":"\#(fileID)"}}"#)
             #expect(sent.status == 201, "\(sent.text)")

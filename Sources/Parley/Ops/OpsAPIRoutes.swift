@@ -45,6 +45,12 @@ enum OpsAPIRoutes {
                 text += Metrics.family("parley_event_log_head", "gauge", "Newest event id per app.")
                 for (app, head) in heads { text += "parley_event_log_head{app_id=\"\(Metrics.escape(app))\"} \(head)\n" }
             }
+            if let usage = gauges.fileUsage {
+                text += Metrics.family("parley_files_stored", "gauge", "Live files per app.")
+                for (app, files, _) in usage { text += "parley_files_stored{app_id=\"\(Metrics.escape(app))\"} \(files)\n" }
+                text += Metrics.family("parley_file_stored_bytes", "gauge", "Stored bytes per app (each stored byte sequence once).")
+                for (app, _, bytes) in usage { text += "parley_file_stored_bytes{app_id=\"\(Metrics.escape(app))\"} \(bytes)\n" }
+            }
             return Response(status: 200, headers: ["Content-Type": "text/plain; version=0.0.4; charset=utf-8"], body: Array(text.utf8))
         }
 

@@ -33,6 +33,7 @@ enum StatsService {
         var webhookQueue: (depth: Int64, oldestMillis: Int64)?
         var pushQueueDepth: Int64?
         var eventHeads: [(appID: String, head: Int64)]?
+        var fileUsage: [(appID: String, files: Int64, bytes: Int64)]?
     }
 
     /// The gauges, each read on a pool connection of its own.
@@ -40,6 +41,7 @@ enum StatsService {
         Gauges(
             webhookQueue: try? pool.withConnection { db in try StatsStore.webhookQueue(now: now, on: db) },
             pushQueueDepth: try? pool.withConnection { db in try PushBridge.queueDepth(on: db) },
-            eventHeads: try? pool.withConnection { db in try StatsStore.eventHeads(on: db) })
+            eventHeads: try? pool.withConnection { db in try StatsStore.eventHeads(on: db) },
+            fileUsage: try? pool.withConnection { db in try StatsStore.fileUsage(on: db) })
     }
 }

@@ -63,4 +63,10 @@ enum StatsStore {
     static func eventHeads(on db: PostgresConnection) throws -> [(appID: String, head: Int64)] {
         try db.query("SELECT app_id, head FROM event_heads ORDER BY app_id", prepared: false).decode((String, Int64).self)
     }
+
+    /// Each app's live files and stored bytes (one row per app that ever stored a file).
+    static func fileUsage(on db: PostgresConnection) throws -> [(appID: String, files: Int64, bytes: Int64)] {
+        try db.query("SELECT app_id, files, bytes FROM file_usage ORDER BY app_id", prepared: false).decode((String, Int64, Int64).self)
+            .map { (appID: $0.0, files: $0.1, bytes: $0.2) }
+    }
 }

@@ -65,7 +65,7 @@ package struct FileTransfer: Sendable {
         guard let media else { return upload }
         let probed = MediaProbe.probe(path: media.path, video: plan.kind == .video)
         upload.durationMillis = probed.durationMillis
-        if let frame = probed.firstFrame, let image = try? ImageDerivation.derive(source: frame, maxPixels: plan.maxPixels) {
+        if let frame = probed.firstFrame, let image = try? derive(frame, maxPixels: plan.maxPixels) {
             let stored = try storeBlob(bytes: image.original.bytes, created: &created)
             upload.derived.append(
                 FileService.DerivedBlob(
@@ -87,7 +87,7 @@ package struct FileTransfer: Sendable {
         }
         if uploaded.isEmpty { throw APIError.invalidParam("body", "the file is empty") }
         let image: DerivedImage
-        do { image = try ImageDerivation.derive(source: uploaded, maxPixels: plan.maxPixels) } catch let error as ImageDerivationError {
+        do { image = try derive(uploaded, maxPixels: plan.maxPixels) } catch let error as ImageDerivationError {
             switch error {
             case .notAnImage: throw APIError(.fileTypeUnsupported, "the content of \"\(plan.fileName)\" is no image format Parley reads")
             case .overMaxPixels(let message), .cannotDecode(let message): throw APIError(.fileError, message)
@@ -103,6 +103,16 @@ package struct FileTransfer: Sendable {
         return FileService.Upload(
             uploadedSHA256: Crypto.hex(Crypto.sha256(uploaded)), uploadedSize: Int64(uploaded.count), original: derived[0].blob,
             mimeType: image.original.mimeType, width: Int64(image.width), height: Int64(image.height), derived: derived)
+    }
+
+    /// ``ImageDerivation/derive(source:maxPixels:)``, timed for `/metrics` (`parley_file_derivation_seconds`).
+    private func derive(_ source: [UInt8], maxPixels: Int64) throws -> DerivedImage {
+        let started = ContinuousClock.now
+        defer {
+            let elapsed = ContinuousClock.now - started
+            services.metrics.fileDerived(seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+        }
+        return try ImageDerivation.derive(source: source, maxPixels: maxPixels)
     }
 
     /// Reads a `multipart/form-data` body: the part named `file` is the upload, named by its `filename`; other parts
@@ -191,6 +201,7 @@ package struct FileTransfer: Sendable {
 
     private func problem(_ error: any Error, request: Request) -> Response {
         if let error = error as? PostgresError, error.isConnectionFailure || error.isTimeout {
+            services.metrics.fileStoreFailed()
             return ProblemRendering.response(APIError(.fileStorageUnavailable, "the file store does not answer"), requestID: request.requestID)
         }
         return ProblemRendering.handlerError(error, request: request, logger: services.logger)
@@ -222,6 +233,7 @@ package struct FileTransfer: Sendable {
                 }), chunks.count == end - first
             else {
                 // Storage failed mid-body: the client sees the connection close short of Content-Length.
+                services.metrics.fileStoreFailed()
                 services.logger.warning("msg=\"file download cut short\" app=\(appID) blob=\(blobID)")
                 return
             }
