@@ -71,6 +71,49 @@ function table(columns, rows, actions) {
       actions ? h("td", { class: "actions" }, actions(row)) : null))));
 }
 
+// MARK: - Message bodies
+
+function formatBytes(bytes) {
+  if (typeof bytes !== "number") return "";
+  const units = ["B", "KiB", "MiB", "GiB"];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit += 1; }
+  return `${unit === 0 ? value : value.toFixed(1)} ${units[unit]}`;
+}
+
+/** A message body as its kind: text, an image's thumbnail linking to the image, a file's link, players for audio and
+ * video (their URLs are signed download URLs the API answers, see docs/files.md), the items of a multiple message. */
+function messageContent(message) {
+  if (message.deleted) return h("span", { class: "muted" }, "(deleted for everyone)");
+  const content = bodyContent(message.type, message.body || {});
+  if (!message.suppressed) return content;
+  return h("div", {}, content, h("span", { class: "muted" }, ` (suppressed: ${message.suppressed}; delivered to nobody)`));
+}
+
+function bodyContent(type, body) {
+  const name = body.file_name || "file";
+  switch (type) {
+    case 1: case 20: return h("span", {}, body.text);
+    case 11: {
+      const src = body.thumbnail_url || body.url;
+      return h("a", { href: body.url, target: "_blank", rel: "noopener", class: "media" },
+        h("img", { src, alt: name, width: body.thumbnail_width || undefined, height: body.thumbnail_height || undefined, loading: "lazy" }));
+    }
+    case 12: return h("a", { href: body.url, download: name, class: "media" }, `📎 ${name} (${formatBytes(body.file_size)})`);
+    case 13: return h("div", { class: "media" }, h("audio", { controls: true, preload: "none", src: body.url }), h("div", { class: "muted" }, name));
+    case 14: return h("div", { class: "media" },
+      h("video", { controls: true, preload: "none", src: body.url, poster: body.first_frame_url || undefined,
+        width: body.first_frame_width || undefined }),
+      h("div", { class: "muted" }, name));
+    case 10: return h("div", {}, (body.items || []).map((item) => h("div", {}, bodyContent(item.type, item.body || {}))));
+    case 31: return h("span", { class: "muted" }, "(revoked)");
+    case 32: return h("span", { class: "muted" }, `(${body.event || "notice"})`);
+    case 200: return h("span", {}, h("span", { class: "muted" }, `custom ${body.sub_type}: `), body.data);
+    default: return h("span", { class: "muted" }, `[type ${type}]`);
+  }
+}
+
 // MARK: - Messages to the operator
 
 /** An RFC 9457 problem (or any failed call) in words: title, status, code, detail, field errors, request id. */
@@ -564,9 +607,9 @@ const screens = {
 
     const historyPath = () => path("/v1/users/{user_id}/conversations/{type}/{id}/messages", current.user, current.type, current.id);
     function line(message) {
-      const text = message.body && message.body.text !== undefined ? message.body.text : `[type ${message.type}]`;
       return h("li", { "data-message-id": message.message_id },
-        h("div", { class: "meta" }, `#${message.seq ?? "-"} · ${message.from} · ${formatTime(message.timestamp)}`), text);
+        h("div", { class: "meta" }, `#${message.seq ?? "-"} · ${message.from} · ${formatTime(message.timestamp)}`),
+        messageContent(message));
     }
     async function loadOlder() {
       const page = await api("GET", historyPath(), { query: { limit: 20, cursor } });

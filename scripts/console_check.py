@@ -12,7 +12,9 @@ Started by scripts/console-check.sh, which owns the server.
 import json
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -26,6 +28,15 @@ LIVE_DEADLINE_S = 1.0
 def wait_connected(page):
     # Selectors, not wait_for_function: polling a function is an eval, which the console's CSP rightly refuses.
     page.wait_for_selector("#live-status:text-matches('^Connected')")
+
+
+def jpeg(width, height):
+    """A small JPEG, written by libvips' command-line tool (libvips-tools, installed with the server's libraries)."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "photo.jpg")
+        subprocess.run(["vips", "black", path, str(width), str(height)], check=True)
+        with open(path, "rb") as f:
+            return f.read()
 
 
 class Check:
@@ -43,6 +54,14 @@ class Check:
             request.add_header("Content-Type", "application/json")
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read() or b"null")
+
+    def upload(self, name, data):
+        request = urllib.request.Request(self.base + "/v1/files?user_id=bob", data=data, method="POST")
+        request.add_header("Authorization", "Bearer " + self.app_key)
+        request.add_header("Parley-File-Name", name)
+        request.add_header("Content-Type", "application/octet-stream")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
 
     def watch(self, page):
         def on_console(message):
@@ -185,6 +204,26 @@ class Check:
             shown = page.locator(f"#event-list li:has-text('{message['body']['text']}')").count()
             assert shown == 1, f"{message['body']['text']!r} shown {shown} times"
         print(f"  {len(before)} events before the reload, {len(ids)} after, same as the event log")
+
+        print("an image and a file message render as a thumbnail and a link")
+        image = self.upload("photo.jpg", jpeg(96, 64))
+        document = self.upload("notes.txt", b"remember the milk\n")
+        self.api("POST", "/v1/messages", {"from": "bob", "conversation_type": "peer", "to": "alice", "type": 11,
+                                          "body": {"file_id": image["file_id"]}})
+        self.api("POST", "/v1/messages", {"from": "bob", "conversation_type": "peer", "to": "alice", "type": 12,
+                                          "body": {"file_id": document["file_id"]}})
+        self.screen(page, "#conversation", "Conversation")
+        page.fill("#conv-user", "alice")
+        page.select_option("#conv-type", "peer")
+        page.fill("#conv-id", "bob")
+        page.click("form[aria-label='Open a conversation'] button[type=submit]")
+        page.wait_for_selector(".messages li a.media:has-text('notes.txt')")
+        thumbnail = page.locator(".messages li a.media img[alt='photo.jpg']")
+        thumbnail.wait_for()
+        page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=thumbnail.element_handle())
+        width = thumbnail.evaluate("img => img.naturalWidth")
+        assert width == 96, f"the thumbnail decoded {width} px wide, expected 96 (never enlarged)"
+        self.shot(page, "5b-media")
 
         print("stats and health")
         self.screen(page, "#stats", "Stats and health")

@@ -170,6 +170,29 @@ struct MessageFilesTests: ProblemAssertions {
         }
     }
 
+    @Test func aGenericPushOfAnImageMessageCarriesItsThumbnailURL() throws {
+        let gateway = try PushFixtures.gateway()
+        try withApp(transport: .sockets) { server, app in
+            for user in ["alice", "bob"] { try app.createUser(user) }
+            try PushFixtures.configure(app, gateway, #""format":"generic""#)
+            try PushFixtures.device(app, "bob", key: "bob-phone")
+            let image = try Files.uploaded(app, try ImageDerivationTests.jpegWithMetadata(width: 640, height: 480), name: "cat.jpg")
+            let sent = try app.request(
+                .post, "/v1/messages", json: #"{"from":"alice","conversation_type":"peer","to":"bob","type":11,"body":{"file_id":"\#(image)"}}"#)
+            let messageID = try #require(sent.json?["message_id"]?.stringValue, "\(sent.text)")
+            let dry = try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","message_id":"\#(messageID)"}"#)
+            let url = try #require(dry.json?["request"]?["body"]?["notification"]?["image_url"]?.stringValue, "\(dry.text)")
+            #expect(url == sent.json?["body"]?["thumbnail_url"]?.stringValue)
+            let thumbnail = try Files.get(server, Self.path(of: url, server), bearer: nil)
+            #expect(thumbnail.status == 200 && thumbnail.headers["Content-Type"] == "image/jpeg")
+            // A text message's notification has none.
+            let text = try PushFixtures.send(app)["message_id"]?.stringValue ?? ""
+            let plain = try app.request(.post, "/v1/push/test", json: #"{"user_id":"bob","message_id":"\#(text)"}"#)
+            #expect(plain.json?["request"]?["body"]?["notification"]?["image_url"] == .null, "\(plain.text)")
+            PushFixtures.drain(server)
+        }
+    }
+
     @Test func fileRetentionDeletesOldFilesNoMessageNames() throws {
         try withApp(testClock: true, transport: .sockets, settings: #"{"file_retention_days":1}"#) { server, app in
             for user in ["alice", "bob"] { try app.createUser(user) }

@@ -100,6 +100,7 @@ enum PushGateway {
         n["message_type"] = item.messageType.map { Int64($0) }
         n["seq"] = item.seq
         n["call_id"] = item.callID
+        n["image_url"] = eventIDOnly ? nil : item.imageURL
         var o = JSONObjectWriter(capacity: 1200)
         o["push_id"] = pushID
         o["kind"] = item.kind.rawValue

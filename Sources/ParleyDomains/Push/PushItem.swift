@@ -43,6 +43,9 @@ struct PushItem: Sendable {
     var push: JSONObject
     /// The default notification body (`PushConfig.content`): the text cut to 100 characters, or `[Image]`, `[File]` ….
     var defaultContent: String
+    /// An image message's thumbnail URL (its image's when it has no thumbnail), signed when the message was sent:
+    /// the `generic` format's `image_url`, for rich notifications (docs/push.md#gateway-formats).
+    var imageURL: String? = nil
 
     /// Whether `push.enable` allows this item at all (false: no attempt for anyone).
     var enabled: Bool { push["enable"]?.boolValue ?? true }
@@ -108,6 +111,18 @@ struct PushItem: Sendable {
         case 13: return "[Audio]"
         case 14: return "[Video]"
         default: return "[Message]"
+        }
+    }
+
+    /// The notification image of a message of `type` with `body` JSON: an image's thumbnail (or the image), or a
+    /// multiple message's first image item's; nil for any other message.
+    static func imageURL(type: Int, body: JSONValue?) -> String? {
+        switch type {
+        case 11: return body?["thumbnail_url"]?.stringValue ?? body?["url"]?.stringValue
+        case 10:
+            let image = body?["items"]?.arrayValue?.first { $0["type"]?.intValue == 11 }
+            return image.flatMap { imageURL(type: 11, body: $0["body"]) }
+        default: return nil
         }
     }
 

@@ -149,7 +149,8 @@ enum PushSources {
             kind: .message, eventID: id, messageID: id, callID: nil, conversationType: conversationType,
             groupID: conversationType == "group" ? to : nil, sender: from, senderName: "", groupName: nil, applicationKind: nil,
             messageType: Int(type), seq: seq, priority: Int(message["priority"]?.intValue ?? 2), push: push ?? PushItem.defaultPush,
-            defaultContent: PushItem.defaultContent(type: Int(type), body: message["body"]))
+            defaultContent: PushItem.defaultContent(type: Int(type), body: message["body"]),
+            imageURL: PushItem.imageURL(type: Int(type), body: message["body"]))
         return Sourced(item: item, recipients: conversationType == "group" ? .groupMembers(to) : .users([to]))
     }
 
@@ -197,7 +198,8 @@ enum PushSources {
                 kind: .message, eventID: id, messageID: id, callID: nil, conversationType: conversationType,
                 groupID: conversationType == "group" ? recipient : nil, sender: sender, senderName: senderName, groupName: groupName,
                 applicationKind: nil, messageType: type, seq: seq, priority: priority, push: push ?? PushItem.defaultPush,
-                defaultContent: PushItem.defaultContent(type: type, body: body))
+                defaultContent: PushItem.defaultContent(type: type, body: body),
+                imageURL: PushItem.imageURL(type: type, body: body))
             out[id] = Sourced(item: item, recipients: conversationType == "group" ? .groupMembers(recipient) : .users([recipient]))
         }
         return out
@@ -213,7 +215,8 @@ enum PushSources {
         return PushItem(
             kind: .broadcast, eventID: id, messageID: id, callID: nil, conversationType: nil, groupID: nil, sender: from,
             senderName: names[from] ?? "", groupName: nil, applicationKind: nil, messageType: type, seq: nil, priority: 2,
-            push: push ?? PushItem.defaultPush, defaultContent: PushItem.defaultContent(type: type, body: message["body"]))
+            push: push ?? PushItem.defaultPush, defaultContent: PushItem.defaultContent(type: type, body: message["body"]),
+            imageURL: PushItem.imageURL(type: type, body: message["body"]))
     }
 
     // MARK: - Calls
