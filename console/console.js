@@ -100,7 +100,7 @@ function bodyContent(type, body) {
       return h("a", { href: body.url, target: "_blank", rel: "noopener", class: "media" },
         h("img", { src, alt: name, width: body.thumbnail_width || undefined, height: body.thumbnail_height || undefined, loading: "lazy" }));
     }
-    case 12: return h("a", { href: body.url, download: name, class: "media" }, `📎 ${name} (${formatBytes(body.file_size)})`);
+    case 12: return h("a", { href: body.url, download: name, class: "media" }, `File: ${name} (${formatBytes(body.file_size)})`);
     case 13: return h("div", { class: "media" }, h("audio", { controls: true, preload: "none", src: body.url }), h("div", { class: "muted" }, name));
     case 14: return h("div", { class: "media" },
       h("video", { controls: true, preload: "none", src: body.url, poster: body.first_frame_url || undefined,
