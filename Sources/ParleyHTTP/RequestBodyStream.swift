@@ -97,9 +97,15 @@ public final class RequestBodyStream: @unchecked Sendable {
         }
         if head < chunks.count {
             let chunk = chunks[head]
+            // The array lets go of the piece now: while the connection keeps pushing, `head` may never catch up with
+            // the end, and every piece read would stay referenced (a chunked upload in 8 KiB chunks held 150 MB).
+            chunks[head] = []
             head += 1
             if head == chunks.count {
                 chunks.removeAll(keepingCapacity: true)
+                head = 0
+            } else if head >= 64 && head * 2 >= chunks.count {
+                chunks.removeFirst(head)
                 head = 0
             }
             waitingBytes -= chunk.count
