@@ -205,6 +205,30 @@ struct TusUploadsTests: ProblemAssertions {
             #expect(try Files.get(server, "/v1/files/\(fileID)", bearer: app.key).body == bytes)
         }
     }
+
+    @Test func ofTwoPatchesAtOneOffsetOnlyTheFirstToStoreItsBytesCounts() throws {
+        try withApp { server, app in
+            let bytes = FilesTests.randomBytes(1000)
+            let created = try Tus.create(server, bearer: app.key, length: bytes.count, metadata: [("filename", "race.bin")])
+            let path = Tus.path(try #require(created.headers["Location"]))
+            // A slow PATCH has sent half of its body when a fast one at the same offset stores its bytes.
+            let slow = try HTTPClientConnection(host: "127.0.0.1", port: server.port, timeout: .seconds(10))
+            defer { slow.close() }
+            try slow.sendRaw(
+                "PATCH \(path) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(app.key)\r\nTus-Resumable: 1.0.0\r\n"
+                    + "Content-Type: application/offset+octet-stream\r\nUpload-Offset: 0\r\nContent-Length: 600\r\n\r\n")
+            try slow.sendRaw(Array(bytes[0..<300]))
+            let fast = try Tus.patch(server, path, bearer: app.key, offset: 0, Array(bytes[0..<200]))
+            #expect(fast.status == 204 && fast.headers["Upload-Offset"] == "200", "\(fast.text)")
+            try slow.sendRaw(Array(bytes[300..<600]))
+            let late = try slow.readResponse(method: .patch)
+            Self.expectProblem(late, 409, .uploadProtocolError)
+            #expect(try Tus.send(server, .head, path, bearer: app.key).headers["Upload-Offset"] == "200")
+            let rest = try Tus.patch(server, path, bearer: app.key, offset: 200, Array(bytes[200...]))
+            let fileID = try #require(rest.headers["Parley-File-Id"], "\(rest.text)")
+            #expect(try Files.get(server, "/v1/files/\(fileID)", bearer: app.key).body == bytes)
+        }
+    }
 }
 
 /// tus requests over a socket.
