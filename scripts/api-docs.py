@@ -28,7 +28,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPENAPI = os.path.join(ROOT, "openapi", "openapi.json")
 OUTPUT = os.path.join(ROOT, "docs", "api.md")
-METHODS = ("get", "put", "post", "patch", "delete")
+METHODS = ("get", "put", "post", "patch", "delete", "head", "options")
 
 INTRO = """# API reference
 

@@ -60,7 +60,7 @@ TABLE_OWNERS = {
     "Devices": ["devices", "push_rules"],
     "Presence": ["user_statuses", "status_subscriptions"],
     "Social": ["friends", "friend_applications", "blacklist"],
-    "Files": ["files", "file_blobs", "file_chunks", "file_usage"],
+    "Files": ["files", "file_blobs", "file_chunks", "file_usage", "file_uploads"],
     "Messages": ["messages", "message_keys", "message_files", "conversation_seqs", "message_combines", "message_edits", "message_hidden",
                  "message_reactions", "message_reaction_types", "message_receipt_reads", "room_recent_messages"],
     "Groups": ["groups", "group_members", "group_member_history", "group_applications"],

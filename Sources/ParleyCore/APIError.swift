@@ -19,6 +19,10 @@ public struct APIError: Error, Sendable, CustomStringConvertible {
     public var extraHeaders: [(String, String)]
     /// Integer members the problem carries besides the standard ones (`quota` of a refused upload), in order.
     public var extraMembers: [(String, Int64)] = []
+    /// The HTTP status when it is not the code's own: a code one protocol answers with several statuses
+    /// (`upload_protocol_error`: 416 for a download range, 404, 409, 410, 412 or 415 for a tus upload,
+    /// docs/files.md#resumable-uploads-tus). Nil for the code's status.
+    public var statusOverride: Int?
 
     public init(
         _ code: ErrorCode, _ detail: String, fieldErrors: [FieldError] = [], hookCode: Int?? = nil,
@@ -31,8 +35,8 @@ public struct APIError: Error, Sendable, CustomStringConvertible {
         self.extraHeaders = extraHeaders
     }
 
-    /// The HTTP status of the response.
-    public var status: Int { code.status }
+    /// The HTTP status of the response: the code's, unless ``statusOverride`` says otherwise.
+    public var status: Int { statusOverride ?? code.status }
 
     public var description: String {
         var s = "\(code.code) \(code.name): \(detail)"
@@ -97,7 +101,7 @@ public struct APIError: Error, Sendable, CustomStringConvertible {
         var o = JSONObjectWriter(capacity: 192 + detail.utf8.count + fieldErrors.count * 64)
         o["type"] = "urn:parley:error:\(code.code)"
         o["title"] = code.name
-        o["status"] = code.status
+        o["status"] = status
         o["detail"] = detail
         o["code"] = code.code
         o["request_id"] = requestID

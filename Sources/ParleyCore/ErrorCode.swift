@@ -7,7 +7,8 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
     public let code: Int
     /// The snake_case catalogue name, sent as `title`.
     public let name: String
-    /// The HTTP status this code is always sent with.
+    /// The HTTP status this code is sent with (``APIError/statusOverride`` changes it for the one code a protocol
+    /// answers with several: `upload_protocol_error`).
     public let status: Int
 
     init(_ code: Int, _ name: String, _ status: Int) {
@@ -259,7 +260,8 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
     public static let callUserLimit = ErrorCode(7000603, "call_user_limit", 422)
     /// No push gateway configured for a real (non-dry-run) push test.
     public static let pushNotConfigured = ErrorCode(7000701, "push_not_configured", 422)
-    /// An unsatisfiable `Range` of a download (416), or a refusal of the resumable-upload protocol.
+    /// An unsatisfiable `Range` of a download (416), or a refusal of the tus resumable-upload protocol, sent with the
+    /// status tus gives it (404, 409, 410, 412, 415: ``APIError/statusOverride``, docs/files.md#resumable-uploads-tus).
     public static let uploadProtocolError = ErrorCode(7000905, "upload_protocol_error", 416)
 
     /// Every catalogue entry, in code order within each family (docs/errors.md#code-families).

@@ -75,8 +75,13 @@ extension HTTPServer {
         }
         let problem = Self.headProblem(head)
         let match: Router.Match
-        if head.method == .options || problem != nil {
-            match = .notFound  // preflight, or a head HTTP does not allow: answered without routing
+        if problem != nil {
+            match = .notFound  // a head HTTP does not allow: answered without routing
+        } else if head.method == .options {
+            // A route of its own for OPTIONS (tus discovery, docs/files.md#resumable-uploads-tus) answers it; any other
+            // OPTIONS is a preflight, answered without routing.
+            let own = router.match(method: .options, path: head.rawPath)
+            if case .found = own { match = own } else { match = .notFound }
         } else {
             match = router.match(method: head.method, path: head.rawPath)
         }
@@ -142,7 +147,7 @@ extension HTTPServer {
         receivedAtMillis: Int64
     ) -> Disposition {
         if let problem = pending.problem { return .answer(hooks.problem(problem, pending.requestID)) }
-        if pending.head.method == .options { return .answer(Response(status: 204, headers: HTTPHeaders())) }
+        if pending.head.method == .options, pending.route == nil { return .answer(Response(status: 204, headers: HTTPHeaders())) }
         guard case .found(let route, let parameters) = pending.match else {
             return .answer(hooks.problem(Self.problem(for: pending.match), pending.requestID))
         }

@@ -34,7 +34,9 @@ struct ConventionsTests: ProblemAssertions {
     }
 
     static let exposeHeaders =
-        "X-Request-Id, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, Retry-After, WWW-Authenticate, Idempotent-Replayed, Parley-Duplicate, Parley-Last-Event-ID"
+        "X-Request-Id, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, Retry-After, WWW-Authenticate, Idempotent-Replayed, Parley-Duplicate, "
+        + "Parley-Last-Event-ID, Location, Parley-File-Id, Tus-Resumable, Tus-Version, Tus-Extension, Tus-Max-Size, Upload-Offset, Upload-Length, "
+        + "Upload-Metadata, Upload-Expires"
 
     // MARK: - Credentials (docs/users.md#user-tokens)
 
@@ -373,7 +375,8 @@ struct ConventionsTests: ProblemAssertions {
                 #expect(r.headers["Access-Control-Allow-Methods"] == "GET, POST, PUT, PATCH, DELETE, OPTIONS")
                 #expect(
                     r.headers["Access-Control-Allow-Headers"]
-                        == "Authorization, Content-Type, Idempotency-Key, Last-Event-ID, Parley-App-Id, X-Request-Id")
+                        == "Authorization, Content-Type, Idempotency-Key, Last-Event-ID, Parley-App-Id, X-Request-Id, Tus-Resumable, "
+                        + "Upload-Length, Upload-Metadata, Upload-Offset")
                 #expect(r.headers["Access-Control-Max-Age"] == "86400")
                 #expect(r.headers["RateLimit-Limit"] == nil, "preflights are not rate-limited")
             }

@@ -25,7 +25,7 @@ import Testing
         let paths = try #require(spec["paths"]?.objectValue)
         var operations: [String: String] = [:]
         for (path, item) in paths {
-            for method in ["get", "put", "post", "patch", "delete"] {
+            for method in ["get", "put", "post", "patch", "delete", "head", "options"] {
                 if let operation = item[method] {
                     operations["\(method.uppercased()) \(path)"] = operation["operationId"]?.stringValue ?? ""
                 }

@@ -683,6 +683,31 @@ struct OpenAPIResponseSchemaTests {
         c.call(.delete, "/v1/files/{file_id}", id, as: .user("b"), status: 403)
         c.call(.delete, "/v1/files/{file_id}", id, status: 204)
         c.call(.delete, "/v1/files/{file_id}", id, status: 404)
+
+        // Resumable uploads (tus, docs/files.md#resumable-uploads-tus): discovery without a credential, creation, HEAD,
+        // PATCH to completion, termination, and the protocol's refusals.
+        let bytes = "application/offset+octet-stream"
+        let tus = ["Tus-Resumable": "1.0.0"]
+        func with(_ base: [String: String], _ more: [String: String]) -> [String: String] { base.merging(more, uniquingKeysWith: { $1 }) }
+        let creation = with(tus, ["Upload-Length": "10", "Upload-Metadata": "filename " + Crypto.base64Encode(Array("tus.bin".utf8))])
+        c.call(.options, "/v1/uploads", as: .anonymous, status: 204)
+        let created = c.call(.post, "/v1/uploads", headers: creation, status: 201)
+        let uploadID = String(created.headers["Location"]?.split(separator: "/").last ?? "")
+        c.call(.head, "/v1/uploads/{upload_id}", uploadID, headers: tus, status: 200)
+        func at(_ offset: Int) -> [String: String] { with(tus, ["Upload-Offset": String(offset)]) }
+        c.call(.patch, "/v1/uploads/{upload_id}", uploadID, json: "hello", contentType: bytes, headers: at(0), status: 204)
+        c.call(.patch, "/v1/uploads/{upload_id}", uploadID, json: "hello", contentType: bytes, headers: at(0), status: 409)
+        c.call(.patch, "/v1/uploads/{upload_id}", uploadID, json: "world", contentType: "text/plain", headers: at(5), status: 415)
+        c.call(.patch, "/v1/uploads/{upload_id}", uploadID, json: "world", contentType: bytes, headers: ["Upload-Offset": "5"], status: 412)
+        c.call(.patch, "/v1/uploads/{upload_id}", uploadID, as: .user("b"), json: "world", contentType: bytes, headers: at(5), status: 403)
+        c.call(.patch, "/v1/uploads/{upload_id}", "up_nope", json: "world", contentType: bytes, headers: at(5), status: 404)
+        c.call(.patch, "/v1/uploads/{upload_id}", uploadID, json: "world", contentType: bytes, headers: at(5), status: 204)
+        c.call(.post, "/v1/uploads", json: "0123456789", contentType: bytes, headers: creation, status: 201)
+        c.call(.post, "/v1/uploads", headers: with(tus, ["Upload-Length": "10"]), status: 400)
+        c.call(.post, "/v1/uploads", headers: with(creation, ["Upload-Length": "99999999999"]), status: 413)
+        let terminated = String(c.call(.post, "/v1/uploads", headers: creation, status: 201).headers["Location"]?.split(separator: "/").last ?? "")
+        c.call(.delete, "/v1/uploads/{upload_id}", terminated, headers: tus, status: 204)
+        c.call(.delete, "/v1/uploads/{upload_id}", terminated, headers: tus, status: 404)
     }
 
     /// Calls (docs/calls.md): every route with its success answer and its codes, a general call resolved and an

@@ -123,13 +123,15 @@ public final class ParleyApp: Sendable {
             http.port = configuration.listenPort
             http.headerTimeout = .milliseconds(configuration.requestHeadTimeoutMillis)
             http.bodyTimeout = .milliseconds(configuration.requestBodyTimeoutMillis)
-            // CORS: what browser consoles may read and send.
+            // CORS: what browser consoles and browser tus clients (docs/files.md#resumable-uploads-tus) may read and send.
             http.corsExposedHeaders = [
                 "X-Request-Id", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Retry-After", "WWW-Authenticate",
-                "Idempotent-Replayed", "Parley-Duplicate", "Parley-Last-Event-ID",
+                "Idempotent-Replayed", "Parley-Duplicate", "Parley-Last-Event-ID", "Location", "Parley-File-Id", "Tus-Resumable",
+                "Tus-Version", "Tus-Extension", "Tus-Max-Size", "Upload-Offset", "Upload-Length", "Upload-Metadata", "Upload-Expires",
             ]
             http.corsAllowedHeaders = [
-                "Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID", "Parley-App-Id", "X-Request-Id",
+                "Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID", "Parley-App-Id", "X-Request-Id", "Tus-Resumable",
+                "Upload-Length", "Upload-Metadata", "Upload-Offset",
             ]
             let httpLogger = logger.named("http")
             let metrics = services.metrics

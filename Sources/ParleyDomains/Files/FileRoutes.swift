@@ -45,6 +45,8 @@ package enum FileRoutes {
             try FileService(ctx).delete(fileID, byUser: ctx.tokenUserID)
             return Reply.noContent()
         }
+
+        TusRoutes.register(on: &api)
     }
 
     /// URLs for this answer, valid for the app's `file_url_ttl_s`.

@@ -3,9 +3,9 @@ import ParleyCore
 import ParleyPostgres
 
 /// At least hourly: deletes the blobs of uploads abandoned mid-way (their node died before the upload finished or
-/// cleaned up), and the files past their app's `file_retention_days` that no stored message names
-/// (docs/files.md#retention). Each batch claims its rows with `SKIP LOCKED`, so nodes sweeping together delete each
-/// once.
+/// cleaned up), expired resumable uploads, and the files past their app's `file_retention_days` that no stored message
+/// names (docs/files.md#retention). Each batch claims its rows with `SKIP LOCKED`, so nodes sweeping together delete
+/// each once.
 package enum FileSweep {
     static let batchSize = 100
 
@@ -13,6 +13,12 @@ package enum FileSweep {
         var deleted = 0
         while true {
             let batch = try services.pool.withConnection { db in try FileService.sweepAbandoned(now: now, on: db) }
+            deleted += batch
+            if batch < batchSize { break }
+        }
+        // Resumable uploads 24 h after their last PATCH (docs/files.md#resumable-uploads-tus), with their staged bytes.
+        while true {
+            let batch = try services.pool.withConnection { db in try TusUploads.sweepExpired(now: now, on: db) }
             deleted += batch
             if batch < batchSize { break }
         }

@@ -26,6 +26,16 @@ package struct FileTransfer: Sendable {
     package func receive(
         _ plan: FileService.UploadPlan, pieces: () throws -> [UInt8]?, urls: FileURLSigner.Issued, request: Request
     ) -> Response {
+        do {
+            return Reply.created(try store(plan, pieces: pieces).json(urls: urls))
+        } catch {
+            return problem(error, request: request)
+        }
+    }
+
+    /// What ``receive(_:pieces:urls:request:)`` does, with the file recorded returned and the failure thrown: for a
+    /// caller that answers in its own way (a tus upload's last request, docs/files.md#resumable-uploads-tus).
+    package func store(_ plan: FileService.UploadPlan, pieces: () throws -> [UInt8]?) throws -> StoredFile {
         var created: [String] = []
         do {
             let upload =
@@ -35,14 +45,14 @@ package struct FileTransfer: Sendable {
                 try FileService(db: db, appID: appID, now: services.clock.now()).record(upload, plan: plan, fileID: fileID)
             }
             services.metrics.fileUploaded(kind: plan.kind.rawValue, bytes: upload.uploadedSize)
-            return Reply.created(file.json(urls: urls))
+            return file
         } catch {
             if !created.isEmpty {
                 try? services.pool.withConnection { db in
                     for blobID in created { try FileStore.deleteBlob(appID: appID, blobID: blobID, on: db) }
                 }
             }
-            return problem(error, request: request)
+            throw error
         }
     }
 
@@ -186,7 +196,7 @@ package struct FileTransfer: Sendable {
     }
 
     /// Runs a read of the body, with the ways a body ends early or malformed turned into the API's problems.
-    private static func readingBody<T>(_ read: () throws -> T) throws -> T {
+    static func readingBody<T>(_ read: () throws -> T) throws -> T {
         do { return try read() } catch let error as RequestBodyError {
             switch error {
             case .tooLarge: throw APIError(.payloadTooLarge, "request body too large")
@@ -199,7 +209,7 @@ package struct FileTransfer: Sendable {
         }
     }
 
-    private func problem(_ error: any Error, request: Request) -> Response {
+    func problem(_ error: any Error, request: Request) -> Response {
         if let error = error as? PostgresError, error.isConnectionFailure || error.isTimeout {
             services.metrics.fileStoreFailed()
             return ProblemRendering.response(APIError(.fileStorageUnavailable, "the file store does not answer"), requestID: request.requestID)

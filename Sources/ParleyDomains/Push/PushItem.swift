@@ -44,7 +44,7 @@ struct PushItem: Sendable {
     /// The default notification body (`PushConfig.content`): the text cut to 100 characters, or `[Image]`, `[File]` ….
     var defaultContent: String
     /// An image message's thumbnail URL (its image's when it has no thumbnail), signed when the message was sent:
-    /// the `generic` format's `image_url`, for rich notifications (docs/push.md#gateway-formats).
+    /// the `generic` format's `image_url`, for rich notifications (docs/push.md#settings).
     var imageURL: String? = nil
 
     /// Whether `push.enable` allows this item at all (false: no attempt for anyone).
