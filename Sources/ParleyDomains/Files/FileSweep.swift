@@ -9,8 +9,10 @@ package enum FileSweep {
         var deleted = 0
         while true {
             let batch = try services.pool.withConnection { db in try FileService.sweepAbandoned(now: now, on: db) }
-            deleted += batch
-            if batch < 100 { return deleted }
+            // S3 objects after the commit (a multipart upload the node never finished is the bucket's lifecycle rule's).
+            for blob in batch.objects { S3BlobStorage.removeObjects(appID: blob.appID, blobIDs: [blob.blobID], services: services) }
+            deleted += batch.count
+            if batch.count < 100 { return deleted }
         }
     }
 }

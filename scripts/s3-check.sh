@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The `s3` file storage backend end to end (docs/files.md#storage): starts moto (an S3-compatible server from PyPI, in a
+# venv under .build) on a free loopback port, creates a bucket, starts Parley with PARLEY_FILES_BACKEND=s3 on a fresh
+# data directory, and runs scripts/s3-check.py against both. Everything it starts it stops by pid.
+# S3_CHECK_BIN picks the binary (default: the release build, built here).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+S3_VENV=${S3_VENV:-.build/s3-venv}
+if [ ! -x "$S3_VENV/bin/moto_server" ] || ! "$S3_VENV/bin/python" -c 'import boto3' 2>/dev/null; then
+  python3 -m venv "$S3_VENV"
+  "$S3_VENV/bin/pip" install -q 'moto[server]==5.2.6' 'boto3==1.44.18'
+fi
+
+bin=${S3_CHECK_BIN:-.build/release/parley}
+[ -n "${S3_CHECK_BIN:-}" ] || swift build -c release --product parley 2>&1 | tail -n 1
+
+moto_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+moto_log=$(mktemp /tmp/parley-moto-XXXXXX.log)
+"$S3_VENV/bin/moto_server" -H 127.0.0.1 -p "$moto_port" >"$moto_log" 2>&1 &
+moto_pid=$!
+stop_moto() { kill "$moto_pid" 2>/dev/null || true; wait "$moto_pid" 2>/dev/null || true; rm -f "$moto_log"; }
+for _ in $(seq 1 60); do
+  curl -s "http://127.0.0.1:$moto_port/" >/dev/null 2>&1 && break
+  kill -0 "$moto_pid" 2>/dev/null || { cat "$moto_log"; echo "moto exited"; exit 1; }
+  sleep 0.25
+done
+bucket=parley-files
+"$S3_VENV/bin/python" -c "import boto3,sys; boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', \
+aws_access_key_id='parley-check', aws_secret_access_key='parley-check-secret').create_bucket(Bucket=sys.argv[2])" \
+  "http://127.0.0.1:$moto_port" "$bucket"
+
+# shellcheck source=scripts/serve-fresh.sh
+source scripts/serve-fresh.sh
+serve_fresh "$bin" s3 PARLEY_FILES_BACKEND=s3 PARLEY_FILES_S3_ENDPOINT="http://127.0.0.1:$moto_port" PARLEY_FILES_S3_BUCKET="$bucket" \
+  PARLEY_FILES_S3_REGION=us-east-1 PARLEY_FILES_S3_ACCESS_KEY_ID=parley-check PARLEY_FILES_S3_SECRET_ACCESS_KEY=parley-check-secret
+# serve_fresh's trap stops the server; moto goes with it.
+trap 'stop_moto; kill -INT "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$data" "$log"' EXIT
+key=$(grep '^PARLEY_KEY=' "$log" | head -1 | cut -d= -f2-)
+set +e
+"$S3_VENV/bin/python" scripts/s3-check.py "http://127.0.0.1:$port" "$key" "http://127.0.0.1:$moto_port" "$bucket" "$data" "$moto_pid"
+status=$?
+set -e
+if [ "$status" -ne 0 ]; then
+  echo "== server log"; tail -n 40 "$log"
+  echo "== moto log"; tail -n 20 "$moto_log" 2>/dev/null || true
+  exit "$status"
+fi
