@@ -30,19 +30,44 @@ bucket=parley-files
 aws_access_key_id='parley-check', aws_secret_access_key='parley-check-secret').create_bucket(Bucket=sys.argv[2])" \
   "http://127.0.0.1:$moto_port" "$bucket"
 
+s3_settings=(PARLEY_FILES_S3_ENDPOINT="http://127.0.0.1:$moto_port" PARLEY_FILES_S3_BUCKET="$bucket" PARLEY_FILES_S3_REGION=us-east-1
+  PARLEY_FILES_S3_ACCESS_KEY_ID=parley-check PARLEY_FILES_S3_SECRET_ACCESS_KEY=parley-check-secret)
 # shellcheck source=scripts/serve-fresh.sh
 source scripts/serve-fresh.sh
-serve_fresh "$bin" s3 PARLEY_FILES_BACKEND=s3 PARLEY_FILES_S3_ENDPOINT="http://127.0.0.1:$moto_port" PARLEY_FILES_S3_BUCKET="$bucket" \
-  PARLEY_FILES_S3_REGION=us-east-1 PARLEY_FILES_S3_ACCESS_KEY_ID=parley-check PARLEY_FILES_S3_SECRET_ACCESS_KEY=parley-check-secret
-# serve_fresh's trap stops the server; moto goes with it.
-trap 'stop_moto; kill -INT "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$data" "$log"' EXIT
+serve_fresh "$bin" s3 PARLEY_FILES_BACKEND=s3 "${s3_settings[@]}"
+state=$(mktemp /tmp/parley-s3-state-XXXXXX)
+trap 'stop_moto; kill -INT "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$data" "$log" "$state"*' EXIT
 key=$(grep '^PARLEY_KEY=' "$log" | head -1 | cut -d= -f2-)
-set +e
-"$S3_VENV/bin/python" scripts/s3-check.py "http://127.0.0.1:$port" "$key" "http://127.0.0.1:$moto_port" "$bucket" "$data" "$moto_pid"
-status=$?
-set -e
-if [ "$status" -ne 0 ]; then
-  echo "== server log"; tail -n 40 "$log"
-  echo "== moto log"; tail -n 20 "$moto_log" 2>/dev/null || true
-  exit "$status"
-fi
+
+# The same data directory again, with backend $1 (the server before it stopped by its pid).
+restart() {
+  kill -INT "$pid"; wait "$pid" 2>/dev/null || true
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+  env PARLEY_FILES_BACKEND="$1" "${s3_settings[@]}" "$bin" serve --data-dir "$data" --listen "127.0.0.1:$port" >>"$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 120); do
+    curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && return 0
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  tail -n 40 "$log"; echo "the server did not start again with backend $1"; exit 1
+}
+
+phase() {
+  echo "-- phase $1"
+  if ! "$S3_VENV/bin/python" scripts/s3-check.py "$1" "http://127.0.0.1:$port" "$key" "http://127.0.0.1:$moto_port" "$bucket" "$data" \
+    "$moto_pid" "$state"; then
+    echo "== server log"; tail -n 40 "$log"
+    echo "== moto log"; tail -n 20 "$moto_log" 2>/dev/null || true
+    exit 1
+  fi
+}
+
+phase s3
+restart postgres
+phase postgres
+restart s3
+phase back
+# With S3_CHECK_TIMING the last phase moved 100 MiB up and down: the server's peak resident memory says whether it
+# stayed flat.
+if [ -n "${S3_CHECK_TIMING:-}${S3_CHECK_RSS:-}" ]; then grep VmHWM "/proc/$pid/status"; fi

@@ -58,11 +58,20 @@ final class S3BlobWriter {
     }
 
     func append(_ piece: [UInt8]) throws {
-        pending += piece
-        while pending.count >= S3BlobStorage.partBytes {
-            let part = Array(pending[..<S3BlobStorage.partBytes])
-            pending = Array(pending[S3BlobStorage.partBytes...])
-            try upload(part)
+        var offset = 0
+        while offset < piece.count {
+            let take = min(piece.count - offset, S3BlobStorage.partBytes - pending.count)
+            // One buffer of a part's size, kept from part to part (no copy per part, no doubling past it); a small
+            // body never reserves it.
+            if pending.count + take > 1 << 20 && pending.capacity < S3BlobStorage.partBytes {
+                pending.reserveCapacity(S3BlobStorage.partBytes)
+            }
+            pending += piece[offset..<offset + take]
+            offset += take
+            if pending.count == S3BlobStorage.partBytes {
+                try upload(pending)
+                pending.removeAll(keepingCapacity: true)
+            }
         }
     }
 
