@@ -5,7 +5,9 @@ ranges, the objects in the bucket and none of their bytes in PostgreSQL, dedupe,
 stopped mid-upload (503 6000212, nothing half-stored). Between its phases scripts/s3-check.sh restarts the server on the
 same data directory with the other backend: files follow the storage their blobs recorded.
 
-usage: s3-check.py PHASE PARLEY_URL PARLEY_KEY MOTO_URL BUCKET DATA_DIR MOTO_PID STATE_FILE
+usage: s3-check.py setup MOTO_URL BUCKET   (an IAM user allowed s3:*, its key and the bucket; prints the key)
+       s3-check.py PHASE PARLEY_URL PARLEY_KEY MOTO_URL BUCKET DATA_DIR MOTO_PID STATE_FILE   (S3_ACCESS_KEY_ID and
+       S3_SECRET_ACCESS_KEY in the environment)
   PHASE s3:       the backend is s3 (uploads, ranges, dedupe, deletes, images); writes STATE_FILE
   PHASE postgres: the backend switched to postgres, the S3 settings kept: the files in S3 still download, and a new
                   upload goes to PostgreSQL
@@ -25,11 +27,25 @@ import zlib
 
 import boto3
 
+if sys.argv[1] == "setup":
+    # moto lets the first requests through unsigned (INITIAL_NO_AUTH_ACTION_COUNT): these three. From then on it
+    # checks every signature, Parley's included.
+    moto_url, bucket = sys.argv[2:4]
+    iam = boto3.client("iam", endpoint_url=moto_url, region_name="us-east-1", aws_access_key_id="setup", aws_secret_access_key="setup")
+    iam.create_user(UserName="parley")
+    iam.put_user_policy(UserName="parley", PolicyName="files", PolicyDocument=json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+    created = iam.create_access_key(UserName="parley")["AccessKey"]
+    boto3.client("s3", endpoint_url=moto_url, region_name="us-east-1", aws_access_key_id=created["AccessKeyId"],
+                 aws_secret_access_key=created["SecretAccessKey"]).create_bucket(Bucket=bucket)
+    print(created["AccessKeyId"], created["SecretAccessKey"])
+    sys.exit(0)
+
 PHASE, PARLEY, KEY, MOTO, BUCKET, DATA, MOTO_PID, STATE_FILE = sys.argv[1:9]
 MOTO_PID = int(MOTO_PID)
 parsed = urllib.parse.urlparse(PARLEY)
-s3 = boto3.client("s3", endpoint_url=MOTO, region_name="us-east-1", aws_access_key_id="parley-check",
-                  aws_secret_access_key="parley-check-secret")
+s3 = boto3.client("s3", endpoint_url=MOTO, region_name="us-east-1", aws_access_key_id=os.environ["S3_ACCESS_KEY_ID"],
+                  aws_secret_access_key=os.environ["S3_SECRET_ACCESS_KEY"])
 checks = 0
 
 
@@ -131,6 +147,14 @@ if PHASE == "back":
 
 if PHASE == "s3":
     check(objects() == {}, "the bucket starts empty")
+    forged = boto3.client("s3", endpoint_url=MOTO, region_name="us-east-1", aws_access_key_id=os.environ["S3_ACCESS_KEY_ID"],
+                          aws_secret_access_key="not-the-secret")
+    try:
+        forged.list_objects_v2(Bucket=BUCKET)
+        refused = ""
+    except Exception as error:  # botocore's ClientError
+        refused = str(error)
+    check("SignatureDoesNotMatch" in refused, "moto checks signatures (a wrong secret is refused), so it verified each of Parley's")
 
     # A small file: one PUT.
     small = os.urandom(100_000)

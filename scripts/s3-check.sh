@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The `s3` file storage backend end to end (docs/files.md#storage): starts moto (an S3-compatible server from PyPI, in a
-# venv under .build) on a free loopback port, creates a bucket, starts Parley with PARLEY_FILES_BACKEND=s3 on a fresh
-# data directory, and runs scripts/s3-check.py against both. Everything it starts it stops by pid.
+# venv under .build) on a free loopback port with its authentication on, so every request Parley signs is verified by
+# moto's own Signature Version 4 (botocore's); creates an IAM user, its key and a bucket; starts Parley with
+# PARLEY_FILES_BACKEND=s3 on a fresh data directory, and runs scripts/s3-check.py against both. Everything it starts
+# it stops by pid.
 # S3_CHECK_BIN picks the binary (default: the release build, built here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,21 +19,21 @@ bin=${S3_CHECK_BIN:-.build/release/parley}
 
 moto_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
 moto_log=$(mktemp /tmp/parley-moto-XXXXXX.log)
-"$S3_VENV/bin/moto_server" -H 127.0.0.1 -p "$moto_port" >"$moto_log" 2>&1 &
+# The first 3 requests (the IAM user, its policy, its key) need no signature; every later one must be signed right.
+INITIAL_NO_AUTH_ACTION_COUNT=3 "$S3_VENV/bin/moto_server" -H 127.0.0.1 -p "$moto_port" >"$moto_log" 2>&1 &
 moto_pid=$!
 stop_moto() { kill "$moto_pid" 2>/dev/null || true; wait "$moto_pid" 2>/dev/null || true; rm -f "$moto_log"; }
 for _ in $(seq 1 60); do
-  curl -s "http://127.0.0.1:$moto_port/" >/dev/null 2>&1 && break
+  # A TCP connect, not a request: a request would use up one of the unauthenticated ones.
+  python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1).close()' "$moto_port" 2>/dev/null && break
   kill -0 "$moto_pid" 2>/dev/null || { cat "$moto_log"; echo "moto exited"; exit 1; }
   sleep 0.25
 done
 bucket=parley-files
-"$S3_VENV/bin/python" -c "import boto3,sys; boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', \
-aws_access_key_id='parley-check', aws_secret_access_key='parley-check-secret').create_bucket(Bucket=sys.argv[2])" \
-  "http://127.0.0.1:$moto_port" "$bucket"
+read -r access_key_id secret_access_key < <("$S3_VENV/bin/python" scripts/s3-check.py setup "http://127.0.0.1:$moto_port" "$bucket")
 
 s3_settings=(PARLEY_FILES_S3_ENDPOINT="http://127.0.0.1:$moto_port" PARLEY_FILES_S3_BUCKET="$bucket" PARLEY_FILES_S3_REGION=us-east-1
-  PARLEY_FILES_S3_ACCESS_KEY_ID=parley-check PARLEY_FILES_S3_SECRET_ACCESS_KEY=parley-check-secret)
+  PARLEY_FILES_S3_ACCESS_KEY_ID="$access_key_id" PARLEY_FILES_S3_SECRET_ACCESS_KEY="$secret_access_key")
 # shellcheck source=scripts/serve-fresh.sh
 source scripts/serve-fresh.sh
 serve_fresh "$bin" s3 PARLEY_FILES_BACKEND=s3 "${s3_settings[@]}"
@@ -55,8 +57,8 @@ restart() {
 
 phase() {
   echo "-- phase $1"
-  if ! "$S3_VENV/bin/python" scripts/s3-check.py "$1" "http://127.0.0.1:$port" "$key" "http://127.0.0.1:$moto_port" "$bucket" "$data" \
-    "$moto_pid" "$state"; then
+  if ! S3_ACCESS_KEY_ID="$access_key_id" S3_SECRET_ACCESS_KEY="$secret_access_key" "$S3_VENV/bin/python" scripts/s3-check.py "$1" \
+    "http://127.0.0.1:$port" "$key" "http://127.0.0.1:$moto_port" "$bucket" "$data" "$moto_pid" "$state"; then
     echo "== server log"; tail -n 40 "$log"
     echo "== moto log"; tail -n 20 "$moto_log" 2>/dev/null || true
     exit 1
