@@ -41,6 +41,17 @@ public struct Configuration: Sendable {
         Setting(
             variable: "PARLEY_PUBLIC_URL", flag: "--public-url",
             help: "base of the signed file URLs, e.g. https://chat.example.com (default: the request's scheme and Host)"),
+        Setting(
+            variable: "PARLEY_FILES_BACKEND", flag: "--files-backend",
+            help: "where file bytes are stored: postgres (default) or s3 (then the PARLEY_FILES_S3_* settings)"),
+        Setting(variable: "PARLEY_FILES_S3_ENDPOINT", flag: "--files-s3-endpoint", help: "S3 service URL, http(s)://host[:port]"),
+        Setting(variable: "PARLEY_FILES_S3_BUCKET", flag: "--files-s3-bucket", help: "S3 bucket the file bytes go to (must exist)"),
+        Setting(variable: "PARLEY_FILES_S3_REGION", flag: "--files-s3-region", help: "S3 region requests are signed for (default us-east-1)"),
+        Setting(variable: "PARLEY_FILES_S3_ACCESS_KEY_ID", flag: "--files-s3-access-key-id", help: "S3 access key id"),
+        Setting(variable: "PARLEY_FILES_S3_SECRET_ACCESS_KEY", flag: "--files-s3-secret-access-key", help: "S3 secret access key"),
+        Setting(
+            variable: "PARLEY_FILES_S3_PATH_STYLE", flag: "--files-s3-path-style",
+            help: "1: endpoint/bucket/key; 0: bucket.host/key (default 1 for an IP address or localhost, else 0)"),
     ]
 
     public var listenHost = "127.0.0.1"
@@ -71,6 +82,8 @@ public struct Configuration: Sendable {
     /// The scheme, host and optional port (and path prefix) clients reach the server at, for signed file URLs; nil:
     /// each request's own `Host` (docs/files.md#signed-urls).
     public var publicURL: String?
+    /// Where file bytes go (docs/files.md#storage); metadata is always in PostgreSQL.
+    public var fileStorage = FileStorageSettings()
     public var requestHeadTimeoutMillis = 10_000
     public var requestBodyTimeoutMillis = 30_000
     /// Tests only (no setting reads it): the message writer's overload threshold (docs/errors.md#rate-limits,
@@ -179,7 +192,55 @@ public struct Configuration: Sendable {
             }
             config.publicURL = trimmed
         }
+        config.fileStorage = try fileStorage(values)
         return config
+    }
+
+    /// The file storage of `values`: the backend new uploads go to (`postgres` unless `PARLEY_FILES_BACKEND` says
+    /// `s3`) and the bucket, whenever its endpoint is given (the `s3` backend needs it, with its bucket and keys).
+    private static func fileStorage(_ values: [String: String]) throws(Invalid) -> FileStorageSettings {
+        let name = values["PARLEY_FILES_BACKEND"]?.lowercased() ?? "postgres"
+        guard let backend = FileBackend(rawValue: name) else {
+            throw Invalid(description: "PARLEY_FILES_BACKEND (--files-backend) must be postgres or s3, got \"\(name)\"")
+        }
+        guard values["PARLEY_FILES_S3_ENDPOINT"] != nil || backend == .s3 else { return FileStorageSettings(backend: backend) }
+        func required(_ variable: String) throws(Invalid) -> String {
+            guard let value = values[variable] else {
+                let flag = settings.first { $0.variable == variable }?.flag ?? ""
+                throw Invalid(
+                    description:
+                        "\(variable) (\(flag)) is required with the s3 file storage (PARLEY_FILES_BACKEND=s3 or PARLEY_FILES_S3_ENDPOINT set)")
+            }
+            return value
+        }
+        var endpoint = try required("PARLEY_FILES_S3_ENDPOINT")
+        if endpoint.hasSuffix("/") { endpoint.removeLast() }
+        guard endpoint.hasPrefix("http://") || endpoint.hasPrefix("https://"),
+            !endpoint.dropFirst(endpoint.hasPrefix("https://") ? 8 : 7).contains(where: { "/?#@ ".contains($0) })
+        else {
+            throw Invalid(description: "PARLEY_FILES_S3_ENDPOINT (--files-s3-endpoint) must be http(s)://host[:port], got \"\(endpoint)\"")
+        }
+        let bucket = try required("PARLEY_FILES_S3_BUCKET")
+        guard (3...63).contains(bucket.utf8.count),
+            bucket.utf8.allSatisfy({ ($0 >= 97 && $0 <= 122) || ($0 >= 48 && $0 <= 57) || $0 == 45 || $0 == 46 })
+        else {
+            throw Invalid(
+                description: "PARLEY_FILES_S3_BUCKET (--files-s3-bucket) must be 3-63 lower-case letters, digits, dots and hyphens, got \"\(bucket)\""
+            )
+        }
+        var pathStyle = S3Settings.defaultPathStyle(endpoint: endpoint)
+        if let style = values["PARLEY_FILES_S3_PATH_STYLE"] {
+            switch style.lowercased() {
+            case "1", "true": pathStyle = true
+            case "0", "false": pathStyle = false
+            default: throw Invalid(description: "PARLEY_FILES_S3_PATH_STYLE (--files-s3-path-style) must be 0 or 1, got \"\(style)\"")
+            }
+        }
+        let s3 = S3Settings(
+            endpoint: endpoint, bucket: bucket, region: values["PARLEY_FILES_S3_REGION"] ?? "us-east-1",
+            accessKeyID: try required("PARLEY_FILES_S3_ACCESS_KEY_ID"), secretAccessKey: try required("PARLEY_FILES_S3_SECRET_ACCESS_KEY"),
+            pathStyle: pathStyle)
+        return FileStorageSettings(backend: backend, s3: s3)
     }
 
     /// The `parley serve --help` text.

@@ -40,6 +40,8 @@ public final class PostgresConnection {
     /// The open transaction was committed by ``queryCommitting(sql:_:)`` (its COMMIT went out with its last statement):
     /// the `transaction` wrapper's own COMMIT then sends nothing.
     private var committedWithLastStatement = false
+    /// Work waiting for the open transaction's COMMIT (``afterCommit(_:)``).
+    private var workAfterCommit: [() -> Void] = []
 
     /// Beyond this many cached statements new SQL runs unnamed, so ad-hoc SQL cannot grow the cache forever.
     static let maxPreparedStatements = 512
@@ -274,28 +276,46 @@ public final class PostgresConnection {
         return try exchange { PQsendQuery(handle, sql) }
     }
 
+    /// Runs `work` once the open transaction has committed, or now when none is open; a rollback drops it (so does a
+    /// rollback to a savepoint taken before it was added). For side effects outside the database that must not happen
+    /// for a change that did not happen, and must not hold the transaction open: deleting a stored object whose row
+    /// the transaction deletes. It runs on this connection's thread, after COMMIT answered.
+    public func afterCommit(_ work: @escaping () -> Void) {
+        if inTransaction || deferredBegin != nil { workAfterCommit.append(work) } else { work() }
+    }
+
+    /// Runs (and forgets) the work waiting for the commit that just succeeded.
+    private func runWorkAfterCommit() {
+        guard !workAfterCommit.isEmpty else { return }
+        let work = workAfterCommit
+        workAfterCommit = []
+        for item in work { item() }
+    }
+
     /// Opens a transaction whose BEGIN goes out with its first statement (see `deferredBegin`).
     func begin(_ isolation: PostgresIsolation) throws(PostgresError) {
+        workAfterCommit = []
         committedWithLastStatement = false
         guard !inTransaction else { throw PostgresError(kind: .query, message: "a transaction is already open on this connection") }
         deferredBegin = isolation.beginSQL
     }
 
-    /// COMMIT, or nothing when the transaction ran no statement (its BEGIN was never sent).
+    /// COMMIT, or nothing when the transaction ran no statement (its BEGIN was never sent); then the work waiting for
+    /// it (``afterCommit(_:)``).
     func commit() throws(PostgresError) {
         if deferredBegin != nil {
             deferredBegin = nil
-            return
-        }
-        if committedWithLastStatement {
+        } else if committedWithLastStatement {
             committedWithLastStatement = false
-            return
+        } else {
+            try simpleQuery("COMMIT")
         }
-        try simpleQuery("COMMIT")
+        runWorkAfterCommit()
     }
 
     /// ROLLBACK, or nothing when the transaction ran no statement; errors are dropped (the caller is already failing).
     func rollback() {
+        workAfterCommit = []
         committedWithLastStatement = false
         if deferredBegin != nil {
             deferredBegin = nil
@@ -351,11 +371,13 @@ public final class PostgresConnection {
         nextSavepointID += 1
         let name = "parley_sp_\(nextSavepointID)"
         try simpleQuery("SAVEPOINT \(name)")
+        let waiting = workAfterCommit.count
         do {
             let value = try body(self)
             try simpleQuery("RELEASE SAVEPOINT \(name)")
             return value
         } catch {
+            workAfterCommit.removeSubrange(min(waiting, workAfterCommit.count)...)
             if !isBroken {
                 _ = try? simpleQuery("ROLLBACK TO SAVEPOINT \(name)")
                 _ = try? simpleQuery("RELEASE SAVEPOINT \(name)")

@@ -299,6 +299,32 @@ struct FilesTests: ProblemAssertions {
         }
     }
 
+    /// A second node on the same database whose backend is `s3`, with a store that does not answer (a closed loopback
+    /// port): the files the first node stored in PostgreSQL still download and delete through it (each blob records
+    /// its storage), and its own uploads are 503 `6000212` with nothing half-stored. The S3 path itself runs against
+    /// moto in scripts/s3-check.sh.
+    @Test func blobsFollowTheirRecordedStorageAndAnUnreachableStoreIs503() throws {
+        try withApp { server, app in
+            let bytes = Self.randomBytes(600_000)
+            let fileID = try Files.uploaded(app, bytes, name: "kept.bin")
+            let s3Node = try TestServer.start(database: server.database) { configuration in
+                configuration.fileStorage = FileStorageSettings(
+                    backend: .s3,
+                    s3: S3Settings(
+                        endpoint: "http://127.0.0.1:9", bucket: "parley-files", region: "us-east-1", accessKeyID: "id",
+                        secretAccessKey: "secret", pathStyle: true))
+            }
+            defer { s3Node.stop() }
+            let back = try Files.get(s3Node, "/v1/files/\(fileID)", bearer: app.key)
+            #expect(back.status == 200 && back.body == bytes, "a postgres blob downloads through the s3 node")
+            let refused = try Files.upload(s3Node, Self.randomBytes(1000), name: "new.bin", bearer: app.key)
+            Self.expectProblem(refused, 503, .fileStorageUnavailable)
+            #expect(try Files.blobs(server, app) == 1, "the refused upload left no blob")
+            #expect(try s3Node.request(.delete, "/v1/files/\(fileID)", bearer: app.key).status == 204)
+            #expect(try Files.blobs(server, app) == 0, "the s3 node deleted the postgres blob")
+        }
+    }
+
     @Test func aLargeUploadStreamsThroughAndBackIdentically() throws {
         try withApp(settings: #"{"file_max_bytes":67108864}"#) { server, app in
             let bytes = Self.randomBytes(12 << 20)

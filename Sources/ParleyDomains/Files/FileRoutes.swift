@@ -42,7 +42,8 @@ package enum FileRoutes {
 
         api.add(.delete, "/v1/files/{file_id}", .appOrUser, "deleteFile") { ctx in
             let fileID = try ctx.pathID("file_id", .opaque)
-            try FileService(ctx).delete(fileID, byUser: ctx.tokenUserID)
+            let objects = try FileService(ctx).delete(fileID, byUser: ctx.tokenUserID)
+            FileTransfer(services: ctx.services, appID: ctx.appID).removeObjects(objects)
             return Reply.noContent()
         }
 

@@ -109,15 +109,17 @@ package struct FileService: DomainService {
     /// Makes an upload a file: the app's usage row locked (uploads of one app record one at a time, so the quota
     /// holds), each new blob deduplicated against what the app stores (when the app already stores those bytes, the
     /// new blob is deleted and the file references the stored one), the quota checked against the bytes really added,
-    /// the file and usage written.
-    func record(_ upload: Upload, plan: UploadPlan, fileID: String) throws -> StoredFile {
+    /// the file and usage written. Returns the file and the new blobs whose bytes are S3 objects the dedupe dropped
+    /// (the caller deletes them once this committed).
+    func record(_ upload: Upload, plan: UploadPlan, fileID: String) throws -> (file: StoredFile, droppedObjects: [String]) {
         try db.transaction { db in
             let usedBytes = try FileStore.lockUsage(appID: appID, on: db)
             var addedBytes: Int64 = 0
+            var droppedObjects: [String] = []
             func keep(_ blob: NewBlob) throws -> String {
                 if let stored = try FileStore.storedBlob(appID: appID, sha256: blob.sha256, on: db) {
                     try FileStore.addReference(appID: appID, blobID: stored.blobID, on: db)
-                    try FileStore.deleteBlob(appID: appID, blobID: blob.blobID, on: db)
+                    if try FileStore.deleteBlob(appID: appID, blobID: blob.blobID, on: db) == .s3 { droppedObjects.append(blob.blobID) }
                     return stored.blobID
                 }
                 try FileStore.markStored(appID: appID, blobID: blob.blobID, sha256: blob.sha256, size: blob.size, on: db)
@@ -143,7 +145,7 @@ package struct FileService: DomainService {
                 height: upload.height, durationMillis: upload.durationMillis, variants: variants)
             try FileStore.insert(file, appID: appID, on: db)
             try FileStore.addUsage(appID: appID, bytes: addedBytes, files: 1, on: db)
-            return file
+            return (file, droppedObjects)
         }
     }
 
@@ -175,19 +177,21 @@ package struct FileService: DomainService {
     }
 
     /// Deletes a file: the app, or the user who uploaded it. Its blob goes with its last file; the app's usage follows;
-    /// `file.deleted` tells the owner.
-    package func delete(_ fileID: String, byUser userID: String?) throws {
+    /// `file.deleted` tells the owner. Returns the blobs that went whose bytes are S3 objects: the caller deletes them
+    /// after the commit, so no transaction waits on the object store.
+    package func delete(_ fileID: String, byUser userID: String?) throws -> [String] {
         try db.transaction { db in
+            var objects: [String] = []
             guard let file = try FileStore.fetch(appID: appID, fileID: fileID, forUpdate: true, on: db) else { throw Self.notFound(fileID) }
             if let userID, file.ownerID != userID {
                 throw APIError(.filePermissionDenied, "only the app or the user who uploaded file \(fileID) may delete it")
             }
             _ = try FileStore.lockUsage(appID: appID, on: db)
             try FileStore.delete(appID: appID, fileID: fileID, on: db)
-            var freed = try FileStore.dropReference(appID: appID, blobID: file.blobID, on: db)
+            var freed = try FileStore.dropReference(appID: appID, blobID: file.blobID, objects: &objects, on: db)
             // The original variant is the file's own blob, dropped above.
             for (variant, stored) in file.variants where variant != .original {
-                freed += try FileStore.dropReference(appID: appID, blobID: stored.blobID, on: db)
+                freed += try FileStore.dropReference(appID: appID, blobID: stored.blobID, objects: &objects, on: db)
             }
             try FileStore.addUsage(appID: appID, bytes: -freed, files: -1, on: db)
             if let owner = file.ownerID {
@@ -197,16 +201,19 @@ package struct FileService: DomainService {
                     [NewEvent(type: "file.deleted", data: data.finish(), audience: [owner], orderKey: "user:\(owner)")], appID: appID, now: now,
                     on: db)
             }
+            return objects
         }
     }
 
     /// Deletes up to `limit` files created before `horizon` that no stored message names (the app's
-    /// `file_retention_days`, docs/files.md#retention), each as ``delete(_:byUser:)`` would; returns how many went.
-    func deleteExpired(olderThan horizon: Int64, limit: Int) throws -> Int {
+    /// `file_retention_days`, docs/files.md#retention), each as ``delete(_:byUser:)`` would; returns how many went and
+    /// the blobs whose S3 objects the caller deletes after the commit.
+    func deleteExpired(olderThan horizon: Int64, limit: Int) throws -> (count: Int, objects: [String]) {
         try db.transaction { db in
             let expired = try FileStore.expired(appID: appID, before: horizon, limit: limit, on: db)
-            for fileID in expired { try delete(fileID, byUser: nil) }
-            return expired.count
+            var objects: [String] = []
+            for fileID in expired { objects += try delete(fileID, byUser: nil) }
+            return (expired.count, objects)
         }
     }
 
@@ -216,12 +223,15 @@ package struct FileService: DomainService {
     // MARK: - Abandoned uploads
 
     /// Deletes blobs whose upload started over a day ago and never finished (the node that ran it died), a batch at a
-    /// time; returns how many went.
-    static func sweepAbandoned(now: Int64, on db: PostgresConnection) throws -> Int {
+    /// time; returns how many went and those whose bytes are S3 objects (the caller deletes them after the commit).
+    static func sweepAbandoned(now: Int64, on db: PostgresConnection) throws -> (count: Int, objects: [(appID: String, blobID: String)]) {
         try db.transaction { db in
             let abandoned = try FileStore.abandonedBlobs(before: now - FileLimits.abandonedUploadMillis, limit: 100, on: db)
-            for blob in abandoned { try FileStore.deleteBlob(appID: blob.appID, blobID: blob.blobID, on: db) }
-            return abandoned.count
+            var objects: [(appID: String, blobID: String)] = []
+            for blob in abandoned where try FileStore.deleteBlob(appID: blob.appID, blobID: blob.blobID, on: db) == .s3 {
+                objects.append(blob)
+            }
+            return (abandoned.count, objects)
         }
     }
 }

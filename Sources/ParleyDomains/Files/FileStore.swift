@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// The SQL of files, their blobs and the blobs' chunks (Migrations/0024_files.sql). No rules: ``FileService`` and
+/// The SQL of files, their blobs and the blobs' chunks (Migrations/0024_files.sql, 0027_file_blob_storage.sql). No rules: ``FileService`` and
 /// ``FileTransfer`` decide.
 package enum FileStore {
     private static let fileColumns =
@@ -10,9 +10,19 @@ package enum FileStore {
 
     // MARK: - Blobs and chunks
 
-    /// A new blob an upload writes its chunks under, in state `uploading`.
-    static func createBlob(appID: String, blobID: String, now: Int64, on db: PostgresConnection) throws {
-        try db.query("INSERT INTO file_blobs (app_id, blob_id, state, created_at) VALUES (\(appID), \(blobID), 'uploading', \(now))")
+    /// A new blob an upload writes its bytes under, in state `uploading`, in `storage`.
+    static func createBlob(appID: String, blobID: String, storage: FileBackend, now: Int64, on db: PostgresConnection) throws {
+        try db.query(
+            """
+            INSERT INTO file_blobs (app_id, blob_id, state, created_at, storage)
+            VALUES (\(appID), \(blobID), 'uploading', \(now), \(storage.rawValue))
+            """)
+    }
+
+    /// Where blob `blobID`'s bytes are; nil when the blob is gone (or its storage is one this binary does not know).
+    static func storage(appID: String, blobID: String, on db: PostgresConnection) throws -> FileBackend? {
+        try db.query("SELECT storage FROM file_blobs WHERE app_id = \(appID) AND blob_id = \(blobID)").decodeFirst(String.self)
+            .flatMap(FileBackend.init(rawValue:))
     }
 
     /// Writes `chunks` of blob `blobID` as chunks `first`, `first + 1`, … in one transaction (one commit, one WAL flush,
@@ -59,19 +69,22 @@ package enum FileStore {
     }
 
     /// One file fewer references the blob; returns the bytes freed when that was the last reference (the blob and its
-    /// chunks are then deleted), else 0.
-    static func dropReference(appID: String, blobID: String, on db: PostgresConnection) throws -> Int64 {
+    /// chunks are then deleted, and an S3 blob joins `objects`, whose objects go after the commit), else 0.
+    static func dropReference(appID: String, blobID: String, objects: inout [String], on db: PostgresConnection) throws -> Int64 {
         let refs = try db.query(
             "UPDATE file_blobs SET refs = refs - 1 WHERE app_id = \(appID) AND blob_id = \(blobID) RETURNING refs, size"
         ).decodeFirst((Int64, Int64).self)
         guard let (left, size) = refs, left <= 0 else { return 0 }
-        try deleteBlob(appID: appID, blobID: blobID, on: db)
+        if try deleteBlob(appID: appID, blobID: blobID, on: db) == .s3 { objects.append(blobID) }
         return size
     }
 
-    /// Deletes a blob and its chunks (an abandoned or duplicate upload, or the last reference gone).
-    static func deleteBlob(appID: String, blobID: String, on db: PostgresConnection) throws {
-        try db.query("DELETE FROM file_blobs WHERE app_id = \(appID) AND blob_id = \(blobID)")
+    /// Deletes a blob and its chunks (an abandoned or duplicate upload, or the last reference gone); returns where its
+    /// bytes were (an S3 object is the caller's to delete, once the transaction committed), nil when it was gone.
+    @discardableResult
+    static func deleteBlob(appID: String, blobID: String, on db: PostgresConnection) throws -> FileBackend? {
+        try db.query("DELETE FROM file_blobs WHERE app_id = \(appID) AND blob_id = \(blobID) RETURNING storage").decodeFirst(String.self)
+            .flatMap(FileBackend.init(rawValue:))
     }
 
     /// Blobs still `uploading` that started before `before`, oldest first (uploads whose node died).

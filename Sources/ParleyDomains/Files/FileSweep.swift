@@ -13,8 +13,10 @@ package enum FileSweep {
         var deleted = 0
         while true {
             let batch = try services.pool.withConnection { db in try FileService.sweepAbandoned(now: now, on: db) }
-            deleted += batch
-            if batch < batchSize { break }
+            // S3 objects after the commit (a multipart upload the node never finished is the bucket's lifecycle rule's).
+            for blob in batch.objects { S3BlobStorage.removeObjects(appID: blob.appID, blobIDs: [blob.blobID], services: services) }
+            deleted += batch.count
+            if batch.count < batchSize { break }
         }
         // Resumable uploads 24 h after their last PATCH (docs/files.md#resumable-uploads-tus), with their staged bytes.
         while true {
@@ -28,8 +30,9 @@ package enum FileSweep {
                 let batch = try services.pool.withConnection { db in
                     try FileService(db: db, appID: appID, now: now).deleteExpired(olderThan: now - days * 86_400_000, limit: batchSize)
                 }
-                deleted += batch
-                if batch < batchSize { break }
+                S3BlobStorage.removeObjects(appID: appID, blobIDs: batch.objects, services: services)
+                deleted += batch.count
+                if batch.count < batchSize { break }
             }
         }
         return deleted

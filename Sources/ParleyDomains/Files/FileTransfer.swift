@@ -3,10 +3,11 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Moves file bytes between a client and storage on a transfer thread (``Services/transfers``), in bounded memory:
-/// an upload's body is cut into chunks as it arrives and written a few chunks per borrowed connection; a download
-/// reads a few chunks per borrowed connection and writes them as fast as the client takes them. A slow client holds
-/// a transfer thread, never a database connection.
+/// Moves file bytes between a client and storage on a transfer thread (``Services/transfers``), in bounded memory.
+/// With the `postgres` backend an upload's body is cut into chunks as it arrives and written a few chunks per
+/// borrowed connection, and a download reads a few chunks per borrowed connection; with `s3` (``S3BlobStorage``) an
+/// upload goes to the bucket a part at a time and a download reads it a range at a time. Either way the client is
+/// written to as fast as it takes the bytes: a slow client holds a transfer thread, never a database connection.
 package struct FileTransfer: Sendable {
     let services: Services
     let appID: String
@@ -41,19 +42,32 @@ package struct FileTransfer: Sendable {
             let upload =
                 try plan.kind == .image ? receiveImage(plan, pieces: pieces, created: &created) : receiveFile(plan, pieces: pieces, created: &created)
             let fileID = IdentifierKind.generateID(prefix: "f_", length: 22)
-            let file = try services.pool.withConnection { db in
+            let (file, droppedObjects) = try services.pool.withConnection { db in
                 try FileService(db: db, appID: appID, now: services.clock.now()).record(upload, plan: plan, fileID: fileID)
             }
+            // Bytes the app already stored: the new copy's object goes, now that nothing can reference it.
+            S3BlobStorage.removeObjects(appID: appID, blobIDs: droppedObjects, services: services)
             services.metrics.fileUploaded(kind: plan.kind.rawValue, bytes: upload.uploadedSize)
             return file
         } catch {
-            if !created.isEmpty {
-                try? services.pool.withConnection { db in
-                    for blobID in created { try FileStore.deleteBlob(appID: appID, blobID: blobID, on: db) }
-                }
-            }
+            discard(created)
             throw error
         }
+    }
+
+    /// Deletes the blobs of a failed upload: their rows (and chunks), then the objects of those in S3.
+    private func discard(_ blobIDs: [String]) {
+        guard !blobIDs.isEmpty else { return }
+        var objects: [String] = []
+        try? services.pool.withConnection { db in
+            for blobID in blobIDs where try FileStore.deleteBlob(appID: appID, blobID: blobID, on: db) == .s3 { objects.append(blobID) }
+        }
+        S3BlobStorage.removeObjects(appID: appID, blobIDs: objects, services: services)
+    }
+
+    /// Deletes the S3 objects of blobs a committed delete removed (``FileService/delete(_:byUser:)``).
+    package func removeObjects(_ blobIDs: [String]) {
+        S3BlobStorage.removeObjects(appID: appID, blobIDs: blobIDs, services: services)
     }
 
     /// A file (not an image): streamed into one blob as it arrives. Audio and video are also copied to a private
@@ -159,15 +173,47 @@ package struct FileTransfer: Sendable {
             }, maxBytes: nil, tooLarge: nil, created: &created)
     }
 
-    /// Stores `pieces` as a new blob in chunks, a few per borrowed connection, hashing them on the way. The blob's id joins `created` as soon as its row exists.
+    /// Stores `pieces` as a new blob in the configured backend, hashing them on the way. The blob's id joins `created`
+    /// as soon as its row exists (the object, in S3, may exist from then on too).
     private func storeBlob(
         pieces: () throws -> [UInt8]?, maxBytes: Int64?, tooLarge: APIError?, created: inout [String]
     ) throws -> FileService.NewBlob {
         let blobID = IdentifierKind.generateID(prefix: "b_", length: 22)
-        try services.pool.withConnection { db in try FileStore.createBlob(appID: appID, blobID: blobID, now: services.clock.now(), on: db) }
+        let storage = services.configuration.fileStorage.backend
+        try services.pool.withConnection { db in
+            try FileStore.createBlob(appID: appID, blobID: blobID, storage: storage, now: services.clock.now(), on: db)
+        }
         created.append(blobID)
         let hasher = Crypto.SHA256Hasher()
         var size: Int64 = 0
+        func next() throws -> [UInt8]? {
+            guard let piece = try pieces() else { return nil }
+            size += Int64(piece.count)
+            if let maxBytes, size > maxBytes, let tooLarge { throw tooLarge }
+            hasher.update(piece)
+            return piece
+        }
+        let empty = APIError.invalidParam("body", "the file is empty")
+        switch storage {
+        case .postgres:
+            try writeChunks(blobID: blobID, next)
+            if size == 0 { throw empty }
+        case .s3:
+            let writer = S3BlobWriter(client: try S3BlobStorage.client(services), key: S3Client.key(appID: appID, blobID: blobID))
+            do {
+                while let piece = try next() { try writer.append(piece) }
+                if size == 0 { throw empty }
+                try writer.finish()
+            } catch {
+                writer.abort()
+                throw error
+            }
+        }
+        return FileService.NewBlob(blobID: blobID, sha256: Crypto.hex(hasher.finish()), size: size)
+    }
+
+    /// The `postgres` backend: `pieces` cut into chunks, a few written per borrowed connection.
+    private func writeChunks(blobID: String, _ pieces: () throws -> [UInt8]?) throws {
         var pending: [UInt8] = []
         var ready: [[UInt8]] = []
         var written = 0
@@ -179,9 +225,6 @@ package struct FileTransfer: Sendable {
             ready = []
         }
         while let piece = try pieces() {
-            size += Int64(piece.count)
-            if let maxBytes, size > maxBytes, let tooLarge { throw tooLarge }
-            hasher.update(piece)
             pending += piece
             while pending.count >= FileLimits.chunkBytes {
                 ready.append(Array(pending[0..<FileLimits.chunkBytes]))
@@ -189,10 +232,8 @@ package struct FileTransfer: Sendable {
                 if ready.count == FileLimits.chunksPerRoundTrip { try flush() }
             }
         }
-        if size == 0 { throw APIError.invalidParam("body", "the file is empty") }
         if !pending.isEmpty { ready.append(pending) }
         try flush()
-        return FileService.NewBlob(blobID: blobID, sha256: Crypto.hex(hasher.finish()), size: size)
     }
 
     /// Runs a read of the body, with the ways a body ends early or malformed turned into the API's problems.
@@ -214,6 +255,11 @@ package struct FileTransfer: Sendable {
             services.metrics.fileStoreFailed()
             return ProblemRendering.response(APIError(.fileStorageUnavailable, "the file store does not answer"), requestID: request.requestID)
         }
+        if let error = error as? S3Error {
+            services.metrics.fileStoreFailed()
+            services.logger.warning("msg=\"file storage failed\" app=\(appID) error=\"\(error)\"")
+            return ProblemRendering.response(APIError(.fileStorageUnavailable, "the file store does not answer"), requestID: request.requestID)
+        }
         return ProblemRendering.handlerError(error, request: request, logger: services.logger)
     }
 
@@ -230,6 +276,19 @@ package struct FileTransfer: Sendable {
     /// thread; the stream's backlog paces the reads, so memory holds at most a few chunks.
     package func send(blobID: String, span: Span, to stream: ResponseStream) {
         defer { stream.close() }
+        let storage: FileBackend?
+        do { storage = try services.pool.withConnection { db in try FileStore.storage(appID: appID, blobID: blobID, on: db) } } catch {
+            services.logger.warning("msg=\"file download cut short\" app=\(appID) blob=\(blobID) error=\"\(error)\"")
+            return
+        }
+        switch storage {
+        case .s3: sendObject(blobID: blobID, span: span, to: stream)
+        case .postgres, nil: sendChunks(blobID: blobID, span: span, to: stream)
+        }
+    }
+
+    /// The `postgres` backend: a few chunks read per borrowed connection.
+    private func sendChunks(blobID: String, span: Span, to stream: ResponseStream) {
         let chunk = Int64(FileLimits.chunkBytes)
         var next = Int(span.start / chunk)
         let last = Int((span.end - 1) / chunk)
@@ -258,6 +317,36 @@ package struct FileTransfer: Sendable {
                 sent += to - from
             }
             next = end
+        }
+        services.metrics.fileDownloaded(bytes: sent)
+    }
+
+    /// The `s3` backend: one ranged `GET` of ``S3BlobStorage/rangeBytes`` at a time, written in chunk-sized slices as
+    /// the client takes them.
+    private func sendObject(blobID: String, span: Span, to stream: ResponseStream) {
+        var sent: Int64 = 0
+        do {
+            let client = try S3BlobStorage.client(services)
+            let key = S3Client.key(appID: appID, blobID: blobID)
+            var next = span.start
+            while next < span.end && !stream.isClosed {
+                let end = min(span.end, next + Int64(S3BlobStorage.rangeBytes))
+                let bytes = try client.getObject(key: key, start: next, end: end)
+                var offset = 0
+                while offset < bytes.count {
+                    stream.waitForBacklog(below: 2 * FileLimits.chunkBytes)
+                    if stream.isClosed { return }
+                    let slice = min(bytes.count, offset + FileLimits.chunkBytes)
+                    stream.write(Array(bytes[offset..<slice]))
+                    sent += Int64(slice - offset)
+                    offset = slice
+                }
+                next = end
+            }
+        } catch {
+            // Storage failed mid-body: the client sees the connection close short of Content-Length.
+            services.logger.warning("msg=\"file download cut short\" app=\(appID) blob=\(blobID) error=\"\(error)\"")
+            return
         }
         services.metrics.fileDownloaded(bytes: sent)
     }

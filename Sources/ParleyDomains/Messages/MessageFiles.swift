@@ -160,18 +160,31 @@ package enum MessageFiles {
 
     // MARK: - Revoke and delete for everyone
 
+    /// Deletes the stored objects (S3) of blobs `blobIDs` of app `appID` whose rows a committed transaction deleted.
+    typealias ObjectRemover = @Sendable (_ appID: String, _ blobIDs: [String]) -> Void
+
+    /// The node's ``ObjectRemover``.
+    static func objectRemover(_ services: Services) -> ObjectRemover {
+        { appID, blobIDs in S3BlobStorage.removeObjects(appID: appID, blobIDs: blobIDs, services: services) }
+    }
+
     /// Forgets which files message `messageID` named (it was revoked or deleted for everyone) and, with the app setting
-    /// `delete_files_with_messages`, deletes those no other message names. Runs in the caller's transaction.
-    static func messageRemoved(_ messageID: String, appID: String, deleteFiles: Bool, now: Int64, on db: PostgresConnection) throws {
+    /// `delete_files_with_messages`, deletes those no other message names. Runs in the caller's transaction; the
+    /// deleted files' objects in S3 go once it has committed (`removeObjects`).
+    static func messageRemoved(
+        _ messageID: String, appID: String, deleteFiles: Bool, removeObjects: @escaping ObjectRemover, now: Int64, on db: PostgresConnection
+    ) throws {
         let named = try MessageFileStore.forget(messageID: messageID, appID: appID, on: db)
         guard !named.isEmpty, deleteFiles else { return }
         let files = FileService(db: db, appID: appID, now: now)
+        var objects: [String] = []
         for fileID in named {
             if try MessageFileStore.isNamed(fileID: fileID, appID: appID, on: db) { continue }
-            do { try files.delete(fileID, byUser: nil) } catch let error as APIError where error.code == .fileNotFound {
+            do { objects += try files.delete(fileID, byUser: nil) } catch let error as APIError where error.code == .fileNotFound {
                 continue  // deleted already
             }
         }
+        if !objects.isEmpty { db.afterCommit { removeObjects(appID, objects) } }
     }
 }
 

@@ -42,6 +42,12 @@ public final class HTTPClientConnection {
         try self.init(endpoint: HTTPClientEndpoint(host: host, port: port), connectTimeout: connectTimeout, timeout: timeout)
     }
 
+    /// Connects now to the scheme, host and port of `url` (`http[s]://host[:port]`, any path ignored): TLS for `https`,
+    /// verified against the system trust store. No address is refused (the caller's configuration chose it).
+    public convenience init(url: String, connectTimeout: Duration = .seconds(5), timeout: Duration = .seconds(10)) throws {
+        try self.init(endpoint: HTTPClientEndpoint(HTTPClientURL(url)), connectTimeout: connectTimeout, timeout: timeout)
+    }
+
     /// Connects now to `endpoint`, before `deadline` if one is given.
     init(endpoint: HTTPClientEndpoint, connectTimeout: Duration, timeout: Duration, deadline: ContinuousClock.Instant? = nil)
         throws

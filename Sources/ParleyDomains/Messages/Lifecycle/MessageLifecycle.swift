@@ -24,19 +24,23 @@ struct MessageLifecycle {
     /// The app's `delete_files_with_messages`: a revoke or delete for everyone deletes the files only that message named
     /// (docs/files.md#files-in-messages).
     var deleteFiles = true
+    /// Deletes the S3 objects of the files deleted with a message, after the commit.
+    var removeObjects: MessageFiles.ObjectRemover
 
     init(_ ctx: APIContext) {
         service = MessageService(ctx)
         revokeWindowS = ctx.app.settings.int("revoke_window_s")
         editWindowS = ctx.app.settings.int("edit_window_s")
         deleteFiles = ctx.app.settings.bool("delete_files_with_messages")
+        removeObjects = MessageFiles.objectRemover(ctx.services)
     }
 
     /// For a revoke written in a batch (``MessageRevokes``), with what its request read.
-    init(service: MessageService, revokeWindowS: Int64, deleteFiles: Bool) {
+    init(service: MessageService, revokeWindowS: Int64, deleteFiles: Bool, removeObjects: @escaping MessageFiles.ObjectRemover) {
         self.service = service
         self.revokeWindowS = revokeWindowS
         self.deleteFiles = deleteFiles
+        self.removeObjects = removeObjects
     }
 
     /// Who acts: a user (a token, or the app naming `operator`) or the app itself; `skipChecks` (app only) acts as
@@ -305,7 +309,8 @@ struct MessageLifecycle {
     private func goneEffects(_ message: Message, on db: PostgresConnection) throws -> [NewEvent] {
         if message.reactions != Array("[]".utf8) { try MessageStore.deleteReactions(appID: appID, messageID: message.messageID, on: db) }
         if let type = MessageType(rawValue: message.type), type.isMedia || type == .multiple {
-            try MessageFiles.messageRemoved(message.messageID, appID: appID, deleteFiles: deleteFiles, now: now, on: db)
+            try MessageFiles.messageRemoved(
+                message.messageID, appID: appID, deleteFiles: deleteFiles, removeObjects: removeObjects, now: now, on: db)
         }
         guard let root = message.rootMessageID else { return [] }
         let count = try MessageStore.recountReplies(appID: appID, rootID: root, on: db)

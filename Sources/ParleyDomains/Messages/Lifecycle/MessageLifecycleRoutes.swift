@@ -13,7 +13,7 @@ package enum MessageLifecycleRoutes {
             @escaping @Sendable (_ db: PostgresConnection, _ appID: String, _ messageID: String, _ push: JSONValue?, _ now: Int64)
             throws -> Void
     ) {
-        let revokes = MessageRevokes(pool: pool, revokePush: revokePush)
+        let revokes = MessageRevokes(pool: pool, removeObjects: MessageFiles.objectRemover(api.services), revokePush: revokePush)
         api.add(.post, "/v1/messages/{message_id}/revoke", .appOrUser, "revokeMessage") { ctx in
             let messageID = try ctx.pathID("message_id", .opaque)
             var body = try ctx.body()

@@ -31,9 +31,10 @@ final class MessageRevokes: Sendable {
 
     private let batches: KeyedBatcher<Job, Message>
 
-    init(pool: PostgresPool, revokePush: @escaping MessageLifecycle.RevokePush) {
+    /// `removeObjects`: deletes the S3 objects of files deleted with a revoked message, after the commit.
+    init(pool: PostgresPool, removeObjects: @escaping MessageFiles.ObjectRemover, revokePush: @escaping MessageLifecycle.RevokePush) {
         batches = KeyedBatcher(pool: pool, maxBatch: Self.maxBatch) { jobs, appID, db in
-            try Self.write(jobs, appID: appID, revokePush: revokePush, on: db)
+            try Self.write(jobs, appID: appID, removeObjects: removeObjects, revokePush: revokePush, on: db)
         }
     }
 
@@ -44,7 +45,8 @@ final class MessageRevokes: Sendable {
 
     /// `jobs` in one transaction (their events appended together, last), or, after a database error, one by one.
     private static func write(
-        _ jobs: [Job], appID: String, revokePush: MessageLifecycle.RevokePush, on db: PostgresConnection
+        _ jobs: [Job], appID: String, removeObjects: @escaping MessageFiles.ObjectRemover, revokePush: MessageLifecycle.RevokePush,
+        on db: PostgresConnection
     ) throws -> [Result<Message, any Error>] {
         if jobs.count > 1 {
             do {
@@ -53,7 +55,9 @@ final class MessageRevokes: Sendable {
                     var results: [Result<Message, any Error>] = []
                     for job in jobs {
                         do {
-                            results.append(.success(try revoke(job, appID: appID, revokePush: revokePush, events: &events, on: db)))
+                            results.append(
+                                .success(try revoke(job, appID: appID, removeObjects: removeObjects, revokePush: revokePush, events: &events, on: db))
+                            )
                         } catch let problem as APIError {
                             results.append(.failure(problem))
                         }
@@ -69,17 +73,19 @@ final class MessageRevokes: Sendable {
             Result {
                 try db.transaction { db in
                     var events: [NewEvent]? = nil
-                    return try revoke(job, appID: appID, revokePush: revokePush, events: &events, on: db)
+                    return try revoke(job, appID: appID, removeObjects: removeObjects, revokePush: revokePush, events: &events, on: db)
                 }
             }
         }
     }
 
     private static func revoke(
-        _ job: Job, appID: String, revokePush: MessageLifecycle.RevokePush, events: inout [NewEvent]?, on db: PostgresConnection
+        _ job: Job, appID: String, removeObjects: @escaping MessageFiles.ObjectRemover, revokePush: MessageLifecycle.RevokePush,
+        events: inout [NewEvent]?, on db: PostgresConnection
     ) throws -> Message {
         let lifecycle = MessageLifecycle(
-            service: MessageService(db: db, appID: appID, now: job.now), revokeWindowS: job.revokeWindowS, deleteFiles: job.deleteFiles)
+            service: MessageService(db: db, appID: appID, now: job.now), revokeWindowS: job.revokeWindowS, deleteFiles: job.deleteFiles,
+            removeObjects: removeObjects)
         return try lifecycle.revokeLocked(
             job.messageID, by: job.actor, extendedData: job.extendedData, push: job.push, revokePush: revokePush, events: &events, on: db)
     }
