@@ -28,6 +28,35 @@ import Testing
         }
     }
 
+    /// Work waiting for a commit runs after it, only when it happens: not after a rollback, not when the savepoint that
+    /// added it rolls back, at once outside a transaction.
+    @Test func workAfterCommitRunsOnlyForACommit() throws {
+        let pool = PostgresPool(configuration: try freshDatabase(migrated: false), size: 1)
+        defer { pool.shutdown() }
+        let ran = Mutex<[String]>([])
+        let note: @Sendable (String) -> () -> Void = { name in { ran.withLock { $0.append(name) } } }
+        try pool.withConnection { try $0.simpleQuery("CREATE TABLE t (x int)") }
+        try pool.transaction { db in
+            try db.execute(sql: "INSERT INTO t VALUES (1)")
+            db.afterCommit(note("committed"))
+            _ = try? db.savepoint { db -> Void in
+                db.afterCommit(note("in a savepoint rolled back"))
+                throw Boom()
+            }
+            try db.savepoint { db in db.afterCommit(note("in a savepoint released")) }
+            #expect(ran.withLock { $0 }.isEmpty, "nothing runs before the commit")
+        }
+        #expect(throws: Boom.self) {
+            try pool.transaction { db in
+                try db.execute(sql: "INSERT INTO t VALUES (2)")
+                db.afterCommit(note("rolled back"))
+                throw Boom()
+            }
+        }
+        try pool.withConnection { db in db.afterCommit(note("no transaction")) }
+        #expect(ran.withLock { $0 } == ["committed", "in a savepoint released", "no transaction"])
+    }
+
     /// BEGIN goes out with the transaction's first statement (one pipeline, or in front of a simple query): the
     /// isolation level holds, the first statement runs inside the transaction whatever protocol it takes, an error in
     /// it leaves the transaction failed and rolled back, and a transaction that runs nothing sends nothing.
