@@ -135,14 +135,8 @@ package final class Metrics: Sendable {
         for (key, count) in sorted {
             out += "parley_http_requests_total{method=\"\(key.method)\",route=\"\(Self.escape(key.route))\",status=\"\(key.status)\"} \(count)\n"
         }
-        var cumulative: [Int] = []
-        var total = 0
-        for count in s.bucketCounts {
-            total += count
-            cumulative.append(total)
-        }
         out += Self.histogram(
-            "parley_http_request_duration_seconds", "HTTP request latency.", buckets: cumulative, count: s.durationCount,
+            "parley_http_request_duration_seconds", "HTTP request latency.", buckets: Self.cumulative(s.bucketCounts), count: s.durationCount,
             sum: s.durationSum)
         out += Self.metric("parley_http_connections_open", "gauge", "Open HTTP connections.", s.openConnections)
         out += Self.family("parley_messages_total", "counter", "Messages accepted by sends, by conversation type and storage.")
@@ -154,17 +148,20 @@ package final class Metrics: Sendable {
         for (kind, count) in s.uploads.sorted(by: { $0.key < $1.key }) { out += "parley_file_uploads_total{kind=\"\(kind)\"} \(count)\n" }
         out += Self.metric("parley_file_uploaded_bytes_total", "counter", "Bytes of the uploads stored as files.", s.uploadedBytes)
         out += Self.metric("parley_file_downloaded_bytes_total", "counter", "Bytes sent by file downloads.", s.downloadedBytes)
-        var derivations: [Int] = []
-        var derived = 0
-        for count in s.derivationBuckets {
-            derived += count
-            derivations.append(derived)
-        }
         out += Self.histogram(
             "parley_file_derivation_seconds", "Time to derive an image's variants or a video's first frame.", bounds: Self.derivationBuckets,
-            buckets: derivations, count: s.derivationCount, sum: s.derivationSum)
+            buckets: Self.cumulative(s.derivationBuckets), count: s.derivationCount, sum: s.derivationSum)
         out += Self.metric("parley_file_store_errors_total", "counter", "Uploads and downloads the file store failed.", s.fileStoreErrors)
         return out
+    }
+
+    /// Running totals of per-bucket counts: the cumulative counts a histogram's `_bucket` samples carry.
+    package static func cumulative(_ counts: [Int]) -> [Int] {
+        var total = 0
+        return counts.map { count in
+            total += count
+            return total
+        }
     }
 
     /// The `# HELP` and `# TYPE` lines of a metric in the exposition text; its samples follow.
