@@ -84,7 +84,7 @@ enum RequestPipeline {
     private static func answering(_ exchange: Exchange, _ handler: (Exchange) throws -> Response) throws -> Response {
         guard let app = exchange.app else { return try handler(exchange) }
         let scope = AnsweringScope(app: app, request: exchange.request, now: exchange.now, services: exchange.services)
-        return try AnsweringScope.$current.withValue(scope) { try handler(exchange) }
+        return try AnsweringScope.answering(scope) { try handler(exchange) }
     }
 
     /// Runs the request on the calling thread (an HTTP event loop) with no database connection, for routes whose
