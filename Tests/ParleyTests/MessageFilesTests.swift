@@ -211,6 +211,30 @@ struct MessageFilesTests: ProblemAssertions {
         }
     }
 
+    /// More old files than one step of the sweep scans: the sweep's cursor goes through all of them in one run.
+    @Test func fileRetentionGoesThroughManyFilesInOneRun() throws {
+        try withApp(testClock: true, transport: .sockets, settings: #"{"file_retention_days":1}"#) { server, app in
+            try app.createUser("alice")
+            let kept = try Files.uploaded(app, FilesTests.randomBytes(2000), name: "kept.pdf")
+            // 2,500 more files of one stored blob, written directly (uploading them would take the test's time).
+            try server.sql(
+                """
+                WITH f AS (SELECT blob_id, sha256 FROM files WHERE app_id = $1 AND file_id = $2)
+                INSERT INTO files (app_id, file_id, kind, file_name, mime_type, size, sha256, blob_id, owner_id, created_at)
+                SELECT $1, 'f_bulk' || i, 'file', 'bulk.pdf', 'application/pdf', 2000, f.sha256, f.blob_id, 'alice', $3::bigint - i
+                FROM f, generate_series(1, 2500) i
+                """, [app.appID, kept, Int64(Date().timeIntervalSince1970 * 1000)])
+            try server.sql(
+                "UPDATE file_blobs SET refs = refs + 2500 WHERE app_id = $1 AND blob_id = (SELECT blob_id FROM files WHERE app_id = $1 AND file_id = $2)",
+                [app.appID, kept])
+            try server.sql("UPDATE file_usage SET files = files + 2500 WHERE app_id = $1", [app.appID])
+            try server.advanceClock(ms: 2 * 86_400_000)
+            #expect(try server.count("SELECT count(*) FROM files WHERE app_id = $1", [app.appID]) == 0)
+            #expect(try server.count("SELECT count(*) FROM file_blobs WHERE app_id = $1", [app.appID]) == 0, "the last reference took the blob")
+            #expect(try server.count("SELECT files FROM file_usage WHERE app_id = $1", [app.appID]) == 0)
+        }
+    }
+
     @Test func exportWritesFileIDsAndImportFillsThemWhereTheFilesExist() throws {
         try withApp(transport: .sockets) { server, app in
             for user in ["alice", "bob"] { try app.createUser(user) }

