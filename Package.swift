@@ -19,6 +19,7 @@ let package = Package(
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CVips", pkgConfig: "vips", providers: [.apt(["libvips-dev"])]),
+        .systemLibrary(name: "CHyperscan", pkgConfig: "libhs", providers: [.apt(["libhyperscan-dev"])]),
         .target(name: "CParleyShims", cSettings: [.define("_GNU_SOURCE")]),
         // Non-variadic wrappers of the libvips calls ImageDerivation makes (Swift cannot call C variadic functions);
         // a target of its own so only the modules that derive images link libvips, not everything CParleyShims serves.
@@ -32,7 +33,10 @@ let package = Package(
         .target(name: "ParleyAPI", dependencies: ["ParleyCore", "ParleyHTTP", "ParleyPostgres", "ParleySync"], swiftSettings: strict),
         .target(
             name: "ParleyDomains",
-            dependencies: ["ParleyCore", "ParleyAPI", "ParleyHTTP", "ParleyPostgres", "ParleySync", "CVips", "CParleyVips"],
+            dependencies: [
+                "ParleyCore", "ParleyAPI", "ParleyHTTP", "ParleyPostgres", "ParleySync", "CVips", "CParleyVips",
+                "CHyperscan",
+            ],
             swiftSettings: strict),
         .target(
             name: "ParleyLive",

@@ -57,6 +57,8 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
     public static let fileDurationInvalid = ErrorCode(6000215, "file_duration_invalid", 422)
     /// Not allowed to use or download this file, or a wrong or expired signed URL.
     public static let filePermissionDenied = ErrorCode(6000216, "file_permission_denied", 403)
+    /// A blocklist with action `block` matched the content (the blocklist is named in the problem, never the entry).
+    public static let contentBlocked = ErrorCode(6000221, "content_blocked", 422)
     /// Sender globally muted, muted in the group, or covered by the group mute.
     public static let senderMuted = ErrorCode(6000231, "sender_muted", 403)
     /// The call or the user's call state does not allow the operation (ended, not pending, not accepted).
@@ -260,6 +262,22 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
     public static let callUserLimit = ErrorCode(7000603, "call_user_limit", 422)
     /// No push gateway configured for a real (non-dry-run) push test.
     public static let pushNotConfigured = ErrorCode(7000701, "push_not_configured", 422)
+    /// The same reporter already has an open report on that target.
+    public static let reportExists = ErrorCode(7000801, "report_exists", 409)
+    /// Unknown report.
+    public static let reportNotFound = ErrorCode(7000802, "report_not_found", 404)
+    /// An action on a report that is already resolved or dismissed.
+    public static let reportClosed = ErrorCode(7000803, "report_closed", 409)
+    /// A blocklist entry that cannot be compiled (the entry is named in the problem).
+    public static let invalidBlocklistEntry = ErrorCode(7000804, "invalid_blocklist_entry", 422)
+    /// A blocklist of that name already exists in the app.
+    public static let blocklistExists = ErrorCode(7000805, "blocklist_exists", 409)
+    /// More than 50 blocklists in the app.
+    public static let blocklistLimit = ErrorCode(7000806, "blocklist_limit", 422)
+    /// Unknown job.
+    public static let jobNotFound = ErrorCode(7000903, "job_not_found", 404)
+    /// Cancelling a job that has already finished.
+    public static let jobFinished = ErrorCode(7000904, "job_finished", 409)
     /// An unsatisfiable `Range` of a download (416), or a refusal of the tus resumable-upload protocol, sent with the
     /// status tus gives it (404, 409, 410, 412, 415: ``APIError/statusOverride``, docs/files.md#resumable-uploads-tus).
     public static let uploadProtocolError = ErrorCode(7000905, "upload_protocol_error", 416)
@@ -280,6 +298,7 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
         .fileSizeInvalid,
         .fileDurationInvalid,
         .filePermissionDenied,
+        .contentBlocked,
         .senderMuted,
         .callStateConflict,
         .notInviter,
@@ -379,6 +398,14 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
         .callNoInvitee,
         .callUserLimit,
         .pushNotConfigured,
+        .reportExists,
+        .reportNotFound,
+        .reportClosed,
+        .invalidBlocklistEntry,
+        .blocklistExists,
+        .blocklistLimit,
+        .jobNotFound,
+        .jobFinished,
         .uploadProtocolError,
     ]
 }

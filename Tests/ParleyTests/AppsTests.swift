@@ -32,6 +32,7 @@ struct AppsTests: ProblemAssertions {
         "token_default_ttl_s": 86400, "rate_limit_app_rps": 200, "rate_limit_user_rps": 20, "user_send_rate_per_s": 10,
         "file_max_bytes": 104_857_600, "image_max_bytes": 10_485_760, "image_max_pixels": 50_000_000, "app_storage_quota_bytes": 0,
         "file_url_ttl_s": 604_800, "delete_files_with_messages": true, "file_retention_days": 0,
+        "automod_block_threshold": 0, "automod_window_s": 3600, "automod_action": "mute", "automod_mute_s": 3600,
     ]
     static let defaultPush: [String: JSONValue] = [
         "enabled": false, "gateway_url": .null, "format": "matrix", "event_id_only": false, "timeout_ms": 5000,

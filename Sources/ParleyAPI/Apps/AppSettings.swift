@@ -52,6 +52,10 @@ public struct AppSettings: Sendable, Equatable {
         Field(name: "file_url_ttl_s", kind: .int(60...31_536_000), defaultValue: 604_800),
         Field(name: "delete_files_with_messages", kind: .bool, defaultValue: true),
         Field(name: "file_retention_days", kind: .int(0...3650), defaultValue: 0),
+        Field(name: "automod_block_threshold", kind: .int(0...1000), defaultValue: 0),
+        Field(name: "automod_window_s", kind: .int(10...86400), defaultValue: 3600),
+        Field(name: "automod_action", kind: .choice(["mute", "ban"]), defaultValue: "mute"),
+        Field(name: "automod_mute_s", kind: .int(60...2_592_000), defaultValue: 3600),
     ]
 
     static let pushFields: [Field] = [
