@@ -7,7 +7,10 @@ import ParleyPostgres
 /// blocklists but never name reports.
 package struct BlocklistHit: Sendable {
     package enum Action: String, Sendable {
-        case flag, block, shadowBlock = "shadow_block", mask
+        case flag
+        case block
+        case shadowBlock = "shadow_block"
+        case mask
     }
     /// What the content was.
     package enum Target: Sendable {
