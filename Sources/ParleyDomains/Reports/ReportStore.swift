@@ -1,0 +1,151 @@
+import ParleyAPI
+import ParleyCore
+import ParleyPostgres
+
+/// The SQL of reports and automatic-escalation strikes (Migrations/0031_reports.sql). No rules: ``ReportService``
+/// and ``ReportHooks`` decide, lock and write events.
+enum ReportStore {
+    /// The columns of a Report, `report_count` last (the open reports on the report's target).
+    private static let columns = """
+        r.report_id, r.status, r.reason, r.comment, r.reporter_id, r.target_type, r.target_id, r.target_user_id, r.snapshot::text,
+        r.created_at, r.resolved_at, r.actions::text,
+        (SELECT count(*) FROM reports o WHERE o.app_id = r.app_id AND o.target_type = r.target_type AND o.target_id = r.target_id
+            AND o.status = 'open')
+        """
+
+    /// Inserts `report` (open); false when the reporter already has an open report on the target.
+    static func insert(appID: String, report: Report, on db: PostgresConnection) throws -> Bool {
+        let inserted = try db.query(
+            """
+            INSERT INTO reports (app_id, report_id, status, reason, comment, reporter_id, target_type, target_id, target_user_id, snapshot,
+                                 created_at)
+            VALUES (\(appID), \(report.reportID), \(report.status.rawValue), \(report.reason.rawValue), \(report.comment), \(report.reporterID),
+                    \(report.target.type.rawValue), \(report.target.id), \(report.targetUserID), \(String(decoding: report.snapshot, as: UTF8.self))::jsonb,
+                    \(report.createdAt))
+            ON CONFLICT (app_id, target_type, target_id, reporter_id) WHERE status = 'open' AND reporter_id IS NOT NULL DO NOTHING
+            RETURNING report_id
+            """)
+        return inserted.rowCount == 1
+    }
+
+    /// The snapshot of the oldest open report on `target`, if any is open.
+    static func openSnapshot(appID: String, target: Report.Target, on db: PostgresConnection) throws -> [UInt8]? {
+        try db.query(
+            """
+            SELECT snapshot::text FROM reports
+            WHERE app_id = \(appID) AND target_type = \(target.type.rawValue) AND target_id = \(target.id) AND status = 'open'
+            ORDER BY created_at, report_id LIMIT 1
+            """
+        ).decodeFirst(String.self).map { Array($0.utf8) }
+    }
+
+    /// One report; `forUpdate` locks its row.
+    static func fetch(appID: String, reportID: String, forUpdate: Bool = false, on db: PostgresConnection) throws -> Report? {
+        try db.query(
+            """
+            SELECT \(unsafeSQL: columns) FROM reports r WHERE r.app_id = \(appID) AND r.report_id = \(reportID)
+            \(unsafeSQL: forUpdate ? "FOR UPDATE OF r" : "")
+            """
+        ).rows.first.map(report)
+    }
+
+    /// The open reports on `target`, locked in `report_id` order (so two actions on one target never deadlock).
+    static func lockOpen(appID: String, target: Report.Target, on db: PostgresConnection) throws -> [Report] {
+        try db.query(
+            """
+            SELECT \(unsafeSQL: columns) FROM reports r
+            WHERE r.app_id = \(appID) AND r.target_type = \(target.type.rawValue) AND r.target_id = \(target.id) AND r.status = 'open'
+            ORDER BY r.report_id FOR UPDATE OF r
+            """
+        ).rows.map(report)
+    }
+
+    /// Up to `limit` reports on `target`, newest first.
+    static func onTarget(appID: String, target: Report.Target, limit: Int, on db: PostgresConnection) throws -> [Report] {
+        try db.query(
+            """
+            SELECT \(unsafeSQL: columns) FROM reports r
+            WHERE r.app_id = \(appID) AND r.target_type = \(target.type.rawValue) AND r.target_id = \(target.id)
+            ORDER BY r.created_at DESC, r.report_id DESC LIMIT \(limit)
+            """
+        ).rows.map(report)
+    }
+
+    /// Closes the reports `reportIDs` with `status`, appending `action` (one JSON object) to their actions.
+    static func close(appID: String, reportIDs: [String], status: Report.Status, action: [UInt8], now: Int64, on db: PostgresConnection) throws {
+        try db.query(
+            """
+            UPDATE reports SET status = \(status.rawValue), resolved_at = \(now),
+                actions = actions || jsonb_build_array(\(String(decoding: action, as: UTF8.self))::jsonb)
+            WHERE app_id = \(appID) AND report_id = ANY(\(reportIDs)::text[])
+            """)
+    }
+
+    /// The queue's filters.
+    struct Filter: Sendable {
+        var status: Report.Status?
+        var targetType: Report.TargetType?
+        var reason: Report.Reason?
+        var userID: String?
+    }
+
+    /// Up to `limit` reports matching `filter`: open ones first, then the others, each oldest first; strictly after
+    /// `after` (`closed` 0 for open, 1 for closed; `created_at`; `report_id`).
+    static func list(appID: String, filter: Filter, after: (closed: Int64, at: Int64, id: String)?, limit: Int, on db: PostgresConnection) throws
+        -> [Report]
+    {
+        var q: PostgresQuery = "SELECT \(unsafeSQL: columns) FROM reports r WHERE r.app_id = \(appID)"
+        if let status = filter.status { q += " AND r.status = \(status.rawValue)" }
+        if let type = filter.targetType { q += " AND r.target_type = \(type.rawValue)" }
+        if let reason = filter.reason { q += " AND r.reason = \(reason.rawValue)" }
+        if let userID = filter.userID { q += " AND r.target_user_id = \(userID)" }
+        if let after {
+            q += """
+                 AND (CASE WHEN r.status = 'open' THEN 0 ELSE 1 END, r.created_at, r.report_id) > (\(after.closed)::int, \(after.at)::bigint, \(after.id)::text)
+                """
+        }
+        q += " ORDER BY CASE WHEN r.status = 'open' THEN 0 ELSE 1 END, r.created_at, r.report_id LIMIT \(limit)"
+        return try db.query(q).rows.map(report)
+    }
+
+    /// Open reports per app (the `/metrics` gauge).
+    static func openCounts(on db: PostgresConnection) throws -> [(appID: String, open: Int64)] {
+        try db.query("SELECT app_id, count(*) FROM reports WHERE status = 'open' GROUP BY app_id ORDER BY app_id").decode((String, Int64).self)
+            .map { (appID: $0.0, open: $0.1) }
+    }
+
+    private static func report(_ row: PostgresRow) throws -> Report {
+        let (reportID, status, reason, comment, reporterID, targetType, targetID, targetUserID, snapshot, createdAt, resolvedAt, actions, count) =
+            try row.decode((String, String, String, String, String?, String, String, String?, String, Int64, Int64?, String, Int64).self)
+        guard let status = Report.Status(rawValue: status), let reason = Report.Reason(rawValue: reason),
+            let type = Report.TargetType(rawValue: targetType)
+        else { throw PostgresError(kind: .protocol, message: "reports: unknown status, reason or target type") }
+        return Report(
+            reportID: reportID, status: status, reason: reason, comment: comment, reporterID: reporterID,
+            target: Report.Target(type: type, id: targetID), targetUserID: targetUserID, snapshot: Array(snapshot.utf8), createdAt: createdAt,
+            resolvedAt: resolvedAt, actions: Array(actions.utf8), reportCount: count)
+    }
+
+    // MARK: - Strikes (docs/moderation.md#automatic-escalation)
+
+    /// Records one strike of `userID` at `now` and forgets its strikes older than the window.
+    static func addStrike(appID: String, userID: String, now: Int64, windowStart: Int64, on db: PostgresConnection) throws {
+        try db.query("DELETE FROM automod_strikes WHERE app_id = \(appID) AND user_id = \(userID) AND at <= \(windowStart)")
+        try db.query("INSERT INTO automod_strikes (app_id, user_id, at) VALUES (\(appID), \(userID), \(now))")
+    }
+
+    /// The strikes of `userID` after `windowStart` not yet acted on.
+    static func pendingStrikes(appID: String, userID: String, windowStart: Int64, on db: PostgresConnection) throws -> Int64 {
+        try db.query(
+            """
+            SELECT count(*) FROM automod_strikes
+            WHERE app_id = \(appID) AND user_id = \(userID) AND at > \(windowStart) AND NOT escalated
+            """
+        ).decodeFirst(Int64.self) ?? 0
+    }
+
+    /// Marks every strike of `userID` as acted on.
+    static func markEscalated(appID: String, userID: String, on db: PostgresConnection) throws {
+        try db.query("UPDATE automod_strikes SET escalated = true WHERE app_id = \(appID) AND user_id = \(userID) AND NOT escalated")
+    }
+}
