@@ -116,8 +116,12 @@ struct ModerationLogTests: ProblemAssertions {
             for id in ["a", "b"] { try app.createUser(id) }
             let sent = try MessageActions.send(app, "a", "b", "cheap pills")
             let mid = sent["message_id"]?.stringValue ?? ""
-            Self.hit(server, app, user: "a", action: .flag, flagged: ["pharma"], target: .message(messageID: mid, snapshot: ["message_id": .string(mid), "text": .string("cheap pills")]))
-            Self.hit(server, app, user: "a", action: .mask, flagged: ["links"], target: .user(userID: "a", snapshot: ["user_id": .string("a"), "name": .string("pills")]))
+            Self.hit(
+                server, app, user: "a", action: .flag, flagged: ["pharma"],
+                target: .message(messageID: mid, snapshot: ["message_id": .string(mid), "text": .string("cheap pills")]))
+            Self.hit(
+                server, app, user: "a", action: .mask, flagged: ["links"],
+                target: .user(userID: "a", snapshot: ["user_id": .string("a"), "name": .string("pills")]))
             Self.hit(server, app, user: nil, action: .flag, flagged: ["names"], target: .group(groupID: "g1", snapshot: ["group_id": .string("g1")]))
             // A refused send has nothing to report; a block with no flag files nothing either.
             Self.hit(server, app, user: "a", action: .block, flagged: ["pharma"])

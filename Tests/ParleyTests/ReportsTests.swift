@@ -75,10 +75,11 @@ struct ReportsTests: GroupTestSupport {
             #expect(report?["resolved_at"] == .null)
             #expect(report?["actions"] == .array([]))
             #expect(report?["report_count"] == .int(1))
-            #expect(Set(report?.objectValue?.keys ?? []) == [
-                "report_id", "status", "reason", "comment", "reporter_id", "target", "target_snapshot", "created_at", "resolved_at", "actions",
-                "report_count",
-            ])
+            #expect(
+                Set(report?.objectValue?.keys ?? []) == [
+                    "report_id", "status", "reason", "comment", "reporter_id", "target", "target_snapshot", "created_at", "resolved_at", "actions",
+                    "report_count",
+                ])
             let first = report?["report_id"]?.stringValue ?? ""
 
             // A user token naming another reporter → 403.
@@ -174,7 +175,8 @@ struct ReportsTests: GroupTestSupport {
             #expect(try Self.report(app, "b", Self.userTarget("c"), comment: String(repeating: "é", count: 512)).status == 201)
             Self.expectProblem(try Self.report(app, "b", "{\"type\":\"user\"}"), 400, .invalidParams)
             Self.expectProblem(try Self.report(app, "b", "{\"type\":\"channel\",\"user_id\":\"c\"}"), 400, .invalidParams)
-            Self.expectProblem(try app.request(.post, "/v1/reports", json: "{\"target\":\(Self.userTarget("c")),\"reason\":\"spam\"}"), 400, .invalidParams)
+            Self.expectProblem(
+                try app.request(.post, "/v1/reports", json: "{\"target\":\(Self.userTarget("c")),\"reason\":\"spam\"}"), 400, .invalidParams)
             Self.expectProblem(try app.request(.get, "/v1/reports/rp_unknown"), 404, .reportNotFound)
             Self.expectProblem(try Self.act(app, "rp_unknown", "{\"action\":\"dismiss\"}"), 404, .reportNotFound)
         }
@@ -321,8 +323,10 @@ struct ReportsTests: GroupTestSupport {
             Self.expectProblem(try Self.act(app, onUser, "{\"action\":\"delete_message\"}"), 422, .unsupportedOperation)
             // Bad inputs.
             Self.expectProblem(try Self.act(app, onUser, "{\"action\":\"explode\"}"), 400, .invalidParams)
-            Self.expectProblem(try Self.act(app, onUser, "{\"action\":\"dismiss\",\"moderator\":\"\(String(repeating: "m", count: 65))\"}"), 400, .invalidParams)
-            Self.expectProblem(try Self.act(app, onUser, "{\"action\":\"dismiss\",\"note\":\"\(String(repeating: "n", count: 1025))\"}"), 400, .invalidParams)
+            Self.expectProblem(
+                try Self.act(app, onUser, "{\"action\":\"dismiss\",\"moderator\":\"\(String(repeating: "m", count: 65))\"}"), 400, .invalidParams)
+            Self.expectProblem(
+                try Self.act(app, onUser, "{\"action\":\"dismiss\",\"note\":\"\(String(repeating: "n", count: 1025))\"}"), 400, .invalidParams)
             Self.expectProblem(try Self.act(app, onUser, "{\"action\":\"ban_user\",\"duration_s\":-1}"), 400, .invalidParams)
             #expect(try app.request(.get, "/v1/reports/\(onUser)").json?["status"] == .string("open"))
             // Users cannot act.

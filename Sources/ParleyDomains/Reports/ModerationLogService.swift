@@ -9,7 +9,9 @@ struct ModerationLogService: DomainService {
     let appID: String
     let now: Int64
 
-    func list(filter: ModerationLogStore.Filter, before: (at: Int64, id: Int64)?, limit: Int) throws -> [ModerationLogStore.LoggedAction] {
+    typealias Filter = ModerationLogStore.Filter
+
+    func list(filter: Filter, before: (at: Int64, id: Int64)?, limit: Int) throws -> [ModerationLogStore.LoggedAction] {
         try ModerationLogStore.list(appID: appID, filter: filter, before: before, limit: limit, on: db)
     }
 }

@@ -33,14 +33,14 @@ package enum ReportHooks {
     }
 
     /// The report target of a hit: the stored message, the user, the group (a refused send has none).
-    private static func reportable(_ hit: BlocklistHit) -> (Report.Target, String?, [UInt8])? {
+    private static func reportable(_ hit: BlocklistHit) -> (ModerationReport.Target, String?, [UInt8])? {
         switch hit.target {
         case .message(let messageID, let snapshot):
-            return (Report.Target(type: .message, id: messageID), hit.userID, JSONValue.object(snapshot).serialized())
+            return (ModerationReport.Target(type: .message, id: messageID), hit.userID, JSONValue.object(snapshot).serialized())
         case .user(let userID, let snapshot):
-            return (Report.Target(type: .user, id: userID), userID, JSONValue.object(snapshot).serialized())
+            return (ModerationReport.Target(type: .user, id: userID), userID, JSONValue.object(snapshot).serialized())
         case .group(let groupID, let snapshot):
-            return (Report.Target(type: .group, id: groupID), nil, JSONValue.object(snapshot).serialized())
+            return (ModerationReport.Target(type: .group, id: groupID), nil, JSONValue.object(snapshot).serialized())
         case .refusedSend:
             return nil
         }

@@ -47,24 +47,24 @@ package enum ReportRoutes {
     private static func create(_ ctx: APIContext) throws -> Response {
         var body = try ctx.body()
         let reporterID = body.id("reporter_id", .userID)
-        let target = body.object("target", required: true) { target -> Report.Target? in
-            guard let type = target.enumeration("type", Report.TargetType.self, required: true) else { return nil }
+        let target = body.object("target", required: true) { target -> ModerationReport.Target? in
+            guard let type = target.enumeration("type", ModerationReport.TargetType.self, required: true) else { return nil }
             let kind: IdentifierKind =
                 switch type {
                 case .message: .opaque
                 case .user: .userID
                 case .group: .groupID
                 }
-            return target.id(type.rawValue + "_id", kind, required: true).map { Report.Target(type: type, id: $0) }
+            return target.id(type.rawValue + "_id", kind, required: true).map { ModerationReport.Target(type: type, id: $0) }
         }
         let reason = body.string("reason", required: true)
-        if let reason, Report.Reason(rawValue: reason).map(Report.Reason.given.contains) != true {
-            body.addError("reason", "must be one of " + Report.Reason.given.map(\.rawValue).joined(separator: ", "))
+        if let reason, ModerationReport.Reason(rawValue: reason).map(ModerationReport.Reason.given.contains) != true {
+            body.addError("reason", "must be one of " + ModerationReport.Reason.given.map(\.rawValue).joined(separator: ", "))
         }
         let comment = body.string("comment", maxBytes: ReportLimits.maxCommentBytes) ?? ""
         try body.check()
         let reporter = try ctx.actingUser(reporterID, field: body.fieldPath("reporter_id"))
-        guard let target = target ?? nil, let reason = reason.flatMap(Report.Reason.init) else { throw APIError.internalError }
+        guard let target = target ?? nil, let reason = reason.flatMap(ModerationReport.Reason.init) else { throw APIError.internalError }
         let report = try ReportService(ctx).create(reporterID: reporter, target: target, reason: reason, comment: comment)
         return Reply.created(report.json())
     }
@@ -73,21 +73,27 @@ package enum ReportRoutes {
     private static func list(_ ctx: APIContext) throws -> Response {
         var query = ctx.query()
         let limit = query.limit()
-        var filter = ReportStore.Filter()
-        filter.status = query.choice("status", Report.Status.allCases.map(\.rawValue)).flatMap(Report.Status.init)
-        filter.targetType = query.choice("target_type", Report.TargetType.allCases.map(\.rawValue)).flatMap(Report.TargetType.init)
-        filter.reason = query.choice("reason", Report.Reason.allCases.map(\.rawValue)).flatMap(Report.Reason.init)
+        var filter = ReportService.Filter()
+        filter.status = query.choice("status", ModerationReport.Status.allCases.map(\.rawValue)).flatMap(ModerationReport.Status.init)
+        filter.targetType = query.choice("target_type", ModerationReport.TargetType.allCases.map(\.rawValue)).flatMap(
+            ModerationReport.TargetType.init)
+        filter.reason = query.choice("reason", ModerationReport.Reason.allCases.map(\.rawValue)).flatMap(ModerationReport.Reason.init)
         filter.userID = query.id("user_id", .userID)
         let cursor = query.cursor()
         try query.check()
-        let list = "reports|\(ctx.appID)|\(filter.status?.rawValue ?? "")|\(filter.targetType?.rawValue ?? "")|\(filter.reason?.rawValue ?? "")|\(filter.userID ?? "")"
+        let list =
+            "reports|\(ctx.appID)|\(filter.status?.rawValue ?? "")|\(filter.targetType?.rawValue ?? "")|\(filter.reason?.rawValue ?? "")|\(filter.userID ?? "")"
         var after: (closed: Int64, at: Int64, id: String)?
         if let values = try ListPage.cursorValues(ctx, cursor, list: list, count: 3) {
-            guard let closed = values[0].intValue, let at = values[1].intValue, let id = values[2].stringValue else { throw ListPage.malformedCursor() }
+            guard let closed = values[0].intValue, let at = values[1].intValue, let id = values[2].stringValue else {
+                throw ListPage.malformedCursor()
+            }
             after = (closed, at, id)
         }
         let reports = try ReportService(ctx).list(filter: filter, after: after, limit: limit + 1)
-        return ListPage.page(reports, limit: limit, list: list, ctx: ctx, { [.int($0.status == .open ? 0 : 1), .int($0.createdAt), .string($0.reportID)] }) {
+        return ListPage.page(
+            reports, limit: limit, list: list, ctx: ctx, { [.int($0.status == .open ? 0 : 1), .int($0.createdAt), .string($0.reportID)] }
+        ) {
             $0.json()
         }
     }
@@ -96,12 +102,13 @@ package enum ReportRoutes {
     private static func log(_ ctx: APIContext) throws -> Response {
         var query = ctx.query()
         let limit = query.limit()
-        let filter = ModerationLogStore.Filter(
+        let filter = ModerationLogService.Filter(
             userID: query.id("user_id", .userID), action: query.string("action", maxBytes: 64), moderator: query.string("moderator", maxBytes: 64),
             from: query.int("from", range: 0...Int64.max), to: query.int("to", range: 0...Int64.max))
         let cursor = query.cursor()
         try query.check()
-        let list = "moderation_log|\(ctx.appID)|\(filter.userID ?? "")|\(filter.action ?? "")|\(filter.moderator ?? "")|\(filter.from ?? -1)|\(filter.to ?? -1)"
+        let list =
+            "moderation_log|\(ctx.appID)|\(filter.userID ?? "")|\(filter.action ?? "")|\(filter.moderator ?? "")|\(filter.from ?? -1)|\(filter.to ?? -1)"
         var before: (at: Int64, id: Int64)?
         if let values = try ListPage.cursorValues(ctx, cursor, list: list, count: 2) {
             guard let at = values[0].intValue, let id = values[1].intValue else { throw ListPage.malformedCursor() }

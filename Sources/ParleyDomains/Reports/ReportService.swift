@@ -41,25 +41,27 @@ struct ReportService: DomainService {
     /// `POST /v1/reports`: `reporterID` files a report on `target`. The reporter must exist and may report only
     /// messages it can read (else 404 `message_not_found`); a second open report of the same reporter on the same
     /// target → 409 `report_exists`.
-    func create(reporterID: String, target: Report.Target, reason: Report.Reason, comment: String) throws -> Report {
+    func create(reporterID: String, target: ModerationReport.Target, reason: ModerationReport.Reason, comment: String) throws -> ModerationReport {
         try db.transaction { db in
             try UserService.requireActive(reporterID, appID: appID, on: db)
             let (snapshot, targetUserID) = try snapshot(of: target, reporterID: reporterID, on: db)
-            return try file(reporterID: reporterID, target: target, targetUserID: targetUserID, snapshot: snapshot, reason: reason, comment: comment, on: db)
+            return try file(
+                reporterID: reporterID, target: target, targetUserID: targetUserID, snapshot: snapshot, reason: reason, comment: comment, on: db)
         }
     }
 
     /// The automatic report of a blocklist flag (no reporter, reason `automod`), with the hit's snapshot.
-    func fileAutomatic(target: Report.Target, targetUserID: String?, snapshot: [UInt8], comment: String, on db: PostgresConnection) throws {
+    func fileAutomatic(target: ModerationReport.Target, targetUserID: String?, snapshot: [UInt8], comment: String, on db: PostgresConnection) throws {
         _ = try file(reporterID: nil, target: target, targetUserID: targetUserID, snapshot: snapshot, reason: .automod, comment: comment, on: db)
     }
 
     /// Inserts a report (the snapshot of the target's open reports if any, else `snapshot`) and its `report.created`.
     private func file(
-        reporterID: String?, target: Report.Target, targetUserID: String?, snapshot: [UInt8], reason: Report.Reason, comment: String,
+        reporterID: String?, target: ModerationReport.Target, targetUserID: String?, snapshot: [UInt8], reason: ModerationReport.Reason,
+        comment: String,
         on db: PostgresConnection
-    ) throws -> Report {
-        let report = Report(
+    ) throws -> ModerationReport {
+        let report = ModerationReport(
             reportID: IdentifierKind.generateID(prefix: "rp_", length: 22), status: .open, reason: reason, comment: comment,
             reporterID: reporterID, target: target, targetUserID: targetUserID,
             snapshot: try ReportStore.openSnapshot(appID: appID, target: target, on: db) ?? snapshot, createdAt: now, resolvedAt: nil,
@@ -75,7 +77,7 @@ struct ReportService: DomainService {
     /// The target as it is now (the Message in the app view, the User, the Group) and the user it is about (a
     /// message's sender, the user); 404 with the target's own code when it does not exist or the reporter cannot
     /// read the message.
-    private func snapshot(of target: Report.Target, reporterID: String, on db: PostgresConnection) throws -> ([UInt8], String?) {
+    private func snapshot(of target: ModerationReport.Target, reporterID: String, on db: PostgresConnection) throws -> ([UInt8], String?) {
         switch target.type {
         case .message:
             let messages = MessageService(db: db, appID: appID, now: now)
@@ -92,12 +94,14 @@ struct ReportService: DomainService {
 
     // MARK: - The queue
 
-    func list(filter: ReportStore.Filter, after: (closed: Int64, at: Int64, id: String)?, limit: Int) throws -> [Report] {
+    typealias Filter = ReportStore.Filter
+
+    func list(filter: Filter, after: (closed: Int64, at: Int64, id: String)?, limit: Int) throws -> [ModerationReport] {
         try ReportStore.list(appID: appID, filter: filter, after: after, limit: limit, on: db)
     }
 
     /// One report and the reports on its target, newest first.
-    func get(_ reportID: String) throws -> (report: Report, reports: [Report]) {
+    func get(_ reportID: String) throws -> (report: ModerationReport, reports: [ModerationReport]) {
         guard let report = try ReportStore.fetch(appID: appID, reportID: reportID, on: db) else { throw Self.notFound(reportID) }
         return (report, try ReportStore.onTarget(appID: appID, target: report.target, limit: ReportLimits.maxReportsPerTarget, on: db))
     }
@@ -120,7 +124,7 @@ struct ReportService: DomainService {
     /// `POST /v1/reports/{report_id}/actions`: does the action and closes every open report on the target (409
     /// `report_closed` when this one is closed already; 422 `unsupported_operation` when the action does not fit the
     /// target).
-    func act(_ reportID: String, _ decision: Decision) throws -> Report {
+    func act(_ reportID: String, _ decision: Decision) throws -> ModerationReport {
         try db.transaction { db in
             guard let report = try ReportStore.fetch(appID: appID, reportID: reportID, forUpdate: true, on: db) else {
                 throw Self.notFound(reportID)
@@ -137,12 +141,12 @@ struct ReportService: DomainService {
             action["note"] = decision.note
             action["moderator"] = decision.moderator
             action["at"] = now
-            let status: Report.Status = decision.action == .dismiss ? .dismissed : .resolved
+            let status: ModerationReport.Status = decision.action == .dismiss ? .dismissed : .resolved
             let ids = open.map(\.reportID)
             try ReportStore.close(appID: appID, reportIDs: ids, status: status, action: action.finish(), now: now, on: db)
 
             var events: [NewEvent] = []
-            var answer: Report?
+            var answer: ModerationReport?
             for id in ids {
                 guard let closed = try ReportStore.fetch(appID: appID, reportID: id, on: db) else { continue }
                 events.append(Self.event("report.resolved", closed, appID: appID))
@@ -155,7 +159,7 @@ struct ReportService: DomainService {
     }
 
     /// Does `decision` on `report`'s target and writes its moderation-log entry; returns the action's `params`.
-    private func perform(_ decision: Decision, on report: Report, db: PostgresConnection) throws -> JSONObject {
+    private func perform(_ decision: Decision, on report: ModerationReport, db: PostgresConnection) throws -> JSONObject {
         var params: JSONObject = [:]
         func entry(_ targetType: String, _ targetID: String) -> ModerationLogStore.Entry {
             var logged = params
@@ -201,7 +205,8 @@ struct ReportService: DomainService {
             var data = JSONObjectWriter(capacity: 128 + text.utf8.count)
             data["user_id"] = userID
             data["text"] = text
-            try EventLog.append([NewEvent(type: "user.warned", data: data.finish(), audience: [userID], orderKey: userID)], appID: appID, now: now, on: db)
+            try EventLog.append(
+                [NewEvent(type: "user.warned", data: data.finish(), audience: [userID], orderKey: userID)], appID: appID, now: now, on: db)
         case .removeFromGroup:
             let (groupID, userID) = try membership(decision, report)
             params["group_id"] = .string(groupID)
@@ -215,14 +220,14 @@ struct ReportService: DomainService {
     }
 
     /// The user a user action addresses: the message's sender or the reported user (a group → 422).
-    private func reportedUser(_ action: ReportAction, _ report: Report) throws -> String {
+    private func reportedUser(_ action: ReportAction, _ report: ModerationReport) throws -> String {
         guard report.target.type != .group, let userID = report.targetUserID else { throw Self.misfit(action, report.target) }
         return userID
     }
 
     /// The group and user of `remove_from_group`: the message's group and sender, or the request's `group_id` and the
     /// reported user.
-    private func membership(_ decision: Decision, _ report: Report) throws -> (groupID: String, userID: String) {
+    private func membership(_ decision: Decision, _ report: ModerationReport) throws -> (groupID: String, userID: String) {
         switch report.target.type {
         case .group:
             throw Self.misfit(decision.action, report.target)
@@ -240,12 +245,12 @@ struct ReportService: DomainService {
         }
     }
 
-    private static func misfit(_ action: ReportAction, _ target: Report.Target) -> APIError {
+    private static func misfit(_ action: ReportAction, _ target: ModerationReport.Target) -> APIError {
         APIError(.unsupportedOperation, "\(action.rawValue) does not apply to a \(target.type.rawValue) report")
     }
 
     /// `report.created` / `report.resolved` `{report}`: app streams and webhooks only, ordered by the app.
-    static func event(_ type: String, _ report: Report, appID: String) -> NewEvent {
+    static func event(_ type: String, _ report: ModerationReport, appID: String) -> NewEvent {
         var data = JSONObjectWriter(capacity: 1024)
         data.raw("report", report.json())
         return NewEvent(type: type, data: data.finish(), orderKey: appID)

@@ -5,7 +5,7 @@ import ParleyPostgres
 /// The SQL of reports and automatic-escalation strikes (Migrations/0031_reports.sql). No rules: ``ReportService``
 /// and ``ReportHooks`` decide, lock and write events.
 enum ReportStore {
-    /// The columns of a Report, `report_count` last (the open reports on the report's target).
+    /// The columns of a Report object, `report_count` last (the open reports on the report's target).
     private static let columns = """
         r.report_id, r.status, r.reason, r.comment, r.reporter_id, r.target_type, r.target_id, r.target_user_id, r.snapshot::text,
         r.created_at, r.resolved_at, r.actions::text,
@@ -14,7 +14,7 @@ enum ReportStore {
         """
 
     /// Inserts `report` (open); false when the reporter already has an open report on the target.
-    static func insert(appID: String, report: Report, on db: PostgresConnection) throws -> Bool {
+    static func insert(appID: String, report: ModerationReport, on db: PostgresConnection) throws -> Bool {
         let inserted = try db.query(
             """
             INSERT INTO reports (app_id, report_id, status, reason, comment, reporter_id, target_type, target_id, target_user_id, snapshot,
@@ -29,7 +29,7 @@ enum ReportStore {
     }
 
     /// The snapshot of the oldest open report on `target`, if any is open.
-    static func openSnapshot(appID: String, target: Report.Target, on db: PostgresConnection) throws -> [UInt8]? {
+    static func openSnapshot(appID: String, target: ModerationReport.Target, on db: PostgresConnection) throws -> [UInt8]? {
         try db.query(
             """
             SELECT snapshot::text FROM reports
@@ -40,7 +40,7 @@ enum ReportStore {
     }
 
     /// One report; `forUpdate` locks its row.
-    static func fetch(appID: String, reportID: String, forUpdate: Bool = false, on db: PostgresConnection) throws -> Report? {
+    static func fetch(appID: String, reportID: String, forUpdate: Bool = false, on db: PostgresConnection) throws -> ModerationReport? {
         try db.query(
             """
             SELECT \(unsafeSQL: columns) FROM reports r WHERE r.app_id = \(appID) AND r.report_id = \(reportID)
@@ -50,7 +50,7 @@ enum ReportStore {
     }
 
     /// The open reports on `target`, locked in `report_id` order (so two actions on one target never deadlock).
-    static func lockOpen(appID: String, target: Report.Target, on db: PostgresConnection) throws -> [Report] {
+    static func lockOpen(appID: String, target: ModerationReport.Target, on db: PostgresConnection) throws -> [ModerationReport] {
         try db.query(
             """
             SELECT \(unsafeSQL: columns) FROM reports r
@@ -61,7 +61,7 @@ enum ReportStore {
     }
 
     /// Up to `limit` reports on `target`, newest first.
-    static func onTarget(appID: String, target: Report.Target, limit: Int, on db: PostgresConnection) throws -> [Report] {
+    static func onTarget(appID: String, target: ModerationReport.Target, limit: Int, on db: PostgresConnection) throws -> [ModerationReport] {
         try db.query(
             """
             SELECT \(unsafeSQL: columns) FROM reports r
@@ -72,7 +72,9 @@ enum ReportStore {
     }
 
     /// Closes the reports `reportIDs` with `status`, appending `action` (one JSON object) to their actions.
-    static func close(appID: String, reportIDs: [String], status: Report.Status, action: [UInt8], now: Int64, on db: PostgresConnection) throws {
+    static func close(appID: String, reportIDs: [String], status: ModerationReport.Status, action: [UInt8], now: Int64, on db: PostgresConnection)
+        throws
+    {
         try db.query(
             """
             UPDATE reports SET status = \(status.rawValue), resolved_at = \(now),
@@ -83,16 +85,16 @@ enum ReportStore {
 
     /// The queue's filters.
     struct Filter: Sendable {
-        var status: Report.Status?
-        var targetType: Report.TargetType?
-        var reason: Report.Reason?
+        var status: ModerationReport.Status?
+        var targetType: ModerationReport.TargetType?
+        var reason: ModerationReport.Reason?
         var userID: String?
     }
 
     /// Up to `limit` reports matching `filter`: open ones first, then the others, each oldest first; strictly after
     /// `after` (`closed` 0 for open, 1 for closed; `created_at`; `report_id`).
     static func list(appID: String, filter: Filter, after: (closed: Int64, at: Int64, id: String)?, limit: Int, on db: PostgresConnection) throws
-        -> [Report]
+        -> [ModerationReport]
     {
         var q: PostgresQuery = "SELECT \(unsafeSQL: columns) FROM reports r WHERE r.app_id = \(appID)"
         if let status = filter.status { q += " AND r.status = \(status.rawValue)" }
@@ -114,15 +116,16 @@ enum ReportStore {
             .map { (appID: $0.0, open: $0.1) }
     }
 
-    private static func report(_ row: PostgresRow) throws -> Report {
+    private static func report(_ row: PostgresRow) throws -> ModerationReport {
         let (reportID, status, reason, comment, reporterID, targetType, targetID, targetUserID, snapshot, createdAt, resolvedAt, actions, count) =
             try row.decode((String, String, String, String, String?, String, String, String?, String, Int64, Int64?, String, Int64).self)
-        guard let status = Report.Status(rawValue: status), let reason = Report.Reason(rawValue: reason),
-            let type = Report.TargetType(rawValue: targetType)
+        guard let status = ModerationReport.Status(rawValue: status), let reason = ModerationReport.Reason(rawValue: reason),
+            let type = ModerationReport.TargetType(rawValue: targetType)
         else { throw PostgresError(kind: .protocol, message: "reports: unknown status, reason or target type") }
-        return Report(
+        return ModerationReport(
             reportID: reportID, status: status, reason: reason, comment: comment, reporterID: reporterID,
-            target: Report.Target(type: type, id: targetID), targetUserID: targetUserID, snapshot: Array(snapshot.utf8), createdAt: createdAt,
+            target: ModerationReport.Target(type: type, id: targetID), targetUserID: targetUserID, snapshot: Array(snapshot.utf8),
+            createdAt: createdAt,
             resolvedAt: resolvedAt, actions: Array(actions.utf8), reportCount: count)
     }
 

@@ -178,7 +178,8 @@ package struct UserService: DomainService {
         let kicked = { (user: User) in [self.kicked(user.userID, platforms: Self.platforms, revokeTokens: false)] }
         var params: JSONObject = ["duration_s": .int(durationSeconds)]
         if let reason { params["reason"] = .string(reason) }
-        let entry = logAs ?? ModerationLogStore.Entry(action: "ban", targetType: "user", targetID: userID, params: params, moderator: nil, source: .api)
+        let entry =
+            logAs ?? ModerationLogStore.Entry(action: "ban", targetType: "user", targetID: userID, params: params, moderator: nil, source: .api)
         return try change(userID, extra: kicked, record: { _, _ in entry }) { user in
             // The reason is not a User field: it is stored but never listed in `changed`, and alone it does not
             // make an event.

@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 
 /// A report of a message, user or group, and its place in the review queue (docs/moderation.md#the-report-object).
-struct Report: Sendable {
+struct ModerationReport: Sendable {
     enum Status: String, CaseIterable, Sendable {
         case open, resolved, dismissed
     }
@@ -48,8 +48,8 @@ struct Report: Sendable {
     /// Open reports on the target (read with the report).
     var reportCount: Int64
 
-    /// The Report object; `reports` (the reports on the same target, newest first) only for a read of one report.
-    func json(reports: [Report]? = nil) -> [UInt8] {
+    /// The Report object (docs/moderation.md#the-report-object); `reports` (the reports on the same target, newest first) only for a read of one report.
+    func json(reports: [ModerationReport]? = nil) -> [UInt8] {
         var o = JSONObjectWriter(capacity: 512 + snapshot.count + actions.count)
         o["report_id"] = reportID
         o["status"] = status.rawValue
