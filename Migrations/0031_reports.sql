@@ -22,8 +22,11 @@ CREATE TABLE reports (
 -- One open report per reporter and target (409 report_exists).
 CREATE UNIQUE INDEX reports_open_per_reporter ON reports (app_id, target_type, target_id, reporter_id)
     WHERE status = 'open' AND reporter_id IS NOT NULL;
--- The queue by status, oldest first; the reports on a target; the reports about a user.
-CREATE INDEX reports_queue ON reports (app_id, status, created_at, report_id);
+-- The queue: open reports first, then closed ones, each oldest first (its pages are ranges of this index).
+CREATE INDEX reports_queue ON reports (app_id, (CASE WHEN status = 'open' THEN 0 ELSE 1 END), created_at, report_id);
+-- The open reports alone (the `/metrics` gauge counts them per app without reading closed ones).
+CREATE INDEX reports_open ON reports (app_id, created_at) WHERE status = 'open';
+-- The reports on a target; the reports about a user.
 CREATE INDEX reports_target ON reports (app_id, target_type, target_id, created_at);
 CREATE INDEX reports_user ON reports (app_id, target_user_id, created_at, report_id);
 
@@ -37,3 +40,8 @@ CREATE TABLE automod_strikes (
     escalated boolean NOT NULL DEFAULT false,
     PRIMARY KEY (app_id, user_id, strike_id)
 );
+
+-- The moderation log's filters by moderator and by action (GET /v1/moderation/log), newest first: without them a rare
+-- moderator or action walks the app's whole log.
+CREATE INDEX moderation_actions_moderator ON moderation_actions (app_id, moderator, at DESC, action_id DESC);
+CREATE INDEX moderation_actions_action ON moderation_actions (app_id, action, at DESC, action_id DESC);

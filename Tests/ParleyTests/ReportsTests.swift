@@ -123,6 +123,19 @@ struct ReportsTests: GroupTestSupport {
                 cursor = page.json?["next_cursor"]?.stringValue
             } while cursor != nil && seen.count < 10
             #expect(seen == [first, second, third, dup])
+            // Closed reports come after the open ones; a status filter pages through its own part.
+            #expect(try Self.act(app, second, "{\"action\":\"dismiss\"}").status == 200)
+            #expect(Self.items(try app.request(.get, "/v1/reports")).compactMap { $0["report_id"]?.stringValue } == [first, third, second, dup])
+            seen = []
+            cursor = nil
+            repeat {
+                let page = try app.request(.get, "/v1/reports?status=open&limit=1" + (cursor.map { "&cursor=\($0)" } ?? ""))
+                #expect(page.status == 200, "\(page.text)")
+                seen += Self.items(page).compactMap { $0["report_id"]?.stringValue }
+                cursor = page.json?["next_cursor"]?.stringValue
+            } while cursor != nil && seen.count < 10
+            #expect(seen == [first, third])
+            #expect(Self.items(try app.request(.get, "/v1/reports?status=dismissed")).compactMap { $0["report_id"]?.stringValue } == [second, dup])
             Self.expectProblem(try app.request(.get, "/v1/reports?cursor=junk"), 400, .invalidCursor)
             Self.expectProblem(try app.request(.get, "/v1/reports?status=closed"), 400, .invalidParams)
 

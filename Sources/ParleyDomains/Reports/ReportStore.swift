@@ -92,23 +92,27 @@ enum ReportStore {
     }
 
     /// Up to `limit` reports matching `filter`: open ones first, then the others, each oldest first; strictly after
-    /// `after` (`closed` 0 for open, 1 for closed; `created_at`; `report_id`).
+    /// `after` (`closed` 0 for open, 1 for closed; `created_at`; `report_id`). Pages are ranges of the `reports_queue`
+    /// index; with a status, of its open or its closed part.
     static func list(appID: String, filter: Filter, after: (closed: Int64, at: Int64, id: String)?, limit: Int, on db: PostgresConnection) throws
         -> [ModerationReport]
     {
         var q: PostgresQuery = "SELECT \(unsafeSQL: columns) FROM reports r WHERE r.app_id = \(appID)"
-        if let status = filter.status { q += " AND r.status = \(status.rawValue)" }
+        if let status = filter.status {
+            q += " AND r.status = \(status.rawValue) AND \(unsafeSQL: closedKey) = \(status == .open ? 0 : 1)::int"
+            if let after { q += " AND (r.created_at, r.report_id) > (\(after.at)::bigint, \(after.id)::text)" }
+        } else if let after {
+            q += " AND (\(unsafeSQL: closedKey), r.created_at, r.report_id) > (\(after.closed)::int, \(after.at)::bigint, \(after.id)::text)"
+        }
         if let type = filter.targetType { q += " AND r.target_type = \(type.rawValue)" }
         if let reason = filter.reason { q += " AND r.reason = \(reason.rawValue)" }
         if let userID = filter.userID { q += " AND r.target_user_id = \(userID)" }
-        if let after {
-            q += """
-                 AND (CASE WHEN r.status = 'open' THEN 0 ELSE 1 END, r.created_at, r.report_id) > (\(after.closed)::int, \(after.at)::bigint, \(after.id)::text)
-                """
-        }
-        q += " ORDER BY CASE WHEN r.status = 'open' THEN 0 ELSE 1 END, r.created_at, r.report_id LIMIT \(limit)"
+        q += " ORDER BY \(unsafeSQL: closedKey), r.created_at, r.report_id LIMIT \(limit)"
         return try db.query(q).rows.map(report)
     }
+
+    /// 0 for an open report, 1 for a closed one: the first key of the queue (the expression of `reports_queue`).
+    private static let closedKey = "CASE WHEN r.status = 'open' THEN 0 ELSE 1 END"
 
     /// Open reports per app (the `/metrics` gauge).
     static func openCounts(on db: PostgresConnection) throws -> [(appID: String, open: Int64)] {
