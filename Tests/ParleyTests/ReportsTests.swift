@@ -379,3 +379,35 @@ struct ReportsTests: GroupTestSupport {
         }
     }
 }
+
+/// The report events on live streams (docs/moderation.md#events): over real sockets, as SSE needs.
+@Suite("Report streams")
+struct ReportStreamTests: ProblemAssertions {
+    @Test func reportEventsReachTheAppStreamAndWarningsTheUsersStream() throws {
+        try withApp { server, app in
+            for id in ["a", "b"] { try app.createUser(id) }
+            let appStream = try LiveStreams.open(server, "/v1/events?types=report.*", bearer: app.key)
+            defer { appStream.close() }
+            let aStream = try LiveStreams.open(server, "/v1/users/a/events", bearer: try app.token(for: "a"))
+            defer { aStream.close() }
+            #expect(appStream.status == 200)
+
+            let reportID = try ReportsTests.reportID(app, "b", ReportsTests.userTarget("a"))
+            let created = try #require(try LiveStreams.nextEvent(appStream))
+            #expect(created.event == "report.created")
+            #expect(try JSONValue.parse(created.data)["data"]?["report"]?["report_id"] == .string(reportID))
+            let warned = try ReportsTests.act(app, reportID, #"{"action":"warn_user","text":"Careful."}"#)
+            #expect(warned.status == 200, "\(warned.text)")
+            let resolved = try #require(try LiveStreams.nextEvent(appStream))
+            #expect(resolved.event == "report.resolved")
+            #expect(try JSONValue.parse(resolved.data)["data"]?["report"]?["status"] == .string("resolved"))
+
+            // The warned user's stream gets user.warned; no user's stream or log has report events.
+            let warning = try #require(try LiveStreams.nextEvent(aStream))
+            #expect(warning.event == "user.warned")
+            #expect(try JSONValue.parse(warning.data)["data"]?["text"] == .string("Careful."))
+            #expect(try app.events(query: "types=report.*&user_id=b").isEmpty)
+            #expect(try app.events(query: "types=report.*&user_id=a").isEmpty)
+        }
+    }
+}
