@@ -1,6 +1,8 @@
+import Dispatch
 import ParleyHTTP
 import ParleyPostgres
 import ParleyTesting
+import Synchronization
 import Testing
 
 @testable import Parley
@@ -349,6 +351,31 @@ struct ReportsTests: GroupTestSupport {
             // Every action in the log, source report.
             let actions = try Self.log(app, "?limit=100").compactMap { $0["action"]?.stringValue }
             #expect(actions == ["delete_message", "remove_from_group", "remove_from_group", "dismiss", "warn_user", "mute_user"])
+        }
+    }
+
+    /// Two moderators act at once on two reports of one target: one action wins and closes both, the other gets 409.
+    @Test func concurrentActionsOnOneTargetCloseItOnce() throws {
+        try withApp { _, app in
+            for id in ["a", "b", "c"] { try app.createUser(id) }
+            for round in 0..<5 {
+                let target = Self.userTarget("a")
+                let first = try Self.reportID(app, "b", target)
+                let second = try Self.reportID(app, "c", target)
+                let statuses = Mutex<[Int]>([])
+                DispatchQueue.concurrentPerform(iterations: 2) { i in
+                    let action = i == 0 ? #"{"action":"dismiss","moderator":"m1"}"# : #"{"action":"warn_user","text":"t","moderator":"m2"}"#
+                    let status = (try? Self.act(app, i == 0 ? first : second, action).status) ?? 0
+                    statuses.withLock { $0.append(status) }
+                }
+                #expect(statuses.withLock { $0.sorted() } == [200, 409], "round \(round)")
+                let a = try app.request(.get, "/v1/reports/\(first)").json
+                let b = try app.request(.get, "/v1/reports/\(second)").json
+                #expect(a?["status"] != .string("open") && a?["status"] == b?["status"])
+                #expect(a?["actions"]?.arrayValue?.count == 1 && b?["actions"]?.arrayValue?.count == 1)
+            }
+            // One log entry per winning action.
+            #expect(try Self.log(app, "?limit=100").count == 5)
         }
     }
 

@@ -5,9 +5,9 @@ import ParleyPostgres
 /// The report rules (docs/moderation.md#reports-and-the-review-queue): who may report what, the snapshot, the queue,
 /// and the actions that close every open report on a target together.
 ///
-/// An action runs in one transaction: it locks the report, then every open report on its target (in `report_id`
-/// order), does the action through the same service code the user, group and message routes use, writes the
-/// moderation log (docs/moderation.md#the-moderation-log) and closes the reports, with one `report.resolved` each.
+/// An action runs in one transaction: it locks every open report on the report's target (in `report_id` order), does
+/// the action through the same service code the user, group and message routes use, writes the moderation log
+/// (docs/moderation.md#the-moderation-log) and closes the reports, with one `report.resolved` each.
 /// A value made per request; it owns nothing mutable. Transaction bodies are re-runnable.
 struct ReportService: DomainService {
     let db: PostgresConnection
@@ -126,13 +126,15 @@ struct ReportService: DomainService {
     /// target).
     func act(_ reportID: String, _ decision: Decision) throws -> ModerationReport {
         try db.transaction { db in
-            guard let report = try ReportStore.fetch(appID: appID, reportID: reportID, forUpdate: true, on: db) else {
-                throw Self.notFound(reportID)
+            guard let read = try ReportStore.fetch(appID: appID, reportID: reportID, on: db) else { throw Self.notFound(reportID) }
+            // The target's open reports, locked in report_id order (never this report first, then the others: two
+            // actions on one target would deadlock); this report is among them unless it is closed, or an action
+            // closed it since the read.
+            let open = try ReportStore.lockOpen(appID: appID, target: read.target, on: db)
+            guard let report = open.first(where: { $0.reportID == reportID }) else {
+                let status = try ReportStore.fetch(appID: appID, reportID: reportID, on: db)?.status ?? read.status
+                throw APIError(.reportClosed, "report \(reportID) is already \(status.rawValue)")
             }
-            guard report.status == .open else {
-                throw APIError(.reportClosed, "report \(reportID) is already \(report.status.rawValue)")
-            }
-            let open = try ReportStore.lockOpen(appID: appID, target: report.target, on: db)
             let params = try perform(decision, on: report, db: db)
 
             var action = JSONObjectWriter(capacity: 256)

@@ -39,14 +39,9 @@ enum ReportStore {
         ).decodeFirst(String.self).map { Array($0.utf8) }
     }
 
-    /// One report; `forUpdate` locks its row.
-    static func fetch(appID: String, reportID: String, forUpdate: Bool = false, on db: PostgresConnection) throws -> ModerationReport? {
-        try db.query(
-            """
-            SELECT \(unsafeSQL: columns) FROM reports r WHERE r.app_id = \(appID) AND r.report_id = \(reportID)
-            \(unsafeSQL: forUpdate ? "FOR UPDATE OF r" : "")
-            """
-        ).rows.first.map(report)
+    /// One report.
+    static func fetch(appID: String, reportID: String, on db: PostgresConnection) throws -> ModerationReport? {
+        try db.query("SELECT \(unsafeSQL: columns) FROM reports r WHERE r.app_id = \(appID) AND r.report_id = \(reportID)").rows.first.map(report)
     }
 
     /// The open reports on `target`, locked in `report_id` order (so two actions on one target never deadlock).
