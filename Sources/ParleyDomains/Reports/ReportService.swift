@@ -103,7 +103,15 @@ struct ReportService: DomainService {
     /// One report and the reports on its target, newest first.
     func get(_ reportID: String) throws -> (report: ModerationReport, reports: [ModerationReport]) {
         guard let report = try ReportStore.fetch(appID: appID, reportID: reportID, on: db) else { throw Self.notFound(reportID) }
-        return (report, try ReportStore.onTarget(appID: appID, target: report.target, limit: ReportLimits.maxReportsPerTarget, on: db))
+        let reports = try ReportStore.onTarget(appID: appID, target: report.target, limit: ReportLimits.maxReportsPerTarget, on: db)
+        return (
+            report,
+            reports.map { other in
+                var other = other
+                other.reportCount = report.reportCount
+                return other
+            }
+        )
     }
 
     // MARK: - Actions
@@ -149,10 +157,12 @@ struct ReportService: DomainService {
 
             var events: [NewEvent] = []
             var answer: ModerationReport?
-            for id in ids {
-                guard let closed = try ReportStore.fetch(appID: appID, reportID: id, on: db) else { continue }
+            // Usually 0: the reports filed since the lock are open.
+            let stillOpen = try ReportStore.openCount(appID: appID, target: report.target, on: db)
+            for var closed in try ReportStore.fetchMany(appID: appID, reportIDs: ids, on: db) {
+                closed.reportCount = stillOpen
                 events.append(Self.event("report.resolved", closed, appID: appID))
-                if id == reportID { answer = closed }
+                if closed.reportID == reportID { answer = closed }
             }
             try EventLog.append(events, appID: appID, now: now, on: db)
             guard let answer else { throw APIError.internalError }

@@ -5,13 +5,29 @@ import ParleyPostgres
 /// The SQL of reports and automatic-escalation strikes (Migrations/0031_reports.sql). No rules: ``ReportService``
 /// and ``ReportHooks`` decide, lock and write events.
 enum ReportStore {
-    /// The columns of a Report object, `report_count` last (the open reports on the report's target).
-    private static let columns = """
+    /// The columns of a Report object, `report_count` last (the open reports on the report's target, counted per row).
+    private static let columns =
+        fields + """
+            , (SELECT count(*) FROM reports o WHERE o.app_id = r.app_id AND o.target_type = r.target_type AND o.target_id = r.target_id
+                AND o.status = 'open')
+            """
+    /// The columns of a Report object with `report_count` 0, for reads of many reports on one target (where a count
+    /// per row would read the target's reports once per report): the caller sets it with ``openCount(appID:target:on:)``.
+    private static let uncounted = fields + ", 0::bigint"
+    private static let fields = """
         r.report_id, r.status, r.reason, r.comment, r.reporter_id, r.target_type, r.target_id, r.target_user_id, r.snapshot::text,
-        r.created_at, r.resolved_at, r.actions::text,
-        (SELECT count(*) FROM reports o WHERE o.app_id = r.app_id AND o.target_type = r.target_type AND o.target_id = r.target_id
-            AND o.status = 'open')
+        r.created_at, r.resolved_at, r.actions::text
         """
+
+    /// The open reports on `target`.
+    static func openCount(appID: String, target: ModerationReport.Target, on db: PostgresConnection) throws -> Int64 {
+        try db.query(
+            """
+            SELECT count(*) FROM reports
+            WHERE app_id = \(appID) AND target_type = \(target.type.rawValue) AND target_id = \(target.id) AND status = 'open'
+            """
+        ).decodeFirst(Int64.self) ?? 0
+    }
 
     /// Inserts `report` (open); false when the reporter already has an open report on the target.
     static func insert(appID: String, report: ModerationReport, on db: PostgresConnection) throws -> Bool {
@@ -44,22 +60,33 @@ enum ReportStore {
         try db.query("SELECT \(unsafeSQL: columns) FROM reports r WHERE r.app_id = \(appID) AND r.report_id = \(reportID)").rows.first.map(report)
     }
 
-    /// The open reports on `target`, locked in `report_id` order (so two actions on one target never deadlock).
+    /// The reports `reportIDs`, in `report_id` order, with `report_count` 0.
+    static func fetchMany(appID: String, reportIDs: [String], on db: PostgresConnection) throws -> [ModerationReport] {
+        try db.query(
+            """
+            SELECT \(unsafeSQL: uncounted) FROM reports r WHERE r.app_id = \(appID) AND r.report_id = ANY(\(reportIDs)::text[])
+            ORDER BY r.report_id
+            """
+        ).rows.map(report)
+    }
+
+    /// The open reports on `target`, locked in `report_id` order (so two actions on one target never deadlock), with
+    /// `report_count` 0.
     static func lockOpen(appID: String, target: ModerationReport.Target, on db: PostgresConnection) throws -> [ModerationReport] {
         try db.query(
             """
-            SELECT \(unsafeSQL: columns) FROM reports r
+            SELECT \(unsafeSQL: uncounted) FROM reports r
             WHERE r.app_id = \(appID) AND r.target_type = \(target.type.rawValue) AND r.target_id = \(target.id) AND r.status = 'open'
             ORDER BY r.report_id FOR UPDATE OF r
             """
         ).rows.map(report)
     }
 
-    /// Up to `limit` reports on `target`, newest first.
+    /// Up to `limit` reports on `target`, newest first, with `report_count` 0.
     static func onTarget(appID: String, target: ModerationReport.Target, limit: Int, on db: PostgresConnection) throws -> [ModerationReport] {
         try db.query(
             """
-            SELECT \(unsafeSQL: columns) FROM reports r
+            SELECT \(unsafeSQL: uncounted) FROM reports r
             WHERE r.app_id = \(appID) AND r.target_type = \(target.type.rawValue) AND r.target_id = \(target.id)
             ORDER BY r.created_at DESC, r.report_id DESC LIMIT \(limit)
             """
