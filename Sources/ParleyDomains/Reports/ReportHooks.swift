@@ -6,7 +6,10 @@ import ParleyPostgres
 /// The receiving side of blocklist hits (docs/moderation.md#automatic-escalation): the automatic report of a `flag`,
 /// and the strikes that mute or ban a user who keeps sending blocked or flagged content.
 package enum ReportHooks {
-    /// The hooks the app layer hands to blocklist evaluation (App/Routes.swift).
+    /// The hooks the app layer hands to blocklist evaluation (App/Routes.swift). `hit` runs one transaction of its own
+    /// and blocks the calling thread for it: call it on a pool worker (a request's handler) or a background thread,
+    /// never on an event loop, and outside any open transaction (inside one it would become a savepoint of it, and
+    /// a refused send's rollback would take the strike with it).
     package static func blocklistHooks(services: Services) -> BlocklistHooks {
         BlocklistHooks(hit: { hit in
             do {
