@@ -45,3 +45,6 @@ CREATE TABLE automod_strikes (
 -- moderator or action walks the app's whole log.
 CREATE INDEX moderation_actions_moderator ON moderation_actions (app_id, moderator, at DESC, action_id DESC);
 CREATE INDEX moderation_actions_action ON moderation_actions (app_id, action, at DESC, action_id DESC);
+
+-- The moderation log goes with its app (Migrations/0028 left it without a key to apps, so a deleted app's log stayed).
+ALTER TABLE moderation_actions ADD CONSTRAINT moderation_actions_app FOREIGN KEY (app_id) REFERENCES apps ON DELETE CASCADE;

@@ -103,9 +103,15 @@ struct ModerationLogTests: ProblemAssertions {
             try app.createUser("u4")
             let token = try app.token(for: "u4")
             #expect(try server.request(.get, "/v1/moderation/log", bearer: token).status == 403)
-            // Another app's log is its own.
+            // Another app's log is its own, and an app's log and reports go with the app.
             let other = try server.createApp()
             #expect(try Self.entries(other).isEmpty)
+            #expect(
+                try app.request(.post, "/v1/reports", json: #"{"reporter_id":"u4","target":{"type":"user","user_id":"u1"},"reason":"spam"}"#).status
+                    == 201)
+            #expect(try server.request(.delete, "/v1/apps/\(app.appID)", bearer: server.adminKey).status == 204)
+            #expect(try server.count("SELECT count(*) FROM moderation_actions WHERE app_id = $1", [app.appID]) == 0)
+            #expect(try server.count("SELECT count(*) FROM reports WHERE app_id = $1", [app.appID]) == 0)
         }
     }
 
