@@ -69,6 +69,7 @@ TABLE_OWNERS = {
     "Conversations": ["conversations"],
     "Push": ["push_attempts", "push_cursors"],
     "Calls": ["calls", "call_users"],
+    "Reports": ["reports", "automod_strikes"],
     "Live": ["live_nodes", "user_streams"],
 }
 OWNER = {table: folder for folder, tables in TABLE_OWNERS.items() for table in tables}

@@ -45,6 +45,7 @@ struct OpenAPIResponseSchemaTests {
         "PushMatrixDevice", "PushGenericRequest", "PushGenericNotification", "Call", "CallUser", "CallPage", "CallBatchResult",
         "MessageReaction", "MessageReactionsResult", "MessageImportResult", "MessageReactionUserPage", "MessageReceipt", "MessageReceiptMemberPage",
         "MessageReceiptMember", "File", "FilePage",
+        "Report", "ReportPage", "ReportWithReports", "ModerationAction", "ModerationActionPage",
     ]
 
     /// The members of a User as the app key sees it (`deleted_at` is null unless soft-deleted).
@@ -64,6 +65,7 @@ struct OpenAPIResponseSchemaTests {
             try Self.groups(c)
             try Self.rooms(c)
             try Self.calls(c)
+            try Self.moderation(c)
             try Self.files(c)
             try Self.messagesAndConversations(c)
             try Self.messageLifecycle(c)
@@ -758,6 +760,48 @@ struct OpenAPIResponseSchemaTests {
     }
 
     /// Revoke, edit, delete and the edit history (docs/messages.md#revoke-edit-delete), with their codes.
+    /// Reports, report actions and the moderation log (docs/moderation.md), with users of their own (one is banned).
+    static func moderation(_ c: ContractChecker) throws {
+        for id in ["rpa", "rpb", "rpc"] { c.call(.post, "/v1/users", json: #"{"user_id":"\#(id)"}"#, status: 201) }
+        let sent = c.call(
+            .post, "/v1/messages", json: #"{"from":"rpa","conversation_type":"peer","to":"rpb","type":1,"body":{"text":"spam"}}"#, status: 201)
+        let messageID = sent.json?["message_id"]?.stringValue ?? ""
+        let target = #"{"type":"message","message_id":"\#(messageID)"}"#
+        let created = c.call(.post, "/v1/reports", as: .user("rpb"), json: #"{"target":\#(target),"reason":"spam","comment":"ads"}"#, status: 201)
+        let reportID = created.json?["report_id"]?.stringValue ?? ""
+        c.call(.post, "/v1/reports", as: .user("rpb"), json: #"{"target":\#(target),"reason":"spam"}"#, status: 409)
+        c.call(.post, "/v1/reports", json: #"{"reporter_id":"rpc","target":\#(target),"reason":"spam"}"#, status: 404)
+        c.call(.post, "/v1/reports", json: #"{"reporter_id":"rpc","target":{"type":"user","user_id":"rpa"},"reason":"nope"}"#, status: 400)
+        c.call(
+            .post, "/v1/reports", as: .user("rpb"), json: #"{"reporter_id":"rpc","target":{"type":"user","user_id":"rpa"},"reason":"spam"}"#,
+            status: 403)
+        let onUser = c.call(
+            .post, "/v1/reports", json: #"{"reporter_id":"rpc","target":{"type":"user","user_id":"rpa"},"reason":"abuse"}"#, status: 201)
+        let userReportID = onUser.json?["report_id"]?.stringValue ?? ""
+        let page = c.call(.get, "/v1/reports", query: "limit=1", status: 200)
+        if let cursor = page.json?["next_cursor"]?.stringValue { c.call(.get, "/v1/reports", query: "limit=1&cursor=\(cursor)", status: 200) }
+        c.call(.get, "/v1/reports", query: "status=open&target_type=message&reason=spam&user_id=rpa", status: 200)
+        c.call(.get, "/v1/reports", query: "status=closed", status: 400)
+        c.call(.get, "/v1/reports", as: .user("rpb"), status: 403)
+        c.call(.get, "/v1/reports/{report_id}", reportID, status: 200)
+        c.call(.get, "/v1/reports/{report_id}", "rp_none", status: 404)
+        c.call(.post, "/v1/reports/{report_id}/actions", reportID, json: #"{"action":"remove_from_group"}"#, status: 422)
+        c.call(.post, "/v1/reports/{report_id}/actions", reportID, json: #"{"action":"explode"}"#, status: 400)
+        c.call(.post, "/v1/reports/{report_id}/actions", "rp_none", json: #"{"action":"dismiss"}"#, status: 404)
+        c.call(.post, "/v1/reports/{report_id}/actions", userReportID, json: #"{"action":"remove_from_group","group_id":"nogroup"}"#, status: 404)
+        c.call(
+            .post, "/v1/reports/{report_id}/actions", reportID, json: #"{"action":"warn_user","text":"be nice","note":"first","moderator":"m"}"#,
+            status: 200)
+        c.call(.post, "/v1/reports/{report_id}/actions", reportID, json: #"{"action":"dismiss"}"#, status: 409)
+        c.call(.post, "/v1/reports/{report_id}/actions", userReportID, json: #"{"action":"ban_user","duration_s":60}"#, status: 200)
+        c.call(.post, "/v1/users/{user_id}/mute", "rpc", json: #"{"duration_s":60}"#, status: 200)
+        let log = c.call(.get, "/v1/moderation/log", query: "limit=1", status: 200)
+        if let cursor = log.json?["next_cursor"]?.stringValue { c.call(.get, "/v1/moderation/log", query: "limit=1&cursor=\(cursor)", status: 200) }
+        c.call(.get, "/v1/moderation/log", query: "user_id=rpa&action=ban_user&moderator=m&from=0&to=9999999999999", status: 200)
+        c.call(.get, "/v1/moderation/log", query: "cursor=junk", status: 400)
+        c.call(.get, "/v1/moderation/log", as: .user("rpb"), status: 403)
+    }
+
     static func messageLifecycle(_ c: ContractChecker) throws {
         func send(_ text: String) -> String {
             let r = c.call(

@@ -51,6 +51,7 @@ enum Routes {
         PushRoutes.register(on: &api, bridge: push)
         CallRoutes.register(on: &api)
         WebhookRoutes.register(on: &api)
+        ReportRoutes.register(on: &api)
         EventRoutes.register(on: &api)
         LiveRoutes.register(on: &api, hub: hub)
         OpsAPIRoutes.register(on: &api, hub: hub, push: push, health: health)

@@ -31,6 +31,7 @@ enum OpsAPIRoutes {
                     "parley_embedded_postgres_up", "gauge", "1 while the embedded PostgreSQL accepts connections.",
                     embedded.state == .running ? 1 : 0)
             }
+            text += ReportMetrics.render(pool: services.pool)
             text += Metrics.family("parley_sse_streams_open", "gauge", "Open SSE streams.")
             let streams = hub.openStreams()
             text += "parley_sse_streams_open{kind=\"user\"} \(streams.user)\nparley_sse_streams_open{kind=\"app\"} \(streams.app)\n"

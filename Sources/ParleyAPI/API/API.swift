@@ -250,7 +250,7 @@ package enum Reply {
 package struct BatchResult {
     var index: Int
     package var id: String
-    var outcome: Outcome
+    package var outcome: Outcome
 
     package init(index: Int, id: String, outcome: Outcome) {
         self.index = index

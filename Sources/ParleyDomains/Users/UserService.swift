@@ -118,10 +118,12 @@ package struct UserService: DomainService {
     }
 
     /// Locks the user, lets `change` modify it and return the names of the changed User fields, saves it when
-    /// anything differs, and writes `user.updated` when a listed field changed (then `extra` events). Returns the
-    /// user as saved.
+    /// anything differs, and writes `user.updated` when a listed field changed (then `extra` events); `record`, given
+    /// the user before and after, names the moderation-log entry to write in the same transaction, if any. Returns
+    /// the user as saved.
     private func change(
         _ userID: String, target: Target = .live, extra: (User) -> [NewEvent] = { _ in [] },
+        record: (_ before: User, _ after: User) -> ModerationLogStore.Entry? = { _, _ in nil },
         _ change: (inout User) throws -> [String]
     ) throws -> User {
         try db.transaction { db in
@@ -136,6 +138,7 @@ package struct UserService: DomainService {
                 events.append(updated(user, changed: changed))
             }
             if user != original { try UserStore.save(appID: appID, user: user, on: db) }
+            if let entry = record(original, user) { try ModerationLogStore.record(entry, appID: appID, now: now, on: db) }
             events += extra(user)
             try EventLog.append(events, appID: appID, now: now, on: db)
             return user
@@ -147,21 +150,37 @@ package struct UserService: DomainService {
         try change(userID) { user in profile.apply(to: &user) }
     }
 
-    /// Global mute: `durationSeconds` -1 (permanent), 0 (unmute) or 1…31536000.
-    func mute(_ userID: String, durationSeconds: Int64) throws -> User {
+    /// Global mute: `durationSeconds` -1 (permanent), 0 (unmute) or 1…31536000. Logged (docs/moderation.md#the-moderation-log)
+    /// as `logAs` (a report action, automatic escalation) or else as the user route's `mute`, or `unmute` when it
+    /// lifts a mute in force.
+    func mute(_ userID: String, durationSeconds: Int64, logAs: ModerationLogStore.Entry? = nil) throws -> User {
         let until = restrictionEnd(durationSeconds)
-        return try change(userID) { user in
+        let record = { (before: User, _: User) -> ModerationLogStore.Entry? in
+            if let logAs { return logAs }
+            if durationSeconds == 0 {
+                guard self.restricted(before.mutedUntil) else { return nil }
+                return ModerationLogStore.Entry(action: "unmute", targetType: "user", targetID: userID, moderator: nil, source: .api)
+            }
+            return ModerationLogStore.Entry(
+                action: "mute", targetType: "user", targetID: userID, params: ["duration_s": .int(durationSeconds)], moderator: nil, source: .api)
+        }
+        return try change(userID, record: record) { user in
             guard user.mutedUntil != until else { return [] }
             user.mutedUntil = until
             return ["muted_until"]
         }
     }
 
-    /// Ban: `durationSeconds` -1 (permanent) or 1…31536000. The user's streams are told with `user.kicked`.
-    func ban(_ userID: String, durationSeconds: Int64, reason: String?) throws -> User {
+    /// Ban: `durationSeconds` -1 (permanent) or 1…31536000. The user's streams are told with `user.kicked`. Logged as
+    /// `logAs` or else as the user route's `ban`.
+    func ban(_ userID: String, durationSeconds: Int64, reason: String?, logAs: ModerationLogStore.Entry? = nil) throws -> User {
         let until = restrictionEnd(durationSeconds)
         let kicked = { (user: User) in [self.kicked(user.userID, platforms: Self.platforms, revokeTokens: false)] }
-        return try change(userID, extra: kicked) { user in
+        var params: JSONObject = ["duration_s": .int(durationSeconds)]
+        if let reason { params["reason"] = .string(reason) }
+        let entry =
+            logAs ?? ModerationLogStore.Entry(action: "ban", targetType: "user", targetID: userID, params: params, moderator: nil, source: .api)
+        return try change(userID, extra: kicked, record: { _, _ in entry }) { user in
             // The reason is not a User field: it is stored but never listed in `changed`, and alone it does not
             // make an event.
             if let reason { user.banReason = reason }
@@ -171,9 +190,13 @@ package struct UserService: DomainService {
         }
     }
 
-    /// Lifts a ban (a request that changes nothing writes no event).
+    /// Lifts a ban (a request that changes nothing writes no event); logged as `unban` when a ban was in force.
     func unban(_ userID: String) throws -> User {
-        try change(userID) { user in
+        let record = { (before: User, _: User) -> ModerationLogStore.Entry? in
+            self.restricted(before.bannedUntil)
+                ? ModerationLogStore.Entry(action: "unban", targetType: "user", targetID: userID, moderator: nil, source: .api) : nil
+        }
+        return try change(userID, record: record) { user in
             guard user.bannedUntil != 0 else { return [] }
             user.bannedUntil = 0
             user.banReason = ""
@@ -200,6 +223,11 @@ package struct UserService: DomainService {
                 user.tokenGeneration += 1
                 try UserStore.save(appID: appID, user: user, on: db)
             }
+            try ModerationLogStore.record(
+                ModerationLogStore.Entry(
+                    action: "kick", targetType: "user", targetID: userID,
+                    params: ["platforms": .array(platforms.map(JSONValue.string)), "revoke_tokens": .bool(revokeTokens)], moderator: nil,
+                    source: .api), appID: appID, now: now, on: db)
             try EventLog.append([kicked(userID, platforms: platforms, revokeTokens: revokeTokens)], appID: appID, now: now, on: db)
         }
     }
@@ -230,6 +258,10 @@ package struct UserService: DomainService {
                 groupEvents = try removeFromGroups(db, appID, userID, now)
                 guard try UserStore.delete(appID: appID, userID: userID, on: db) else { throw Self.notFound(userID) }
             }
+            try ModerationLogStore.record(
+                ModerationLogStore.Entry(
+                    action: "delete_user", targetType: "user", targetID: userID, params: ["mode": .string(mode.rawValue)], moderator: nil,
+                    source: .api), appID: appID, now: now, on: db)
             var data = JSONObjectWriter(capacity: 64)
             data["user_id"] = userID
             data["mode"] = mode.rawValue
@@ -254,6 +286,9 @@ package struct UserService: DomainService {
     }
 
     // MARK: - Helpers
+
+    /// Whether a `*_until` value is a mute or ban in force now.
+    private func restricted(_ until: Int64) -> Bool { until == -1 || until > now }
 
     /// The `*_until` value of a mute or ban lasting `durationSeconds` from now (-1 permanent, 0 none).
     private func restrictionEnd(_ durationSeconds: Int64) -> Int64 {
