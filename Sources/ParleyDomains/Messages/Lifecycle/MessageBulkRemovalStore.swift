@@ -5,7 +5,8 @@ import ParleyPostgres
 /// SQL of bulk removal (docs/jobs.md#removing-a-users-messages): the messages it matches, and the hide. No rules here.
 enum MessageBulkRemovalStore {
     /// Which messages a removal matches: `userID`'s stored messages with `from <= timestamp < to`, not deleted for
-    /// everyone, in one conversation when `conversation` is set (its type and `conv_id`).
+    /// everyone and not tips (type 32: a group's notices, which name their operator as sender), in one conversation
+    /// when `conversation` is set (its type and `conv_id`).
     struct Selection: Sendable {
         var userID: String
         var from: Int64
@@ -17,7 +18,7 @@ enum MessageBulkRemovalStore {
     private static func matching(appID: String, _ selection: Selection) -> PostgresQuery {
         var query: PostgresQuery = """
             WHERE m.app_id = \(appID) AND m.sender = \(selection.userID) AND m.timestamp >= \(selection.from) AND m.timestamp < \(selection.to)
-              AND NOT m.deleted
+              AND NOT m.deleted AND m.type <> 32
             """
         if let (type, id) = selection.conversation { query += " AND m.conv_type = \(type) AND m.conv_id = \(id)" }
         return query
