@@ -180,7 +180,8 @@ struct BulkRemovalTests: GroupTestSupport {
             try JobsTests.importTexts(app, from: "alice", to: "carol", count: 1, start: Self.base + 2000, tag: "c")
             let group = try Self.createGroup(app, "alice", members: ["bob"])
             let sent = try app.request(
-                .post, "/v1/messages", json: "{\"from\":\"alice\",\"conversation_type\":\"group\",\"to\":\"\(group)\",\"type\":1,\"body\":{\"text\":\"g\"}}")
+                .post, "/v1/messages",
+                json: "{\"from\":\"alice\",\"conversation_type\":\"group\",\"to\":\"\(group)\",\"type\":1,\"body\":{\"text\":\"g\"}}")
             #expect(sent.status == 201)
 
             func matched(_ from: Int64, _ to: Int64, _ scope: String = "") throws -> Int64? {

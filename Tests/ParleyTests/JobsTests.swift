@@ -94,7 +94,8 @@ struct JobsTests: ProblemAssertions {
             #expect(list.json?["items"] == .array([]))
 
             let created = try Self.removal(app, "{\"user_id\":\"alice\",\"from\":0,\"to\":9000000000000,\"mode\":\"delete\"}")
-            #expect(Set(created.objectValue?.keys ?? []) == ["job_id", "kind", "state", "progress", "created_at", "finished_at", "result", "problem"])
+            #expect(
+                Set(created.objectValue?.keys ?? []) == ["job_id", "kind", "state", "progress", "created_at", "finished_at", "result", "problem"])
             #expect(created["kind"] == .string("remove_messages"))
             #expect(created["state"] == .string("queued"))
             #expect(created["progress"] == .object(["done": 0, "total": 3]))
@@ -147,7 +148,8 @@ struct JobsTests: ProblemAssertions {
 
             // Metrics: the finished jobs by kind and state.
             let metrics = try server.request(.get, "/metrics")
-            #expect(metrics.text.contains("parley_jobs_finished_total{kind=\"remove_messages\",state=\"succeeded\"} 2"), "\(metrics.text.suffix(600))")
+            #expect(
+                metrics.text.contains("parley_jobs_finished_total{kind=\"remove_messages\",state=\"succeeded\"} 2"), "\(metrics.text.suffix(600))")
             #expect(metrics.text.contains("# TYPE parley_jobs_unfinished gauge"))
         }
     }

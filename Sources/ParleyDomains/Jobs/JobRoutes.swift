@@ -13,10 +13,10 @@ package enum JobRoutes {
             let kind = query.string("kind", maxBytes: 64)
             let stateName = query.string("state")
             let cursor = query.cursor()
-            var state: Job.State?
+            var state: BackgroundJob.State?
             if let stateName {
-                state = Job.State(rawValue: stateName)
-                if state == nil { query.addError("state", "expected one of " + Job.State.allCases.map(\.rawValue).joined(separator: ", ")) }
+                state = BackgroundJob.State(rawValue: stateName)
+                if state == nil { query.addError("state", "expected one of " + BackgroundJob.State.allCases.map(\.rawValue).joined(separator: ", ")) }
             }
             try query.check()
             let list = "jobs|\(ctx.appID)|\(kind ?? "")|\(stateName ?? "")"
@@ -39,5 +39,5 @@ package enum JobRoutes {
 
 extension Reply {
     /// 202 with the Job a request created (docs/jobs.md#the-job-object).
-    package static func accepted(_ job: Job) -> Response { Reply.json(job.json(), status: 202) }
+    package static func accepted(_ job: BackgroundJob) -> Response { Reply.json(job.json(), status: 202) }
 }

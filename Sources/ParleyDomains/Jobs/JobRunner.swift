@@ -61,7 +61,7 @@ package final class JobRunner: Sendable {
     /// Claims one runnable job and runs it until it ends, the runner stops, or the claim is lost; false when there was
     /// none to claim (or the database did not answer).
     private func runOne(services: Services) -> Bool {
-        let claimed: (appID: String, job: Job)?
+        let claimed: (appID: String, job: BackgroundJob)?
         do {
             claimed = try services.pool.transaction { db in
                 try JobStore.claim(node: node, leaseMillis: leaseMillis, now: services.clock.now(), on: db)
@@ -111,10 +111,11 @@ package final class JobRunner: Sendable {
         }
     }
 
-    private func fail(services: Services, appID: String, job: Job, _ error: APIError) {
+    private func fail(services: Services, appID: String, job: BackgroundJob, _ error: APIError) {
         do {
             let failed = try services.pool.withConnection { db in
-                try JobService(db: db, appID: appID, now: services.clock.now()).fail(job.jobID, attempt: job.attempt, problem: Job.problem(error))
+                try JobService(db: db, appID: appID, now: services.clock.now()).fail(
+                    job.jobID, attempt: job.attempt, problem: BackgroundJob.problem(error))
             }
             services.sequencer.poke(appID)
             if let failed { count(failed) }
@@ -123,7 +124,7 @@ package final class JobRunner: Sendable {
         }
     }
 
-    private func count(_ job: Job) {
+    private func count(_ job: BackgroundJob) {
         finished.withLock { $0["\(job.kind) \(job.state.rawValue)", default: 0] += 1 }
     }
 

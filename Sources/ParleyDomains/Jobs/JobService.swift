@@ -20,10 +20,10 @@ package struct JobService: DomainService {
     /// Creates a `queued` job of `kind` for `params` (the request, as its kind reads it): the kind's `plan` validates it
     /// and counts the work in the same transaction, so a refused request creates no job. A runner of any node picks it
     /// up within a quarter of a second.
-    package func create(_ kind: JobKind, params: JSONObject, settings: AppSettings) throws -> Job {
+    package func create(_ kind: JobKind, params: JSONObject, settings: AppSettings) throws -> BackgroundJob {
         try db.transaction { db in
             let plan = try kind.plan(params, settings, JobKind.Context(db: db, appID: appID, now: now))
-            let job = Job(
+            let job = BackgroundJob(
                 jobID: IdentifierKind.generateSortableID(prefix: "job", timestampMs: now), kind: kind.name, state: .queued, params: params,
                 checkpoint: plan.checkpoint, done: 0, total: plan.total, result: nil, problem: nil, createdAt: now, startedAt: nil,
                 finishedAt: nil, cancelRequested: false, attempt: 0)
@@ -32,20 +32,20 @@ package struct JobService: DomainService {
         }
     }
 
-    package func get(_ jobID: String) throws -> Job {
+    package func get(_ jobID: String) throws -> BackgroundJob {
         guard let job = try JobStore.fetch(appID: appID, jobID: jobID, on: db) else { throw Self.notFound(jobID) }
         return job
     }
 
     /// Newest first; `before` is the cursor position (created_at, job_id) of the previous page's last job.
-    package func list(kind: String?, state: Job.State?, before: (Int64, String)?, limit: Int) throws -> [Job] {
+    package func list(kind: String?, state: BackgroundJob.State?, before: (Int64, String)?, limit: Int) throws -> [BackgroundJob] {
         try JobStore.list(appID: appID, kind: kind, state: state, before: before, limit: limit, on: db)
     }
 
     /// `DELETE /v1/jobs/{job_id}` (docs/jobs.md#cancelling): a queued job is cancelled at once (with its
     /// `job.finished`); a running one is marked and its runner stops before its next step, so it answers still
     /// `running`. A finished job → 409 `job_finished`.
-    package func cancel(_ jobID: String) throws -> Job {
+    package func cancel(_ jobID: String) throws -> BackgroundJob {
         try db.transaction { db in
             guard var job = try JobStore.fetch(appID: appID, jobID: jobID, forUpdate: true, on: db) else { throw Self.notFound(jobID) }
             switch job.state {
@@ -64,8 +64,8 @@ package struct JobService: DomainService {
     /// Ends `job` (locked) in `state` and appends its `job.finished` (docs/jobs.md#events): audience none, to the app's
     /// streams and webhooks, ordered by the app.
     func finish(
-        _ job: Job, _ state: Job.State, progress: Int64, result: JSONObject?, problem: JSONObject?, on db: PostgresConnection
-    ) throws -> Job {
+        _ job: BackgroundJob, _ state: BackgroundJob.State, progress: Int64, result: JSONObject?, problem: JSONObject?, on db: PostgresConnection
+    ) throws -> BackgroundJob {
         guard
             let finished = try JobStore.finish(
                 appID: appID, jobID: job.jobID, state: state, progress: progress, result: result, problem: problem, now: now, on: db)
@@ -79,7 +79,7 @@ package struct JobService: DomainService {
         /// The step committed; more steps follow.
         case advanced
         /// The job finished (succeeded, or cancelled before this step).
-        case finished(Job)
+        case finished(BackgroundJob)
         /// The job is no longer this claim's: another node took it over, or it finished meanwhile. Nothing was written.
         case lost
     }
@@ -104,7 +104,7 @@ package struct JobService: DomainService {
     }
 
     /// Fails `jobID` (still under claim `attempt`) with `problem`: the step that threw rolled back.
-    func fail(_ jobID: String, attempt: Int64, problem: JSONObject) throws -> Job? {
+    func fail(_ jobID: String, attempt: Int64, problem: JSONObject) throws -> BackgroundJob? {
         try db.transaction { db in
             guard let job = try JobStore.fetch(appID: appID, jobID: jobID, forUpdate: true, on: db), job.state == .running,
                 job.attempt == attempt

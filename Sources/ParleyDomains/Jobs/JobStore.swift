@@ -25,21 +25,21 @@ enum JobStore {
         return (try? JSONValue.parse(Array(text.utf8)))?.objectValue
     }
 
-    private static func job(_ row: PostgresRow) throws -> Job { try job(row, at: 0) }
+    private static func job(_ row: PostgresRow) throws -> BackgroundJob { try job(row, at: 0) }
 
-    private static func job(_ row: PostgresRow, at offset: Int) throws -> Job {
+    private static func job(_ row: PostgresRow, at offset: Int) throws -> BackgroundJob {
         let (
             jobID, kind, state, params, checkpoint, done, total, result, problem, createdAt, startedAt, finishedAt, cancelRequested, attempt
         ) = try row.decode(
             (String, String, String, String, String, Int64, Int64?, String?, String?, Int64, Int64?, Int64?, Bool, Int64).self, at: offset)
-        guard let state = Job.State(rawValue: state) else { throw APIError(.internalError, "job \(jobID) has state \(state)") }
-        return Job(
+        guard let state = BackgroundJob.State(rawValue: state) else { throw APIError(.internalError, "job \(jobID) has state \(state)") }
+        return BackgroundJob(
             jobID: jobID, kind: kind, state: state, params: object(params) ?? [:], checkpoint: object(checkpoint) ?? [:], done: done,
             total: total, result: object(result), problem: object(problem), createdAt: createdAt, startedAt: startedAt,
             finishedAt: finishedAt, cancelRequested: cancelRequested, attempt: attempt)
     }
 
-    static func insert(appID: String, _ job: Job, on db: PostgresConnection) throws {
+    static func insert(appID: String, _ job: BackgroundJob, on db: PostgresConnection) throws {
         try db.query(
             """
             INSERT INTO jobs (app_id, job_id, kind, state, params, checkpoint, progress_total, created_at)
@@ -48,7 +48,7 @@ enum JobStore {
             """)
     }
 
-    static func fetch(appID: String, jobID: String, forUpdate: Bool = false, on db: PostgresConnection) throws -> Job? {
+    static func fetch(appID: String, jobID: String, forUpdate: Bool = false, on db: PostgresConnection) throws -> BackgroundJob? {
         try db.query(
             """
             SELECT \(unsafeSQL: columns) FROM jobs WHERE app_id = \(appID) AND job_id = \(jobID) \(unsafeSQL: forUpdate ? "FOR UPDATE" : "")
@@ -58,8 +58,8 @@ enum JobStore {
 
     /// `GET /v1/jobs`: newest first (created_at, then job_id, descending), after the cursor position `before`.
     static func list(
-        appID: String, kind: String?, state: Job.State?, before: (Int64, String)?, limit: Int, on db: PostgresConnection
-    ) throws -> [Job] {
+        appID: String, kind: String?, state: BackgroundJob.State?, before: (Int64, String)?, limit: Int, on db: PostgresConnection
+    ) throws -> [BackgroundJob] {
         var query: PostgresQuery = "SELECT \(unsafeSQL: columns) FROM jobs WHERE app_id = \(appID)"
         if let kind { query += " AND kind = \(kind)" }
         if let state { query += " AND state = \(state.rawValue)" }
@@ -71,7 +71,7 @@ enum JobStore {
     /// Claims the oldest runnable job of any app — queued, or running with its lease expired (its node died or
     /// stopped) — skipping the ones another node is claiming: it becomes `running` under a new `attempt` held by
     /// `node` for `leaseMillis` of the database's clock. Returns its app and the job.
-    static func claim(node: String, leaseMillis: Int64, now: Int64, on db: PostgresConnection) throws -> (appID: String, job: Job)? {
+    static func claim(node: String, leaseMillis: Int64, now: Int64, on db: PostgresConnection) throws -> (appID: String, job: BackgroundJob)? {
         let result = try db.query(
             """
             WITH next AS (
@@ -101,9 +101,9 @@ enum JobStore {
 
     /// Ends a job (locked) in `state` with its result or problem; returns it as it is now.
     static func finish(
-        appID: String, jobID: String, state: Job.State, progress: Int64, result: JSONObject?, problem: JSONObject?, now: Int64,
+        appID: String, jobID: String, state: BackgroundJob.State, progress: Int64, result: JSONObject?, problem: JSONObject?, now: Int64,
         on db: PostgresConnection
-    ) throws -> Job? {
+    ) throws -> BackgroundJob? {
         try db.query(
             """
             UPDATE jobs SET state = \(state.rawValue), progress_done = progress_done + \(progress), result = \(result.map(text))::jsonb,

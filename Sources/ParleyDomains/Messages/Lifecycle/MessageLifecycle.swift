@@ -210,7 +210,8 @@ struct MessageLifecycle {
                         try MessageStore.hide(appID: appID, message: message, from: userID, on: db)
                         deleted.append((message, messageID))
                     case .everyone:
-                        deleted.append((try deleteForEveryoneLocked(messageID, by: actor, effects: &effects, revokePush: revokePush, on: db), messageID))
+                        deleted.append(
+                            (try deleteForEveryoneLocked(messageID, by: actor, effects: &effects, revokePush: revokePush, on: db), messageID))
                     }
                     results.append(BatchResult(index: index, id: messageID, outcome: .ok(nil)))
                 } catch let problem as APIError {
