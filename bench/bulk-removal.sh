@@ -52,7 +52,7 @@ remove() {
     local job id state t0 body
     t0=$(now_ms)
     job=$(api -X POST "$BASE/v1/moderation/remove_messages" \
-        -d '{"user_id":"u1","from":1700000000000,"to":1700000000000000,"mode":"delete","dry_run":false}')
+        -d '{"user_id":"u1","from":1700000000000,"to":'"$((1700000000000 + MESSAGES))"',"mode":"delete","dry_run":false}')
     id=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["job_id"])' <<<"$job")
     while :; do
         body=$(api "$BASE/v1/jobs/$id")

@@ -136,6 +136,27 @@ struct BulkRemovalTests: GroupTestSupport {
         }
     }
 
+    /// The files only the removed messages named are deleted with them, as a delete for everyone deletes them
+    /// (`delete_files_with_messages`); a file another message still names stays.
+    @Test func filesOnlyTheRemovedMessagesNamedGoWithThem() throws {
+        try withApp(transport: .sockets) { server, app in
+            for user in ["alice", "bob", "carol"] { try app.createUser(user) }
+            let only = try Files.uploaded(app, FilesTests.randomBytes(2000), name: "only.pdf")
+            let shared = try Files.uploaded(app, FilesTests.randomBytes(2000), name: "shared.pdf")
+            for (to, fileID) in [("bob", only), ("bob", shared), ("carol", shared)] {
+                let r = try app.request(
+                    .post, "/v1/messages",
+                    json: #"{"from":"alice","conversation_type":"peer","to":"\#(to)","type":12,"body":{"file_id":"\#(fileID)"}}"#)
+                #expect(r.status == 201, "\(r.text)")
+            }
+            let done = try Self.run(
+                app, Self.range("alice", 0, 9_000_000_000_000, dryRun: false, scope: ",\"conversation_type\":\"peer\",\"conversation_id\":\"bob\""))
+            #expect(done["result"]?["changed"] == .int(2))
+            Self.expectProblem(try app.request(.get, "/v1/files/\(only)/meta"), 404, .fileNotFound)
+            #expect(try app.request(.get, "/v1/files/\(shared)/meta").status == 200, "carol's message still names it")
+        }
+    }
+
     // MARK: - Hide
 
     @Test func hideLeavesTheSenderItsMessagesAndTheRecipientNothing() throws {

@@ -53,6 +53,12 @@ package struct JobKind: Sendable {
     /// the job with that problem (the step's writes roll back); a database outage leaves the job to be resumed.
     package let step: @Sendable (_ params: JSONObject, _ checkpoint: JSONObject, _ context: Context) throws -> JobStepOutcome
 
+    /// How much the runner rests after each step, as a share of the step's time (0: none; 1: as long as the step took,
+    /// at most ``maxRestMillis``): a kind whose steps compete with requests for the database's CPU leaves them room.
+    package var restRatio: Double = 0
+    /// The longest rest after a step (progress is still written about once a second).
+    package static let maxRestMillis = 400
+
     package init(
         name: String, plan: @escaping @Sendable (_ params: JSONObject, _ settings: AppSettings, _ context: Context) throws -> JobPlan,
         step: @escaping @Sendable (_ params: JSONObject, _ checkpoint: JSONObject, _ context: Context) throws -> JobStepOutcome

@@ -78,6 +78,7 @@ package final class JobRunner: Sendable {
         }
         while true {
             let result: JobService.StepResult
+            let stepStart = EventLoop.monotonicMillis()
             do {
                 result = try services.pool.withConnection { db in
                     try JobService(db: db, appID: appID, now: services.clock.now()).step(
@@ -99,7 +100,10 @@ package final class JobRunner: Sendable {
             services.sequencer.poke(appID)
             switch result {
             case .advanced:
-                let running = stepPauseMillis > 0 ? ticks.take(waitMillis: stepPauseMillis, { _ in }) != nil : ticks.ifRunning({ _ in true }) != nil
+                // The kind's rest (a share of the step's time), or the configured pause when longer.
+                let stepMillis = EventLoop.monotonicMillis() - stepStart
+                let rest = max(stepPauseMillis, min(JobKind.maxRestMillis, Int(Double(stepMillis) * kind.restRatio)))
+                let running = rest > 0 ? ticks.take(waitMillis: rest, { _ in }) != nil : ticks.ifRunning({ _ in true }) != nil
                 if !running { return false }
             case .finished(let ended):
                 count(ended)

@@ -129,7 +129,7 @@ package enum MessageBulkRemoval {
             -> Void
     ) -> JobKind {
         let removeObjects = MessageFiles.objectRemover(services)
-        return JobKind(
+        var kind = JobKind(
             name: kindName,
             plan: { params, settings, context in
                 let request = try Request(params)
@@ -141,6 +141,9 @@ package enum MessageBulkRemoval {
             step: { params, json, context in
                 try step(Request(params), Checkpoint(json), context, revokePush: revokePush, removeObjects: removeObjects)
             })
+        // A removal's steps take the database's CPU from the senders: rest as long as each step took (bench/RESULTS.md).
+        kind.restRatio = 1
+        return kind
     }
 
     /// One batch: the next matching messages from the checkpoint, deleted or hidden (or, for a dry run, the count and
