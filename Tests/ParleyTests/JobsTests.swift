@@ -154,6 +154,26 @@ struct JobsTests: ProblemAssertions {
         }
     }
 
+    /// A job this server has no kind for fails with its problem (the step-failure path): state `failed`, `problem` an
+    /// error's members, `job.finished` written once.
+    @Test func aJobThatFailsCarriesItsProblem() throws {
+        try withApp { server, app in
+            try server.sql(
+                "INSERT INTO jobs (app_id, job_id, kind, state, created_at) VALUES ($1, 'job_unknown_kind', 'no_such_kind', 'queued', 1)",
+                [app.appID])
+            let failed = try Self.awaitState(app, "job_unknown_kind", "failed")
+            #expect(failed["kind"] == .string("no_such_kind"))
+            #expect(failed["result"] == .null)
+            #expect(failed["problem"]?["code"] == .int(Int64(ErrorCode.internalError.code)))
+            #expect(failed["problem"]?["status"] == .int(500))
+            #expect(failed["problem"]?["request_id"] == nil)
+            #expect(failed["finished_at"] != .null)
+            #expect(try Self.allEvents(app, "job.finished").compactMap { $0["data"]?["state"]?.stringValue } == ["failed"])
+            Self.expectProblem(try app.request(.delete, "/v1/jobs/job_unknown_kind"), 409, .jobFinished)
+            #expect(try app.request(.get, "/v1/jobs?state=failed").json?["items"]?.arrayValue?.count == 1)
+        }
+    }
+
     // MARK: - Progress and cancelling
 
     @Test func progressAndCancel() throws {
