@@ -56,6 +56,7 @@ TABLE_OWNERS = {
     "Outbound": ["webhooks", "webhook_deliveries", "webhook_before_hooks", "webhook_cursors"],
     "Apps": ["apps", "app_keys"],
     "API": ["idempotency_keys"],
+    "Jobs": ["jobs"],
     "Moderation": ["moderation_actions"],
     "Users": ["users"],
     "Devices": ["devices", "push_rules"],

@@ -90,6 +90,11 @@ public struct Configuration: Sendable {
     /// priority-1 room sends are refused while more sends than this wait); nil keeps the writer's default. -1 forces
     /// overload.
     public var sendOverloadThreshold: Int?
+    /// How long a node's claim on a job holds without a step (docs/jobs.md#guarantees): a job whose node died resumes
+    /// elsewhere at most this long after its last step. Tests shorten it.
+    public var jobLeaseMillis = 30_000
+    /// A pause after each job step (0: none), leaving the database to requests; tests use it to catch a job mid-way.
+    public var jobStepPauseMillis = 0
 
     public init() {}
 

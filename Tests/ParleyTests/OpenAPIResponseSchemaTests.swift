@@ -44,7 +44,7 @@ struct OpenAPIResponseSchemaTests {
         "PushGatewayRequest", "PushGatewayResponse", "PushMatrixNotifyRequest", "PushMatrixNotification", "PushMatrixContent",
         "PushMatrixDevice", "PushGenericRequest", "PushGenericNotification", "Call", "CallUser", "CallPage", "CallBatchResult",
         "MessageReaction", "MessageReactionsResult", "MessageImportResult", "MessageReactionUserPage", "MessageReceipt", "MessageReceiptMemberPage",
-        "MessageReceiptMember", "File", "FilePage",
+        "MessageReceiptMember", "File", "FilePage", "Job", "JobPage",
         "Report", "ReportPage", "ReportWithReports", "ModerationAction", "ModerationActionPage",
     ]
 
@@ -69,6 +69,7 @@ struct OpenAPIResponseSchemaTests {
             try Self.files(c)
             try Self.messagesAndConversations(c)
             try Self.messageLifecycle(c)
+            try Self.jobs(c, server: server)
             try Self.events(c)
             try Self.webhooks(c)
             try Self.push(c)
@@ -550,7 +551,7 @@ struct OpenAPIResponseSchemaTests {
             "friend.added", "friend.deleted", "friend.updated", "friend.application_created", "friend.application_updated",
             "device.registered", "device.removed", "blacklist.added", "blacklist.removed", "user.push_rule_updated",
             "room.created", "room.member_joined", "room.member_left", "room.attributes_updated", "room.attributes_batch_updated",
-            "room.member_attributes_updated", "room.destroyed",
+            "room.member_attributes_updated", "room.destroyed", "job.finished",
         ]
         #expect(expected.subtracting(types).sorted() == [], "event types not checked against a payload schema")
         c.call(.get, "/v1/events/log", query: "after=earliest&types=message.*&group_id=g1", status: 200)
@@ -759,7 +760,6 @@ struct OpenAPIResponseSchemaTests {
         c.call(.get, "/v1/users/{user_id}/calls", "ghost", status: 404)
     }
 
-    /// Revoke, edit, delete and the edit history (docs/messages.md#revoke-edit-delete), with their codes.
     /// Reports, report actions and the moderation log (docs/moderation.md), with users of their own (one is banned).
     static func moderation(_ c: ContractChecker) throws {
         for id in ["rpa", "rpb", "rpc"] { c.call(.post, "/v1/users", json: #"{"user_id":"\#(id)"}"#, status: 201) }
@@ -802,6 +802,34 @@ struct OpenAPIResponseSchemaTests {
         c.call(.get, "/v1/moderation/log", as: .user("rpb"), status: 403)
     }
 
+    /// Jobs and bulk removal (docs/jobs.md): a dry run and a hide to their end, the lists, the problems; last, with the
+    /// node's runner stopped, a job that stays queued and is cancelled.
+    static func jobs(_ c: ContractChecker, server: TestServer) throws {
+        let removal = #"{"user_id":"a","from":0,"to":9000000000000,"mode":"hide"}"#
+        let dryRun = c.call(.post, "/v1/moderation/remove_messages", json: removal, status: 202)
+        let dryRunID = dryRun.json?["job_id"]?.stringValue ?? ""
+        #expect(
+            eventually(timeout: .seconds(30)) {
+                c.call(.get, "/v1/jobs/{job_id}", dryRunID, status: 200).json?["state"] == .string("succeeded")
+            })
+        c.call(.post, "/v1/moderation/remove_messages", json: #"{"user_id":"a","from":5,"to":5,"mode":"hide"}"#, status: 400)
+        c.call(.post, "/v1/moderation/remove_messages", json: #"{"user_id":"ghost","from":0,"to":5,"mode":"hide"}"#, status: 404)
+        c.call(.post, "/v1/moderation/remove_messages", as: .user("a"), json: removal, status: 403)
+        let page = c.call(.get, "/v1/jobs", query: "limit=1", status: 200)
+        #expect(page.json?["items"]?.arrayValue?.count == 1)
+        c.call(.get, "/v1/jobs", query: "kind=remove_messages&state=succeeded", status: 200)
+        c.call(.get, "/v1/jobs", query: "state=done", status: 400)
+        c.call(.get, "/v1/jobs", as: .user("a"), status: 403)
+        c.call(.get, "/v1/jobs/{job_id}", "job_nope", status: 404)
+        c.call(.delete, "/v1/jobs/{job_id}", dryRunID, status: 409)
+        c.call(.delete, "/v1/jobs/{job_id}", "job_nope", status: 404)
+        server.app.jobs.stop()
+        let queued = c.call(.post, "/v1/moderation/remove_messages", json: removal, status: 202)
+        let cancelled = c.call(.delete, "/v1/jobs/{job_id}", queued.json?["job_id"]?.stringValue ?? "", status: 200)
+        #expect(cancelled.json?["state"] == .string("cancelled"))
+    }
+
+    /// Revoke, edit, delete and the edit history (docs/messages.md#revoke-edit-delete), with their codes.
     static func messageLifecycle(_ c: ContractChecker) throws {
         func send(_ text: String) -> String {
             let r = c.call(

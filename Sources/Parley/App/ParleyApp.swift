@@ -23,6 +23,8 @@ public final class ParleyApp: Sendable {
     let writer: MessageWriter
     /// This node's push bridge (docs/push.md): plans the event log into gateway requests and sends them.
     let push: PushBridge
+    /// This node's job runner (docs/jobs.md).
+    let jobs: JobRunner
     /// The readiness probe and the database's state (`/healthz`, `/readyz`, `/metrics`).
     let health: DatabaseHealth
     let server: HTTPServer
@@ -117,7 +119,11 @@ public final class ParleyApp: Sendable {
             self.hub = hub
             self.writer = writer
             if embedded != nil { try Self.createDefaultAppIfNone(services: services, output: output) }
-            let routes = Routes.build(services: services, hub: hub, writer: writer, push: push, health: health)
+            let jobs = JobRunner(
+                kinds: Routes.jobKinds(services: services), leaseMillis: Int64(configuration.jobLeaseMillis),
+                stepPauseMillis: configuration.jobStepPauseMillis)
+            self.jobs = jobs
+            let routes = Routes.build(services: services, hub: hub, writer: writer, push: push, health: health, jobs: jobs)
             var http = HTTPServerConfiguration()
             http.host = configuration.listenHost
             http.port = configuration.listenPort
@@ -148,6 +154,7 @@ public final class ParleyApp: Sendable {
             push.start(database: serving, pgLogger: pgLogger)
             hub.start(database: serving, pgLogger: pgLogger, services: services)
             services.timers.start(services: services)
+            jobs.start(services: services)
         } catch {
             embedded?.stop()
             throw error
@@ -195,6 +202,7 @@ public final class ParleyApp: Sendable {
         services.webhooks.dispatcher.stop()
         push.stop()
         services.timers.stop()
+        jobs.stop()
         pool.shutdown()
         embedded?.stop()
         logger.info("msg=stopped")

@@ -9,7 +9,9 @@ import ParleyPostgres
 enum Routes {
     /// Builds the frozen router over `services`, the node's live hub, its message writer, its push bridge and its
     /// database health.
-    static func build(services: Services, hub: EventHub, writer: MessageWriter, push: PushBridge, health: DatabaseHealth) -> Router {
+    static func build(
+        services: Services, hub: EventHub, writer: MessageWriter, push: PushBridge, health: DatabaseHealth, jobs: JobRunner
+    ) -> Router {
         var builder = RouterBuilder()
         OpsRoutes(services: services, push: push, health: health).register(on: &builder)
         ConsoleRoutes.register(on: &builder)
@@ -54,8 +56,23 @@ enum Routes {
         ReportRoutes.register(on: &api)
         EventRoutes.register(on: &api)
         LiveRoutes.register(on: &api, hub: hub)
-        OpsAPIRoutes.register(on: &api, hub: hub, push: push, health: health)
+        JobRoutes.register(on: &api)
+        if let removal = jobs.kind(MessageBulkRemoval.kindName) {
+            MessageBulkRemovalRoutes.register(on: &api, kind: removal) { jobs.poke() }
+        }
+        OpsAPIRoutes.register(on: &api, hub: hub, push: push, health: health, jobs: jobs)
         return api.builder.build()
+    }
+
+    /// Every job kind of the server (docs/jobs.md#adding-a-job-kind), handed to the node's ``JobRunner``; a domain with
+    /// a job adds its kind here, with what it needs from above wired in.
+    static func jobKinds(services: Services) -> [JobKind] {
+        [
+            // Messages sit below Push: a delete for everyone's revoke push is handed in here.
+            MessageBulkRemoval.kind(services: services) { db, appID, messageID, push, now in
+                try PushPlanner.revokePush(appID: appID, messageID: messageID, push: push, now: now, on: db)
+            }
+        ]
     }
 }
 

@@ -7,8 +7,9 @@ import ParleyPostgres
 
 /// Statistics, metrics, the OpenAPI document and the test clock (docs/operations.md#health-readiness-and-metrics).
 enum OpsAPIRoutes {
-    /// `hub`: the node's live hub, for the stream counts; `push`: its push bridge; `health`: the database's circuit and embedded cluster.
-    static func register(on api: inout API, hub: EventHub, push: PushBridge, health: DatabaseHealth) {
+    /// `hub`: the node's live hub, for the stream counts; `push`: its push bridge; `health`: the database's circuit and embedded cluster;
+    /// `jobs`: its job runner.
+    static func register(on api: inout API, hub: EventHub, push: PushBridge, health: DatabaseHealth, jobs: JobRunner) {
         let services = api.services
         api.builder.add(.get, "/metrics", options: RouteOptions(operationID: "getMetrics")) { request in
             if let token = services.configuration.metricsToken {
@@ -52,6 +53,7 @@ enum OpsAPIRoutes {
                 text += Metrics.family("parley_file_stored_bytes", "gauge", "Stored bytes per app (each stored byte sequence once).")
                 for (app, _, bytes) in usage { text += "parley_file_stored_bytes{app_id=\"\(Metrics.escape(app))\"} \(bytes)\n" }
             }
+            text += jobs.metrics(pool: services.pool)
             return Response(status: 200, headers: ["Content-Type": "text/plain; version=0.0.4; charset=utf-8"], body: Array(text.utf8))
         }
 

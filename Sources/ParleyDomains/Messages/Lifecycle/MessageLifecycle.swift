@@ -210,50 +210,87 @@ struct MessageLifecycle {
                         try MessageStore.hide(appID: appID, message: message, from: userID, on: db)
                         deleted.append((message, messageID))
                     case .everyone:
-                        let (message, isRepliedTo) = try lockForGone(messageID, by: actor, on: db)
-                        try requireDeleteForEveryone(message, by: actor, on: db)
-                        guard
-                            let tombstone = try MessageStore.markGone(
-                                appID: appID, message: message, isRepliedTo: isRepliedTo, .deleted, now: now, on: db)
-                        else {
-                            throw MessageService.notFound(messageID)
-                        }
-                        try RoomRecent.refresh(appID: appID, message: tombstone, on: db)
-                        effects += try goneEffects(message, on: db)
-                        try revokePush(db, appID, messageID, nil, now)
-                        deleted.append((message, messageID))
+                        deleted.append(
+                            (try deleteForEveryoneLocked(messageID, by: actor, effects: &effects, revokePush: revokePush, on: db), messageID))
                     }
                     results.append(BatchResult(index: index, id: messageID, outcome: .ok(nil)))
                 } catch let problem as APIError {
                     results.append(BatchResult(index: index, id: messageID, outcome: .failed(problem.code, problem.detail)))
                 }
             }
-            var events: [NewEvent] = []
-            var groups: [(key: String, messages: [Message], ids: [String])] = []
-            for (message, id) in deleted {
-                let key = message.conversationType.rawValue + ":" + message.to
-                if let i = groups.firstIndex(where: { $0.key == key }) {
-                    groups[i].ids.append(id)
-                } else {
-                    groups.append((key, [message], [id]))
-                }
-            }
-            for group in groups {
-                let first = group.messages[0]
-                var o = JSONObjectWriter(capacity: 256)
-                o["scope"] = scope.rawValue
-                o["user_id"] = scope == .self ? userID : nil
-                o["conversation_type"] = first.conversationType.rawValue
-                o["to"] = first.to
-                o["message_ids"] = JSONValue.array(group.ids.map(JSONValue.string))
-                o["operator"] = scope == .everyone ? actor.userID : nil
-                events.append(
-                    scope == .self
-                        ? NewEvent(type: "message.deleted", data: o.finish(), audience: [userID ?? ""], orderKey: userID ?? "")
-                        : MessageAudience.event("message.deleted", data: o.finish(), about: first))
-            }
+            let events = Self.deletedEvents(deleted, scope: scope, userID: userID, operator: actor.userID)
             try EventLog.append(events + effects, appID: appID, now: now, on: db)
             return results
+        }
+    }
+
+    /// Delete for everyone, by the app, of messages a bulk removal chose (docs/jobs.md#removing-a-users-messages),
+    /// inside the caller's transaction (a step of its job): each message goes exactly as `POST /v1/messages/delete`
+    /// with `scope` `everyone` deletes it (the row lock, the tombstone, the knock-on effects, the revoke push); ids
+    /// already gone are skipped. One `message.deleted` per conversation per `perEvent` messages, in the order given.
+    /// Returns the ids it deleted.
+    func deleteForEveryone(_ messageIDs: [String], perEvent: Int, revokePush: RevokePush, on db: PostgresConnection) throws -> [String] {
+        var deleted: [(message: Message, id: String)] = []
+        var effects: [NewEvent] = []
+        for messageID in messageIDs {
+            do {
+                deleted.append((try deleteForEveryoneLocked(messageID, by: Actor(), effects: &effects, revokePush: revokePush, on: db), messageID))
+            } catch let problem as APIError where problem.code == .messageNotFound {
+                continue
+            }
+        }
+        let events = Self.deletedEvents(deleted, scope: .everyone, userID: nil, operator: nil, perEvent: perEvent)
+        try EventLog.append(events + effects, appID: appID, now: now, on: db)
+        return deleted.map(\.id)
+    }
+
+    /// Deletes `messageID` for everyone in the caller's transaction: locks it, checks `actor` may, makes it a tombstone
+    /// and runs the knock-on effects (their events added to `effects`); returns the message as it was.
+    private func deleteForEveryoneLocked(
+        _ messageID: String, by actor: Actor, effects: inout [NewEvent], revokePush: RevokePush, on db: PostgresConnection
+    ) throws -> Message {
+        let (message, isRepliedTo) = try lockForGone(messageID, by: actor, on: db)
+        try requireDeleteForEveryone(message, by: actor, on: db)
+        guard
+            let tombstone = try MessageStore.markGone(
+                appID: appID, message: message, isRepliedTo: isRepliedTo, .deleted, now: now, on: db)
+        else {
+            throw MessageService.notFound(messageID)
+        }
+        try RoomRecent.refresh(appID: appID, message: tombstone, on: db)
+        effects += try goneEffects(message, on: db)
+        try revokePush(db, appID, messageID, nil, now)
+        return message
+    }
+
+    /// The `message.deleted` events of `deleted` (in order): one per distinct conversation, listing its ids, split every
+    /// `perEvent` ids.
+    private static func deletedEvents(
+        _ deleted: [(message: Message, id: String)], scope: DeleteScope, userID: String?, operator: String?, perEvent: Int = .max
+    ) -> [NewEvent] {
+        var groups: [(key: String, message: Message, ids: [String])] = []
+        var open: [String: Int] = [:]
+        for (message, id) in deleted {
+            let key = message.conversationType.rawValue + ":" + message.to
+            if let i = open[key], groups[i].ids.count < perEvent {
+                groups[i].ids.append(id)
+            } else {
+                open[key] = groups.count
+                groups.append((key, message, [id]))
+            }
+        }
+        return groups.map { group in
+            let first = group.message
+            var o = JSONObjectWriter(capacity: 256 + group.ids.count * 32)
+            o["scope"] = scope.rawValue
+            o["user_id"] = scope == .self ? userID : nil
+            o["conversation_type"] = first.conversationType.rawValue
+            o["to"] = first.to
+            o["message_ids"] = JSONValue.array(group.ids.map(JSONValue.string))
+            o["operator"] = scope == .everyone ? `operator` : nil
+            return scope == .self
+                ? NewEvent(type: "message.deleted", data: o.finish(), audience: [userID ?? ""], orderKey: userID ?? "")
+                : MessageAudience.event("message.deleted", data: o.finish(), about: first)
         }
     }
 
