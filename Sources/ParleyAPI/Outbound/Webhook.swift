@@ -93,7 +93,7 @@ package enum WebhookEventTypes {
         "message.reactions_updated", "message.reply_count_updated", "message.receipt_updated",
         "conversation.updated", "conversation.deleted", "conversation.read",
         "call.created", "call.invited", "call.user_state_changed", "call.ended",
-        "job.finished",
+        "report.created", "report.resolved", "user.warned", "job.finished",
     ]
 
     /// The before-event hook types (docs/webhooks.md#before-event-hooks): never written to the log, served only when
