@@ -56,7 +56,7 @@ TABLE_OWNERS = {
     "Outbound": ["webhooks", "webhook_deliveries", "webhook_before_hooks", "webhook_cursors"],
     "Apps": ["apps", "app_keys"],
     "API": ["idempotency_keys"],
-    "Moderation": ["moderation_actions"],
+    "Moderation": ["moderation_actions", "blocklists", "blocklist_versions"],
     "Users": ["users"],
     "Devices": ["devices", "push_rules"],
     "Presence": ["user_statuses", "status_subscriptions"],

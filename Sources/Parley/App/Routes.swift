@@ -15,6 +15,11 @@ enum Routes {
         ConsoleRoutes.register(on: &builder)
         var api = API(services: services, builder: builder)
         AppRoutes.register(on: &api)
+        // The node's compiled blocklists; a hit goes to the moderation domain above (reports, escalation).
+        let blocklists = BlocklistCache(
+            hooks: BlocklistHooks.none,  // integrator: ReportHooks.blocklistHooks(services:)
+            metrics: services.metrics)
+        BlocklistRoutes.register(on: &api, cache: blocklists)
         // Users is below Groups, Rooms, Calls and Live: what its routes need from them is handed in here.
         let userHooks = UserHooks(
             removeFromGroups: { db, appID, userID, now in
