@@ -116,8 +116,7 @@ package struct BlocklistCheck: Sendable {
 
     /// The 422 of a blocked send or write: names the list, never the entry.
     package var problem: APIError {
-        let names = matched.filter { $0.action == .block }.map(\.name)
-        return APIError(.contentBlocked, "the content is blocked by blocklist \(names.first ?? "")")
+        APIError(.contentBlocked, "the content is blocked by blocklist \(BlocklistLimits.quoted(blocklists.first ?? ""))")
     }
 
     /// The hit to hand to the hooks; nil when nothing matched.
@@ -140,5 +139,27 @@ package struct BlocklistCheck: Sendable {
             offset += length
         }
         return out
+    }
+}
+
+extension BlocklistCache {
+    /// Profile fields checked by the lists that apply to `scope` (`user_profile`, `group_profile`;
+    /// docs/blocklists.md#profiles): the fields come back masked where a `mask` list matched. `block` and
+    /// `shadow_block` refuse the write (a profile is seen by everyone, so it cannot be shown to its author alone): the
+    /// hit is reported with the attempted fields (`target`) and 422 `content_blocked` thrown. Nil fields are absent.
+    package func screen(
+        _ fields: [String?], scope: Blocklist.Scope, appID: String, userID: String?, now: Int64, on db: PostgresConnection,
+        target: (_ screened: [String?]) -> BlocklistHit.Target
+    ) throws -> (fields: [String?], check: BlocklistCheck?) {
+        let snapshot = try snapshot(appID: appID, db: db)
+        guard snapshot.applies(to: scope) else { return (fields, nil) }
+        var check = BlocklistCheck(snapshot)
+        let screened = fields.map { $0.map { check.check($0, scope) } }
+        guard let action = check.action else { return (fields, nil) }
+        if action == .block || action == .shadowBlock {
+            if let hit = check.hit(appID: appID, userID: userID, target: target(screened), at: now) { report(hit) }
+            throw check.problem
+        }
+        return (screened, check)
     }
 }
