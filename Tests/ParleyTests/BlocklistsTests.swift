@@ -314,7 +314,8 @@ struct BlocklistsTests: GroupTestSupport {
             try Self.create(app, "c", entries: ["forbidden"], appliesTo: ["custom"])
             try Self.create(app, "files", action: "mask", entries: ["leak"], appliesTo: ["file_name"])
             try Self.create(app, "t", action: "block", entries: ["nope"])
-            Self.expectProblem(try PeerMessages.send(app, "a", "b", type: 200, body: #"{"sub_type":1,"data":"{\"x\":\"forbidden\"}"}"#), 422, .contentBlocked)
+            Self.expectProblem(
+                try PeerMessages.send(app, "a", "b", type: 200, body: #"{"sub_type":1,"data":"{\"x\":\"forbidden\"}"}"#), 422, .contentBlocked)
             #expect(try PeerMessages.sendText(app, "a", "b", "forbidden").status == 201, "the custom list does not apply to text")
             let file = try PeerMessages.send(
                 app, "a", "b", type: 12, body: #"{"url":"https://cdn.example.com/f","file_name":"the leak.pdf","file_size":10}"#)

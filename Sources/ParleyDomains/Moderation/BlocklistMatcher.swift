@@ -77,7 +77,7 @@ package final class CompiledBlocklist: @unchecked Sendable {
     }
 }
 
-/// The compiled blocklists of one app at one version, with the scratch space scans need (docs/blocklists.md#caching).
+/// The compiled blocklists of one app at one version, with the scratch space scans need (docs/blocklists.md#caching-and-propagation).
 ///
 /// Owner: the lists are immutable; `scratches` holds idle Hyperscan scratch spaces (one per concurrent scan, cloned
 /// from the prototype on demand) behind its lock, taken for one scan and given back.

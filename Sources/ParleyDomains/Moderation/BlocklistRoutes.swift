@@ -55,7 +55,9 @@ package enum BlocklistRoutes {
     /// The `{name}` of the path: 1–64 bytes.
     private static func name(_ ctx: APIContext) throws -> String {
         let name = ctx.path("name")
-        if let problem = BodyReader.lengthProblem(name, minBytes: BlocklistLimits.nameBytes.lowerBound, maxBytes: BlocklistLimits.nameBytes.upperBound) {
+        if let problem = BodyReader.lengthProblem(
+            name, minBytes: BlocklistLimits.nameBytes.lowerBound, maxBytes: BlocklistLimits.nameBytes.upperBound)
+        {
             throw APIError.invalidParam("name", problem)
         }
         return name

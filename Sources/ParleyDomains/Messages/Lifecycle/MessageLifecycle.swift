@@ -154,7 +154,8 @@ struct MessageLifecycle {
             throw error
         }
         if let blocklists, let check, case .object(let snapshot)? = try? JSONValue.parse(edited.json(.app)),
-            let hit = check.hit(appID: appID, userID: actor.userID ?? edited.from, target: .message(messageID: messageID, snapshot: snapshot), at: now)
+            let hit = check.hit(
+                appID: appID, userID: actor.userID ?? edited.from, target: .message(messageID: messageID, snapshot: snapshot), at: now)
         {
             blocklists.report(hit)
         }
