@@ -59,7 +59,7 @@ package enum BlocklistBench {
         for text in texts {
             let bytes = Array(text.utf8)
             started = monotonicNanos()
-            _ = bytes.withUnsafeBytes { t in needle.withUnsafeBytes { n in memmem(t.baseAddress, t.count, n.baseAddress, n.count) } }
+            _ = bytes.withUnsafeBytes { t in needle.withUnsafeBytes { n in cMemmem(t.baseAddress, t.count, n.baseAddress, n.count) } }
             floor.append(Double(monotonicNanos() - started) / 1000)
         }
         floor.sort()
@@ -71,7 +71,7 @@ package enum BlocklistBench {
             var found = 0
             bytes.withUnsafeBytes { t in
                 for entry in literals {
-                    entry.withUnsafeBytes { n in if memmem(t.baseAddress, t.count, n.baseAddress, n.count) != nil { found += 1 } }
+                    entry.withUnsafeBytes { n in if cMemmem(t.baseAddress, t.count, n.baseAddress, n.count) != nil { found += 1 } }
                 }
             }
             naive.append(Double(monotonicNanos() - started) / 1000)
@@ -107,6 +107,11 @@ package enum BlocklistBench {
         return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
     }
 }
+
+/// glibc's memmem (a GNU extension the Glibc module does not import).
+@_silgen_name("memmem")
+private func cMemmem(_ haystack: UnsafeRawPointer?, _ haystackLength: Int, _ needle: UnsafeRawPointer?, _ needleLength: Int)
+    -> UnsafeMutableRawPointer?
 
 extension String {
     /// A figure in hundredths ("123" for 1.23) written as a decimal.

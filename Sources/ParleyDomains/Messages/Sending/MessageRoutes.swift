@@ -225,18 +225,16 @@ package enum MessageRoutes {
         }
         if queued.isEmpty { return Reply.batch(results.compactMap { $0 }) }
         let services = ctx.services
-        let collected = LockedValue((results: results, left: queued.count))
+        let collected = LockedValue((results: results, left: queued.count, hits: [BlocklistHit]()))
         let sends = queued
+        let httpRequest = ctx.request
         return .later { respond in
             for (index, request, item) in sends {
                 writer.submit(item) { result in
                     let outcome: BatchResult.Outcome
                     switch result {
                     case .success(let written):
-                        if let hit = MessageBlocklists.hit(of: item, written) {
-                            // Reported on a pool worker, never on the writer's thread.
-                            services.pool.submit({ blocklists.report(hit) }, rejected: { blocklists.report(hit) })
-                        }
+                        if let hit = MessageBlocklists.hit(of: item, written) { collected.withLock { $0.hits.append(hit) } }
                         if written.outcome == .contentBlocked, let problem = item.blocklist?.problem {
                             outcome = .failed(problem.code, problem.detail)
                         } else if let problem = MessageService.problem(written.outcome, request) {
@@ -254,12 +252,18 @@ package enum MessageRoutes {
                         let problem = error as? APIError ?? APIError.internalError
                         outcome = .failed(problem.code, problem.detail)
                     }
-                    let done = collected.withLock { collected -> [BatchResult]? in
+                    let done = collected.withLock { collected -> ([BatchResult], [BlocklistHit])? in
                         collected.results[index] = BatchResult(index: index, id: request.to, outcome: outcome)
                         collected.left -= 1
-                        return collected.left == 0 ? collected.results.compactMap { $0 } : nil
+                        return collected.left == 0 ? (collected.results.compactMap { $0 }, collected.hits) : nil
                     }
-                    if let done { respond(Reply.batch(done)) }
+                    guard let (done, hits) = done else { return }
+                    if hits.isEmpty { return respond(Reply.batch(done)) }
+                    // Blocklist hits go to the moderation hooks on a pool worker (never the writer's thread), before the answer.
+                    services.resume(httpRequest, answering: respond) {
+                        for hit in hits { blocklists.report(hit) }
+                        respond(Reply.batch(done))
+                    }
                 }
             }
         }
