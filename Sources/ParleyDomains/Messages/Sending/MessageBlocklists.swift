@@ -9,7 +9,15 @@ enum MessageBlocklists {
     static func check(_ body: inout MessageBody, against snapshot: BlocklistSnapshot) -> BlocklistCheck {
         var check = BlocklistCheck(snapshot)
         if snapshot.isEmpty { return check }
-        if snapshot.applies(to: .text) { body.mapFilterableTexts { check.check($0, .text) } }
+        if snapshot.applies(to: .text) {
+            // Read first; the body is rewritten only when a `mask` list changed a text.
+            var masked: [String: String] = [:]
+            for text in body.filterableTexts {
+                let checked = check.check(text, .text)
+                if checked != text { masked[text] = checked }
+            }
+            if !masked.isEmpty { body.mapFilterableTexts { masked[$0] ?? $0 } }
+        }
         if body.type == .custom, snapshot.applies(to: .custom) {
             body.json = mapping("data", of: body.json) { check.check($0, .custom) }
         }
