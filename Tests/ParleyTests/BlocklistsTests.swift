@@ -288,6 +288,20 @@ struct BlocklistsTests: GroupTestSupport {
         }
     }
 
+    @Test func hookPatchedBodiesAreChecked() throws {
+        let f = try BeforeHookTests.Fixture()
+        try Self.create(f.app, "w", entries: ["forbidden"])
+        f.answer(#"{"action":"modify","patch":{"body":{"text":"now forbidden"}}}"#)
+        Self.expectProblem(try f.send("innocent"), 422, .contentBlocked)
+        #expect(try f.history().isEmpty, "nothing stored")
+        #expect(try PeerMessages.history(f.app, "a", "b").isEmpty)
+        // The hook is not asked about a send a list already refuses.
+        f.answer(#"{"action":"allow"}"#)
+        let before = f.receiver.requests.count
+        Self.expectProblem(try f.send("forbidden"), 422, .contentBlocked)
+        #expect(f.receiver.requests.count == before)
+    }
+
     @Test func maskAndFlag() throws {
         try withApp(unthrottled: true) { server, app in
             try app.createUser("a")
