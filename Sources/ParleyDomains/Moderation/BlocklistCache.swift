@@ -46,9 +46,12 @@ package final class BlocklistCache: Sendable {
         return fresh
     }
 
-    /// Forgets the app's cached lists (a change on this node): the next evaluation reads them.
+    /// Marks the app's cached lists as due (a change on this node): the next evaluation reads the version and reloads,
+    /// reusing the compiled lists that did not change.
     package func invalidate(appID: String) {
-        _ = apps.withLock { $0.removeValue(forKey: appID) }
+        apps.withLock { apps in
+            if let entry = apps[appID] { apps[appID] = Entry(snapshot: entry.snapshot, checkedAt: Int64.min / 2) }
+        }
     }
 
     private func load(appID: String, version: Int64, reusing old: BlocklistSnapshot, on db: PostgresConnection) throws -> BlocklistSnapshot {
