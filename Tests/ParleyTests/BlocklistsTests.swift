@@ -212,6 +212,53 @@ struct BlocklistsTests: GroupTestSupport {
         }
     }
 
+    /// Two nodes on one database: a change is used at once on the node that made it, and on the other within the
+    /// 2 s its copy is trusted (then one version read reloads it).
+    @Test func aChangeOnOneNodeReachesAnother() throws {
+        try withTestServer { nodeA in
+            let nodeB = try TestServer.start(database: nodeA.database)
+            defer { nodeB.stop() }
+            let app = try nodeA.createApp(settings: #"{"rate_limit_app_rps":100000}"#)
+            let onB = TestApp(server: nodeB, appID: app.appID, key: app.key)
+            try app.createUser("a")
+            try app.createUser("b")
+            #expect(try PeerMessages.sendText(onB, "a", "b", "secret").status == 201, "node B caches the app without lists")
+            try Self.create(app, "w", entries: ["secret"])
+            let changed = ContinuousClock.now
+            Self.expectProblem(try PeerMessages.sendText(app, "a", "b", "secret"), 422, .contentBlocked)
+            var status = 201
+            while status == 201 && ContinuousClock.now - changed < .seconds(5) {
+                status = try PeerMessages.sendText(onB, "a", "b", "secret").status
+                if status == 201 { usleep(50_000) }
+            }
+            #expect(status == 422)
+            #expect(ContinuousClock.now - changed < .milliseconds(2_500), "within the 2 s a node trusts its copy")
+        }
+    }
+
+    /// What the hooks get (the reports side files `flagged`): every matching list strongest first, the flag lists
+    /// apart, the winning action; and the masked text. No server: the check a send runs, on compiled lists.
+    @Test func theHitHandedToTheHooks() throws {
+        func list(_ name: String, _ action: Blocklist.Action, _ entries: [String]) throws -> CompiledBlocklist {
+            try CompiledBlocklist.compile(
+                Blocklist(
+                    name: name, kind: .word, action: action, appliesTo: [.text], entries: entries, revision: 1, createdAt: 0, updatedAt: 0)
+            ).get()
+        }
+        let snapshot = BlocklistSnapshot(version: 1, lists: [try list("f", .flag, ["watch"]), try list("m", .mask, ["darn"])])
+        var check = BlocklistCheck(snapshot)
+        #expect(check.check("watch it, DARN", .text) == "watch it, ****")
+        #expect(check.check("darn", .custom) == "darn", "no list applies to custom")
+        let hit = try #require(check.hit(appID: "app", userID: "u", target: .refusedSend, at: 7))
+        #expect(hit.action == .mask)
+        #expect(hit.blocklists == ["m", "f"])
+        #expect(hit.flagged == ["f"], "a flag beside a stronger action still files its report")
+        #expect(hit.userID == "u" && hit.at == 7)
+        var clean = BlocklistCheck(snapshot)
+        _ = clean.check("all good", .text)
+        #expect(clean.hit(appID: "app", userID: nil, target: .refusedSend, at: 0) == nil)
+    }
+
     // MARK: - Evaluation on sends
 
     @Test func blockRefusesAndStoresNothing() throws {
