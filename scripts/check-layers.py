@@ -57,7 +57,7 @@ TABLE_OWNERS = {
     "Apps": ["apps", "app_keys"],
     "API": ["idempotency_keys"],
     "Jobs": ["jobs"],
-    "Moderation": ["moderation_actions"],
+    "Moderation": ["moderation_actions", "blocklists", "blocklist_versions"],
     "Users": ["users"],
     "Devices": ["devices", "push_rules"],
     "Presence": ["user_statuses", "status_subscriptions"],

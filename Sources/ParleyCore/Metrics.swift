@@ -37,6 +37,8 @@ package final class Metrics: Sendable {
         var derivationSum = 0.0
         /// Uploads and downloads the file store failed (`parley_file_store_errors_total`).
         var fileStoreErrors = 0
+        /// Content that matched a blocklist, by action (`parley_blocklist_hits_total`).
+        var blocklistHits: [String: Int] = [:]
     }
 
     /// Bounds of the derivation histogram (seconds): a thumbnail takes tens of milliseconds, a 50-megapixel photo a
@@ -125,6 +127,9 @@ package final class Metrics: Sendable {
     /// Counts one upload or download the file store failed (it did not answer, or a download was cut short).
     package func fileStoreFailed() { state.withLock { $0.fileStoreErrors += 1 } }
 
+    /// Counts one blocklist hit whose strongest action was `action` (docs/blocklists.md#actions).
+    package func blocklistHit(action: String) { state.withLock { $0.blocklistHits[action, default: 0] += 1 } }
+
     /// The HTTP part of the exposition text.
     package func render() -> String {
         let s = state.withLock { $0 }
@@ -152,6 +157,10 @@ package final class Metrics: Sendable {
             "parley_file_derivation_seconds", "Time to derive an image's variants or a video's first frame.", bounds: Self.derivationBuckets,
             buckets: Self.cumulative(s.derivationBuckets), count: s.derivationCount, sum: s.derivationSum)
         out += Self.metric("parley_file_store_errors_total", "counter", "Uploads and downloads the file store failed.", s.fileStoreErrors)
+        out += Self.family("parley_blocklist_hits_total", "counter", "Content that matched a blocklist, by the strongest action taken.")
+        for action in ["block", "shadow_block", "mask", "flag"] {
+            out += "parley_blocklist_hits_total{action=\"\(action)\"} \(s.blocklistHits[action, default: 0])\n"
+        }
         return out
     }
 

@@ -30,7 +30,7 @@ struct OpenAPIResponseSchemaTests {
         "StatusSubscriptionPage", "StatusSubscriptionBatchResult", "PushRule", "Device", "DeviceList", "Friend",
         "FriendPage", "FriendAttributes", "FriendApplication", "FriendApplicationPage", "FriendCheckBatchResult",
         "FriendRelation", "BlacklistAdded", "MessageBatchSent", "BlacklistEntry", "BlacklistPage", "BlacklistCheck", "BlacklistAddBatchResult",
-        "Group", "GroupMute",
+        "Group", "GroupMute", "Blocklist", "BlocklistList", "BlocklistTestResult",
         "GroupPage", "GroupCreated", "GroupMember", "GroupMemberPage", "GroupMemberCount", "UserGroupPage",
         "GroupApplication", "GroupApplicationPage", "GroupAttributes", "GroupLeft", "GroupInvited", "GroupInviteBatchResult",
         "GroupMemberMuted", "GroupMemberMuteBatchResult", "Room", "RoomPage", "RoomEntered", "RoomLeft", "RoomOnlineCount",
@@ -73,6 +73,7 @@ struct OpenAPIResponseSchemaTests {
             try Self.events(c)
             try Self.webhooks(c)
             try Self.push(c)
+            try Self.blocklists(c)
             try Self.problems(c)
 
             let refs = Set(c.refs.map { String($0.split(separator: "/").last ?? "") })
@@ -876,6 +877,22 @@ struct OpenAPIResponseSchemaTests {
     ]
 
     /// Problem responses of the kinds every operation declares: 401, 403, 415.
+    static func blocklists(_ c: ContractChecker) throws {
+        let create = #"{"name":"words","type":"word","action":"mask","entries":["darn"]}"#
+        c.call(.post, "/v1/blocklists", json: create, status: 201)
+        c.call(.post, "/v1/blocklists", json: create, status: 409)
+        c.call(.post, "/v1/blocklists", json: #"{"name":"re","type":"regex","action":"flag","entries":["(a)\\1"]}"#, status: 422)
+        c.call(.get, "/v1/blocklists", status: 200)
+        c.call(.get, "/v1/blocklists/{name}", "words", status: 200)
+        c.call(.get, "/v1/blocklists/{name}", "nope", status: 404)
+        c.call(.patch, "/v1/blocklists/{name}", "words", json: #"{"applies_to":["text"]}"#, status: 200)
+        c.call(.patch, "/v1/blocklists/{name}", "words", json: #"{"type":"regex","entries":["[z"]}"#, status: 422)
+        c.call(.post, "/v1/blocklists/test", json: #"{"text":"Darn it"}"#, status: 200)
+        c.call(.post, "/v1/blocklists/test", json: #"{"text":"x","names":["nope"]}"#, status: 404)
+        c.call(.delete, "/v1/blocklists/{name}", "words", status: 204)
+        c.call(.delete, "/v1/blocklists/{name}", "words", status: 404)
+    }
+
     static func problems(_ c: ContractChecker) throws {
         c.call(.get, "/v1/users", as: .anonymous, status: 401)
         c.call(.get, "/v1/users", as: .user("a"), status: 403)

@@ -70,6 +70,10 @@ public enum ParleyCommand {
             }
             print(text)
             return 0
+        case "bench-blocklists":
+            // Hidden: the blocklist micro-benchmark of bench/moderation.sh (docs/blocklists.md#cost).
+            print(BlocklistBench.run(texts: Int(arguments.first ?? "") ?? 2000))
+            return 0
         case "export", "import":
             if arguments.contains("--help") || arguments.contains("-h") {
                 print(TransferCommand.usage, terminator: "")

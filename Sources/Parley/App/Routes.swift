@@ -17,6 +17,11 @@ enum Routes {
         ConsoleRoutes.register(on: &builder)
         var api = API(services: services, builder: builder)
         AppRoutes.register(on: &api)
+        // The node's compiled blocklists; a hit goes to the moderation domain above (reports, escalation).
+        let blocklists = BlocklistCache(
+            hooks: ReportHooks.blocklistHooks(services: services),
+            metrics: services.metrics)
+        BlocklistRoutes.register(on: &api, cache: blocklists)
         // Users is below Groups, Rooms, Calls and Live: what its routes need from them is handed in here.
         let userHooks = UserHooks(
             removeFromGroups: { db, appID, userID, now in
@@ -27,20 +32,20 @@ enum Routes {
             openStreams: { db, appID, userID, platforms in
                 try StreamPresence.count(appID: appID, userID: userID, platforms: platforms, on: db)
             })
-        UserRoutes.register(on: &api, hooks: userHooks)
+        UserRoutes.register(on: &api, hooks: userHooks, blocklists: blocklists)
         PresenceRoutes.register(on: &api)
         BlacklistRoutes.register(on: &api)
         FriendRoutes.register(on: &api)
-        GroupRoutes.register(on: &api)
+        GroupRoutes.register(on: &api, blocklists: blocklists)
         RoomRoutes.register(on: &api)
         DeviceRoutes.register(on: &api)
         // Files sit below Messages: whether a user reads a message naming a file is handed in here.
         FileRoutes.register(on: &api) { db, appID, fileID, userID, now in
             try MessageFiles.readable(fileID: fileID, byUser: userID, appID: appID, now: now, on: db)
         }
-        MessageRoutes.register(on: &api, writer: writer)
+        MessageRoutes.register(on: &api, writer: writer, blocklists: blocklists)
         // Messages sit below Push: a revoke's push is handed in here.
-        MessageLifecycleRoutes.register(on: &api, pool: services.pool) { db, appID, messageID, push, now in
+        MessageLifecycleRoutes.register(on: &api, pool: services.pool, blocklists: blocklists) { db, appID, messageID, push, now in
             try PushPlanner.revokePush(appID: appID, messageID: messageID, push: push, now: now, on: db)
         }
         MessageReactionRoutes.register(on: &api, pool: services.pool)

@@ -7,16 +7,17 @@ import ParleyPostgres
 /// applications, mute and attributes in the `GroupRoutes+…` files.
 ///
 package enum GroupRoutes {
-    package static func register(on api: inout API) {
-        registerLifecycle(on: &api)
+    /// `blocklists`: the node's compiled blocklists, which screen group profiles (docs/blocklists.md#profiles).
+    package static func register(on api: inout API, blocklists: BlocklistCache) {
+        registerLifecycle(on: &api, blocklists: blocklists)
         registerMembers(on: &api)
         registerApplications(on: &api)
         registerMuteAndAttributes(on: &api)
     }
 
-    private static func registerLifecycle(on api: inout API) {
+    private static func registerLifecycle(on api: inout API, blocklists: BlocklistCache) {
         api.add(.post, "/v1/groups", .appOrUser, "createGroup") { ctx in
-            try create(ctx)
+            try create(ctx, blocklists: blocklists)
         }
 
         api.add(.get, "/v1/groups", .app, "listGroups") { ctx in
@@ -60,7 +61,7 @@ package enum GroupRoutes {
             patch.maxMembers = body.int("max_members", range: 0...100_000)
             try body.check()
             let service = GroupService(ctx)
-            return Reply.json(try service.update(groupID, actor: actor, patch: patch).json(service.limits, now: ctx.now))
+            return Reply.json(try service.update(groupID, actor: actor, patch: patch, blocklists: blocklists).json(service.limits, now: ctx.now))
         }
 
         api.add(.post, "/v1/groups/{group_id}/dismiss", .appOrUser, "dismissGroup") { ctx in
@@ -83,7 +84,7 @@ package enum GroupRoutes {
     }
 
     /// `POST /v1/groups`: 201 `{group, results}` with one result per initial member.
-    private static func create(_ ctx: APIContext) throws -> Response {
+    private static func create(_ ctx: APIContext, blocklists: BlocklistCache) throws -> Response {
         var body = try ctx.body()
         let (input, items, skipHooks) = try newGroup(&body, ctx)
         // The `group.before_create` hook (docs/webhooks.md#before-event-hooks), after validation.
@@ -95,7 +96,7 @@ package enum GroupRoutes {
             case .modify:
                 input = try ctx.repatched(verdict, proposed: proposed(input), patchable: patchable) { try newGroup(&$0, ctx).input }
             }
-            return try create(ctx, input, items)
+            return try create(ctx, input, items, blocklists: blocklists)
         }
     }
 
@@ -165,9 +166,11 @@ package enum GroupRoutes {
     }
 
     /// Creates the group and answers 201 with the initial members' batch results.
-    private static func create(_ ctx: APIContext, _ input: GroupService.NewGroup, _ items: [BatchItem]) throws -> Response {
+    private static func create(
+        _ ctx: APIContext, _ input: GroupService.NewGroup, _ items: [BatchItem], blocklists: BlocklistCache
+    ) throws -> Response {
         let service = GroupService(ctx)
-        let (group, outcomes) = try service.create(input)
+        let (group, outcomes) = try service.create(input, blocklists: blocklists)
         let results = BatchResult.results(items) { id in
             switch outcomes[id] {
             case .joined(let member)?: .ok(member.json(now: ctx.now))

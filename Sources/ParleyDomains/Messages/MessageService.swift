@@ -19,16 +19,23 @@ struct MessageService: DomainService {
     /// The write item for one send that passed validation (docs/messages.md#sending): resolves `reply_to` and
     /// combined messages and runs the sensitive-word filter on the request's connection, so the node's
     /// ``MessageWriter`` gets a batch-ready item and runs the dedupe, existence and policy checks inside its statement.
-    /// `filter` false skips the sensitive-word filter (a hook's patched body: policy checks are not run again).
-    func item(for request: SendRequest, settings: AppSettings, filter: Bool = true, on db: PostgresConnection) throws -> MessageWrite.Item {
-        try Self.item(for: request, settings: settings, appID: appID, now: now, filter: filter, on: db)
+    /// `filter` false skips the sensitive-word filter (a hook's patched body: policy checks are not run again);
+    /// `blocklists` (the node's compiled lists) are checked whenever checks are not skipped, patched bodies included
+    /// (docs/blocklists.md#where-lists-apply).
+    func item(
+        for request: SendRequest, settings: AppSettings, filter: Bool = true, blocklists: BlocklistCache?, on db: PostgresConnection
+    ) throws -> MessageWrite.Item {
+        try Self.item(for: request, settings: settings, appID: appID, now: now, filter: filter, blocklists: blocklists, on: db)
     }
 
     /// ``item(for:settings:filter:on:)`` of app `appID` at `now`; without a connection (a send on the event loop),
     /// ``NeedsConnection`` when the send replies to or combines messages, which are read first.
     static func item(
-        for request: SendRequest, settings: AppSettings, appID: String, now: Int64, filter: Bool = true, on connection: PostgresConnection?
+        for request: SendRequest, settings: AppSettings, appID: String, now: Int64, filter: Bool = true, blocklists: BlocklistCache?,
+        on connection: PostgresConnection?
     ) throws -> MessageWrite.Item {
+        // Without a connection, a stale copy of the app's blocklists sends the request to a worker before anything.
+        let snapshot = request.skipChecks ? nil : try blocklists?.snapshot(appID: appID, db: connection)
         var body = request.body
         let threadID = MessageStore.thread(request.conversationType, request.from, request.to)
         var message = Message(
@@ -82,6 +89,9 @@ struct MessageService: DomainService {
         if !request.skipChecks && filter {
             item.sensitiveReject = SensitiveWordFilter(settings: settings).apply(to: &body)
         }
+        if let snapshot, !snapshot.isEmpty {
+            MessageBlocklists.apply(MessageBlocklists.check(&body, against: snapshot), to: &item)
+        }
         message.body = body.json.serialized()
         item.message = message
         return item
@@ -121,13 +131,13 @@ struct MessageService: DomainService {
     /// validated by the request's rules (any failure is 422 `hook_patch_invalid`), keeping the original's dedupe
     /// content hash. Policy is not checked again: a patched body is not filtered.
     func patched(
-        _ item: MessageWrite.Item, verdict: HookVerdict, ctx: APIContext
+        _ item: MessageWrite.Item, verdict: HookVerdict, ctx: APIContext, blocklists: BlocklistCache?
     ) throws -> (SendRequest, MessageWrite.Item) {
         try ctx.repatched(verdict, proposed: try Self.proposed(item), patchable: Self.patchable) { reader in
             let settings = ctx.app.settings
             let next = try SendRequest(&reader, ctx: ctx, settings: settings)
             let filter = verdict.patch?["body"] == nil
-            var nextItem = try self.item(for: next, settings: settings, filter: filter, on: db)
+            var nextItem = try self.item(for: next, settings: settings, filter: filter, blocklists: blocklists, on: db)
             nextItem.contentHash = item.contentHash
             return (next, nextItem)
         }
@@ -153,6 +163,7 @@ struct MessageService: DomainService {
         case .blocked: APIError(.blockedByRecipient, "the recipient has blocked the sender")
         case .notFriends: APIError(.notFriendsC2c, "peer messages need a mutual friendship")
         case .sensitive: APIError(.sensitiveWord, "the message contains a sensitive word")
+        case .contentBlocked: APIError(.contentBlocked, "the content is blocked by a blocklist")
         }
     }
 

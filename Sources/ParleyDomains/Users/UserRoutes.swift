@@ -5,13 +5,14 @@ import ParleyPostgres
 
 /// Users (docs/users.md): HTTP ↔ ``UserService``.
 package enum UserRoutes {
-    package static func register(on api: inout API, hooks: UserHooks) {
+    /// `blocklists`: the node's compiled blocklists, which screen profiles (docs/blocklists.md#profiles).
+    package static func register(on api: inout API, hooks: UserHooks, blocklists: BlocklistCache) {
         api.add(.post, "/v1/users", .app, "createUser") { ctx in
             var body = try ctx.body()
             let userID = body.id("user_id", .userID, required: true)
             let profile = UserProfile.read(from: &body)
             try body.check()
-            let user = try UserService(ctx).create(userID!, profile: profile)
+            let user = try UserService(ctx).write(userID!, profile: profile, creating: true, blocklists: blocklists)
             return Reply.created(user.json(.app))
         }
 
@@ -42,7 +43,7 @@ package enum UserRoutes {
             var body = try ctx.body()
             let profile = UserProfile.read(from: &body)
             try body.check()
-            let user = try UserService(ctx).update(userID, profile: profile)
+            let user = try UserService(ctx).write(userID, profile: profile, creating: false, blocklists: blocklists)
             return Reply.json(user.json(view(ctx, of: userID)))
         }
 

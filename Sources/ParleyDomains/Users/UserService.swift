@@ -150,6 +150,29 @@ package struct UserService: DomainService {
         try change(userID) { user in profile.apply(to: &user) }
     }
 
+    /// ``create(_:profile:)`` and ``update(_:profile:)`` with the profile screened by the app's `user_profile`
+    /// blocklists (docs/blocklists.md#profiles): `name` and `extended_data` masked, or the write refused (422
+    /// `content_blocked`) by `block` and `shadow_block`; a hit on the written user goes to the hooks after the commit.
+    func write(_ userID: String, profile: UserProfile, creating: Bool, blocklists: BlocklistCache) throws -> User {
+        let (fields, check) = try blocklists.screen(
+            [profile.name, profile.extendedData], scope: .userProfile, appID: appID, userID: userID, now: now, on: db
+        ) { screened in
+            var attempted: JSONObject = ["user_id": .string(userID)]
+            if let name = screened[0] { attempted["name"] = .string(name) }
+            if let extendedData = screened[1] { attempted["extended_data"] = .string(extendedData) }
+            return .user(userID: userID, snapshot: attempted)
+        }
+        var screened = profile
+        (screened.name, screened.extendedData) = (fields[0], fields[1])
+        let user = creating ? try create(userID, profile: screened) : try update(userID, profile: screened)
+        if let check, case .object(let snapshot)? = try? JSONValue.parse(user.json(.app)),
+            let hit = check.hit(appID: appID, userID: userID, target: .user(userID: userID, snapshot: snapshot), at: now)
+        {
+            blocklists.report(hit)
+        }
+        return user
+    }
+
     /// Global mute: `durationSeconds` -1 (permanent), 0 (unmute) or 1…31536000. Logged (docs/moderation.md#the-moderation-log)
     /// as `logAs` (a report action, automatic escalation) or else as the user route's `mute`, or `unmute` when it
     /// lifts a mute in force.

@@ -133,8 +133,39 @@ struct MessageLifecycle {
 
     // MARK: - Edit
 
-    /// `PATCH /v1/messages/{message_id}`: a new body of the same type (1 or 200), re-validated and re-filtered.
-    func edit(_ messageID: String, by actor: Actor, body json: JSONValue, extendedData: String?, settings: AppSettings) throws -> Message {
+    /// `PATCH /v1/messages/{message_id}`: a new body of the same type (1 or 200), re-validated and re-filtered, and
+    /// checked by the app's blocklists (docs/blocklists.md#where-lists-apply): `block` and `shadow_block` refuse the
+    /// edit (the original was delivered, so it cannot be hidden now), `mask` masks, and a hit goes to the hooks.
+    func edit(
+        _ messageID: String, by actor: Actor, body json: JSONValue, extendedData: String?, settings: AppSettings, blocklists: BlocklistCache?
+    ) throws -> Message {
+        let snapshot = actor.skipChecks ? nil : try blocklists?.snapshot(appID: appID, db: db)
+        var check: BlocklistCheck?
+        let edited: Message
+        do {
+            edited = try editing(messageID, by: actor, body: json, extendedData: extendedData, settings: settings) { body in
+                guard let snapshot, !snapshot.isEmpty else { return }
+                let result = MessageBlocklists.check(&body, against: snapshot)
+                check = result.action == nil ? nil : result
+                if result.action == .block || result.action == .shadowBlock { throw result.problem }
+            }
+        } catch let error as APIError where error.code == .contentBlocked {
+            if let blocklists, let hit = check?.hit(appID: appID, userID: actor.userID, target: .refusedSend, at: now) { blocklists.report(hit) }
+            throw error
+        }
+        if let blocklists, let check, case .object(let snapshot)? = try? JSONValue.parse(edited.json(.app)),
+            let hit = check.hit(
+                appID: appID, userID: actor.userID ?? edited.from, target: .message(messageID: messageID, snapshot: snapshot), at: now)
+        {
+            blocklists.report(hit)
+        }
+        return edited
+    }
+
+    private func editing(
+        _ messageID: String, by actor: Actor, body json: JSONValue, extendedData: String?, settings: AppSettings,
+        blocklist: (inout MessageBody) throws -> Void
+    ) throws -> Message {
         try db.transaction { db in
             let message = try lockForChange(messageID, by: actor, on: db)
             if message.type == MessageType.revoke.rawValue { throw APIError(.alreadyRevoked, "message \(messageID) is revoked") }
@@ -154,6 +185,7 @@ struct MessageLifecycle {
             if !actor.skipChecks && SensitiveWordFilter(settings: settings).apply(to: &body) {
                 throw APIError(.sensitiveWord, "the message contains a sensitive word")
             }
+            if !actor.skipChecks { try blocklist(&body) }
             try MessageStore.saveEdit(
                 appID: appID, message: message, body: body.json.serialized(), extendedData: extendedData ?? message.extendedData,
                 editor: actor.userID, now: now, on: db)

@@ -8,7 +8,7 @@ package enum MessageLifecycleRoutes {
     /// `revokePush`: the push bridge's revoke push (docs/push.md#what-is-pushed-to-whom), which the app layer wires
     /// (Push sits above Messages).
     package static func register(
-        on api: inout API, pool: PostgresPool,
+        on api: inout API, pool: PostgresPool, blocklists: BlocklistCache,
         revokePush:
             @escaping @Sendable (_ db: PostgresConnection, _ appID: String, _ messageID: String, _ push: JSONValue?, _ now: Int64)
             throws -> Void
@@ -48,7 +48,8 @@ package enum MessageLifecycleRoutes {
             try body.check()
             guard let newBody else { throw APIError.internalError }
             let message = try MessageService.tellingUnstored(messageID, ctx) {
-                try MessageLifecycle(ctx).edit(messageID, by: actor, body: newBody, extendedData: extendedData, settings: ctx.app.settings)
+                try MessageLifecycle(ctx).edit(
+                    messageID, by: actor, body: newBody, extendedData: extendedData, settings: ctx.app.settings, blocklists: blocklists)
             }
             return Reply.json(message.json(MessageViewer(ctx)))
         }

@@ -6,19 +6,20 @@ import ParleySync
 
 /// Messages (docs/messages.md#sending, docs/messages.md#history): HTTP ↔ ``MessageService``.
 package enum MessageRoutes {
-    /// `writer`: the node's message writer (built and started by the app layer).
-    package static func register(on api: inout API, writer: MessageWriter) {
+    /// `writer`: the node's message writer (built and started by the app layer); `blocklists`: the node's compiled
+    /// blocklists, checked on every send (docs/blocklists.md#where-lists-apply).
+    package static func register(on api: inout API, writer: MessageWriter, blocklists: BlocklistCache) {
         api.add(
             .post, "/v1/messages", .appOrUser, "sendMessage", numbersItsEvents: true,
             // User-token sends have their own bucket besides the token's (docs/errors.md#rate-limits).
             userBucket: .init(name: "s", refusal: "send rate limit exceeded") { $0.userSendRatePerS },
-            onEventLoop: { caller in try sendOnEventLoop(caller, writer: writer) }
+            onEventLoop: { caller in try sendOnEventLoop(caller, writer: writer, blocklists: blocklists) }
         ) { ctx in
-            try send(ctx, writer: writer)
+            try send(ctx, writer: writer, blocklists: blocklists)
         }
 
         api.add(.post, "/v1/messages/batch", .app, "batchSendMessages", numbersItsEvents: true) { ctx in
-            try batchSend(ctx, writer: writer)
+            try batchSend(ctx, writer: writer, blocklists: blocklists)
         }
 
         api.add(.post, "/v1/messages/broadcast", .app, "broadcastMessage") { ctx in
@@ -67,7 +68,7 @@ package enum MessageRoutes {
     /// `POST /v1/messages`: 201 Message, or 200 with `Parley-Duplicate: true` for a `client_msg_id` duplicate. The
     /// send is written by the node's ``MessageWriter`` with the other sends of the moment; the answer comes after
     /// its batch commits.
-    private static func send(_ ctx: APIContext, writer: MessageWriter) throws -> Response {
+    private static func send(_ ctx: APIContext, writer: MessageWriter, blocklists: BlocklistCache) throws -> Response {
         let app = ctx.app
         var body = try ctx.body()
         let request = try SendRequest(&body, ctx: ctx, settings: app.settings)
@@ -75,12 +76,12 @@ package enum MessageRoutes {
         // work.
         try writer.admit(request)
         let service = MessageService(ctx)
-        let item = try service.item(for: request, settings: app.settings, on: ctx.db)
+        let item = try service.item(for: request, settings: app.settings, blocklists: blocklists, on: ctx.db)
         // The `message.before_send` hook: only for a send that would be delivered now (not a duplicate, failure or
         // suppressed one).
         let hooked = try ctx.hasHook("message.before_send", skip: request.skipHooks) && service.needsHook(item)
         // Only `modify` reads the database again: the other verdicts answer from the hook's thread.
-        let origin = SendOrigin(ctx)
+        let origin = SendOrigin(ctx, blocklists: blocklists)
         let decide: @Sendable (HookVerdict) throws -> Response? = { verdict in
             switch verdict.action {
             case .allow: return write(item, request, origin: origin, writer: writer)
@@ -95,8 +96,8 @@ package enum MessageRoutes {
         return try ctx.afterHook("message.before_send", data: { try MessageService.hookData(item) }, skip: !hooked, direct: decide) {
             ctx, verdict in
             if let response = try decide(verdict) { return response }
-            let (next, nextItem) = try MessageService(ctx).patched(item, verdict: verdict, ctx: ctx)
-            return write(nextItem, next, ctx: ctx, writer: writer)
+            let (next, nextItem) = try MessageService(ctx).patched(item, verdict: verdict, ctx: ctx, blocklists: blocklists)
+            return write(nextItem, next, origin: origin, writer: writer)
         }
     }
 
@@ -104,15 +105,16 @@ package enum MessageRoutes {
     /// an app key's (a user token's user is read first), without `reply_to` or combined messages to look up and with no
     /// `message.before_send` hook to call. It validates and answers its problems as ``send(_:writer:)`` would, and hands
     /// anything else to a worker (``NeedsConnection``) before it has done anything.
-    private static func sendOnEventLoop(_ caller: CallerContext, writer: MessageWriter) throws -> Response {
+    private static func sendOnEventLoop(_ caller: CallerContext, writer: MessageWriter, blocklists: BlocklistCache) throws -> Response {
         // A user token's send runs on a worker (its user is read there); the pipeline takes its send bucket.
         if caller.tokenUserID != nil { throw NeedsConnection() }
         var body = try caller.body()
         let request = try SendRequest(&body, ctx: caller, settings: caller.app.settings)
         try writer.admit(request)
         if caller.hasHook("message.before_send", skip: request.skipHooks) { throw NeedsConnection() }
-        let item = try MessageService.item(for: request, settings: caller.app.settings, appID: caller.appID, now: caller.now, on: nil)
-        return write(item, request, origin: SendOrigin(caller), writer: writer)
+        let item = try MessageService.item(
+            for: request, settings: caller.app.settings, appID: caller.appID, now: caller.now, blocklists: blocklists, on: nil)
+        return write(item, request, origin: SendOrigin(caller, blocklists: blocklists), writer: writer)
     }
 
     /// What answering a send needs from its request, without its connection (a hook's verdict answers on its thread).
@@ -122,15 +124,12 @@ package enum MessageRoutes {
         let request: Request
         let appID: String
         let now: Int64
+        let blocklists: BlocklistCache
 
-        init(_ caller: some AppCaller) {
+        init(_ caller: some AppCaller, blocklists: BlocklistCache) {
             (viewer, services, request, appID, now) = (MessageViewer(caller), caller.services, caller.request, caller.appID, caller.now)
+            self.blocklists = blocklists
         }
-    }
-
-    /// Queues a checked send on the node's writer; the answer comes when its batch has committed.
-    private static func write(_ item: MessageWrite.Item, _ request: SendRequest, ctx: APIContext, writer: MessageWriter) -> Response {
-        write(item, request, origin: SendOrigin(ctx), writer: writer)
     }
 
     private static func write(_ item: MessageWrite.Item, _ request: SendRequest, origin: SendOrigin, writer: MessageWriter) -> Response {
@@ -138,6 +137,14 @@ package enum MessageRoutes {
             writer.submit(item) { result in
                 do {
                     let written = try result.get()
+                    // A blocklist hit goes to the moderation hooks on a pool worker, before the answer (a refused
+                    // send's 422 included), never on the writer's thread.
+                    if let hit = MessageBlocklists.hit(of: item, written) {
+                        return origin.services.resume(origin.request, answering: respond) {
+                            origin.blocklists.report(hit)
+                            respond(answer(written, item, request, origin: origin))
+                        }
+                    }
                     if let problem = MessageService.problem(written.outcome, request) { throw problem }
                     // The original is read back on a pool worker, not on the writer's thread.
                     guard written.outcome != .duplicate else {
@@ -150,6 +157,15 @@ package enum MessageRoutes {
                 }
             }
         }
+    }
+
+    /// The answer to a send a blocklist matched (sent, or refused by a `block` list: 422 naming the list).
+    private static func answer(_ written: MessageWrite.Written, _ item: MessageWrite.Item, _ request: SendRequest, origin: SendOrigin) -> Response {
+        if written.outcome == .contentBlocked, let check = item.blocklist {
+            return ProblemRendering.handlerError(check.problem, request: origin.request, logger: origin.services.logger)
+        }
+        origin.services.metrics.messageAccepted(conversationType: request.conversationType.rawValue, stored: request.stored)
+        return Reply.created(written.json(origin.viewer))
     }
 
     /// The answer to a `client_msg_id` duplicate: 200 with the original message and `Parley-Duplicate: true`, or the
@@ -169,7 +185,7 @@ package enum MessageRoutes {
     /// `POST /v1/messages/batch`: one peer message per recipient (≤ 500), results in input order; `data` =
     /// `{message_id, seq}`. Request-level validation fails the whole request; the dedupe, existence and policy checks
     /// fail single items. The items go to the node's writer together, so they share its transactions.
-    private static func batchSend(_ ctx: APIContext, writer: MessageWriter) throws -> Response {
+    private static func batchSend(_ ctx: APIContext, writer: MessageWriter, blocklists: BlocklistCache) throws -> Response {
         let app = ctx.app
         var body = try ctx.body()
         let recipients = body.array("to_user_ids", required: true, minItems: 1, maxItems: 500)
@@ -201,7 +217,7 @@ package enum MessageRoutes {
             var fields = body
             do {
                 let request = try SendRequest(&fields, ctx: ctx, settings: app.settings, batchRecipient: to)
-                queued.append((index, request, try service.item(for: request, settings: app.settings, on: ctx.db)))
+                queued.append((index, request, try service.item(for: request, settings: app.settings, blocklists: blocklists, on: ctx.db)))
                 results.append(nil)
             } catch let error as APIError {
                 results.append(BatchResult(index: index, id: to, outcome: .failed(error.code, error.detail)))
@@ -209,15 +225,19 @@ package enum MessageRoutes {
         }
         if queued.isEmpty { return Reply.batch(results.compactMap { $0 }) }
         let services = ctx.services
-        let collected = LockedValue((results: results, left: queued.count))
+        let collected = LockedValue((results: results, left: queued.count, hits: [BlocklistHit]()))
         let sends = queued
+        let httpRequest = ctx.request
         return .later { respond in
             for (index, request, item) in sends {
                 writer.submit(item) { result in
                     let outcome: BatchResult.Outcome
                     switch result {
                     case .success(let written):
-                        if let problem = MessageService.problem(written.outcome, request) {
+                        if let hit = MessageBlocklists.hit(of: item, written) { collected.withLock { $0.hits.append(hit) } }
+                        if written.outcome == .contentBlocked, let problem = item.blocklist?.problem {
+                            outcome = .failed(problem.code, problem.detail)
+                        } else if let problem = MessageService.problem(written.outcome, request) {
                             outcome = .failed(problem.code, problem.detail)
                         } else {
                             if written.outcome == .sent {
@@ -232,12 +252,18 @@ package enum MessageRoutes {
                         let problem = error as? APIError ?? APIError.internalError
                         outcome = .failed(problem.code, problem.detail)
                     }
-                    let done = collected.withLock { collected -> [BatchResult]? in
+                    let done = collected.withLock { collected -> ([BatchResult], [BlocklistHit])? in
                         collected.results[index] = BatchResult(index: index, id: request.to, outcome: outcome)
                         collected.left -= 1
-                        return collected.left == 0 ? collected.results.compactMap { $0 } : nil
+                        return collected.left == 0 ? (collected.results.compactMap { $0 }, collected.hits) : nil
                     }
-                    if let done { respond(Reply.batch(done)) }
+                    guard let (done, hits) = done else { return }
+                    if hits.isEmpty { return respond(Reply.batch(done)) }
+                    // Blocklist hits go to the moderation hooks on a pool worker (never the writer's thread), before the answer.
+                    services.resume(httpRequest, answering: respond) {
+                        for hit in hits { blocklists.report(hit) }
+                        respond(Reply.batch(done))
+                    }
                 }
             }
         }

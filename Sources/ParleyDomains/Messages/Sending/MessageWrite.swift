@@ -49,6 +49,8 @@ package enum MessageWrite {
         case blocked
         case notFriends = "not_friends"
         case sensitive
+        /// A `block` blocklist matched (docs/blocklists.md#actions): nothing is stored.
+        case contentBlocked = "content_blocked"
         /// Room: the sender is not in the room (a policy check).
         case notInRoom = "not_in_room"
     }
@@ -70,6 +72,13 @@ package enum MessageWrite {
         var sensitiveReject = false
         /// The `message.before_send` hook dropped it: written suppressed (`hook_drop`), like a silent blacklist.
         var hookDrop = false
+        /// A `block` blocklist matched: refused (`content_blocked`) after the other policy checks.
+        var blocklistBlock = false
+        /// A `shadow_block` blocklist matched: written suppressed (`shadow_block`), like a silent blacklist.
+        var shadowBlock = false
+        /// The blocklist evaluation of the body when a list matched (docs/blocklists.md#actions): its hit is handed
+        /// to the moderation hooks once the outcome is known.
+        var blocklist: BlocklistCheck?
         var combineID: String?
         /// Message JSON snapshots of a combine, in order.
         var combineItems: [String] = []
@@ -324,6 +333,8 @@ package enum MessageWrite {
         ItemField(name: "friend_only", type: "boolean") { w, item, _ in w.writeBool(item.friendOnly) },
         ItemField(name: "sensitive_reject", type: "boolean") { w, item, _ in w.writeBool(item.sensitiveReject) },
         ItemField(name: "hook_drop", type: "boolean") { w, item, _ in w.writeBool(item.hookDrop) },
+        ItemField(name: "blocklist_block", type: "boolean") { w, item, _ in w.writeBool(item.blocklistBlock) },
+        ItemField(name: "shadow_block", type: "boolean") { w, item, _ in w.writeBool(item.shadowBlock) },
         ItemField(name: "combine_id", type: "text") { w, item, _ in
             if let combineID = item.combineID { w.writeString(combineID) } else { w.writeNull() }
         },
@@ -527,10 +538,11 @@ package enum MessageWrite {
             rules.append("WHEN i.conv_type = 'peer' AND i.friend_only AND fr.mutual < 2 THEN \(Outcome.notFriends.sql)")
         }
         rules.append("WHEN i.sensitive_reject THEN \(Outcome.sensitive.sql)")
+        rules.append("WHEN i.blocklist_block THEN \(Outcome.contentBlocked.sql)")
         let suppressed =
             blacklist
-            ? "CASE WHEN b.found AND NOT i.blacklist_error THEN 'blacklist' WHEN i.hook_drop THEN 'hook_drop' END"
-            : "CASE WHEN i.hook_drop THEN 'hook_drop' END"
+            ? "CASE WHEN b.found AND NOT i.blacklist_error THEN 'blacklist' WHEN i.hook_drop THEN 'hook_drop' WHEN i.shadow_block THEN 'shadow_block' END"
+            : "CASE WHEN i.hook_drop THEN 'hook_drop' WHEN i.shadow_block THEN 'shadow_block' END"
         // A receipt's recipients, fixed at send (Migrations/0020): the other user, or the members but the sender.
         let receiptRecipients =
             group ? "CASE WHEN i.conv_type = 'group' THEN g.member_count - (gm.user_id IS NOT NULL)::int ELSE 1 END" : "1"
