@@ -67,12 +67,13 @@ count=$(api "$BASE/v1/blocklists" | python3 -c 'import json,sys; d=json.load(sys
 log "  entries, lists: $count"
 lists_off
 
+export TEXT_BYTES=200   # bench/lua/send.lua: 200-byte texts of common words
 rows=""
 for ((r = 1; r <= ROUNDS; r++)); do
     for mode in off on; do
         [[ $mode == on ]] && lists_on
         wait_quiet
-        measure "$mode #$r" send_200.lua "$CONNECTIONS"
+        measure "$mode #$r" send.lua "$CONNECTIONS"
         rows+="| $mode | $r | ${RATE[parley,$mode #$r]} | ${P50[$mode #$r]} | ${P99[$mode #$r]} | $(cpu_ms_per_request "$mode #$r") | $(cpu_cell "$mode #$r") | ${ERR[$mode #$r]} |"$'\n'
         [[ $mode == on ]] && lists_off
     done
