@@ -42,7 +42,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Sources")
 MODULES = {"ParleyCore": "Core", "ParleyAPI": None, "ParleyDomains": None, "ParleyLive": "Live", "Parley": None}
 # The event log and the app records sit below the request pipeline (which appends events and resolves apps);
 # their routes live above it (Live/EventRoutes.swift, Ops/AppRoutes.swift).
-DOMAINS = ["Jobs", "Moderation", "Users", "Devices", "Presence", "Social", "Files", "Messages", "Groups", "Rooms", "Conversations", "Push", "Calls", "Webhooks", "Reports"]
+DOMAINS = ["Jobs", "Moderation", "Users", "Devices", "Presence", "Social", "Files", "Messages", "Groups", "Rooms", "Conversations", "Push", "Calls", "Webhooks", "Reports", "Privacy"]
 ORDER = ["Core", "Events", "Outbound", "Apps", "API"] + DOMAINS + ["Live", "Ops", "App"]
 DECL = re.compile(r'^(?:(?:public|internal|private|fileprivate|package|final|indirect|nonisolated|@\w+(?:\([^)]*\))?)\s+)*'
                   r'(?:struct|enum|class|protocol|typealias|actor)\s+([A-Z]\w*)', re.M)

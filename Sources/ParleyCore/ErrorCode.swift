@@ -274,6 +274,11 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
     public static let blocklistExists = ErrorCode(7000805, "blocklist_exists", 409)
     /// More than 50 blocklists in the app.
     public static let blocklistLimit = ErrorCode(7000806, "blocklist_limit", 422)
+    /// A message (or its file) that a legal hold covers: it cannot be deleted for everyone, bulk-removed or purged while
+    /// the hold stands (docs/retention.md#legal-hold).
+    public static let legalHold = ErrorCode(7000901, "legal_hold", 409)
+    /// More than 10,000 scheduled messages waiting in the app (a scheduled batch counts one).
+    public static let scheduledLimit = ErrorCode(7000902, "scheduled_limit", 422)
     /// Unknown job.
     public static let jobNotFound = ErrorCode(7000903, "job_not_found", 404)
     /// Cancelling a job that has already finished.
@@ -281,6 +286,8 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
     /// An unsatisfiable `Range` of a download (416), or a refusal of the tus resumable-upload protocol, sent with the
     /// status tus gives it (404, 409, 410, 412, 415: ``APIError/statusOverride``, docs/files.md#resumable-uploads-tus).
     public static let uploadProtocolError = ErrorCode(7000905, "upload_protocol_error", 416)
+    /// Editing or cancelling a scheduled message that is no longer `scheduled` (sent, failed or cancelled).
+    public static let scheduledNotPending = ErrorCode(7000906, "scheduled_not_pending", 409)
 
     /// Every catalogue entry, in code order within each family (docs/errors.md#code-families).
     public static let all: [ErrorCode] = [
@@ -404,8 +411,11 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
         .invalidBlocklistEntry,
         .blocklistExists,
         .blocklistLimit,
+        .legalHold,
+        .scheduledLimit,
         .jobNotFound,
         .jobFinished,
         .uploadProtocolError,
+        .scheduledNotPending,
     ]
 }
