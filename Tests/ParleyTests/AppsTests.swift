@@ -670,6 +670,9 @@ struct AppsTests: ProblemAssertions {
             #expect(three.json?["push"]?["format"]?.stringValue == "generic")
             #expect(three.json?["push"]?["gateway_url"]?.stringValue == "https://push.example.com/notify")
             #expect(three.json?["sensitive_words"] == .array(["x", "y"]))
+            // Its event is in the app's log when the admin has the answer, as the app route's is (no later write of
+            // the app needed to sequence it).
+            #expect(try Self.settingsEvents(app).last == ["blacklist_feedback", "push.format", "push.gateway_url", "sensitive_words"])
             let now = try app.request(.get, "/v1/settings")
             #expect(now.json == three.json)
             #expect(try server.request(.get, "/v1/apps/\(app.appID)/settings", bearer: server.adminKey).json == three.json)

@@ -53,6 +53,14 @@ struct BeforeHookTests: ProblemAssertions {
 
         func history(_ user: String = "b", _ peer: String = "a") throws -> [JSONValue] { try PeerMessages.history(app, user, peer) }
 
+        /// `parley_hook_calls_total` of `message.before_send` calls that decided `decision` (/metrics).
+        func hookCalls(_ decision: String) throws -> Int {
+            let prefix = #"parley_hook_calls_total{hook="message.before_send",decision="\#(decision)"} "#
+            let text = try server.request(.get, "/metrics").text
+            let line = text.split(separator: "\n").first { $0.hasPrefix(prefix) }
+            return line.flatMap { Int($0.dropFirst(prefix.count)) } ?? 0
+        }
+
         /// The endpoint's `before` deliveries, newest first (after the dispatcher wrote its log).
         func beforeDeliveries() throws -> [JSONValue] {
             _ = server.app.services.webhooks.dispatcher.drain()
@@ -100,6 +108,7 @@ struct BeforeHookTests: ProblemAssertions {
         #expect(try f.history().isEmpty)
         #expect(try f.history("a", "b").isEmpty)
         #expect(try f.beforeDeliveries().first?["decision"]?.stringValue == "reject")
+        #expect(try f.hookCalls("reject") == 1)
     }
 
     @Test func modifyStoresThePatchedMessage() throws {
@@ -144,6 +153,7 @@ struct BeforeHookTests: ProblemAssertions {
         open.answer(#"{"action":"reject"}"#, delayMillis: 600)
         #expect(try open.send().status == 201)
         #expect(try open.beforeDeliveries().first?["decision"]?.stringValue == "timeout")
+        #expect(try open.hookCalls("fail_open") == 1)
 
         let closed = try Fixture(failOpen: false)
         closed.answer(#"{"action":"allow"}"#, delayMillis: 600)
@@ -153,6 +163,8 @@ struct BeforeHookTests: ProblemAssertions {
         #expect(try closed.history().isEmpty)
         closed.answer(status: 500, "{}")
         Self.expectProblem(try closed.send(), 503, .hookUnavailable)
+        #expect(try closed.hookCalls("error") == 2)
+        #expect(try closed.hookCalls("allow") == 0)
     }
 
     @Test func skippedSendsDoNotCallTheHook() throws {

@@ -136,6 +136,12 @@ struct ConversationsTests: ProblemAssertions {
             let all = try app.request(.post, "/v1/users/a/conversations/read_all", json: "{}")
             #expect(all.json?["conversations"] == 1)
             #expect(try app.request(.post, "/v1/users/a/conversations/read_all").json?["conversations"] == 0)
+            // An unknown user is 404, as its list and unread count are (not 0 conversations, not a batch of misses).
+            Self.expectProblem(try app.request(.post, "/v1/users/nobody/conversations/read_all"), 404, .userNotFound)
+            Self.expectProblem(
+                try app.request(
+                    .post, "/v1/users/nobody/conversations/marks", json: #"{"mark":3,"enable":true,"conversations":[{"type":"peer","id":"a"}]}"#),
+                404, .userNotFound)
             #expect(try M.conversation(app, "a", "b")?["unread_count"] == 0)
         }
     }

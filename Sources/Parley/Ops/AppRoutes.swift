@@ -95,7 +95,12 @@ enum AppRoutes {
             Reply.json(try existingApp(ctx).settings.json)
         }
         api.addAdmin(.patch, "/v1/apps/{app_id}/settings", "updateAppSettingsAsAdmin") { ctx in
-            try updateSettings(ctx, appID: try existingApp(ctx).appID, services: ctx.services)
+            let appID = try existingApp(ctx).appID
+            let answer = try updateSettings(ctx, appID: appID, services: ctx.services)
+            // The pipeline sequences the events of the app a request names; an admin route names none, so its
+            // `app.settings_updated` is sequenced here, before the answer, as the app route's is.
+            let sequencer = ctx.services.sequencer
+            return .later { respond in sequencer.publish(appID) { respond(answer) } }
         }
         api.add(.get, "/v1/settings", .app, "getSettings") { ctx in
             Reply.json(try ctx.services.apps.app(ctx.appID, db: ctx.db)?.settings.json ?? [])

@@ -56,7 +56,7 @@ package final class EventSequencer: Sendable {
     // MARK: - Any thread
 
     /// Sequences `appID`'s committed events, then calls `done` (on the sequencer thread: keep it short).
-    func publish(_ appID: String, then done: @escaping @Sendable () -> Void) {
+    package func publish(_ appID: String, then done: @escaping @Sendable () -> Void) {
         let accepted = inbox.post { requests in
             requests.apps.insert(appID)
             requests.waiters[appID, default: []].append(Waiter(deadline: EventLoop.monotonicMillis() + Self.maxWaitMillis, done: done))

@@ -93,12 +93,15 @@ package final class BeforeHooks: Sendable {
     private let calls: OutboundCalls
     private let clock: ServerClock
     private let log: @Sendable (DeliveryLogEntry) -> Void
+    private let metrics: WebhookMetrics
 
     package init(
-        transport: WebhookTransport, clock: ServerClock, maxConcurrentCalls: Int = 1024, log: @escaping @Sendable (DeliveryLogEntry) -> Void
+        transport: WebhookTransport, clock: ServerClock, metrics: WebhookMetrics, maxConcurrentCalls: Int = 1024,
+        log: @escaping @Sendable (DeliveryLogEntry) -> Void
     ) {
         self.transport = transport
         self.clock = clock
+        self.metrics = metrics
         self.calls = OutboundCalls(maxThreads: maxConcurrentCalls)
         self.log = log
     }
@@ -132,10 +135,13 @@ package final class BeforeHooks: Sendable {
                     appID: appID, webhookID: endpoint.webhookID, kind: .before, refID: id, eventType: type, body: bytes, attempt: attempt,
                     succeeded: verdict != nil, decision: decision, at: now))
             if let verdict {
+                metrics.hookCalled(type, decision: verdict.action.rawValue)
                 done(.success(verdict))
             } else if endpoint.failOpen {
+                metrics.hookCalled(type, decision: "fail_open")
                 done(.success(.allow))
             } else {
+                metrics.hookCalled(type, decision: "error")
                 done(
                     .failure(
                         APIError.retryLater(

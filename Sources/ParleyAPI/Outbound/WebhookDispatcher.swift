@@ -702,6 +702,8 @@ package final class WebhookMetrics: Sendable {
         var buckets = [Int](repeating: 0, count: Metrics.buckets.count)
         var count = 0
         var sum = 0.0
+        /// Before-event hook calls by "hook type decision".
+        var hookCalls: [String: Int] = [:]
     }
 
     private let state = LockedValue(State())
@@ -722,6 +724,12 @@ package final class WebhookMetrics: Sendable {
         state.withLock { s in for status in statuses { s.statuses[status, default: 0] += 1 } }
     }
 
+    /// Counts a before-event hook call by its hook type and what it decided: the hook's `allow`, `modify`, `reject` or
+    /// `drop`, `fail_open` (no valid answer, and the hook allows then), or `error` (no valid answer: refused with 503).
+    func hookCalled(_ hook: String, decision: String) {
+        state.withLock { s in s.hookCalls[hook + " " + decision, default: 0] += 1 }
+    }
+
     package func render(queueDepth: Int, oldestPendingSeconds: Double) -> String {
         let s = state.withLock { $0 }
         var out = Metrics.family(
@@ -731,7 +739,15 @@ package final class WebhookMetrics: Sendable {
         }
         out += Metrics.histogram(
             "parley_webhook_attempt_duration_seconds", "Webhook and hook request latency.", buckets: s.buckets, count: s.count, sum: s.sum)
-        out += Metrics.metric("parley_webhook_queue_depth", "gauge", "Open (pending or failed) webhook deliveries.", queueDepth)
+        out += Metrics.metric("parley_webhook_backlog", "gauge", "Open (pending or failed) webhook deliveries.", queueDepth)
+        // The earlier name of the backlog, kept for dashboards that read it.
+        out += Metrics.metric(
+            "parley_webhook_queue_depth", "gauge", "Open (pending or failed) webhook deliveries (parley_webhook_backlog).", queueDepth)
+        out += Metrics.family("parley_hook_calls_total", "counter", "Before-event hook calls this node made, by hook type and decision.")
+        for (key, count) in s.hookCalls.sorted(by: { $0.key < $1.key }) {
+            let parts = key.split(separator: " ", maxSplits: 1)
+            out += "parley_hook_calls_total{hook=\"\(Metrics.escape(String(parts[0])))\",decision=\"\(parts[1])\"} \(count)\n"
+        }
         out += Metrics.metric(
             "parley_webhook_oldest_pending_seconds", "gauge", "Age of the oldest open webhook delivery (server clock).", oldestPendingSeconds)
         return out

@@ -25,6 +25,6 @@ package final class Webhooks: Sendable {
         let dispatcher = WebhookDispatcher(
             transport: transport, clock: clock, logger: logger, metrics: metrics, eventsWritten: eventsWritten, appChanged: appChanged)
         self.dispatcher = dispatcher
-        hooks = BeforeHooks(transport: transport, clock: clock) { dispatcher.log($0) }
+        hooks = BeforeHooks(transport: transport, clock: clock, metrics: metrics) { dispatcher.log($0) }
     }
 }

@@ -129,9 +129,11 @@ struct ConversationService: DomainService {
         }
     }
 
-    /// Marks every entry of the user read; returns how many advanced.
+    /// Marks every entry of the user read; returns how many advanced. 404 `user_not_found` for an unknown or
+    /// soft-deleted user, as the list and the unread count answer (not 0 conversations).
     func markAllRead(userID: String) throws -> Int {
         try db.transaction { db in
+            try UserService.requireActive(userID, appID: appID, on: db)
             let moved = try ConversationStore.markRead(appID: appID, userID: userID, keys: nil, seq: nil, now: now, on: db)
             let receipts = moved.map { MessageReceipts.ReadRange(conversationType: $0.type, threadID: $0.threadID, throughSeq: $0.readSeq) }
             try EventLog.append(try readEvents(userID: userID, moved, receipts: receipts), appID: appID, now: now, on: db)
@@ -162,9 +164,11 @@ struct ConversationService: DomainService {
     }
 
     /// Sets or clears `mark` on distinct entries; returns the keys that exist (changed or not). One
-    /// `conversation.updated` per changed entry.
+    /// `conversation.updated` per changed entry. 404 `user_not_found` for an unknown or soft-deleted user (not a
+    /// batch of per-item misses).
     func setMark(userID: String, mark: Int64, enable: Bool, keys: [(type: String, id: String)]) throws -> Set<String> {
         try db.transaction { db in
+            try UserService.requireActive(userID, appID: appID, on: db)
             let existing = try ConversationStore.fetchMany(appID: appID, userID: userID, keys: keys, on: db)
             let changed = try ConversationStore.setMark(appID: appID, userID: userID, keys: keys, mark: mark, enable: enable, now: now, on: db)
             let updated = try ConversationStore.fetchMany(appID: appID, userID: userID, keys: changed, on: db)
