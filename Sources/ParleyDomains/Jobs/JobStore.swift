@@ -62,7 +62,13 @@ enum JobStore {
     ) throws -> [BackgroundJob] {
         var query: PostgresQuery = "SELECT \(unsafeSQL: columns) FROM jobs WHERE app_id = \(appID)"
         if let kind { query += " AND kind = \(kind)" }
-        if let state { query += " AND state = \(state.rawValue)" }
+        if let state {
+            // Queued and running jobs are few beside the finished ones an app keeps: the constant predicate lets the
+            // plan walk the partial index `jobs_unfinished` (a generic plan cannot prove it from the parameter alone)
+            // instead of every job of the app (1 M jobs: 0.05 ms against 137 ms for an app with none running).
+            if state == .queued || state == .running { query += " AND state IN ('queued', 'running')" }
+            query += " AND state = \(state.rawValue)"
+        }
         if let (t, id) = before { query += " AND (created_at, job_id) < (\(t), \(id))" }
         query += " ORDER BY created_at DESC, job_id DESC LIMIT \(limit)"
         return try db.query(query).rows.map(job)
