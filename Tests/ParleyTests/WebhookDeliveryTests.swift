@@ -150,7 +150,8 @@ struct WebhookDeliveryTests: ProblemAssertions {
         let receiver = try TestReceiver { _ in up.load(ordering: .relaxed) ? .status(200) : .status(500) }
         defer { receiver.stop() }
         let app = try server.createApp()
-        let webhookID = try Self.endpoint(app, url: receiver.url, types: ["user.created"], extra: ",\"disable_after_failures\":3")
+        let webhookID = try Self.endpoint(
+            app, url: receiver.url, types: ["user.created"], extra: ",\"disable_after_failures\":3,\"disable_after_s\":0")
         for user in ["u1", "u2", "u3"] { _ = try app.createUser(user) }
         Self.drain(server)
         let disabled = try app.request(.get, "/v1/webhooks/\(webhookID)")
@@ -175,6 +176,61 @@ struct WebhookDeliveryTests: ProblemAssertions {
         #expect(receiver.requests.count == 6)
         #expect(try Self.deliveries(app, webhookID).allSatisfy { $0["status"]?.stringValue == "succeeded" })
         #expect(!receiver.requests.contains { $0.text.contains("\"user_id\":\"u4\"") })
+    }
+
+    /// A receiver down for minutes keeps its endpoint however many deliveries fail; once the streak is older than
+    /// `disable_after_s`, the next failure disables it. What was written while it was off is not delivered on
+    /// re-enable, and `recover` writes exactly those deliveries, once (docs/webhooks.md#recovering-missed-events).
+    @Test func aShortOutageKeepsTheEndpointAndRecoverDeliversWhatADisabledOneMissed() throws {
+        let server = try Self.server()
+        let up = Atomic<Bool>(false)
+        let receiver = try TestReceiver { _ in up.load(ordering: .relaxed) ? .status(200) : .status(500) }
+        defer { receiver.stop() }
+        let app = try server.createApp()
+        let webhookID = try Self.endpoint(app, url: receiver.url, types: ["user.created"], extra: ",\"disable_after_failures\":3")
+        #expect(try app.request(.get, "/v1/webhooks/\(webhookID)").json?["disable_after_s"] == 86_400)
+        for user in ["u1", "u2", "u3", "u4"] { _ = try app.createUser(user) }
+        Self.drain(server)
+        let enduring = try app.request(.get, "/v1/webhooks/\(webhookID)").json
+        #expect(enduring?["consecutive_failures"]?.intValue == 4, "four failures in a streak minutes old")
+        #expect(enduring?["enabled"] == true)
+        // A day later the retries fail again: the streak is old enough, and the endpoint goes off.
+        try server.advanceClock(ms: 86_400_000)
+        Self.drain(server)
+        let disabled = try app.request(.get, "/v1/webhooks/\(webhookID)").json
+        #expect(disabled?["enabled"] == false)
+        #expect(disabled?["disabled_reason"] == "consecutive_failures")
+        #expect(try app.events(query: "types=webhook.disabled").count == 1)
+        let attemptsBefore = receiver.requests.count
+
+        // Written while it is off: no delivery, even after it is enabled again.
+        for user in ["u5", "u6"] { _ = try app.createUser(user) }
+        up.store(true, ordering: .relaxed)
+        // Recovered while disabled, the deliveries wait with the endpoint's other paused ones.
+        let recovered = try app.request(.post, "/v1/webhooks/\(webhookID)/recover", json: #"{"since":"1970-01-01T00:00:00Z"}"#)
+        #expect(recovered.status == 202, "\(recovered.text)")
+        #expect(recovered.json?["created"] == 2, "u5 and u6: the others have their deliveries")
+        Self.drain(server)
+        #expect(receiver.requests.count == attemptsBefore, "nothing is attempted while the endpoint is disabled")
+        #expect(try app.request(.patch, "/v1/webhooks/\(webhookID)", json: #"{"enabled":true}"#).status == 200)
+        // The paused ones resume at their next attempt time (30 s after their last failure), the recovered ones at once.
+        Self.drain(server)
+        try server.advanceClock(ms: 60_000)
+        Self.drain(server)
+        let delivered = receiver.requests.dropFirst(attemptsBefore).compactMap { try? JSONValue.parse($0.body) }
+        #expect(delivered.compactMap { $0["data"]?["user"]?["user_id"]?.stringValue }.sorted() == ["u1", "u2", "u3", "u4", "u5", "u6"])
+        #expect(try Self.deliveries(app, webhookID).allSatisfy { $0["status"] == "succeeded" })
+        // Repeating a recover writes nothing twice; by event id it counts from after that event.
+        let again = try app.request(.post, "/v1/webhooks/\(webhookID)/recover", json: #"{"since":"0"}"#)
+        #expect(again.status == 202)
+        #expect(again.json?["created"] == 0)
+
+        // `since` must be an event id within the log or an RFC 3339 time.
+        for since in [#""yesterday""#, #""99999999""#, #""2026-02-30T00:00:00Z""#, "5"] {
+            let bad = try app.request(.post, "/v1/webhooks/\(webhookID)/recover", json: #"{"since":\#(since)}"#)
+            Self.expectInvalid(bad, field: "body.since")
+        }
+        Self.expectProblem(try app.request(.post, "/v1/webhooks/wh_nope/recover", json: #"{"since":"0"}"#), 404, .notFound)
     }
 
     @Test func aReceiverAwayForMostOfADayGetsEverythingOnceInOrder() throws {

@@ -58,7 +58,7 @@ struct WebhooksTests: ProblemAssertions {
 
     static let webhookKeys: Set<String> = [
         "webhook_id", "url", "event_types", "secret", "enabled", "disabled_reason", "description", "timeout_ms", "fail_open",
-        "disable_after_failures", "consecutive_failures", "created_at", "updated_at",
+        "disable_after_failures", "disable_after_s", "consecutive_failures", "created_at", "updated_at",
     ]
 
     static let deliveryKeys: Set<String> = [
@@ -81,6 +81,7 @@ struct WebhooksTests: ProblemAssertions {
             #expect(w["timeout_ms"] == .int(2000))
             #expect(w["fail_open"] == .bool(true))
             #expect(w["disable_after_failures"] == .int(20))
+            #expect(w["disable_after_s"] == .int(86_400))
             #expect(w["consecutive_failures"] == .int(0))
             #expect(w["created_at"] == w["updated_at"])
             let secret = w["secret"]?.stringValue ?? ""
@@ -92,12 +93,14 @@ struct WebhooksTests: ProblemAssertions {
             let given = "whsec_" + Crypto.base64Encode([UInt8](repeating: 7, count: 24))
             let g = try Self.create(
                 app, url: "http://hooks.example.com/b", types: #"["*"]"#,
-                ",\"secret\":\"\(given)\",\"description\":\"d\",\"timeout_ms\":100,\"fail_open\":false,\"disable_after_failures\":1")
+                ",\"secret\":\"\(given)\",\"description\":\"d\",\"timeout_ms\":100,\"fail_open\":false,\"disable_after_failures\":1,\"disable_after_s\":0"
+            )
             #expect(g["secret"] == .string(given))
             #expect(g["description"] == .string("d"))
             #expect(g["timeout_ms"] == .int(100))
             #expect(g["fail_open"] == .bool(false))
             #expect(g["disable_after_failures"] == .int(1))
+            #expect(g["disable_after_s"] == .int(0))
 
             // Created disabled: disabled_reason manual.
             let d = try Self.create(app, url: "http://hooks.example.com/c", #","enabled":false"#)
@@ -130,6 +133,8 @@ struct WebhooksTests: ProblemAssertions {
             Self.expectInvalid(try post("{\(url),\"event_types\":[\"*\"],\"timeout_ms\":5001}"), field: "body.timeout_ms")
             Self.expectInvalid(try post("{\(url),\"event_types\":[\"*\"],\"disable_after_failures\":0}"), field: "body.disable_after_failures")
             Self.expectInvalid(try post("{\(url),\"event_types\":[\"*\"],\"disable_after_failures\":1001}"), field: "body.disable_after_failures")
+            Self.expectInvalid(try post("{\(url),\"event_types\":[\"*\"],\"disable_after_s\":-1}"), field: "body.disable_after_s")
+            Self.expectInvalid(try post("{\(url),\"event_types\":[\"*\"],\"disable_after_s\":2592001}"), field: "body.disable_after_s")
             Self.expectInvalid(try post("{\(url),\"event_types\":[\"*\"],\"secret\":\"whsec_c2hvcnQ=\"}"), field: "body.secret")
             Self.expectInvalid(try post("{\(url),\"event_types\":[\"*\"],\"secret\":\"nope\"}"), field: "body.secret")
             let long = String(repeating: "x", count: 257)
@@ -605,7 +610,7 @@ struct WebhooksTests: ProblemAssertions {
             let watcher = try Self.receiver()
             defer { watcher.stop() }
             receiver.setHandler { _ in .status(500) }
-            let w = try Self.create(app, url: receiver.url + "/hook", ",\"disable_after_failures\":2")
+            let w = try Self.create(app, url: receiver.url + "/hook", ",\"disable_after_failures\":2,\"disable_after_s\":0")
             let id = w["webhook_id"]?.stringValue ?? ""
             let watching = try Self.create(app, url: watcher.url + "/hook", types: #"["webhook.*"]"#)
             let watchingID = watching["webhook_id"]?.stringValue ?? ""

@@ -242,6 +242,12 @@ public enum EventLog {
         return (head, trimPoint)
     }
 
+    /// When the oldest event the log keeps (the first after the trim point `trimPoint`) was written; nil when it keeps
+    /// none.
+    public static func oldestCreatedAt(appID: String, after trimPoint: Int64, on db: PostgresConnection) throws -> Int64? {
+        try db.query("SELECT created_at FROM events WHERE app_id = \(appID) AND id > \(trimPoint) ORDER BY id LIMIT 1").decodeFirst(Int64.self)
+    }
+
     /// Filters of a log read (docs/events.md#polling-the-log); they combine with AND.
     public struct Filter: Sendable {
         public var types: [String] = []

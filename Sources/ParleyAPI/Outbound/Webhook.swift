@@ -17,14 +17,16 @@ package struct Webhook: Sendable, Equatable {
     package var timeoutMillis: Int
     package var failOpen: Bool
     package var disableAfterFailures: Int
+    /// How old the first failure of a streak must be before the streak can disable the endpoint (seconds; 0: at once).
+    package var disableAfterSeconds: Int
     package var consecutiveFailures: Int
     package var createdAt: Int64
     package var updatedAt: Int64
 
     package init(
         webhookID: String, url: String, eventTypes: [String], secret: String, previousSecret: String?, previousSecretUntil: Int64?, enabled: Bool,
-        disabledReason: String?, description: String, timeoutMillis: Int, failOpen: Bool, disableAfterFailures: Int, consecutiveFailures: Int,
-        createdAt: Int64, updatedAt: Int64
+        disabledReason: String?, description: String, timeoutMillis: Int, failOpen: Bool, disableAfterFailures: Int, disableAfterSeconds: Int,
+        consecutiveFailures: Int, createdAt: Int64, updatedAt: Int64
     ) {
         self.webhookID = webhookID
         self.url = url
@@ -38,6 +40,7 @@ package struct Webhook: Sendable, Equatable {
         self.timeoutMillis = timeoutMillis
         self.failOpen = failOpen
         self.disableAfterFailures = disableAfterFailures
+        self.disableAfterSeconds = disableAfterSeconds
         self.consecutiveFailures = consecutiveFailures
         self.createdAt = createdAt
         self.updatedAt = updatedAt
@@ -66,6 +69,7 @@ package struct Webhook: Sendable, Equatable {
         o["timeout_ms"] = timeoutMillis
         o["fail_open"] = failOpen
         o["disable_after_failures"] = disableAfterFailures
+        o["disable_after_s"] = disableAfterSeconds
         o["consecutive_failures"] = consecutiveFailures
         o["created_at"] = createdAt
         o["updated_at"] = updatedAt

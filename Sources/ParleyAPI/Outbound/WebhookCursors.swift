@@ -74,6 +74,33 @@ package enum WebhookCursors {
             """)
     }
 
+    /// Where the endpoint's deliveries are written up to: its cursor, and the event it paused at while disabled.
+    package static func position(appID: String, webhookID: String, on db: PostgresConnection) throws -> (cursor: Int64, pausedAt: Int64?)? {
+        try db.query("SELECT event_id, paused_at FROM webhook_cursors WHERE app_id = \(appID) AND webhook_id = \(webhookID)")
+            .decodeFirst((Int64, Int64?).self).map { (cursor: $0.0, pausedAt: $0.1) }
+    }
+
+    /// `POST /v1/webhooks/{id}/recover`: writes, in event order, a `pending` delivery (paused while the endpoint is
+    /// disabled) of each event with an id in (`afterID`, `throughID`] and created at or after `fromTime` that the
+    /// endpoint selects and has no delivery of. Returns how many it wrote.
+    package static func recover(
+        appID: String, webhookID: String, afterID: Int64, fromTime: Int64, throughID: Int64, now: Int64, on db: PostgresConnection
+    ) throws -> Int {
+        try db.query(
+            """
+            INSERT INTO webhook_deliveries (app_id, webhook_id, kind, event_id, event_type, order_key, body, status, next_attempt_at,
+                                            paused, created_at)
+            SELECT e.app_id, w.webhook_id, 'after', e.id, e.type, e.order_key, \(unsafeSQL: eventBody), 'pending', \(now), NOT w.enabled, \(now)
+            FROM events e JOIN webhooks w ON w.app_id = e.app_id AND w.webhook_id = \(webhookID)
+            WHERE e.app_id = \(appID) AND e.id > \(afterID) AND e.id <= \(throughID) AND e.created_at >= \(fromTime)
+              AND parley_webhook_selects(w.event_types, e.type)
+            ORDER BY e.id
+            ON CONFLICT (app_id, webhook_id, event_id) WHERE kind = 'after' DO NOTHING
+            RETURNING 1
+            """
+        ).rows.count
+    }
+
     /// Renews `holder`'s hold on its endpoints and takes those nobody holds (or whose holder stopped renewing): every
     /// enabled endpoint with an after-event type. Returns what `holder` holds now.
     static func hold(holder: String, leaseSeconds: Int, on db: PostgresConnection) throws -> [Held] {

@@ -635,7 +635,7 @@ package final class WebhookDispatcher: CommitObserver {
                 if knownZero.contains(key) { continue }
                 try db.query(
                     """
-                    UPDATE webhooks SET consecutive_failures = 0
+                    UPDATE webhooks SET consecutive_failures = 0, first_failure_at = NULL
                     WHERE app_id = \(entry.appID) AND webhook_id = \(entry.webhookID) AND consecutive_failures <> 0
                     """)
                 knownZero.insert(key)
@@ -643,18 +643,26 @@ package final class WebhookDispatcher: CommitObserver {
             }
             knownZero.remove(key)
             let now = clock.now()
+            // The streak began now when this batch reset it or the count was 0; the endpoint is disabled once the
+            // count reaches its limit and the streak is at least `disable_after_s` old (docs/webhooks.md#retries). The
+            // row is locked and read first, so the new count builds on the latest one.
             let disabledNow =
                 try db.query(
                     """
-                    UPDATE webhooks
-                    SET consecutive_failures = CASE WHEN \(entry.reset) THEN 0 ELSE consecutive_failures END + \(entry.failures),
-                        enabled = enabled AND CASE WHEN \(entry.reset) THEN 0 ELSE consecutive_failures END + \(entry.failures) < disable_after_failures,
-                        disabled_reason = CASE WHEN enabled AND CASE WHEN \(entry.reset) THEN 0 ELSE consecutive_failures END + \(entry.failures) >= disable_after_failures
-                                               THEN 'consecutive_failures' ELSE disabled_reason END,
-                        updated_at = CASE WHEN enabled AND CASE WHEN \(entry.reset) THEN 0 ELSE consecutive_failures END + \(entry.failures) >= disable_after_failures
-                                          THEN \(now) ELSE updated_at END
-                    WHERE app_id = \(entry.appID) AND webhook_id = \(entry.webhookID)
-                    RETURNING NOT enabled AND disabled_reason = 'consecutive_failures' AND updated_at = \(now)
+                    UPDATE webhooks w
+                    SET consecutive_failures = s.failures, first_failure_at = s.began,
+                        enabled = w.enabled AND NOT s.disable,
+                        disabled_reason = CASE WHEN w.enabled AND s.disable THEN 'consecutive_failures' ELSE w.disabled_reason END,
+                        updated_at = CASE WHEN w.enabled AND s.disable THEN \(now) ELSE w.updated_at END
+                    FROM (SELECT failures, began,
+                                 failures >= disable_after_failures AND began <= \(now) - disable_after_s::bigint * 1000 AS disable
+                          FROM (SELECT disable_after_failures, disable_after_s,
+                                       CASE WHEN \(entry.reset) THEN 0 ELSE consecutive_failures END + \(entry.failures) AS failures,
+                                       CASE WHEN \(entry.reset) OR consecutive_failures = 0 THEN \(now) ELSE coalesce(first_failure_at, \(now)) END
+                                           AS began
+                                FROM webhooks WHERE app_id = \(entry.appID) AND webhook_id = \(entry.webhookID) FOR UPDATE) current) s
+                    WHERE w.app_id = \(entry.appID) AND w.webhook_id = \(entry.webhookID)
+                    RETURNING NOT w.enabled AND w.disabled_reason = 'consecutive_failures' AND w.updated_at = \(now)
                     """
                 ).decodeFirst(Bool.self) ?? false
             guard disabledNow else { continue }

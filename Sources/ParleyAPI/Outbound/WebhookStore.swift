@@ -6,20 +6,20 @@ import ParleyPostgres
 package enum WebhookStore {
     package static let columns = """
         webhook_id, url, event_types, secret, previous_secret, previous_secret_until, enabled, disabled_reason, description,
-        timeout_ms, fail_open, disable_after_failures, consecutive_failures, created_at, updated_at
+        timeout_ms, fail_open, disable_after_failures, disable_after_s, consecutive_failures, created_at, updated_at
         """
 
     /// A row of ``columns``.
     package static func webhook(_ row: PostgresRow) throws -> Webhook {
         let (
             webhookID, url, eventTypes, secret, previousSecret, previousSecretUntil, enabled, disabledReason, description,
-            timeoutMillis, failOpen, disableAfterFailures, consecutiveFailures, createdAt, updatedAt
-        ) = try row.decode((String, String, [String], String, String?, Int64?, Bool, String?, String, Int, Bool, Int, Int, Int64, Int64).self)
+            timeoutMillis, failOpen, disableAfterFailures, disableAfterSeconds, consecutiveFailures, createdAt, updatedAt
+        ) = try row.decode((String, String, [String], String, String?, Int64?, Bool, String?, String, Int, Bool, Int, Int, Int, Int64, Int64).self)
         return Webhook(
             webhookID: webhookID, url: url, eventTypes: eventTypes, secret: secret, previousSecret: previousSecret,
             previousSecretUntil: previousSecretUntil, enabled: enabled, disabledReason: disabledReason, description: description,
             timeoutMillis: timeoutMillis, failOpen: failOpen, disableAfterFailures: disableAfterFailures,
-            consecutiveFailures: consecutiveFailures, createdAt: createdAt, updatedAt: updatedAt)
+            disableAfterSeconds: disableAfterSeconds, consecutiveFailures: consecutiveFailures, createdAt: createdAt, updatedAt: updatedAt)
     }
 
     package static func count(appID: String, on db: PostgresConnection) throws -> Int {
@@ -61,9 +61,10 @@ package enum WebhookStore {
         try db.query(
             """
             INSERT INTO webhooks (app_id, webhook_id, url, event_types, secret, enabled, disabled_reason, description, timeout_ms,
-                                  fail_open, disable_after_failures, consecutive_failures, created_at, updated_at)
+                                  fail_open, disable_after_failures, disable_after_s, consecutive_failures, created_at, updated_at)
             VALUES (\(appID), \(w.webhookID), \(w.url), \(w.eventTypes), \(w.secret), \(w.enabled), \(w.disabledReason),
-                    \(w.description), \(w.timeoutMillis), \(w.failOpen), \(w.disableAfterFailures), 0, \(w.createdAt), \(w.updatedAt))
+                    \(w.description), \(w.timeoutMillis), \(w.failOpen), \(w.disableAfterFailures), \(w.disableAfterSeconds), 0, \(w.createdAt),
+                    \(w.updatedAt))
             """)
     }
 
@@ -74,8 +75,9 @@ package enum WebhookStore {
             UPDATE webhooks SET url = \(w.url), event_types = \(w.eventTypes), secret = \(w.secret), previous_secret = \(w.previousSecret),
                    previous_secret_until = \(w.previousSecretUntil), enabled = \(w.enabled), disabled_reason = \(w.disabledReason),
                    description = \(w.description), timeout_ms = \(w.timeoutMillis), fail_open = \(w.failOpen),
-                   disable_after_failures = \(w.disableAfterFailures), consecutive_failures = \(w.consecutiveFailures),
-                   updated_at = \(w.updatedAt)
+                   disable_after_failures = \(w.disableAfterFailures), disable_after_s = \(w.disableAfterSeconds),
+                   consecutive_failures = \(w.consecutiveFailures),
+                   first_failure_at = CASE WHEN \(w.consecutiveFailures) = 0 THEN NULL ELSE first_failure_at END, updated_at = \(w.updatedAt)
             WHERE app_id = \(appID) AND webhook_id = \(w.webhookID)
             """)
     }

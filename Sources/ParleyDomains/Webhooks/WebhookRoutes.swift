@@ -69,6 +69,18 @@ package enum WebhookRoutes {
             try ping(ctx)
         }
 
+        api.add(.post, "/v1/webhooks/{webhook_id}/recover", .app, "recoverWebhook") { ctx in
+            let webhookID = try ctx.pathID("webhook_id", .opaque)
+            var body = try ctx.body()
+            let since = body.string("since", required: true, maxBytes: 64)
+            try body.check()
+            let created = try WebhookService(ctx).recover(webhookID, since: since ?? "")
+            ctx.services.webhooks.dispatcher.poke()
+            var o = JSONObjectWriter()
+            o["created"] = created
+            return Reply.json(o.finish(), status: 202)
+        }
+
         api.add(.get, "/v1/webhooks/{webhook_id}/deliveries", .app, "listWebhookDeliveries") { ctx in
             let webhookID = try ctx.pathID("webhook_id", .opaque)
             var query = ctx.query()

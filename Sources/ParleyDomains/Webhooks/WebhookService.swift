@@ -28,6 +28,7 @@ struct WebhookService: DomainService {
         var timeoutMillis: Int?
         var failOpen: Bool?
         var disableAfterFailures: Int?
+        var disableAfterSeconds: Int?
 
         static func read(from body: inout BodyReader, create: Bool) -> Fields {
             Fields(
@@ -35,7 +36,8 @@ struct WebhookService: DomainService {
                 secret: WebhookSecret.read(from: &body), enabled: body.bool("enabled"),
                 description: body.string("description", maxBytes: 256),
                 timeoutMillis: body.int("timeout_ms", range: 100...5000).map(Int.init), failOpen: body.bool("fail_open"),
-                disableAfterFailures: body.int("disable_after_failures", range: 1...1000).map(Int.init))
+                disableAfterFailures: body.int("disable_after_failures", range: 1...1000).map(Int.init),
+                disableAfterSeconds: body.int("disable_after_s", range: 0...2_592_000).map(Int.init))
         }
     }
 
@@ -51,7 +53,8 @@ struct WebhookService: DomainService {
                 webhookID: "wh_" + Crypto.base64URLEncode(Crypto.randomBytes(12)), url: fields.url ?? "", eventTypes: fields.eventTypes ?? [],
                 secret: fields.secret ?? WebhookSecret.generate(), previousSecret: nil, previousSecretUntil: nil, enabled: enabled,
                 disabledReason: enabled ? nil : "manual", description: fields.description ?? "", timeoutMillis: fields.timeoutMillis ?? 2000,
-                failOpen: fields.failOpen ?? true, disableAfterFailures: fields.disableAfterFailures ?? 20, consecutiveFailures: 0,
+                failOpen: fields.failOpen ?? true, disableAfterFailures: fields.disableAfterFailures ?? 20,
+                disableAfterSeconds: fields.disableAfterSeconds ?? 86_400, consecutiveFailures: 0,
                 createdAt: now, updatedAt: now)
             try WebhookStore.insert(appID: appID, webhook, on: db)
             try WebhookCursors.create(appID: appID, webhookID: webhook.webhookID, enabled: enabled, on: db)
@@ -84,6 +87,7 @@ struct WebhookService: DomainService {
             if let timeout = fields.timeoutMillis { webhook.timeoutMillis = timeout }
             if let failOpen = fields.failOpen { webhook.failOpen = failOpen }
             if let limit = fields.disableAfterFailures { webhook.disableAfterFailures = limit }
+            if let seconds = fields.disableAfterSeconds { webhook.disableAfterSeconds = seconds }
             switch fields.enabled {
             case true?:
                 // Before the row changes: the deliveries it writes follow the event types the endpoint had then.
@@ -114,6 +118,40 @@ struct WebhookService: DomainService {
     func delete(_ webhookID: String) throws {
         let deleted = try db.transaction { db in try WebhookStore.delete(appID: appID, webhookID: webhookID, on: db) }
         guard deleted else { throw Self.notFound(webhookID) }
+    }
+
+    /// `POST …/recover`: the deliveries the endpoint would have received since `since` (an event id: the events after
+    /// it; or an RFC 3339 time: the events created from then) and does not have, written as `pending` in event order
+    /// (docs/webhooks.md#recovering-missed-events). Up to the endpoint's cursor while it is enabled (its dispatcher
+    /// writes what comes after), up to the log's head while it is disabled (nothing else ever will): those wait,
+    /// paused, until it is enabled again. `since` before the log's retention is 400, as the log trimmed those events.
+    func recover(_ webhookID: String, since: String) throws -> Int {
+        try db.transaction { db in
+            guard let webhook = try WebhookStore.fetch(appID: appID, webhookID: webhookID, forUpdate: true, on: db) else {
+                throw Self.notFound(webhookID)
+            }
+            let (head, trimPoint) = try EventLog.bounds(appID: appID, on: db)
+            let position = try WebhookCursors.position(appID: appID, webhookID: webhookID, on: db)
+            let through = webhook.enabled ? (position?.cursor ?? head) : head
+            var afterID = trimPoint
+            var fromTime = Int64.min
+            if !since.isEmpty, since.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }), let id = Int64(since) {
+                guard id >= trimPoint, id <= head else {
+                    throw APIError.invalidParam("body.since", "event \(id) is outside the event log (\(trimPoint) to \(head) are kept)")
+                }
+                afterID = id
+            } else if let time = RFC3339.milliseconds(since) {
+                let oldest = try EventLog.oldestCreatedAt(appID: appID, after: trimPoint, on: db)
+                guard trimPoint == 0 || oldest.map({ time >= $0 }) ?? (time >= now) else {
+                    throw APIError.invalidParam("body.since", "\(since) is before the oldest event the log keeps")
+                }
+                fromTime = time
+            } else {
+                throw APIError.invalidParam("body.since", "must be an event id or an RFC 3339 time")
+            }
+            return try WebhookCursors.recover(
+                appID: appID, webhookID: webhookID, afterID: afterID, fromTime: fromTime, throughID: through, now: now, on: db)
+        }
     }
 
     /// A new secret (given or generated); the old one signs as the second signature for 24 h.
