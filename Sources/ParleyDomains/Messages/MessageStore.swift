@@ -212,6 +212,18 @@ enum MessageStore {
         ).decodeFirst((Bool, Bool).self).map { (dismissed: $0.0, member: $0.1) }
     }
 
+    /// Which of `userIDs` are members of group `groupID` (a targeted send's `visible_to`); nil when the group does not
+    /// exist (the send's own existence check answers that).
+    static func groupMembers(appID: String, groupID: String, among userIDs: [String], on db: PostgresConnection) throws -> Set<String>? {
+        try db.query(
+            """
+            SELECT (SELECT coalesce(array_agg(m.user_id), '{}') FROM group_members m
+                    WHERE m.app_id = g.app_id AND m.group_id = g.group_id AND m.user_id = ANY(\(userIDs)::text[]))
+            FROM groups g WHERE g.app_id = \(appID) AND g.group_id = \(groupID)
+            """
+        ).decodeFirst([String].self).map(Set.init)
+    }
+
     /// A page of the snapshots of combine `combineID` from `position`.
     static func combined(appID: String, combineID: String, from position: Int, limit: Int, on db: PostgresConnection) throws
         -> [(position: Int, json: [UInt8])]
