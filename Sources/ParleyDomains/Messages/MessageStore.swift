@@ -110,7 +110,8 @@ enum MessageStore {
         var endAt: Int64 = .max
         var types: [Int64]?
         var forward = false
-        /// The viewing user of a user view (its `cleared_seq` applies and others' suppressed messages are hidden);
+        /// The viewing user of a user view (its `cleared_seq` applies, others' suppressed messages and targeted messages
+        /// that do not list it are hidden);
         /// rows come only while that user exists and is not soft-deleted (`UserService.requireActive`, folded in).
         var viewer: String?
         /// App key only: also the messages the viewer deleted for itself and other users' suppressed messages.
@@ -149,6 +150,7 @@ enum MessageStore {
             WHERE m.app_id = $1 AND m.conv_type = $2 AND m.conv_id = $3 AND m.seq > $4 AND m.seq < $5
               AND m.timestamp + 0 >= $6 AND m.timestamp + 0 < $7 AND ($8::int[] IS NULL OR m.type = ANY($8::int[]))
               AND ($9::text IS NULL OR $10 OR m.suppressed IS NULL OR m.sender = $9)
+              AND ($9::text IS NULL OR m.visible_to IS NULL OR m.sender = $9 OR $9 = ANY(m.visible_to))
               AND ($9::text IS NULL OR m.seq > coalesce((SELECT c.cleared_seq FROM conversations c
                     WHERE c.app_id = $1 AND c.user_id = $9 AND c.conv_type = $2 AND c.conv_id = $11), 0))
               AND (NOT $13 OR EXISTS (SELECT 1 FROM groups g WHERE g.app_id = $1 AND g.group_id = $3 AND g.dismissed_at IS NULL
