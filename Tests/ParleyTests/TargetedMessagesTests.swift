@@ -146,7 +146,18 @@ struct TargetedMessagesTests: GroupTestSupport {
             let export = try app.request(.get, "/v1/messages/export?conversation_type=group&conversation_id=\(g)")
             #expect(export.status == 200)
             let lines = try export.body.split(separator: 0x0A).map { try JSONValue.parse(Array($0)) }
-            #expect(lines.first { $0["message_id"]?.stringValue == secret }?["visible_to"] == .array([.string("a")]))
+            let exported = try #require(lines.first { $0["message_id"]?.stringValue == secret })
+            #expect(exported["visible_to"] == .array([.string("a")]))
+
+            // Imported back (under a new key), it stays targeted: b's history still does not show it.
+            var line = try #require(exported.objectValue)
+            line["client_msg_id"] = .string("reimported")
+            line["message_id"] = .string("reimported")
+            let imported = try MessageTransferTests.importLines(app, JSONValue.object(line).description + "\n")
+            #expect(imported.status == 200, "\(imported.text)")
+            let importedID = try #require(imported.json?["results"]?[0]?["data"]?["message_id"]?.stringValue, "\(imported.text)")
+            #expect(try Self.historyIDs(app, "a", g).contains(importedID))
+            #expect(try !Self.historyIDs(app, "b", g).contains(importedID))
         }
     }
 
