@@ -135,7 +135,8 @@ struct MessageImport {
             type: type, body: deleted ? nil : body.json.serialized(), extendedData: extendedData,
             mentionIDs: conversationType == .room ? [] : mentionIDs.filter { seen.insert($0).inserted },
             mentionAll: conversationType != .room && mentionAll, priority: priority, needReceipt: needReceipt && conversationType != .room,
-            deleted: deleted, originalText: originalText, timestamp: timestamp ?? now, visibleTo: visibleTo.map { ids in
+            deleted: deleted, originalText: originalText, timestamp: timestamp ?? now,
+            visibleTo: visibleTo.map { ids in
                 var unique: Set<String> = []
                 return ids.filter { unique.insert($0).inserted }
             })
