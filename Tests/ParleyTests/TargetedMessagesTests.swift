@@ -238,4 +238,31 @@ struct TargetedMessagesTests: GroupTestSupport {
             #expect(unread.json?["items"]?.arrayValue?.compactMap { $0["user_id"]?.stringValue } == ["a"], "\(unread.text)")
         }
     }
+
+    @Test func pinningATargetedMessageTellsOnlyItsAudience() throws {
+        try withApp { server, app in
+            for u in ["o", "a", "b"] { try app.createUser(u) }
+            let g = try Self.createGroup(app, "o", members: ["a", "b"])
+            let before = try Self.historyIDs(app, "b", g)
+            let sent = try Self.send(app, "a", g, "t", extra: #","visible_to":["o"]"#)
+            let id = try #require(sent.json?["message_id"]?.stringValue, "\(sent.text)")
+            let pin = try app.request(.post, "/v1/messages/\(id)/pin", json: #"{"operator":"o"}"#)
+            #expect(pin.status == 200, "\(pin.text)")
+            // The tips of the pin (type 32) reaches the pinned message's audience only.
+            let tipsOf = { (user: String) throws -> [JSONValue] in
+                try app.request(.get, "/v1/users/\(user)/conversations/group/\(g)/messages?limit=100").json?["items"]?.arrayValue?.filter {
+                    $0["body"]?["change"]?["message_id"]?.stringValue == id
+                } ?? []
+            }
+            #expect(try tipsOf("a").count == 1)
+            #expect(try tipsOf("o").count == 1)
+            #expect(try tipsOf("b").isEmpty)
+            #expect(try Self.historyIDs(app, "b", g) == before, "b's history is unchanged")
+            let pinsB = try app.request(.get, "/v1/users/b/conversations/group/\(g)/pins")
+            #expect(pinsB.json?["items"]?.arrayValue?.isEmpty == true, "\(pinsB.text)")
+            let pinsA = try app.request(.get, "/v1/users/a/conversations/group/\(g)/pins")
+            #expect(pinsA.json?["items"]?.arrayValue?.count == 1, "\(pinsA.text)")
+            #expect(try Self.entry(app, "b", g)["unread_count"]?.intValue == 0)
+        }
+    }
 }
