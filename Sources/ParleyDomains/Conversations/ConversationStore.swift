@@ -63,8 +63,8 @@ enum ConversationStore {
 
     /// The last message of entry `c` (`last_message`): its highest-seq message the owner sees in its history — not
     /// deleted for the owner, not another user's suppressed message nor a targeted one that does not list the owner,
-    /// after its `cleared_seq`. A backward walk of the
-    /// conversation's primary key from `last_seq`: the first row qualifies unless the owner hid it.
+    /// after its `cleared_seq`. A backward walk of the conversation's primary key from `last_seq`: the first row
+    /// qualifies unless the owner hid it.
     private static let lastVisible = """
         SELECT * FROM messages m
         WHERE m.app_id = c.app_id AND m.conv_type = c.conv_type AND m.conv_id = c.thread_id AND m.seq <= \(lastSeq)

@@ -103,8 +103,8 @@ struct MessageService: DomainService {
     }
 
     /// A targeted send's `visible_to` names members of the group only (docs/messages.md#targeted-group-messages): 400
-    /// `invalid_params` naming each `body.visible_to[i]` that is not. Read only for targeted sends; an unknown group is left to
-    /// the send's existence check (404).
+    /// `invalid_params` naming each `body.visible_to[i]` that is not. Read only for targeted sends (untargeted ones pay
+    /// nothing); an unknown group is left to the send's existence check (404).
     static func requireMembers(_ visibleTo: [String], of groupID: String, appID: String, on db: PostgresConnection) throws {
         guard let members = try MessageStore.groupMembers(appID: appID, groupID: groupID, among: visibleTo, on: db) else { return }
         let errors = visibleTo.enumerated().filter { !members.contains($0.element) }.map {

@@ -111,8 +111,8 @@ enum MessageStore {
         var types: [Int64]?
         var forward = false
         /// The viewing user of a user view (its `cleared_seq` applies, others' suppressed messages and targeted messages
-        /// that do not list it are hidden);
-        /// rows come only while that user exists and is not soft-deleted (`UserService.requireActive`, folded in).
+        /// that do not list it are hidden); rows come only while that user exists and is not soft-deleted
+        /// (`UserService.requireActive`, folded in).
         var viewer: String?
         /// App key only: also the messages the viewer deleted for itself and other users' suppressed messages.
         var includeHidden = false

@@ -126,10 +126,9 @@ struct MessageSearch {
 
     /// The conditions under which message `m` appears in `userID`'s history (docs/messages.md#history), for any
     /// conversation: the rules of ``MessageStore/historySQL`` for a user view (others' suppressed messages, targeted
-    /// messages that do not list the user, the user's
-    /// deletions for itself and its `cleared_seq`, current group membership of a live group) and of room history (a
-    /// current member, the room's current life after `first_seq`), with the peer participant rule of
-    /// ``Message/isVisible(to:)``.
+    /// messages that do not list the user, the user's deletions for itself and its `cleared_seq`, current group
+    /// membership of a live group) and of room history (a current member, the room's current life after `first_seq`),
+    /// with the peer participant rule of ``Message/isVisible(to:)``.
     private static func visible(to userID: String) -> PostgresQuery {
         """
          AND (m.suppressed IS NULL OR m.sender = \(userID))

@@ -49,8 +49,8 @@ struct MessageReplies: DomainService {
 
     /// Up to `limit` replies of `root`'s tree after `afterSeq`, by seq: the counted ones (not revoked, not deleted for
     /// everyone) visible to `viewer` — for a user, not deleted for it, not another user's suppressed message nor a
-    /// targeted one that does not list it, and in a
-    /// room only those of the room's current life. The root is never its own reply.
+    /// targeted one that does not list it, and in a room only those of the room's current life. The root is never its
+    /// own reply.
     func replies(of root: Root, viewer: MessageViewer, afterSeq: Int64, limit: Int) throws -> PostgresResult {
         var floor = afterSeq
         var userID: String?
