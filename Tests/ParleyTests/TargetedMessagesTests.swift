@@ -140,7 +140,15 @@ struct TargetedMessagesTests: GroupTestSupport {
                 try app.request(.post, "/v1/messages/\(secret)/reactions", json: #"{"user_id":"a","reaction_type":"like"}"#).status == 201)
             let receipt = try app.request(.post, "/v1/users/b/receipts/read", json: #"{"message_ids":["\#(secret)"]}"#)
             #expect(Self.codes(receipt) == [7000210], "\(receipt.text)")
-            // a's reply is fine.
+            // a's reply is fine, and without a visible_to of its own it stays within the secret's audience (o and a).
+            let reply = try Self.send(app, "a", g, "re", extra: #","reply_to":"\#(secret)""#)
+            #expect(reply.status == 201, "\(reply.text)")
+            #expect(reply.json?["visible_to"] == .array([.string("o")]))
+            let replyID = try #require(reply.json?["message_id"]?.stringValue)
+            #expect(try Self.historyIDs(app, "o", g).contains(replyID))
+            #expect(try !Self.historyIDs(app, "b", g).contains(replyID))
+            Self.expectProblem(
+                try Self.send(app, "a", g, "re", extra: #","reply_to":"\#(secret)","mentions":{"all":true}"#), 422, .unsupportedOperation)
             #expect(try Self.send(app, "a", g, "re", extra: #","reply_to":"\#(secret)","visible_to":["o"]"#).status == 201)
 
             // The app's export keeps it with visible_to.

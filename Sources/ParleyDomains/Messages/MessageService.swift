@@ -71,6 +71,15 @@ struct MessageService: DomainService {
             {
                 message.reply = Self.replyJSON(replied)
                 message.rootMessageID = replied.rootMessageID ?? replied.messageID
+                // A reply quotes what it replies to: to a targeted message, without a `visible_to` of its own, it stays
+                // within that message's audience (docs/messages.md#targeted-group-messages).
+                if message.visibleTo == nil, let audience = replied.visibleTo {
+                    if request.mentionAll {
+                        throw APIError(.unsupportedOperation, "a reply to a targeted message is targeted: it cannot mention all members")
+                    }
+                    var seen: Set<String> = [request.from]
+                    message.visibleTo = ([replied.from] + audience).filter { seen.insert($0).inserted }
+                }
             } else {
                 item.replyMissing = true
             }
