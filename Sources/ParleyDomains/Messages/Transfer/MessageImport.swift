@@ -272,8 +272,10 @@ struct MessageImport {
                     WHEN i.conv_type = 'room' AND ro.found IS NULL THEN \(MessageWrite.Outcome.toNotFound.sql)
                     ELSE \(MessageWrite.Outcome.sent.sql)
                 END AS outcome,
-                -- A receipt's recipients as a send fixes them (Migrations/0020).
-                CASE WHEN i.need_receipt THEN CASE WHEN i.conv_type = 'group' THEN greatest(g.member_count - 1, 0) ELSE 1 END
+                -- A receipt's recipients as a send fixes them (Migrations/0020; a targeted message's: its members).
+                CASE WHEN i.need_receipt THEN CASE
+                    WHEN i.conv_type = 'group' AND i.visible_to IS NOT NULL THEN cardinality(array_remove(i.visible_to, i.sender))
+                    WHEN i.conv_type = 'group' THEN greatest(g.member_count - 1, 0) ELSE 1 END
                 END AS receipt_recipients,
                 k.message_id AS original_id, k.seq AS original_seq
             FROM i
