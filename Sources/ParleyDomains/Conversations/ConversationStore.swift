@@ -27,11 +27,11 @@ enum ConversationStore {
 
     /// The messages of entry `c` that count for its owner (docs/messages.md#unread-read-state-and-mentions): stored,
     /// from someone else, not `no_unread`, not revoke/tips, not deleted (for everyone or for the owner) and not
-    /// suppressed.
+    /// suppressed, nor a targeted message that does not list the owner.
     private static let countable = """
         m.app_id = c.app_id AND m.conv_type = c.conv_type AND m.conv_id = c.thread_id AND m.seq > c.read_seq
           AND m.seq <= \(lastSeq) AND m.sender <> c.user_id AND m.type NOT IN (31, 32) AND NOT m.deleted
-          AND m.suppressed IS NULL
+          AND m.suppressed IS NULL AND (m.visible_to IS NULL OR c.user_id = ANY(m.visible_to))
           AND NOT EXISTS (SELECT 1 FROM message_hidden h WHERE h.app_id = c.app_id AND h.user_id = c.user_id
                           AND h.conv_type = c.conv_type AND h.conv_id = c.thread_id AND h.seq = m.seq)
         """
@@ -62,12 +62,14 @@ enum ConversationStore {
         """
 
     /// The last message of entry `c` (`last_message`): its highest-seq message the owner sees in its history — not
-    /// deleted for the owner, not another user's suppressed message, after its `cleared_seq`. A backward walk of the
-    /// conversation's primary key from `last_seq`: the first row qualifies unless the owner hid it.
+    /// deleted for the owner, not another user's suppressed message nor a targeted one that does not list the owner,
+    /// after its `cleared_seq`. A backward walk of the conversation's primary key from `last_seq`: the first row
+    /// qualifies unless the owner hid it.
     private static let lastVisible = """
         SELECT * FROM messages m
         WHERE m.app_id = c.app_id AND m.conv_type = c.conv_type AND m.conv_id = c.thread_id AND m.seq <= \(lastSeq)
           AND m.seq > c.cleared_seq AND (m.suppressed IS NULL OR m.sender = c.user_id)
+          AND (m.visible_to IS NULL OR m.sender = c.user_id OR c.user_id = ANY(m.visible_to))
           AND NOT EXISTS (SELECT 1 FROM message_hidden h WHERE h.app_id = c.app_id AND h.user_id = c.user_id
                           AND h.conv_type = c.conv_type AND h.conv_id = c.thread_id AND h.seq = m.seq)
         ORDER BY m.seq DESC LIMIT 1

@@ -67,14 +67,18 @@ struct Message: Sendable {
     /// The receipt's final status once it is `done` or `expired` (docs/messages.md#receipts); nil while it follows
     /// `needReceipt`.
     var settledReceipt: ReceiptStatus? = nil
+    /// A targeted group message (docs/messages.md#targeted-group-messages): the members who see it besides its sender;
+    /// nil for every other message.
+    var visibleTo: [String]? = nil
 
     var stored: Bool { seq != nil }
 
     /// Whether `viewer` may see this message at all (docs/messages.md#history, for a peer participant): another user's
-    /// suppressed message is hidden.
+    /// suppressed message is hidden, and a targeted message from anyone its sender did not list.
     func isVisible(to viewer: MessageViewer) -> Bool {
         guard case .user(let userID) = viewer else { return true }
         if suppressed != nil && userID != from { return false }
+        if let visibleTo, userID != from, !visibleTo.contains(userID) { return false }
         if conversationType == .peer { return userID == from || userID == to }
         return true  // groups: membership is the service's check (MessageService.isVisible)
     }

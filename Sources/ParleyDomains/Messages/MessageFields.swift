@@ -42,6 +42,8 @@ protocol MessageFields {
     func writeBody(to w: inout JSONWriter, originalText: Bool) throws(Failure)
     /// The seq; nil for messages that are not stored.
     func sequence() throws(Failure) -> Int64?
+    /// The members a targeted group message is limited to; nil for every other message.
+    func visibleMembers() throws(Failure) -> [String]?
     /// Whether `userID` sent the message.
     func isSent(by userID: String) throws(Failure) -> Bool
     /// The receipt's final status once it is `done` or `expired`; nil while it follows `need_receipt`.
@@ -155,6 +157,14 @@ extension MessageFields {
         try writeJSON(.reactions, to: &w)
         w.key(static: "deleted")
         w.writeBool(try flag(.deleted))
+        // Only targeted messages carry the member (docs/messages.md#targeted-group-messages): every other message's
+        // JSON stays as it was.
+        if let visibleTo = try visibleMembers() {
+            w.key(static: "visible_to")
+            w.beginArray()
+            for id in visibleTo { w.writeString(id) }
+            w.endArray()
+        }
     }
 }
 
@@ -236,6 +246,8 @@ extension Message: MessageFields {
     }
 
     func sequence() -> Int64? { seq }
+
+    func visibleMembers() -> [String]? { visibleTo }
 
     func isSent(by userID: String) -> Bool { from == userID }
 

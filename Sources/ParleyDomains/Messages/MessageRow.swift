@@ -7,6 +7,7 @@ enum MessageColumn: Int, CaseIterable {
     case messageID, clientMsgID, type, conversationType, sender, recipient, seq, timestamp, body, extendedData
     case mentionIDs, mentionAll, reply, rootMessageID, replyCount, priority, needReceipt, noUnread, repeatCount, push
     case suppressed, deleted, editedAt, editorID, editCount, pinnedAt, pinnedBy, reactions, originalText, receiptState
+    case visibleTo
 
     /// The column's name in the `messages` table.
     package var name: String {
@@ -41,6 +42,7 @@ enum MessageColumn: Int, CaseIterable {
         case .reactions: "reactions"
         case .originalText: "original_text"
         case .receiptState: "receipt_state"
+        case .visibleTo: "visible_to"
         }
     }
 }
@@ -143,6 +145,11 @@ struct MessageRow: MessageFields {
 
     func sequence() throws(PostgresError) -> Int64? { try self[.seq].int64 }
 
+    func visibleMembers() throws(PostgresError) -> [String]? {
+        let cell = self[.visibleTo]
+        return cell.isNull ? nil : try cell.stringArray
+    }
+
     func isSent(by userID: String) throws(PostgresError) -> Bool {
         try self[.sender].withTextBytes { $0.elementsEqual(userID.utf8) }
     }
@@ -173,7 +180,7 @@ struct MessageRow: MessageFields {
             deleted: try flag(.deleted), editedAt: try optionalInteger(.editedAt), editorID: try optionalString(.editorID),
             editCount: try integer(.editCount), pinnedAt: try optionalInteger(.pinnedAt), pinnedBy: try optionalString(.pinnedBy),
             reactions: try self[.reactions].textBytes, originalText: try optionalString(.originalText),
-            settledReceipt: try settledReceiptStatus())
+            settledReceipt: try settledReceiptStatus(), visibleTo: try visibleMembers())
     }
 }
 

@@ -45,14 +45,19 @@ struct MessageService: DomainService {
             mentionIDs: request.mentionIDs, mentionAll: request.mentionAll, reply: nil, rootMessageID: nil, replyCount: 0,
             priority: request.priority, needReceipt: request.needReceipt, noUnread: request.noUnread,
             onlineOnly: request.onlineOnly, repeatCount: request.repeatCount, push: request.push.map { $0.serialized() },
-            suppressed: nil, deleted: false)
+            suppressed: nil, deleted: false, visibleTo: request.visibleTo)
         var item = MessageWrite.Item(
             appID: appID, now: now, message: message, threadID: threadID, contentHash: request.contentHash,
             mentionNotify: request.notifyMentioned, checks: request.skipChecks ? .existence : .all,
             blacklistError: settings.string("blacklist_feedback") == "error", friendOnly: settings.bool("friend_only_c2c"))
         item.cache = request.conversationType == .room && request.cache
         let fileIDs = body.fileIDs
-        if request.replyTo != nil || body.type == .combine || !fileIDs.isEmpty, connection == nil { throw NeedsConnection() }
+        if request.replyTo != nil || body.type == .combine || !fileIDs.isEmpty || request.visibleTo != nil, connection == nil {
+            throw NeedsConnection()
+        }
+        if let visibleTo = request.visibleTo, let db = connection {
+            try Self.requireMembers(visibleTo, of: request.to, appID: appID, on: db)
+        }
         if !fileIDs.isEmpty, let db = connection, let use = request.fileUse {
             try MessageFiles.fill(&body, from: request.from, use: use, appID: appID, now: now, on: db)
             item.namesFiles = true
@@ -66,6 +71,15 @@ struct MessageService: DomainService {
             {
                 message.reply = Self.replyJSON(replied)
                 message.rootMessageID = replied.rootMessageID ?? replied.messageID
+                // A reply quotes what it replies to: to a targeted message, without a `visible_to` of its own, it stays
+                // within that message's audience (docs/messages.md#targeted-group-messages).
+                if message.visibleTo == nil, let audience = replied.visibleTo {
+                    if request.mentionAll {
+                        throw APIError(.unsupportedOperation, "a reply to a targeted message is targeted: it cannot mention all members")
+                    }
+                    var seen: Set<String> = [request.from]
+                    message.visibleTo = ([replied.from] + audience).filter { seen.insert($0).inserted }
+                }
             } else {
                 item.replyMissing = true
             }
@@ -95,6 +109,17 @@ struct MessageService: DomainService {
         message.body = body.json.serialized()
         item.message = message
         return item
+    }
+
+    /// A targeted send's `visible_to` names members of the group only (docs/messages.md#targeted-group-messages): 400
+    /// `invalid_params` naming each `body.visible_to[i]` that is not. Read only for targeted sends (untargeted ones pay
+    /// nothing); an unknown group is left to the send's existence check (404).
+    static func requireMembers(_ visibleTo: [String], of groupID: String, appID: String, on db: PostgresConnection) throws {
+        guard let members = try MessageStore.groupMembers(appID: appID, groupID: groupID, among: visibleTo, on: db) else { return }
+        let errors = visibleTo.enumerated().filter { !members.contains($0.element) }.map {
+            FieldError(field: "body.visible_to[\($0.offset)]", message: "user \($0.element) is not a member of group \(groupID)")
+        }
+        if !errors.isEmpty { throw APIError.invalidParams(errors) }
     }
 
     // MARK: - The message.before_send hook

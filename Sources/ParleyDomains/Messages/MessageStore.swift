@@ -110,8 +110,9 @@ enum MessageStore {
         var endAt: Int64 = .max
         var types: [Int64]?
         var forward = false
-        /// The viewing user of a user view (its `cleared_seq` applies and others' suppressed messages are hidden);
-        /// rows come only while that user exists and is not soft-deleted (`UserService.requireActive`, folded in).
+        /// The viewing user of a user view (its `cleared_seq` applies, others' suppressed messages and targeted messages
+        /// that do not list it are hidden); rows come only while that user exists and is not soft-deleted
+        /// (`UserService.requireActive`, folded in).
         var viewer: String?
         /// App key only: also the messages the viewer deleted for itself and other users' suppressed messages.
         var includeHidden = false
@@ -149,6 +150,7 @@ enum MessageStore {
             WHERE m.app_id = $1 AND m.conv_type = $2 AND m.conv_id = $3 AND m.seq > $4 AND m.seq < $5
               AND m.timestamp + 0 >= $6 AND m.timestamp + 0 < $7 AND ($8::int[] IS NULL OR m.type = ANY($8::int[]))
               AND ($9::text IS NULL OR $10 OR m.suppressed IS NULL OR m.sender = $9)
+              AND ($9::text IS NULL OR m.visible_to IS NULL OR m.sender = $9 OR $9 = ANY(m.visible_to))
               AND ($9::text IS NULL OR m.seq > coalesce((SELECT c.cleared_seq FROM conversations c
                     WHERE c.app_id = $1 AND c.user_id = $9 AND c.conv_type = $2 AND c.conv_id = $11), 0))
               AND (NOT $13 OR EXISTS (SELECT 1 FROM groups g WHERE g.app_id = $1 AND g.group_id = $3 AND g.dismissed_at IS NULL
@@ -210,6 +212,18 @@ enum MessageStore {
             FROM groups g WHERE g.app_id = \(appID) AND g.group_id = \(groupID)
             """
         ).decodeFirst((Bool, Bool).self).map { (dismissed: $0.0, member: $0.1) }
+    }
+
+    /// Which of `userIDs` are members of group `groupID` (a targeted send's `visible_to`); nil when the group does not
+    /// exist (the send's own existence check answers that).
+    static func groupMembers(appID: String, groupID: String, among userIDs: [String], on db: PostgresConnection) throws -> Set<String>? {
+        try db.query(
+            """
+            SELECT (SELECT coalesce(array_agg(m.user_id), '{}') FROM group_members m
+                    WHERE m.app_id = g.app_id AND m.group_id = g.group_id AND m.user_id = ANY(\(userIDs)::text[]))
+            FROM groups g WHERE g.app_id = \(appID) AND g.group_id = \(groupID)
+            """
+        ).decodeFirst([String].self).map(Set.init)
     }
 
     /// A page of the snapshots of combine `combineID` from `position`.

@@ -151,7 +151,15 @@ enum PushSources {
             messageType: Int(type), seq: seq, priority: Int(message["priority"]?.intValue ?? 2), push: push ?? PushItem.defaultPush,
             defaultContent: PushItem.defaultContent(type: Int(type), body: message["body"]),
             imageURL: PushItem.imageURL(type: Int(type), body: message["body"]))
-        return Sourced(item: item, recipients: conversationType == "group" ? .groupMembers(to) : .users([to]))
+        let visibleTo = message["visible_to"]?.arrayValue?.compactMap(\.stringValue)
+        return Sourced(item: item, recipients: recipients(conversationType: conversationType, to: to, visibleTo: visibleTo))
+    }
+
+    /// Who a message's push goes to: the peer, the group's members, or only the members a targeted group message lists
+    /// (docs/messages.md#targeted-group-messages).
+    private static func recipients(conversationType: String, to: String, visibleTo: [String]?) -> Sourced.Recipients {
+        guard conversationType == "group" else { return .users([to]) }
+        return visibleTo.map(Sourced.Recipients.users) ?? .groupMembers(to)
     }
 
     /// The item of one stored peer or group message, whatever its push options say (revoke pushes); with
@@ -174,7 +182,7 @@ enum PushSources {
         let rows = try db.query(
             """
             SELECT m.message_id, m.conv_type, m.sender, m.recipient, m.type, m.body, m.seq, m.priority, m.push, m.suppressed, m.deleted,
-                   coalesce(u.name, ''), g.name
+                   coalesce(u.name, ''), g.name, m.visible_to
             FROM messages m
             LEFT JOIN users u ON u.app_id = m.app_id AND u.user_id = m.sender
             LEFT JOIN groups g ON m.conv_type = 'group' AND g.app_id = m.app_id AND g.group_id = m.recipient
@@ -182,10 +190,12 @@ enum PushSources {
             """)
         var out: [String: Sourced] = [:]
         for row in try rows.decode(
-            (String, String, String, String, Int, PostgresCell, Int64, Int, String?, PostgresCell, Bool, String, String?).self)
+            (String, String, String, String, Int, PostgresCell, Int64, Int, String?, PostgresCell, Bool, String, String?, [String]?).self)
         {
-            let (id, conversationType, sender, recipient, type, bodyCell, seq, priority, pushText, suppressed, deleted, senderName, groupName) =
-                row
+            let (
+                id, conversationType, sender, recipient, type, bodyCell, seq, priority, pushText, suppressed, deleted, senderName, groupName,
+                visibleTo
+            ) = row
             guard conversationType == "peer" || conversationType == "group" else { continue }
             let push = pushText.flatMap { (try? JSONValue.parse($0))?.objectValue }
             if onlyPushable {
@@ -200,7 +210,7 @@ enum PushSources {
                 applicationKind: nil, messageType: type, seq: seq, priority: priority, push: push ?? PushItem.defaultPush,
                 defaultContent: PushItem.defaultContent(type: type, body: body),
                 imageURL: PushItem.imageURL(type: type, body: body))
-            out[id] = Sourced(item: item, recipients: conversationType == "group" ? .groupMembers(recipient) : .users([recipient]))
+            out[id] = Sourced(item: item, recipients: recipients(conversationType: conversationType, to: recipient, visibleTo: visibleTo))
         }
         return out
     }

@@ -145,6 +145,7 @@ struct MessagePins: DomainService {
             SELECT \(unsafeSQL: MessageStore.columns("m")) FROM messages m
             WHERE m.app_id = \(appID) AND m.conv_type = \(type.rawValue) AND m.conv_id = \(threadID) AND m.pinned_at IS NOT NULL
               AND (m.suppressed IS NULL OR m.sender = \(userID))
+              AND (m.visible_to IS NULL OR m.sender = \(userID) OR \(userID) = ANY(m.visible_to))
               AND NOT EXISTS (SELECT 1 FROM message_hidden h WHERE h.app_id = m.app_id AND h.message_id = m.message_id AND h.user_id = \(userID))
             ORDER BY m.pinned_at DESC, m.seq DESC
             """)

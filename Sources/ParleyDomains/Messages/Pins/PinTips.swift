@@ -35,7 +35,7 @@ struct PinTips: Sendable {
             type: MessageType.tips.rawValue, conversationType: message.conversationType, from: from, to: to, seq: 0,
             timestamp: now, body: try body(appID: appID, on: db), extendedData: "", mentionIDs: [], mentionAll: false,
             reply: nil, rootMessageID: nil, replyCount: 0, priority: 2, needReceipt: false, noUnread: false,
-            onlineOnly: false, repeatCount: 1, push: nil, suppressed: nil, deleted: false)
+            onlineOnly: false, repeatCount: 1, push: nil, suppressed: nil, deleted: false, visibleTo: tipsAudience(from: from))
         let item = MessageWrite.Item(
             appID: appID, now: now, message: tips, threadID: MessageStore.thread(message.conversationType, from, to),
             contentHash: "", checks: .none)
@@ -43,6 +43,15 @@ struct PinTips: Sendable {
             let event = MessageWrite.events(of: written).first
         else { throw APIError(.internalError, "pin tips of message \(message.messageID) not stored") }
         return event
+    }
+
+    /// Who sees the tips of a targeted message's pin besides its sender `from`: the message's own audience (its sender
+    /// and the members it lists), so the rest of the group does not learn of it (docs/messages.md#targeted-group-messages);
+    /// nil (everyone) for any other message.
+    private func tipsAudience(from: String) -> [String]? {
+        guard let visibleTo = message.visibleTo else { return nil }
+        var seen: Set<String> = [from]
+        return ([message.from] + visibleTo).filter { seen.insert($0).inserted }
     }
 
     /// The tips body: `{event: 9, operator, targets: [], change: {type: 20, message_id, is_pinned}}`.

@@ -78,10 +78,11 @@ enum MessageReceiptStore {
 
     /// A page of the recipients of group message `messageID` (seq `seq`) who have not read it, after `after`, by
     /// `user_id`: the members when it was sent other than the sender — current members whose entry joined before
-    /// `seq`, and left members whose frozen entry covers `seq` (Migrations/0020).
+    /// `seq`, and left members whose frozen entry covers `seq` (Migrations/0020); of a targeted message, only the members
+    /// it lists (`visibleTo`).
     static func nonReaders(
-        appID: String, groupID: String, messageID: String, sender: String, seq: Int64, after: String?, limit: Int,
-        on db: PostgresConnection
+        appID: String, groupID: String, messageID: String, sender: String, seq: Int64, visibleTo: [String]?, after: String?,
+        limit: Int, on db: PostgresConnection
     ) throws -> [Member] {
         try db.query(
             """
@@ -91,6 +92,7 @@ enum MessageReceiptStore {
             JOIN conversations c ON c.app_id = \(appID) AND c.user_id = x.user_id AND c.conv_type = 'group' AND c.conv_id = \(groupID)
             LEFT JOIN users u ON u.app_id = c.app_id AND u.user_id = c.user_id
             WHERE c.user_id <> \(sender) AND c.joined_seq < \(seq) AND (c.follows_group OR c.last_seq >= \(seq))
+              AND (\(visibleTo)::text[] IS NULL OR c.user_id = ANY(\(visibleTo)::text[]))
               AND c.user_id COLLATE "C" > \(after ?? "") COLLATE "C"
               AND NOT EXISTS (SELECT 1 FROM message_receipt_reads r
                               WHERE r.app_id = c.app_id AND r.message_id = \(messageID) AND r.user_id = c.user_id)
@@ -117,6 +119,7 @@ enum MessageReceiptStore {
             JOIN messages m ON m.app_id = \(appID) AND m.conv_type = c.conv_type AND m.conv_id = c.thread_id AND m.seq <= c.through_seq
               AND m.need_receipt AND m.receipt_state IS NULL AND m.type <> 31 AND NOT m.deleted
             WHERE m.sender <> \(userID) AND m.suppressed IS NULL AND m.timestamp + 0 > \(sentAfter)
+              AND (m.visible_to IS NULL OR \(userID) = ANY(m.visible_to))
               -- Not the group messages sent before the user's membership began (it is no recipient of them).
               AND (c.conv_type <> 'group' OR m.seq > coalesce(
                   (SELECT e.joined_seq FROM conversations e

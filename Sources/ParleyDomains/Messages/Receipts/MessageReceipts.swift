@@ -146,8 +146,8 @@ struct MessageReceipts {
         return try read
             ? MessageReceiptStore.readers(appID: appID, messageID: messageID, after: after, limit: limit, on: db)
             : MessageReceiptStore.nonReaders(
-                appID: appID, groupID: message.to, messageID: messageID, sender: message.from, seq: message.seq ?? 0, after: after,
-                limit: limit, on: db)
+                appID: appID, groupID: message.to, messageID: messageID, sender: message.from, seq: message.seq ?? 0,
+                visibleTo: message.visibleTo, after: after, limit: limit, on: db)
     }
 
     /// The stored message `messageID` for its sender's receipt reads: 404 when unknown, a tombstone or not visible to

@@ -125,13 +125,14 @@ struct MessageSearch {
     }
 
     /// The conditions under which message `m` appears in `userID`'s history (docs/messages.md#history), for any
-    /// conversation: the rules of ``MessageStore/historySQL`` for a user view (others' suppressed messages, the user's
-    /// deletions for itself and its `cleared_seq`, current group membership of a live group) and of room history (a
-    /// current member, the room's current life after `first_seq`), with the peer participant rule of
-    /// ``Message/isVisible(to:)``.
+    /// conversation: the rules of ``MessageStore/historySQL`` for a user view (others' suppressed messages, targeted
+    /// messages that do not list the user, the user's deletions for itself and its `cleared_seq`, current group
+    /// membership of a live group) and of room history (a current member, the room's current life after `first_seq`),
+    /// with the peer participant rule of ``Message/isVisible(to:)``.
     private static func visible(to userID: String) -> PostgresQuery {
         """
          AND (m.suppressed IS NULL OR m.sender = \(userID))
+         AND (m.visible_to IS NULL OR m.sender = \(userID) OR \(userID) = ANY(m.visible_to))
          AND NOT EXISTS (SELECT 1 FROM message_hidden h WHERE h.app_id = m.app_id AND h.user_id = \(userID)
                          AND h.conv_type = m.conv_type AND h.conv_id = m.conv_id AND h.seq = m.seq)
          AND m.seq > coalesce((SELECT c.cleared_seq FROM conversations c WHERE c.app_id = m.app_id AND c.user_id = \(userID)

@@ -48,8 +48,9 @@ struct MessageReplies: DomainService {
     }
 
     /// Up to `limit` replies of `root`'s tree after `afterSeq`, by seq: the counted ones (not revoked, not deleted for
-    /// everyone) visible to `viewer` — for a user, not deleted for it, not another user's suppressed message, and in a
-    /// room only those of the room's current life. The root is never its own reply.
+    /// everyone) visible to `viewer` — for a user, not deleted for it, not another user's suppressed message nor a
+    /// targeted one that does not list it, and in a room only those of the room's current life. The root is never its
+    /// own reply.
     func replies(of root: Root, viewer: MessageViewer, afterSeq: Int64, limit: Int) throws -> PostgresResult {
         var floor = afterSeq
         var userID: String?
@@ -65,6 +66,7 @@ struct MessageReplies: DomainService {
             WHERE m.app_id = \(appID) AND m.root_message_id = \(root.messageID) AND m.seq > \(floor)
               AND m.type <> \(MessageType.revoke.rawValue) AND NOT m.deleted
               AND (\(userID)::text IS NULL OR m.suppressed IS NULL OR m.sender = \(userID))
+              AND (\(userID)::text IS NULL OR m.visible_to IS NULL OR m.sender = \(userID) OR \(userID) = ANY(m.visible_to))
               AND (\(userID)::text IS NULL OR NOT EXISTS (SELECT 1 FROM message_hidden h
                     WHERE h.app_id = m.app_id AND h.message_id = m.message_id AND h.user_id = \(userID)))
             ORDER BY m.seq LIMIT \(limit)

@@ -203,6 +203,7 @@ package enum MessageWrite {
         let json = written.appJSON.isEmpty ? message.json(.app) : written.appJSON
         var data = JSONObjectWriter(capacity: json.count + 16)
         data.raw("message", json)
+        if message.visibleTo != nil { data["is_targeted"] = true }
         var events = [MessageAudience.event("message.sent", data: data.finish(), about: message)]
         if let count = written.replyCount, let root = message.rootMessageID {
             var o = JSONObjectWriter(capacity: 128)
@@ -337,6 +338,9 @@ package enum MessageWrite {
         ItemField(name: "shadow_block", type: "boolean") { w, item, _ in w.writeBool(item.shadowBlock) },
         ItemField(name: "combine_id", type: "text") { w, item, _ in
             if let combineID = item.combineID { w.writeString(combineID) } else { w.writeNull() }
+        },
+        ItemField(name: "visible_to", type: "text[]") { w, item, _ in
+            if let ids = item.message.visibleTo { w.array { w in for id in ids { w.writeString(id) } } } else { w.writeNull() }
         },
     ]
 
@@ -544,8 +548,11 @@ package enum MessageWrite {
             ? "CASE WHEN b.found AND NOT i.blacklist_error THEN 'blacklist' WHEN i.hook_drop THEN 'hook_drop' WHEN i.shadow_block THEN 'shadow_block' END"
             : "CASE WHEN i.hook_drop THEN 'hook_drop' WHEN i.shadow_block THEN 'shadow_block' END"
         // A receipt's recipients, fixed at send (Migrations/0020): the other user, or the members but the sender.
+        // A targeted message's: the members it lists but the sender.
         let receiptRecipients =
-            group ? "CASE WHEN i.conv_type = 'group' THEN g.member_count - (gm.user_id IS NOT NULL)::int ELSE 1 END" : "1"
+            group
+            ? "CASE WHEN i.conv_type = 'group' AND i.visible_to IS NOT NULL THEN cardinality(array_remove(i.visible_to, i.sender)) "
+                + "WHEN i.conv_type = 'group' THEN g.member_count - (gm.user_id IS NOT NULL)::int ELSE 1 END" : "1"
         // Point look-ups by primary key, one per item: LATERAL with LIMIT keeps them parameterised index probes
         // (json_to_recordset is estimated at 100 rows, which on small tables made the planner hash whole tables).
         var probes: [String] = []
@@ -666,10 +673,10 @@ package enum MessageWrite {
                 INSERT INTO messages (app_id, conv_type, conv_id, seq, message_id, client_msg_id, sender, recipient, type, body,
                                       extended_data, mention_ids, mention_all, mention_notify, reply, root_message_id, priority,
                                       need_receipt, receipt_recipients, no_unread, repeat_count, push, suppressed, timestamp,
-                                      search_text)
+                                      search_text, visible_to)
                 SELECT app_id, conv_type, conv_id, seq, message_id, client_msg_id, sender, recipient, type, body, extended_data,
                        coalesce(mention_ids, '{}'), mention_all, mention_notify, reply, root_message_id, priority, need_receipt,
-                       receipt_recipients, no_unread, repeat_count, push, suppressed, ts, parley_search_text(type, body)
+                       receipt_recipients, no_unread, repeat_count, push, suppressed, ts, parley_search_text(type, body), visible_to
                 FROM placed WHERE stored ORDER BY ord
             )
             """,
@@ -726,11 +733,16 @@ package enum MessageWrite {
                     WHERE c.app_id = s.app_id AND c.user_id = s.sender AND c.conv_type = 'group' AND c.conv_id = s.conv_id
                       AND c.follows_group
                 ), group_undeleted AS (
-                    -- Deleted entries of the group reappear on its next message.
+                    -- Deleted entries of the group reappear on its next message they see: a targeted message only those
+                    -- of the members it lists (`targets`; `to_all` when some message of the batch is untargeted).
                     UPDATE conversations c SET deleted = false, updated_at = g.now
-                    FROM (SELECT app_id, conv_id, max(now) AS now FROM placed WHERE stored AND conv_type = 'group' AND suppressed IS NULL
-                          GROUP BY app_id, conv_id) g
+                    FROM (SELECT p.app_id, p.conv_id, max(p.now) AS now, bool_or(p.visible_to IS NULL) AS to_all,
+                                 array_agg(t.user_id) FILTER (WHERE t.user_id IS NOT NULL) AS targets
+                          FROM placed p LEFT JOIN LATERAL unnest(p.visible_to) AS t(user_id) ON true
+                          WHERE p.stored AND p.conv_type = 'group' AND p.suppressed IS NULL
+                          GROUP BY p.app_id, p.conv_id) g
                     WHERE c.app_id = g.app_id AND c.thread_id = g.conv_id AND c.deleted AND c.follows_group AND c.conv_type = 'group'
+                      AND (g.to_all OR c.user_id = ANY(g.targets))
                       AND NOT EXISTS (SELECT 1 FROM group_senders s
                                       WHERE s.app_id = c.app_id AND s.sender = c.user_id AND s.conv_id = c.conv_id)
                 )

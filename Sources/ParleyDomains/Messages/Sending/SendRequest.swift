@@ -27,6 +27,9 @@ struct SendRequest: Sendable {
     var push: JSONValue?
     var skipChecks: Bool
     var skipHooks: Bool
+    /// A targeted group message (docs/messages.md#targeted-group-messages): the 1–100 distinct members who see it
+    /// besides the sender; nil for every other send.
+    var visibleTo: [String]?
     /// The files the body may name and the URLs it gets for them (docs/files.md#files-in-messages); nil when the body
     /// names none.
     let fileUse: FileUse?
@@ -78,6 +81,16 @@ struct SendRequest: Sendable {
         cache = r.bool("cache") ?? false
         repeatCount = r.int("repeat_count", range: 1...1000) ?? 1
         push = PushConfig.read(from: &r, key: "push")
+        visibleTo = nil
+        if r.contains("visible_to") && !r.isNull("visible_to"),
+            let ids = r.stringArray("visible_to", minItems: 1, maxItems: 100, itemKind: .userID)
+        {
+            var seen: Set<String> = []
+            for (i, id) in ids.enumerated() where !seen.insert(id).inserted {
+                r.addError(path: "\(r.fieldPath("visible_to"))[\(i)]", "duplicate user id \(id)")
+            }
+            visibleTo = ids
+        }
 
         // The body is read last, so one 400 lists its invalid fields with the request's other ones.
         let validated = try MessageBodyValidator.read(from: &r, textMaxBytes: Int(settings.int("text_max_bytes")))
@@ -98,6 +111,12 @@ struct SendRequest: Sendable {
                 throw APIError(.unsupportedOperation, "type \(type ?? 0) cannot be sent to a \(conversationType.rawValue) conversation")
             }
             if storage || cache { throw APIError(.unsupportedOperation, "storage and cache apply to room messages only") }
+        }
+        if visibleTo != nil && conversationType != .group {
+            throw APIError(.unsupportedOperation, "visible_to applies to group messages only")
+        }
+        if visibleTo != nil && mentionAll {
+            throw APIError(.unsupportedOperation, "a targeted message (visible_to) cannot mention all members")
         }
         if conversationType == .peer && repeatCount != 1 {
             throw APIError(.unsupportedOperation, "repeat_count other than 1 applies to group and room messages only")

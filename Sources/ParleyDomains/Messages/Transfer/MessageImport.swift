@@ -54,6 +54,9 @@ struct MessageImport {
         var timestamp: Int64
         /// The body names uploaded files (``fillingFiles(_:urls:on:)``): the statement's transaction records which.
         var namesFiles = false
+        /// An exported targeted group message's members (docs/messages.md#targeted-group-messages): kept, so a round
+        /// trip shows it to no one else.
+        var visibleTo: [String]? = nil
     }
 
     /// What a line came to: its message, or its problem.
@@ -92,6 +95,8 @@ struct MessageImport {
         let priority = r.int("priority", range: 1...3) ?? 2
         let needReceipt = r.bool("need_receipt") ?? false
         let deleted = r.bool("deleted") ?? false
+        let visibleTo = r.stringArray("visible_to", minItems: 1, maxItems: 100, itemKind: .userID)
+        if visibleTo != nil && conversationType != .group { r.addError("visible_to", "applies to group messages only") }
         let bodyValue = r.value("body")
         try r.check()
 
@@ -130,7 +135,11 @@ struct MessageImport {
             type: type, body: deleted ? nil : body.json.serialized(), extendedData: extendedData,
             mentionIDs: conversationType == .room ? [] : mentionIDs.filter { seen.insert($0).inserted },
             mentionAll: conversationType != .room && mentionAll, priority: priority, needReceipt: needReceipt && conversationType != .room,
-            deleted: deleted, originalText: originalText, timestamp: timestamp ?? now)
+            deleted: deleted, originalText: originalText, timestamp: timestamp ?? now,
+            visibleTo: visibleTo.map { ids in
+                var unique: Set<String> = []
+                return ids.filter { unique.insert($0).inserted }
+            })
     }
 
     /// `line` with the files its body names filled in from this app's files (docs/files.md#files-in-messages): an
@@ -238,6 +247,9 @@ struct MessageImport {
             if let text = line.originalText { w.writeString(text) } else { w.writeNull() }
         },
         .init(name: "ts", type: "bigint") { w, line, _ in w.writeInt(line.timestamp) },
+        .init(name: "visible_to", type: "text[]") { w, line, _ in
+            if let ids = line.visibleTo { w.array { w in for id in ids { w.writeString(id) } } } else { w.writeNull() }
+        },
     ]
 
     /// The lines as the JSON array the statement reads.
@@ -260,8 +272,10 @@ struct MessageImport {
                     WHEN i.conv_type = 'room' AND ro.found IS NULL THEN \(MessageWrite.Outcome.toNotFound.sql)
                     ELSE \(MessageWrite.Outcome.sent.sql)
                 END AS outcome,
-                -- A receipt's recipients as a send fixes them (Migrations/0020).
-                CASE WHEN i.need_receipt THEN CASE WHEN i.conv_type = 'group' THEN greatest(g.member_count - 1, 0) ELSE 1 END
+                -- A receipt's recipients as a send fixes them (Migrations/0020; a targeted message's: its members).
+                CASE WHEN i.need_receipt THEN CASE
+                    WHEN i.conv_type = 'group' AND i.visible_to IS NOT NULL THEN cardinality(array_remove(i.visible_to, i.sender))
+                    WHEN i.conv_type = 'group' THEN greatest(g.member_count - 1, 0) ELSE 1 END
                 END AS receipt_recipients,
                 k.message_id AS original_id, k.seq AS original_seq
             FROM i
@@ -296,10 +310,10 @@ struct MessageImport {
         ), stored AS (
             INSERT INTO messages (app_id, conv_type, conv_id, seq, message_id, client_msg_id, sender, recipient, type, body,
                                   extended_data, mention_ids, mention_all, mention_notify, priority, need_receipt, receipt_recipients,
-                                  no_unread, repeat_count, deleted, original_text, timestamp, search_text)
+                                  no_unread, repeat_count, deleted, original_text, timestamp, search_text, visible_to)
             SELECT $1, conv_type, conv_id, seq, message_id, client_msg_id, sender, recipient, type, body, extended_data,
                    coalesce(mention_ids, '{}'), mention_all, false, priority, need_receipt, receipt_recipients, false, 1, deleted,
-                   original_text, ts, parley_search_text(type, body)
+                   original_text, ts, parley_search_text(type, body), visible_to
             FROM placed ORDER BY ord
         ), peer_entries AS (
             -- Both sides of each pair, aggregated per row. New entries start read; an entry that was read up to its
