@@ -120,7 +120,7 @@ struct DeliveryReceiptsTests: GroupTestSupport {
             #expect(try Self.receipt(app, groupMessage)?["delivered_count"] == .int(0))
 
             Self.expectProblem(try app.request(.post, "/v1/messages/delivered", json: #"{"user_id":"b","message_ids":[]}"#), 400, 6_000_001)
-            let many = array((0...100).map { "m\($0)" })
+            let many = Self.array((0...100).map { "m\($0)" })
             Self.expectProblem(
                 try app.request(.post, "/v1/messages/delivered", json: "{\"user_id\":\"b\",\"message_ids\":\(many)}"), 400, 6_000_001)
             Self.expectProblem(try app.request(.post, "/v1/messages/delivered", json: "{\"message_ids\":[\"\(peerMessage)\"]}"), 400, 6_000_001)

@@ -36,7 +36,9 @@ struct SignalsTests: GroupTestSupport {
 
     /// The next `conversation.signal` frame's Event JSON, skipping anything else (pings, logged events).
     static func nextSignal(_ stream: HTTPClientStream) throws -> (id: String?, event: JSONValue)? {
-        while let block = try stream.nextEvent(timeout: .seconds(20)) {
+        // Pings come every 15 s: the wait is bounded as a whole, not per block.
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline, let block = try stream.nextEvent(timeout: deadline - ContinuousClock.now) {
             if block.event == "conversation.signal" { return (block.id, try JSONValue.parse(block.data)) }
         }
         return nil
