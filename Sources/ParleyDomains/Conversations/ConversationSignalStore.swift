@@ -30,12 +30,14 @@ enum ConversationSignalStore {
 
     /// A room's members other than `userID` and whether `userID` is one; nil when there is no such room.
     static func room(appID: String, roomID: String, userID: String, on db: PostgresConnection) throws -> (member: Bool, others: [String])? {
-        guard let members = try db.query(
-            """
-            SELECT ARRAY(SELECT user_id FROM room_members m WHERE m.app_id = r.app_id AND m.room_id = r.room_id)
-            FROM rooms r WHERE r.app_id = \(appID) AND r.room_id = \(roomID)
-            """
-        ).decodeFirst([String].self) else { return nil }
+        guard
+            let members = try db.query(
+                """
+                SELECT ARRAY(SELECT user_id FROM room_members m WHERE m.app_id = r.app_id AND m.room_id = r.room_id)
+                FROM rooms r WHERE r.app_id = \(appID) AND r.room_id = \(roomID)
+                """
+            ).decodeFirst([String].self)
+        else { return nil }
         return (members.contains(userID), members.filter { $0 != userID })
     }
 
