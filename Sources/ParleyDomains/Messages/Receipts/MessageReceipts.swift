@@ -163,8 +163,9 @@ struct MessageReceipts {
             guard try notRecipient(message, userID, on: db) == nil,
                 let receipt = try MessageReceiptStore.addDelivery(appID: appID, messageID: messageID, userID: userID, now: now, on: db)
             else { return (status(of: message), nil) }
-            let now = try MessageReceiptStore.claimDeliveryNotice(appID: appID, messageID: messageID, now: self.now, on: db)
-            return (receipt.status, now ? Self.event(message, receipt, readerID: nil) : nil)
+            // Within a second of the last delivery event, the `delivery_notices` timer reports it when the second ends.
+            let eventNow = try MessageReceiptStore.claimDeliveryNotice(appID: appID, messageID: messageID, now: now, on: db)
+            return (receipt.status, eventNow ? Self.event(message, receipt, readerID: nil) : nil)
         }
     }
 
