@@ -52,6 +52,8 @@ package final class EventHub: CommitObserver {
         var local: [String: [CommittedEvent]] = [:]
         /// Another node said hello on the channel (it started and listens): notify from now on.
         var peerAppeared = false
+        /// Ephemeral events heard (any node's, this one's included): written to the open user streams of their users.
+        var ephemeral: [EphemeralEvents.Received] = []
     }
 
     private struct Inbox {
@@ -213,9 +215,14 @@ package final class EventHub: CommitObserver {
         }
         let nodeID = self.nodeID
         let notified = PostgresListener(
-            configuration: database, channels: [Self.channel], logger: pgLogger,
+            configuration: database, channels: [Self.channel, EphemeralEvents.channel], logger: pgLogger,
             onReconnect: { [self] in pokeAll() },
-            onNotification: { [self] _, payload in
+            onNotification: { [self] channel, payload in
+                if channel == EphemeralEvents.channel {
+                    guard let event = EphemeralEvents.parse(payload) else { return }
+                    inbox.post { $0.round.ephemeral.append(event) }
+                    return
+                }
                 // "<node> <app>", or "<node> +" from a node that has just started: our own are already handled.
                 guard let space = payload.firstIndex(of: " "), payload[..<space] != nodeID else { return }
                 let subject = payload[payload.index(after: space)...]
@@ -326,6 +333,7 @@ package final class EventHub: CommitObserver {
                 nextSweep = EventLoop.monotonicMillis() + 1000
             }
             retry = []
+            for event in batch.ephemeral { deliverEphemeral(event, to: feeds[event.appID]) }
             do {
                 let connection = try db.get()
                 for appID in apps.union(batch.local.keys) where feeds[appID] != nil {
@@ -454,6 +462,18 @@ package final class EventHub: CommitObserver {
         subscriber.presence?.endedByLogout()
         subscriber.stream.close()
         feed.subscribers[id] = nil
+    }
+
+    /// Writes an ephemeral event (``EphemeralEvents``) to the open user streams of its users that select its type. It
+    /// has no id and moves no cursor: it may go out between two pages of a stream's backlog.
+    private func deliverEphemeral(_ event: EphemeralEvents.Received, to feed: Feed?) {
+        guard let feed else { return }
+        for subscriber in feed.subscribers.values {
+            guard let userID = subscriber.subscription.userID, event.userIDs.contains(userID),
+                subscriber.subscription.filter.types.matches(event.type)
+            else { continue }
+            subscriber.stream.write(event.frame)
+        }
     }
 
     /// Closes the streams whose credential lapsed (docs/events.md#live-streams-server-sent-events): the user token

@@ -459,6 +459,14 @@ struct OpenAPIResponseSchemaTests {
         c.call(.get, "/v1/messages/{message_id}/receipt/members", receipted, query: "state=read&limit=1", status: 200)
         c.call(.get, "/v1/messages/{message_id}/receipt/members", receipted, query: "state=unread", status: 200)
         c.call(.get, "/v1/messages/{message_id}/receipt/members", messageID, status: 422)
+        // Delivery receipts (docs/messages.md#delivery-receipts) and signals (docs/conversations.md#typing-and-other-signals).
+        c.call(.post, "/v1/messages/delivered", json: #"{"user_id":"c","message_ids":["\#(receipted)","nope"]}"#, status: 200)
+        c.call(.post, "/v1/messages/delivered", as: .user("c"), json: #"{"message_ids":["\#(receipted)"]}"#, status: 200)
+        c.call(.post, "/v1/messages/delivered", json: #"{"user_id":"ghost","message_ids":["x"]}"#, status: 404)
+        c.call(.get, "/v1/messages/{message_id}/receipt/members", receipted, query: "state=delivered", status: 200)
+        c.call(.post, "/v1/conversations/{type}/{id}/signals", "group", "g1", json: #"{"from":"a","signal":"typing_start"}"#, status: 202)
+        c.call(.post, "/v1/conversations/{type}/{id}/signals", "group", "nosuch", json: #"{"from":"a","signal":"typing_stop"}"#, status: 404)
+        c.call(.post, "/v1/conversations/{type}/{id}/signals", "peer", "b", json: #"{"from":"a","signal":"typing_stop","data":"x"}"#, status: 400)
         let combined = c.call(
             .post, "/v1/messages",
             json: #"{"from":"a","conversation_type":"peer","to":"b","type":100,"body":{"title":"t","message_ids":["\#(messageID)"]}}"#,

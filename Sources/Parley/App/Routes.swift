@@ -55,6 +55,7 @@ enum Routes {
         MessageImportRoutes.register(on: &api)
         MessageExportRoutes.register(on: &api)
         ConversationRoutes.register(on: &api)
+        ConversationSignalRoutes.register(on: &api)
         PushRoutes.register(on: &api, bridge: push)
         CallRoutes.register(on: &api)
         WebhookRoutes.register(on: &api)

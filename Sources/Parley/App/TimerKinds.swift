@@ -10,5 +10,6 @@ enum TimerKinds {
         EventRetention.kind, FriendApplicationExpiry.kind, CustomStatusExpiry.kind, StatusSubscriptionExpiry.kind, GroupApplicationExpiry.kind,
         HistoryRetention.kind, WebhookRetention.kind, PushRetention.kind, RoomTimers.destruction, RoomTimers.offlineRemoval,
         CallTimers.kind, MessageReceiptExpiry.kind, FirstStatistics.kind, FileSweep.kind,
+        MessageDeliveryNotices.kind,
     ]
 }

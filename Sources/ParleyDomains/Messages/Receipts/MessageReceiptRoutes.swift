@@ -3,13 +3,8 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// Read receipts (docs/messages.md#receipts): HTTP ↔ ``MessageReceipts``.
+/// Read and delivery receipts (docs/messages.md#receipts, docs/messages.md#delivery-receipts): HTTP ↔ ``MessageReceipts``.
 package enum MessageReceiptRoutes {
-    /// The `state` filter of `GET …/receipt/members`.
-    enum MemberState: String, CaseIterable {
-        case read, unread
-    }
-
     package static func register(on api: inout API) {
         api.add(.post, "/v1/users/{user_id}/receipts/read", .appOrSelf, "readMessageReceipts") { ctx in
             let userID = try ctx.pathID("user_id", .userID)
@@ -17,6 +12,14 @@ package enum MessageReceiptRoutes {
             let items = body.batchIDs("message_ids", minItems: 1, maxItems: 100, kind: .opaque)
             try body.check()
             return Reply.batch(try MessageReceipts(ctx).read(items, by: userID, ctx: ctx))
+        }
+
+        api.add(.post, "/v1/messages/delivered", .appOrUser, "markMessagesDelivered") { ctx in
+            var body = try ctx.body()
+            let userID = try ctx.actingUser(body.id("user_id", .userID), field: "user_id")
+            let items = body.batchIDs("message_ids", minItems: 1, maxItems: 100, kind: .opaque)
+            try body.check()
+            return Reply.batch(try MessageReceipts(ctx).deliver(items, to: userID))
         }
 
         api.add(.get, "/v1/messages/{message_id}/receipt", .appOrUser, "getMessageReceipt") { ctx in
@@ -31,13 +34,17 @@ package enum MessageReceiptRoutes {
             o["read_count"] = receipt.readCount
             o["unread_count"] = receipt.unreadCount
             o["done_at"] = receipt.doneAt
+            o["delivered_count"] = receipt.deliveredCount
+            if receipt.peer { o["delivered"] = receipt.deliveredCount > 0 }
             return Reply.json(o.finish())
         }
 
         api.add(.get, "/v1/messages/{message_id}/receipt/members", .appOrUser, "listMessageReceiptMembers") { ctx in
             let messageID = try ctx.pathID("message_id", .opaque)
             var query = ctx.query()
-            let state = query.choice("state", MemberState.allCases.map(\.rawValue)).flatMap(MemberState.init(rawValue:)) ?? .read
+            let state =
+                query.choice("state", MessageReceipts.MemberState.allCases.map(\.rawValue)).flatMap(MessageReceipts.MemberState.init(rawValue:))
+                ?? .read
             let limit = query.limit()
             let cursor = query.cursor()
             try query.check()
@@ -47,7 +54,7 @@ package enum MessageReceiptRoutes {
                 return userID
             }
             let members = try MessageReceipts.tellingUnstored(messageID, ctx) {
-                try MessageReceipts(ctx).members(messageID, viewer: MessageViewer(ctx), read: state == .read, after: after, limit: limit + 1)
+                try MessageReceipts(ctx).members(messageID, viewer: MessageViewer(ctx), state: state, after: after, limit: limit + 1)
             }
             return ListPage.page(members, limit: limit, list: list, ctx: ctx, { [.string($0.userID)] }, { $0.json() })
         }

@@ -40,6 +40,10 @@ struct MessageReceipts {
         var readCount: Int64
         var unreadCount: Int64
         var doneAt: Int64?
+        /// The recipients that received it (a reader received it too, docs/messages.md#delivery-receipts).
+        var deliveredCount: Int64
+        /// A peer message's receipt (its views add `delivered`).
+        var peer = false
     }
 
     // MARK: - Reading
@@ -47,6 +51,16 @@ struct MessageReceipts {
     /// `POST /v1/users/{user_id}/receipts/read`: marks each message read by `userID`, one result per item (`data` =
     /// `{message_id, receipt_status}`), and one `message.receipt_updated` per message whose readers grew.
     func read(_ items: [BatchItem], by userID: String, ctx: APIContext) throws -> [BatchResult] {
+        try each(items, of: userID) { messageID, db in
+            try Self.tellingUnstored(messageID, ctx) { try markRead(messageID, by: userID, on: db) }
+        }
+    }
+
+    /// A receipt batch of `userID` (an active user) in one transaction: `mark` answers each message's status and its
+    /// event, if any; results carry `{message_id, receipt_status}`, per item problems their code.
+    private func each(
+        _ items: [BatchItem], of userID: String, mark: (_ messageID: String, _ db: PostgresConnection) throws -> (ReceiptStatus, NewEvent?)
+    ) throws -> [BatchResult] {
         try UserService.requireActive(userID, appID: appID, on: db)
         return try db.transaction { db in
             var results: [BatchResult] = []
@@ -57,7 +71,7 @@ struct MessageReceipts {
                     continue
                 }
                 do {
-                    let (status, event) = try Self.tellingUnstored(messageID, ctx) { try markRead(messageID, by: userID, on: db) }
+                    let (status, event) = try mark(messageID, db)
                     if let event { events.append(event) }
                     var data = JSONObjectWriter(capacity: 96)
                     data["message_id"] = messageID
@@ -103,22 +117,69 @@ struct MessageReceipts {
     private func markRead(_ messageID: String, by userID: String, on db: PostgresConnection) throws -> (
         status: ReceiptStatus, event: NewEvent?
     ) {
-        guard let message = try MessageStore.lock(appID: appID, messageID: messageID, on: db), !message.deleted,
-            try service.isVisible(message, to: .user(userID), on: db)
-        else { throw MessageService.notFound(messageID) }
-        guard message.needReceipt else { throw Self.notApplicable(messageID, "no receipt was requested") }
-        if message.from == userID { throw Self.notApplicable(messageID, "the sender does not read its own receipt") }
-        if message.conversationType == .group,
-            try !MessageReceiptStore.wasMember(appID: appID, groupID: message.to, userID: userID, atSeq: message.seq ?? 0, on: db)
-        {
-            throw Self.notApplicable(messageID, "user \(userID) joined after the message was sent")
-        }
-        if message.type == MessageType.revoke.rawValue { throw Self.notApplicable(messageID, "the message is revoked") }
-        if status(of: message) == .expired { throw Self.notApplicable(messageID, "the receipt has expired") }
+        let message = try lockedForRecipient(messageID, userID, on: db)
+        if let reason = try notRecipient(message, userID, on: db) { throw Self.notApplicable(messageID, reason) }
         guard
             let receipt = try MessageReceiptStore.addReader(appID: appID, messageID: messageID, userID: userID, now: now, on: db)
         else { return (status(of: message), nil) }
         return (receipt.status, Self.event(message, receipt, readerID: userID))
+    }
+
+    /// The message `messageID` locked for a receipt change by `userID`: 404 `7000210` when unknown, a tombstone or not
+    /// visible to the user.
+    private func lockedForRecipient(_ messageID: String, _ userID: String, on db: PostgresConnection) throws -> Message {
+        guard let message = try MessageStore.lock(appID: appID, messageID: messageID, on: db), !message.deleted,
+            try service.isVisible(message, to: .user(userID), on: db)
+        else { throw MessageService.notFound(messageID) }
+        return message
+    }
+
+    /// Why `userID` has no open receipt to change on `message` (nil when it has one): no receipt requested, the sender,
+    /// a member who joined later, revoked, expired.
+    private func notRecipient(_ message: Message, _ userID: String, on db: PostgresConnection) throws -> String? {
+        guard message.needReceipt else { return "no receipt was requested" }
+        if message.from == userID { return "the sender does not read its own receipt" }
+        if message.conversationType == .group,
+            try !MessageReceiptStore.wasMember(appID: appID, groupID: message.to, userID: userID, atSeq: message.seq ?? 0, on: db)
+        {
+            return "user \(userID) joined after the message was sent"
+        }
+        if message.type == MessageType.revoke.rawValue { return "the message is revoked" }
+        if status(of: message) == .expired { return "the receipt has expired" }
+        return nil
+    }
+
+    // MARK: - Delivery (docs/messages.md#delivery-receipts)
+
+    /// `POST /v1/messages/delivered`: marks each message received by `userID`, one result per item (`data` =
+    /// `{message_id, receipt_status}`). A message the user can see but has no open receipt on (no receipt requested,
+    /// its own, revoked, expired, sent before it joined) succeeds and records nothing: the client acknowledges what
+    /// it received without knowing which messages asked. Events: at most one `message.receipt_updated` per message per
+    /// second (``MessageReceiptStore/claimDeliveryNotice(appID:messageID:now:on:)``; the rest via
+    /// ``MessageDeliveryNotices``).
+    func deliver(_ items: [BatchItem], to userID: String) throws -> [BatchResult] {
+        try each(items, of: userID) { messageID, db in
+            let message = try lockedForRecipient(messageID, userID, on: db)
+            guard try notRecipient(message, userID, on: db) == nil,
+                let receipt = try MessageReceiptStore.addDelivery(appID: appID, messageID: messageID, userID: userID, now: now, on: db)
+            else { return (status(of: message), nil) }
+            // Within a second of the last delivery event, the `delivery_notices` timer reports it when the second ends.
+            let eventNow = try MessageReceiptStore.claimDeliveryNotice(appID: appID, messageID: messageID, now: now, on: db)
+            return (receipt.status, eventNow ? Self.event(message, receipt, readerID: nil) : nil)
+        }
+    }
+
+    /// The coalesced delivery event of `messageID` whose second has ended, for the `delivery_notices` timer: the
+    /// receipt's counts now; nil when no delivery waited or the message is gone.
+    func dueDeliveryEvent(_ messageID: String) throws -> NewEvent? {
+        guard let message = try MessageStore.lock(appID: appID, messageID: messageID, on: db),
+            try MessageReceiptStore.takeDeliveryNotice(appID: appID, messageID: messageID, now: now, on: db) == true, !message.deleted,
+            let counts = try MessageReceiptStore.counts(appID: appID, messageID: messageID, on: db)
+        else { return nil }
+        let receipt = Receipt(
+            status: status(of: message), readCount: counts.reads, unreadCount: max(counts.recipients - counts.reads, 0),
+            doneAt: counts.doneAt, deliveredCount: counts.deliveries)
+        return Self.event(message, receipt, readerID: nil)
     }
 
     // MARK: - The sender's view
@@ -132,22 +193,32 @@ struct MessageReceipts {
         }
         return Receipt(
             status: status(of: message), readCount: counts.reads, unreadCount: max(counts.recipients - counts.reads, 0),
-            doneAt: counts.doneAt)
+            doneAt: counts.doneAt, deliveredCount: counts.deliveries, peer: message.conversationType == .peer)
+    }
+
+    /// Which recipients `GET …/receipt/members` lists.
+    enum MemberState: String, CaseIterable {
+        case read, unread, delivered
     }
 
     /// `GET /v1/messages/{message_id}/receipt/members`: a page of a group message's recipients who have read it
-    /// (`read`) or not (`unread`), by `user_id`, after `after`.
-    func members(_ messageID: String, viewer: MessageViewer, read: Bool, after: String?, limit: Int) throws -> [MessageReceiptStore.Member] {
+    /// (`read`), not (`unread`), or received it (`delivered`, readers included), by `user_id`, after `after`.
+    func members(_ messageID: String, viewer: MessageViewer, state: MemberState, after: String?, limit: Int) throws
+        -> [MessageReceiptStore.Member]
+    {
         let message = try sentMessage(messageID, viewer: viewer)
         if message.conversationType != .group {
             throw APIError(.unsupportedOperation, "receipt members are listed for group messages only")
         }
         guard message.needReceipt else { throw Self.notApplicable(messageID, "no receipt was requested") }
-        return try read
-            ? MessageReceiptStore.readers(appID: appID, messageID: messageID, after: after, limit: limit, on: db)
-            : MessageReceiptStore.nonReaders(
+        switch state {
+        case .read: return try MessageReceiptStore.readers(appID: appID, messageID: messageID, after: after, limit: limit, on: db)
+        case .delivered: return try MessageReceiptStore.deliverers(appID: appID, messageID: messageID, after: after, limit: limit, on: db)
+        case .unread:
+            return try MessageReceiptStore.nonReaders(
                 appID: appID, groupID: message.to, messageID: messageID, sender: message.from, seq: message.seq ?? 0,
                 visibleTo: message.visibleTo, after: after, limit: limit, on: db)
+        }
     }
 
     /// The stored message `messageID` for its sender's receipt reads: 404 when unknown, a tombstone or not visible to
@@ -179,6 +250,8 @@ struct MessageReceipts {
         data["receipt_status"] = receipt.status.rawValue
         data["read_count"] = receipt.readCount
         data["unread_count"] = receipt.unreadCount
+        data["delivered_count"] = receipt.deliveredCount
+        if message.conversationType == .peer { data["delivered"] = receipt.deliveredCount > 0 }
         data["reader_id"] = readerID
         return MessageAudience.senderEvent("message.receipt_updated", data: data.finish(), about: message)
     }
