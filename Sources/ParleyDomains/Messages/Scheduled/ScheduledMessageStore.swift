@@ -103,15 +103,15 @@ enum ScheduledMessageStore {
         try db.query(
             """
             WITH due AS (
-                (SELECT app_id, scheduled_id FROM scheduled_messages WHERE state = 'scheduled' AND send_at <= \(now)
-                 ORDER BY send_at LIMIT \(limit) FOR UPDATE SKIP LOCKED)
-                UNION ALL
-                (SELECT app_id, scheduled_id FROM scheduled_messages WHERE state = 'sending' AND lease_until < \(unsafeSQL: databaseNow)
-                 LIMIT \(limit) FOR UPDATE SKIP LOCKED)
-            )
+                SELECT app_id, scheduled_id FROM scheduled_messages WHERE state = 'scheduled' AND send_at <= \(now)
+                ORDER BY send_at LIMIT \(limit) FOR UPDATE SKIP LOCKED
+            ), stale AS (
+                SELECT app_id, scheduled_id FROM scheduled_messages WHERE state = 'sending' AND lease_until < \(unsafeSQL: databaseNow)
+                LIMIT \(limit) FOR UPDATE SKIP LOCKED
+            ), claimed AS (SELECT * FROM due UNION ALL SELECT * FROM stale)
             UPDATE scheduled_messages s SET state = 'sending', attempts = s.attempts + 1,
                 lease_until = \(unsafeSQL: databaseNow) + \(leaseMillis)
-            FROM due WHERE s.app_id = due.app_id AND s.scheduled_id = due.scheduled_id
+            FROM claimed c WHERE s.app_id = c.app_id AND s.scheduled_id = c.scheduled_id
             RETURNING s.app_id, s.scheduled_id, s.user_id, s.as_user, s.batch, s.request::text, s.send_at, s.attempts::bigint
             """
         ).rows.map { row in
@@ -140,7 +140,7 @@ enum ScheduledMessageStore {
             """
             UPDATE scheduled_messages s
             SET state = v.state, updated_at = \(now), lease_until = NULL,
-                sent_at = CASE WHEN v.state = 'sent' THEN \(now) END,
+                sent_at = CASE WHEN v.state = 'sent' THEN \(now)::bigint END,
                 message_id = v.data->>'message_id', seq = (v.data->>'seq')::bigint,
                 results = v.data->'results', problem = v.data->'problem'
             FROM (SELECT a, i, st, d::jsonb AS data, st AS state
