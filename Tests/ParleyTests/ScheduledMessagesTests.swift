@@ -125,7 +125,8 @@ struct ScheduledMessagesTests: GroupTestSupport {
             #expect(try Self.schedule(app, "a", "nobody", at: now + 60_000).status == 202)
             // Batch: the request-level checks of a batch send.
             let noRecipients = try app.request(
-                .post, "/v1/messages/batch", json: "{\"from\":\"a\",\"to_user_ids\":[],\"type\":1,\"body\":{\"text\":\"x\"},\"send_at\":\(now + 60_000)}")
+                .post, "/v1/messages/batch",
+                json: "{\"from\":\"a\",\"to_user_ids\":[],\"type\":1,\"body\":{\"text\":\"x\"},\"send_at\":\(now + 60_000)}")
             Self.expectProblem(noRecipients, 400, .invalidParams)
 
             // Unknown ids, bad filters.
@@ -186,7 +187,9 @@ struct ScheduledMessagesTests: GroupTestSupport {
             Self.expectProblem(
                 try server.request(
                     .post, "/v1/messages", bearer: token,
-                    json: "{\"from\":\"a\",\"conversation_type\":\"peer\",\"to\":\"b\",\"type\":1,\"body\":{\"text\":\"x\"},\"send_at\":\(now + 25_000)}"),
+                    json:
+                        "{\"from\":\"a\",\"conversation_type\":\"peer\",\"to\":\"b\",\"type\":1,\"body\":{\"text\":\"x\"},\"send_at\":\(now + 25_000)}"
+                ),
                 403, .forbidden)
 
             try server.advanceClock(ms: 60_000)
@@ -211,7 +214,9 @@ struct ScheduledMessagesTests: GroupTestSupport {
             let group = try Self.createGroup(app, "m", members: ["a"])
             let toGroup = try app.request(
                 .post, "/v1/messages",
-                json: "{\"from\":\"a\",\"conversation_type\":\"group\",\"to\":\(Self.q(group)),\"type\":1,\"body\":{\"text\":\"g\"},\"send_at\":\(now + 20_000)}")
+                json:
+                    "{\"from\":\"a\",\"conversation_type\":\"group\",\"to\":\(Self.q(group)),\"type\":1,\"body\":{\"text\":\"g\"},\"send_at\":\(now + 20_000)}"
+            )
             let groupID = try #require(toGroup.json?["scheduled_id"]?.stringValue)
             let unknown = try Self.scheduled(app, "a", "ghost", at: now + 20_000)
             let batch = try app.request(
