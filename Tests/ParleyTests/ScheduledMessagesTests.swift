@@ -3,6 +3,7 @@ import Glibc
 import ParleyHTTP
 import ParleyPostgres
 import ParleyTesting
+import Synchronization
 import Testing
 
 @testable import Parley
@@ -250,6 +251,34 @@ struct ScheduledMessagesTests: GroupTestSupport {
             #expect(results.last?["ok"] == .bool(false) && results.last?["error"]?["code"] == .int(Int64(ErrorCode.targetNotFound.code)))
             #expect(try Self.history(app, "b", "m").count == 1)
         }
+    }
+
+    @Test func aBeforeSendHookIsCalledAtSendAtAndItsRejectionFailsTheMessage() throws {
+        let server = try TestServer.start(testClock: true, configure: { $0.webhookAllowPrivate = true })
+        defer { server.stop() }
+        let app = try server.createApp()
+        for id in ["a", "b"] { try app.createUser(id) }
+        let calls = Mutex(0)
+        let receiver = try TestReceiver { _ in
+            calls.withLock { $0 += 1 }
+            return TestReceiver.Answer(
+                status: 200, body: Array(#"{"action":"reject","code":42,"reason":"not now"}"#.utf8),
+                headers: [("Content-Type", "application/json")], delayMillis: 0)
+        }
+        defer { receiver.stop() }
+        let hook = try app.request(
+            .post, "/v1/webhooks",
+            json: #"{"url":"\#(receiver.url)/hook","event_types":["message.before_send"],"timeout_ms":2000,"fail_open":true}"#)
+        #expect(hook.status == 201, "\(hook.text)")
+        let now = try Self.now(server)
+        let id = try Self.scheduled(app, "a", "b", at: now + 20_000)
+        #expect(calls.withLock { $0 } == 0, "the hook is not called at scheduling time")
+        try server.advanceClock(ms: 21_000)
+        let s = try #require(try Self.get(app, id))
+        #expect(s["state"] == "failed" && s["problem"]?["code"] == .int(Int64(ErrorCode.rejectedByHook.code)), "\(s)")
+        #expect(s["problem"]?["detail"] == "not now" && s["problem"]?["hook_code"] == .int(42))
+        #expect(calls.withLock { $0 } == 1)
+        #expect(try Self.history(app, "a", "b").isEmpty)
     }
 
     // MARK: - The per-app limit
