@@ -71,7 +71,8 @@ package final class ScheduledSending: Sendable {
     func fire(services: Services, now: Int64) throws -> Int {
         var fired = 0
         var previous: InFlight?
-        while true {
+        // A stopping node claims nothing more: its writer refuses new sends.
+        while !services.stopping.isSet {
             let claimed = try services.pool.withConnection { db in
                 try ScheduledMessageStore.claim(now: now, limit: Self.batchSize, leaseMillis: Self.leaseMillis, on: db)
             }
