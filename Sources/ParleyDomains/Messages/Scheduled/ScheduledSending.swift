@@ -177,7 +177,14 @@ package final class ScheduledSending: Sendable {
                 }
                 late.append((json?["timestamp"]?.intValue ?? answeredAt) - row.sendAt)
             } else {
-                var problem = json?.objectValue ?? ["status": .int(Int64(response.status))]
+                // Every refusal of the send path is a problem body; anything else is recorded as an internal error.
+                var problem =
+                    json?.objectValue
+                    ?? [
+                        "type": .string("urn:parley:error:\(ErrorCode.internalError.code)"), "title": .string(ErrorCode.internalError.name),
+                        "status": .int(Int64(response.status)), "detail": .string("the send answered \(response.status)"),
+                        "code": .int(Int64(ErrorCode.internalError.code)),
+                    ]
                 problem["request_id"] = nil
                 let transient = response.status == 429 || response.status >= 500
                 state = transient && row.attempts < Self.maxAttempts ? "scheduled" : "failed"
