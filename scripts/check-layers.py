@@ -65,7 +65,7 @@ TABLE_OWNERS = {
     "Files": ["files", "file_blobs", "file_chunks", "file_usage", "file_uploads"],
     "Messages": ["messages", "message_keys", "message_files", "conversation_seqs", "message_combines", "message_edits", "message_hidden",
                  "message_reactions", "message_reaction_types", "message_receipt_reads", "room_recent_messages",
-                 "message_receipt_deliveries", "message_delivery_notices"],
+                 "message_receipt_deliveries", "message_delivery_notices", "scheduled_messages"],
     "Groups": ["groups", "group_members", "group_member_history", "group_applications"],
     "Rooms": ["rooms", "room_members", "room_member_history", "room_attributes", "room_member_attributes"],
     "Conversations": ["conversations"],

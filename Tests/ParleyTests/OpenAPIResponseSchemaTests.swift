@@ -46,6 +46,7 @@ struct OpenAPIResponseSchemaTests {
         "MessageReaction", "MessageReactionsResult", "MessageImportResult", "MessageReactionUserPage", "MessageReceipt", "MessageReceiptMemberPage",
         "MessageReceiptMember", "File", "FilePage", "Job", "JobPage",
         "Report", "ReportPage", "ReportWithReports", "ModerationAction", "ModerationActionPage",
+        "ScheduledAccepted", "ScheduledMessage", "ScheduledMessagePage",
     ]
 
     /// The members of a User as the app key sees it (`deleted_at` is null unless soft-deleted).
@@ -69,6 +70,7 @@ struct OpenAPIResponseSchemaTests {
             try Self.files(c)
             try Self.messagesAndConversations(c)
             try Self.messageLifecycle(c)
+            try Self.scheduledMessages(c, server: server)
             try Self.jobs(c, server: server)
             try Self.events(c)
             try Self.webhooks(c)
@@ -839,6 +841,39 @@ struct OpenAPIResponseSchemaTests {
         let queued = c.call(.post, "/v1/moderation/remove_messages", json: removal, status: 202)
         let cancelled = c.call(.delete, "/v1/jobs/{job_id}", queued.json?["job_id"]?.stringValue ?? "", status: 200)
         #expect(cancelled.json?["state"] == .string("cancelled"))
+    }
+
+    /// Scheduled messages (docs/scheduled-messages.md): scheduling a send and a batch (202), the routes and their codes,
+    /// and the objects once sent (a message, a batch's results) or failed (a problem).
+    static func scheduledMessages(_ c: ContractChecker, server: TestServer) throws {
+        let now = try server.request(.get, "/v1/test/clock", bearer: server.adminKey).json?["now"]?.intValue ?? 0
+        let send = #"{"from":"a","conversation_type":"peer","to":"b","type":1,"body":{"text":"later"},"send_at":\#(now + 20_000)}"#
+        let one = c.call(.post, "/v1/messages", json: send, status: 202).json?["scheduled_id"]?.stringValue ?? ""
+        let ghost = #"{"from":"a","conversation_type":"peer","to":"ghost","type":1,"body":{"text":"x"},"send_at":\#(now + 20_000)}"#
+        let failing = c.call(.post, "/v1/messages", json: ghost, status: 202).json?["scheduled_id"]?.stringValue ?? ""
+        let batch = #"{"from":"a","to_user_ids":["b","ghost"],"type":1,"body":{"text":"all"},"send_at":\#(now + 20_000)}"#
+        let batchID = c.call(.post, "/v1/messages/batch", json: batch, status: 202).json?["scheduled_id"]?.stringValue ?? ""
+        let cancelled = c.call(.post, "/v1/messages", json: send, status: 202).json?["scheduled_id"]?.stringValue ?? ""
+        c.call(
+            .post, "/v1/messages", json: #"{"from":"a","conversation_type":"peer","to":"b","type":1,"body":{"text":"x"},"send_at":1}"#, status: 400)
+        c.call(.get, "/v1/scheduled_messages/{scheduled_id}", one, status: 200)
+        c.call(.get, "/v1/scheduled_messages/{scheduled_id}", one, as: .user("a"), status: 200)
+        c.call(.get, "/v1/scheduled_messages/{scheduled_id}", "sch_nope", status: 404)
+        c.call(.patch, "/v1/scheduled_messages/{scheduled_id}", one, json: #"{"body":{"text":"later, changed"}}"#, status: 200)
+        c.call(.patch, "/v1/scheduled_messages/{scheduled_id}", one, json: #"{"send_at":1}"#, status: 400)
+        c.call(.patch, "/v1/scheduled_messages/{scheduled_id}", "sch_nope", json: "{}", status: 404)
+        c.call(.delete, "/v1/scheduled_messages/{scheduled_id}", cancelled, status: 204)
+        c.call(.delete, "/v1/scheduled_messages/{scheduled_id}", cancelled, status: 409)
+        c.call(.patch, "/v1/scheduled_messages/{scheduled_id}", cancelled, json: "{}", status: 409)
+        c.call(.delete, "/v1/scheduled_messages/{scheduled_id}", "sch_nope", status: 404)
+        c.call(.get, "/v1/scheduled_messages", query: "state=scheduled&limit=1", status: 200)
+        c.call(.get, "/v1/scheduled_messages", query: "state=waiting", status: 400)
+        c.call(.get, "/v1/scheduled_messages", as: .user("a"), status: 403)
+        try server.advanceClock(ms: 21_000)
+        #expect(c.call(.get, "/v1/scheduled_messages/{scheduled_id}", one, status: 200).json?["state"] == .string("sent"))
+        #expect(c.call(.get, "/v1/scheduled_messages/{scheduled_id}", failing, status: 200).json?["state"] == .string("failed"))
+        #expect(c.call(.get, "/v1/scheduled_messages/{scheduled_id}", batchID, status: 200).json?["state"] == .string("sent"))
+        c.call(.get, "/v1/scheduled_messages", query: "user_id=a", status: 200)
     }
 
     /// Revoke, edit, delete and the edit history (docs/messages.md#revoke-edit-delete), with their codes.

@@ -54,6 +54,7 @@ enum OpsAPIRoutes {
                 for (app, _, bytes) in usage { text += "parley_file_stored_bytes{app_id=\"\(Metrics.escape(app))\"} \(bytes)\n" }
             }
             text += jobs.metrics(pool: services.pool)
+            text += ScheduledSending.metrics(services: services)
             return Response(status: 200, headers: ["Content-Type": "text/plain; version=0.0.4; charset=utf-8"], body: Array(text.utf8))
         }
 

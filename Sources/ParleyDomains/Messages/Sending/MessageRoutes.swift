@@ -9,6 +9,8 @@ package enum MessageRoutes {
     /// `writer`: the node's message writer (built and started by the app layer); `blocklists`: the node's compiled
     /// blocklists, checked on every send (docs/blocklists.md#where-lists-apply).
     package static func register(on api: inout API, writer: MessageWriter, blocklists: BlocklistCache) {
+        // Sends with `send_at` are kept for later and sent through this route's handlers (docs/scheduled-messages.md).
+        ScheduledMessageRoutes.register(on: &api, sending: ScheduledSending(writer: writer, blocklists: blocklists))
         api.add(
             .post, "/v1/messages", .appOrUser, "sendMessage", numbersItsEvents: true,
             // User-token sends have their own bucket besides the token's (docs/errors.md#rate-limits).
@@ -68,9 +70,10 @@ package enum MessageRoutes {
     /// `POST /v1/messages`: 201 Message, or 200 with `Parley-Duplicate: true` for a `client_msg_id` duplicate. The
     /// send is written by the node's ``MessageWriter`` with the other sends of the moment; the answer comes after
     /// its batch commits.
-    private static func send(_ ctx: APIContext, writer: MessageWriter, blocklists: BlocklistCache) throws -> Response {
+    static func send(_ ctx: APIContext, writer: MessageWriter, blocklists: BlocklistCache) throws -> Response {
         let app = ctx.app
         var body = try ctx.body()
+        if ScheduledMessageRoutes.asksToSchedule(body) { return try ScheduledMessageRoutes.schedule(ctx, body, batch: false) }
         let request = try SendRequest(&body, ctx: ctx, settings: app.settings)
         // Under overload, priority-1 room messages are refused first (docs/errors.md#rate-limits), before any database
         // work.
@@ -109,6 +112,8 @@ package enum MessageRoutes {
         // A user token's send runs on a worker (its user is read there); the pipeline takes its send bucket.
         if caller.tokenUserID != nil { throw NeedsConnection() }
         var body = try caller.body()
+        // A scheduled send is stored, on a worker.
+        if ScheduledMessageRoutes.asksToSchedule(body) { throw NeedsConnection() }
         let request = try SendRequest(&body, ctx: caller, settings: caller.app.settings)
         try writer.admit(request)
         if caller.hasHook("message.before_send", skip: request.skipHooks) { throw NeedsConnection() }
@@ -185,9 +190,10 @@ package enum MessageRoutes {
     /// `POST /v1/messages/batch`: one peer message per recipient (≤ 500), results in input order; `data` =
     /// `{message_id, seq}`. Request-level validation fails the whole request; the dedupe, existence and policy checks
     /// fail single items. The items go to the node's writer together, so they share its transactions.
-    private static func batchSend(_ ctx: APIContext, writer: MessageWriter, blocklists: BlocklistCache) throws -> Response {
+    static func batchSend(_ ctx: APIContext, writer: MessageWriter, blocklists: BlocklistCache) throws -> Response {
         let app = ctx.app
         var body = try ctx.body()
+        if ScheduledMessageRoutes.asksToSchedule(body) { return try ScheduledMessageRoutes.schedule(ctx, body, batch: true) }
         let recipients = body.array("to_user_ids", required: true, minItems: 1, maxItems: 500)
         // Validate the shared fields once, for a placeholder recipient, so request-level problems fail the request.
         var probe = body
