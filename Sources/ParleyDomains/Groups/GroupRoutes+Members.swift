@@ -237,13 +237,21 @@ extension GroupRoutes {
         }
         let rows = try service.groups(of: userID, keywords: keywords, after: after, limit: limit + 1)
         return ListPage.page(rows, limit: limit, list: list, ctx: ctx, { [.int($0.joinedAt), .string($0.group.groupID)] }) { row in
-            var o = JSONObjectWriter()
-            o.raw("group", row.group.json(service.limits, now: ctx.now))
-            o["role"] = row.role
-            o["joined_at"] = row.joinedAt
-            o["notification_status"] = row.notificationStatus
-            o["alias"] = row.alias
-            return o.finish()
+            row.json(service.limits, now: ctx.now)
         }
+    }
+}
+
+extension GroupStore.Membership {
+    /// An item of `GET /v1/users/{user_id}/groups`: `{group, role, joined_at, notification_status, alias}` (also a
+    /// user's data export, docs/privacy.md#user-data-export).
+    func json(_ limits: GroupLimits, now: Int64) -> [UInt8] {
+        var o = JSONObjectWriter()
+        o.raw("group", group.json(limits, now: now))
+        o["role"] = role
+        o["joined_at"] = joinedAt
+        o["notification_status"] = notificationStatus
+        o["alias"] = alias
+        return o.finish()
     }
 }
