@@ -2,7 +2,7 @@ import ParleyAPI
 import ParleyCore
 import ParleyPostgres
 
-/// A file a job writes step by step (docs/jobs.md#files-written-by-jobs): the bytes of each step are appended to a blob
+/// A file a job writes step by step (docs/privacy.md#how-the-archive-is-built): the bytes of each step are appended to a blob
 /// of the database's chunk store in the step's own transaction, so they commit together with the job's checkpoint. A
 /// node that dies mid-way leaves the blob exactly as the last committed step left it, and the node that resumes the job
 /// appends from there: the file comes out byte for byte the same.

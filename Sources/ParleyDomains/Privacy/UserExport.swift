@@ -255,17 +255,21 @@ package enum UserExport {
         return w.bytes
     }
 
-    /// The user's files, newest first: each step lists a page of them in `files/index-NNNNNN.jsonl` (the file's
+    /// The user's files, newest first, but for the archives of its earlier exports: each step lists a page of them in `files/index-NNNNNN.jsonl` (the file's
     /// metadata, whether its bytes are in the archive, and where) and copies the bytes of those within the limits to
     /// `files/<file_id>/<file name>`, stopping early once it copied ``stepFileBytes``.
     static func copyFiles(_ userID: String, _ checkpoint: inout Checkpoint, _ context: JobKind.Context, transfer: FileTransfer) throws {
         let (db, appID, now) = (context.db, context.appID, context.now)
         let after = checkpoint.cursor.count == 2 ? checkpoint.cursor[0].intValue.flatMap { t in checkpoint.cursor[1].stringValue.map { (t, $0) } } : nil
         let page = try FileStore.list(appID: appID, ownerID: userID, kind: nil, after: after, limit: filesPerPage, on: db)
+        let earlier = try UserExportStore.earlierArchives(appID: appID, userID: userID, kind: kindName, on: db)
         var index: [UInt8] = []
         var copied: Int64 = 0
         var done = 0
         for file in page {
+            done += 1
+            checkpoint.cursor = [.int(file.createdAt), .string(file.fileID)]
+            if earlier.contains(file.fileID) { continue }
             let stored = file.variants[.original]?.size ?? file.size
             var path: String? = nil
             if stored <= maxFileBytes, checkpoint.file.size + stored < maxArchiveBytes, checkpoint.entries.count < maxEntries {
@@ -287,12 +291,10 @@ package enum UserExport {
             o["path"] = path
             index += o.finish()
             index.append(0x0A)
-            done += 1
-            checkpoint.cursor = [.int(file.createdAt), .string(file.fileID)]
+            checkpoint.add(1, to: "files")
             if copied >= stepFileBytes { break }
         }
         if !index.isEmpty { try checkpoint.write(checkpoint.nextPart("files/index-"), index, appID: appID, now: now, on: db) }
-        checkpoint.add(done, to: "files")
         if done == page.count && page.count < filesPerPage { checkpoint.phase = .finish }
     }
 

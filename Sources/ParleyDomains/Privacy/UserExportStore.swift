@@ -3,7 +3,7 @@ import ParleyCore
 import ParleyPostgres
 
 /// The SQL of a user's data export (docs/privacy.md#user-data-export) that no other domain has: the user's own
-/// reactions and read receipts, a page at a time. Reads only; ``UserExport`` decides.
+/// reactions and read receipts, a page at a time, and its earlier exports. Reads only; ``UserExport`` decides.
 enum UserExportStore {
     /// The user's reactions after (message_id, reaction_type) `after`, in that order. The table has no index by user:
     /// each page scans the app's reactions (an export is rare; a page is large).
@@ -30,5 +30,18 @@ enum UserExportStore {
             ORDER BY message_id LIMIT \(limit)
             """
         ).decode((String, Int64).self).map { (messageID: $0.0, readAt: $0.1) }
+    }
+
+    /// The archives of the user's earlier exports (the files its finished `user_export` jobs name): an export leaves
+    /// them out, or each would hold all the ones before it.
+    static func earlierArchives(appID: String, userID: String, kind: String, on db: PostgresConnection) throws -> Set<String> {
+        Set(
+            try db.query(
+                """
+                SELECT result->>'file_id' FROM jobs
+                WHERE app_id = \(appID) AND kind = \(kind) AND state = 'succeeded' AND params->>'user_id' = \(userID)
+                  AND result->>'file_id' IS NOT NULL
+                """
+            ).decode(String.self))
     }
 }
