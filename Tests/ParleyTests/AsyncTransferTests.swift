@@ -80,7 +80,10 @@ struct AsyncTransferTests: ProblemAssertions {
                 switch i % 500 {
                 case 7: lines.append("")  // an empty line: no result, but it counts for the numbering
                 case 9: lines.append("{not json")
-                case 11: lines.append("{\"conversation_type\":\"peer\",\"from\":\"ghost\",\"to\":\"bob\",\"type\":1,\"body\":{\"text\":\"x\"},\"timestamp\":1,\"message_id\":\"g\(i)\"}")
+                case 11:
+                    lines.append(
+                        "{\"conversation_type\":\"peer\",\"from\":\"ghost\",\"to\":\"bob\",\"type\":1,\"body\":{\"text\":\"x\"},\"timestamp\":1,\"message_id\":\"g\(i)\"}"
+                    )
                 case 13: lines.append(lines[lines.count - 3])  // a duplicate of an earlier line
                 default:
                     let (from, to) = i % 2 == 0 ? ("alice", "bob") : ("bob", "alice")

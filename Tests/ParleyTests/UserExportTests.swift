@@ -77,13 +77,15 @@ struct UserExportTests: ProblemAssertions {
             #expect(try app.request(.post, "/v1/users/alice/devices", json: DevicesTests.body(#","device_id":"phone""#)).status < 300)
             #expect(try app.request(.post, "/v1/users/alice/friends", json: #"{"friend_id":"bob"}"#).status < 300)
             #expect(try app.request(.post, "/v1/users/alice/blacklist", json: #"{"user_ids":["carol"]}"#).json?["results"]?[0]?["ok"] == .bool(true))
-            #expect(try app.request(.post, "/v1/groups", json: #"{"operator":"alice","group_id":"g1","name":"club","members":["bob"]}"#).status == 201)
+            #expect(
+                try app.request(.post, "/v1/groups", json: #"{"operator":"alice","group_id":"g1","name":"club","members":["bob"]}"#).status == 201)
             // 2,100 imported texts (two message entries) and a few sent ones, peer and group.
             try JobsTests.importTexts(app, from: "alice", to: "bob", count: 2100, start: JobsTests.base)
             try JobsTests.importTexts(app, from: "bob", to: "alice", count: 5, start: JobsTests.base, tag: "b")
             let sent = try #require(try PeerMessages.sendText(app, "alice", "bob", "hello bob").json?["message_id"]?.stringValue)
             #expect(try GroupMessagesTests.send(app, "alice", "g1", "hello club").status == 201)
-            let fromBob = try #require(try PeerMessages.sendText(app, "bob", "alice", "hi alice", extra: #""need_receipt":true"#).json?["message_id"]?.stringValue)
+            let fromBob = try #require(
+                try PeerMessages.sendText(app, "bob", "alice", "hi alice", extra: #""need_receipt":true"#).json?["message_id"]?.stringValue)
             #expect(try app.request(.post, "/v1/messages/\(fromBob)/reactions", json: #"{"user_id":"alice","reaction_type":"like"}"#).status < 300)
             #expect(try app.request(.post, "/v1/users/alice/receipts/read", json: "{\"message_ids\":[\"\(fromBob)\"]}").status == 200)
             let bytes = FilesTests.randomBytes(300 * 1024)

@@ -180,7 +180,8 @@ package enum UserExport {
             let after = (checkpoint.cursor.first?.stringValue ?? "", checkpoint.cursor.last?.stringValue ?? "")
             let rows = try UserExportStore.reactions(appID: appID, userID: userID, after: after, limit: rowsPerStep, on: db)
             try checkpoint.writeLines(
-                "reactions", rows.map { ["message_id": .string($0.messageID), "reaction_type": .string($0.reactionType), "reacted_at": .int($0.reactedAt)] },
+                "reactions",
+                rows.map { ["message_id": .string($0.messageID), "reaction_type": .string($0.reactionType), "reacted_at": .int($0.reactedAt)] },
                 appID: appID, now: now, on: db)
             if let last = rows.last { checkpoint.cursor = [.string(last.messageID), .string(last.reactionType)] }
             if rows.count < rowsPerStep { checkpoint.enter(.receipts) }
@@ -207,7 +208,8 @@ package enum UserExport {
             throw APIError(.userNotFound, "user \(userID) does not exist")
         }
         try checkpoint.write("profile.json", user.json(.app), appID: appID, now: now, on: db)
-        try checkpoint.write("devices.json", items(try DeviceStore.list(appID: appID, userID: userID, on: db).map { $0.json() }), appID: appID, now: now, on: db)
+        try checkpoint.write(
+            "devices.json", items(try DeviceStore.list(appID: appID, userID: userID, on: db).map { $0.json() }), appID: appID, now: now, on: db)
 
         var friends: [[UInt8]] = []
         var afterFriend: (createdAt: Int64, userID: String)? = nil
@@ -260,7 +262,8 @@ package enum UserExport {
     /// `files/<file_id>/<file name>`, stopping early once it copied ``stepFileBytes``.
     static func copyFiles(_ userID: String, _ checkpoint: inout Checkpoint, _ context: JobKind.Context, transfer: FileTransfer) throws {
         let (db, appID, now) = (context.db, context.appID, context.now)
-        let after = checkpoint.cursor.count == 2 ? checkpoint.cursor[0].intValue.flatMap { t in checkpoint.cursor[1].stringValue.map { (t, $0) } } : nil
+        let after =
+            checkpoint.cursor.count == 2 ? checkpoint.cursor[0].intValue.flatMap { t in checkpoint.cursor[1].stringValue.map { (t, $0) } } : nil
         let page = try FileStore.list(appID: appID, ownerID: userID, kind: nil, after: after, limit: filesPerPage, on: db)
         let earlier = try UserExportStore.earlierArchives(appID: appID, userID: userID, kind: kindName, on: db)
         var index: [UInt8] = []

@@ -33,7 +33,8 @@ enum UserExportArchive {
             guard let parts = json.arrayValue, parts.count == 4, let name = parts[0].stringValue, let crc = parts[1].intValue,
                 let size = parts[2].intValue, let offset = parts[3].intValue
             else { return nil }
-            self.init(name: name, crc: UInt32(truncatingIfNeeded: crc), size: UInt32(truncatingIfNeeded: size), offset: UInt32(truncatingIfNeeded: offset))
+            self.init(
+                name: name, crc: UInt32(truncatingIfNeeded: crc), size: UInt32(truncatingIfNeeded: size), offset: UInt32(truncatingIfNeeded: offset))
         }
     }
 
