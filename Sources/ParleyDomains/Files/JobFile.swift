@@ -102,6 +102,14 @@ package struct JobFile: Sendable, Equatable {
     }
 }
 
+extension JobFile {
+    /// Deletes the blob of a file a job no longer needs (an async import's body, once imported), in the step that
+    /// finishes it: it never becomes a file, and need not wait a day for the sweep.
+    package func discard(appID: String, on db: PostgresConnection) throws {
+        try FileStore.deleteBlob(appID: appID, blobID: blobID, on: db)
+    }
+}
+
 extension FileTransfer {
     /// The bytes of `file` as uploaded (its original variant), whatever backend holds them, read whole: for a job that
     /// copies files into an archive, one bounded file at a time.

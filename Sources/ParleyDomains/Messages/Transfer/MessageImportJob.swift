@@ -4,7 +4,7 @@ import ParleyHTTP
 import ParleyPostgres
 
 /// `POST /v1/messages/import?async=true` (docs/messages.md#import-and-export): the `import_messages` job kind. The
-/// request keeps its body in a ``JobFile`` and answers 202; each step imports the next ``MessageImport/linesPerStatement``
+/// request keeps its body in a ``JobFile`` (deleted by the step that finishes) and answers 202; each step imports the next ``MessageImport/linesPerStatement``
 /// lines with ``MessageImport/results(_:firstIndex:urls:on:)`` — the code of the synchronous import — in the step's
 /// transaction, so a node that dies mid-way leaves the lines of committed steps imported and the next node goes on
 /// from the first line not committed (each line imported once, its `duplicate` as a single run would say). The
@@ -112,6 +112,7 @@ package enum MessageImportJob {
         checkpoint.line += Int64(lines.count)
         checkpoint.index += Int64(results.count)
         guard checkpoint.offset >= request.body.size else { return .next(checkpoint.json, progress: Int64(lines.count)) }
+        try request.body.discard(appID: appID, on: db)
         return .finished(["results": .array(checkpoint.results)], progress: Int64(lines.count))
     }
 
