@@ -826,6 +826,15 @@ struct OpenAPIResponseSchemaTests {
             eventually(timeout: .seconds(30)) {
                 c.call(.get, "/v1/jobs/{job_id}", dryRunID, status: 200).json?["state"] == .string("succeeded")
             })
+        // A user's data export (docs/privacy.md#user-data-export), and an export as a job.
+        let export = c.call(.post, "/v1/users/{user_id}/export", "a", status: 202)
+        #expect(
+            eventually(timeout: .seconds(60)) {
+                c.call(.get, "/v1/jobs/{job_id}", export.json?["job_id"]?.stringValue ?? "", status: 200).json?["state"] == .string("succeeded")
+            })
+        c.call(.post, "/v1/users/{user_id}/export", "ghost", status: 404)
+        c.call(.post, "/v1/users/{user_id}/export", "a", as: .user("a"), status: 403)
+        c.call(.get, "/v1/messages/export", query: "async=true&conversation_type=peer&user_id=a&peer_id=b", status: 202)
         c.call(.post, "/v1/moderation/remove_messages", json: #"{"user_id":"a","from":5,"to":5,"mode":"hide"}"#, status: 400)
         c.call(.post, "/v1/moderation/remove_messages", json: #"{"user_id":"ghost","from":0,"to":5,"mode":"hide"}"#, status: 404)
         c.call(.post, "/v1/moderation/remove_messages", as: .user("a"), json: removal, status: 403)

@@ -52,8 +52,10 @@ enum Routes {
         MessagePinRoutes.register(on: &api)
         MessageReceiptRoutes.register(on: &api)
         MessageSearchRoutes.register(on: &api)
-        MessageImportRoutes.register(on: &api)
-        MessageExportRoutes.register(on: &api)
+        if let importer = jobs.kind(MessageImportJob.kindName), let exporter = jobs.kind(MessageExportJob.kindName) {
+            MessageImportRoutes.register(on: &api, job: importer) { jobs.poke() }
+            MessageExportRoutes.register(on: &api, job: exporter) { jobs.poke() }
+        }
         ConversationRoutes.register(on: &api)
         ConversationSignalRoutes.register(on: &api)
         PushRoutes.register(on: &api, bridge: push)
@@ -66,6 +68,9 @@ enum Routes {
         if let removal = jobs.kind(MessageBulkRemoval.kindName) {
             MessageBulkRemovalRoutes.register(on: &api, kind: removal) { jobs.poke() }
         }
+        if let export = jobs.kind(UserExport.kindName) {
+            UserExportRoutes.register(on: &api, kind: export) { jobs.poke() }
+        }
         OpsAPIRoutes.register(on: &api, hub: hub, push: push, health: health, jobs: jobs)
         return api.builder.build()
     }
@@ -77,7 +82,10 @@ enum Routes {
             // Messages sit below Push: a delete for everyone's revoke push is handed in here.
             MessageBulkRemoval.kind(services: services) { db, appID, messageID, push, now in
                 try PushPlanner.revokePush(appID: appID, messageID: messageID, push: push, now: now, on: db)
-            }
+            },
+            MessageExportJob.kind(),
+            MessageImportJob.kind(services: services),
+            UserExport.kind(services: services),
         ]
     }
 }

@@ -47,6 +47,17 @@ package enum FileStore {
         ).decode(PostgresCell.self).map { try $0.bytes }
     }
 
+    /// Deletes chunks `first` and later of blob `blobID` (a job's file rewrites its last, partial chunk as it grows).
+    static func deleteChunks(appID: String, blobID: String, from first: Int, on db: PostgresConnection) throws {
+        try db.query("DELETE FROM file_chunks WHERE app_id = \(appID) AND blob_id = \(blobID) AND n >= \(first)")
+    }
+
+    /// Restarts the clock of a blob still `uploading` (a job's file, growing step by step), so the sweep of abandoned
+    /// uploads leaves it alone while its job makes progress.
+    static func touchBlob(appID: String, blobID: String, now: Int64, on db: PostgresConnection) throws {
+        try db.query("UPDATE file_blobs SET created_at = \(now) WHERE app_id = \(appID) AND blob_id = \(blobID) AND state = 'uploading'")
+    }
+
     /// The stored blob of the app holding bytes with hash `sha256`, locked (a file is about to reference it).
     static func storedBlob(appID: String, sha256: String, on db: PostgresConnection) throws -> (blobID: String, size: Int64)? {
         try db.query(

@@ -47,3 +47,17 @@ package struct GroupMember: Sendable, Equatable {
         return o.finish()
     }
 }
+
+extension GroupStore.Membership {
+    /// An item of `GET /v1/users/{user_id}/groups`: `{group, role, joined_at, notification_status, alias}` (also a
+    /// user's data export, docs/privacy.md#user-data-export).
+    func json(_ limits: GroupLimits, now: Int64) -> [UInt8] {
+        var o = JSONObjectWriter()
+        o.raw("group", group.json(limits, now: now))
+        o["role"] = role
+        o["joined_at"] = joinedAt
+        o["notification_status"] = notificationStatus
+        o["alias"] = alias
+        return o.finish()
+    }
+}

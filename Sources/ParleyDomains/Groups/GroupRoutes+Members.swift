@@ -237,13 +237,7 @@ extension GroupRoutes {
         }
         let rows = try service.groups(of: userID, keywords: keywords, after: after, limit: limit + 1)
         return ListPage.page(rows, limit: limit, list: list, ctx: ctx, { [.int($0.joinedAt), .string($0.group.groupID)] }) { row in
-            var o = JSONObjectWriter()
-            o.raw("group", row.group.json(service.limits, now: ctx.now))
-            o["role"] = row.role
-            o["joined_at"] = row.joinedAt
-            o["notification_status"] = row.notificationStatus
-            o["alias"] = row.alias
-            return o.finish()
+            row.json(service.limits, now: ctx.now)
         }
     }
 }

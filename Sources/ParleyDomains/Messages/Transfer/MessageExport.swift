@@ -21,6 +21,8 @@ enum MessageExport {
     struct Request: Sendable {
         var type: ConversationType
         var threadID: String
+        /// The user whose peer conversation it is ("" for a group or a room).
+        var user: String
         /// The peer of a peer conversation, the group or the room id.
         var id: String
         var bounds: MessageStore.HistoryQuery
@@ -28,6 +30,7 @@ enum MessageExport {
         /// `user` and `id` name a peer conversation; `id` alone a group or a room.
         init(_ type: ConversationType, user: String = "", id: String, afterSeq: Int64, startAt: Int64, endAt: Int64) {
             self.type = type
+            self.user = user
             self.id = id
             threadID = type == .peer ? MessageStore.peerThread(user, id) : id
             bounds = MessageStore.HistoryQuery()
@@ -36,6 +39,23 @@ enum MessageExport {
             bounds.afterSeq = afterSeq
             bounds.startAt = startAt
             bounds.endAt = endAt
+        }
+
+        /// The request as a job keeps it in `params` (``MessageExportJob``).
+        var params: JSONObject {
+            [
+                "conversation_type": .string(type.rawValue), "user_id": .string(user), "id": .string(id), "after_seq": .int(bounds.afterSeq),
+                "start_at": .int(bounds.startAt), "end_at": .int(bounds.endAt),
+            ]
+        }
+
+        /// The request back from a job's `params`.
+        init(_ params: JSONObject) throws {
+            guard let type = params["conversation_type"]?.stringValue.flatMap(ConversationType.init(rawValue:)),
+                let user = params["user_id"]?.stringValue, let id = params["id"]?.stringValue, let afterSeq = params["after_seq"]?.intValue,
+                let startAt = params["start_at"]?.intValue, let endAt = params["end_at"]?.intValue
+            else { throw APIError(.internalError, "malformed export_messages parameters") }
+            self.init(type, user: user, id: id, afterSeq: afterSeq, startAt: startAt, endAt: endAt)
         }
     }
 
@@ -50,25 +70,37 @@ enum MessageExport {
 
     /// Reads and writes the pages until the conversation ends or the client goes.
     static func write(_ request: Request, appID: String, on db: PostgresConnection, to stream: ResponseStream) throws {
-        let (type, threadID, peer) = (request.type, request.threadID, request.id)
         var query = request.bounds
         var chunk: [UInt8] = []
         chunk.reserveCapacity(chunkBytes + 16 * 1024)
         while !stream.isClosed {
-            let rows = try MessageStore.history(appID: appID, conversationType: type, threadID: threadID, peer: peer, query: query, on: db)
-            for index in 0..<rows.count {
-                // One writer per line: a shared one would put commas between the top-level values.
-                let row = MessageRow(rows[index])
-                var w = JSONWriter(capacity: 1024)
-                try row.write(to: &w, .app)
-                chunk += w.bytes
+            let count = try page(request, &query, appID: appID, on: db) { message in
+                chunk += message
                 chunk.append(0x0A)
                 if chunk.count >= chunkBytes { send(&chunk, to: stream) }
-                if index == rows.count - 1 { query.afterSeq = try row.sequence() ?? query.afterSeq }
             }
-            if rows.count < pageSize { break }
+            if count < pageSize { break }
         }
         send(&chunk, to: stream)
+    }
+
+    /// One page of the export from `query` (which moves past it): each message's JSON handed to `emit` (which ends the
+    /// line) in seq order; returns how many messages the page held (fewer than ``pageSize``: the export is done). The
+    /// streamed export and the job of `async=true` (``MessageExportJob``) both write their lines here.
+    static func page(
+        _ request: Request, _ query: inout MessageStore.HistoryQuery, appID: String, on db: PostgresConnection, emit: ([UInt8]) -> Void
+    ) throws -> Int {
+        let rows = try MessageStore.history(
+            appID: appID, conversationType: request.type, threadID: request.threadID, peer: request.id, query: query, on: db)
+        for index in 0..<rows.count {
+            // One writer per line: a shared one would put commas between the top-level values.
+            let row = MessageRow(rows[index])
+            var w = JSONWriter(capacity: 1024)
+            try row.write(to: &w, .app)
+            emit(w.bytes)
+            if index == rows.count - 1 { query.afterSeq = try row.sequence() ?? query.afterSeq }
+        }
+        return rows.count
     }
 
     /// Hands the rendered bytes to the stream once the client has taken most of the previous ones.

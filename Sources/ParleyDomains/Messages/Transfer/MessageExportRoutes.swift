@@ -3,16 +3,19 @@ import ParleyCore
 import ParleyHTTP
 import ParleyPostgres
 
-/// `GET /v1/messages/export` (docs/messages.md#import-and-export): HTTP ↔ ``MessageExport``, streamed from a pool worker of its own.
+/// `GET /v1/messages/export` (docs/messages.md#import-and-export): HTTP ↔ ``MessageExport``, streamed from a pool worker of its own,
+/// or with `async=true` a job of the node's `export_messages` kind (``MessageExportJob``).
 package enum MessageExportRoutes {
-    package static func register(on api: inout API) {
+    /// `job`: the node's `export_messages` kind (the one its job runner runs); `poke`: tells the runner a job is waiting.
+    package static func register(on api: inout API, job: JobKind, poke: @escaping @Sendable () -> Void) {
         api.add(.get, "/v1/messages/export", .app, "exportMessages") { ctx in
-            try export(ctx)
+            try export(ctx, job: job, poke: poke)
         }
     }
 
-    private static func export(_ ctx: APIContext) throws -> Response {
+    private static func export(_ ctx: APIContext, job: JobKind, poke: @escaping @Sendable () -> Void) throws -> Response {
         var query = ctx.query()
+        let async = query.bool("async") ?? false
         let type = query.choice("conversation_type", ["peer", "group", "room"]).flatMap(ConversationType.init(rawValue:))
         if type == nil && query.raw("conversation_type") == nil { query.addError("conversation_type", "is required") }
         var user = ""
@@ -36,6 +39,12 @@ package enum MessageExportRoutes {
         try query.check()
         guard let type else { throw APIError.internalError }
         let request = MessageExport.Request(type, user: user, id: id, afterSeq: afterSeq, startAt: startAt, endAt: endAt)
+        if async {
+            // The job's plan checks the conversation (404 as below) in the transaction that creates it.
+            let created = try JobService(ctx).create(job, params: request.params, settings: ctx.app.settings)
+            poke()
+            return Reply.accepted(created)
+        }
         try MessageExport.requireConversation(request, appID: ctx.appID, on: ctx.db)
 
         let appID = ctx.appID

@@ -157,6 +157,56 @@ struct MessageImport {
         return filled
     }
 
+    // MARK: - Batches
+
+    /// The batch results of `lines` (each with its 0-based line number; empty lines take no result), their `index`
+    /// counted from `firstIndex`: every line validated, its files filled in, then the valid ones written. The request
+    /// does it for the whole body; a job of `async=true` (``MessageImportJob``) for one slice of lines per step.
+    func results(
+        _ lines: ArraySlice<(number: Int, bytes: ArraySlice<UInt8>)>, firstIndex: Int, urls: FileURLSigner.Issued, on db: PostgresConnection
+    ) throws -> [BatchResult] {
+        // (line number, validated line or its problem) for every non-empty line.
+        var parsed: [(number: Int, line: Result<Line, APIError>)] = []
+        for (number, bytes) in lines where !bytes.isEmpty {
+            var line = Result { () throws(APIError) in try self.line(bytes, ord: number) }
+            if case .success(let valid) = line {
+                do { line = .success(try fillingFiles(valid, urls: urls, on: db)) } catch let error as APIError {
+                    line = .failure(error)
+                }
+            }
+            parsed.append((number, line))
+        }
+        let valid = parsed.compactMap { try? $0.line.get() }
+        var written = try write(valid, on: db)[...]
+        var results: [BatchResult] = []
+        results.reserveCapacity(parsed.count)
+        for (index, item) in parsed.enumerated() {
+            let outcome: BatchResult.Outcome
+            switch item.line {
+            case .failure(let error):
+                outcome = .failed(error.code, error.detail)
+            case .success:
+                switch written.removeFirst() {
+                case .written(let messageID, let seq, let duplicate):
+                    var w = JSONWriter(capacity: 80)
+                    w.object { w in
+                        w.key(static: "message_id")
+                        w.writeString(messageID)
+                        w.key(static: "seq")
+                        w.writeInt(seq)
+                        w.key(static: "duplicate")
+                        w.writeBool(duplicate)
+                    }
+                    outcome = .ok(w.bytes)
+                case .failed(let error):
+                    outcome = .failed(error.code, error.detail)
+                }
+            }
+            results.append(BatchResult(index: firstIndex + index, id: String(item.number), outcome: outcome))
+        }
+        return results
+    }
+
     // MARK: - Writing
 
     /// Writes `lines` in statements of ``linesPerStatement``, each in its own transaction; returns each line's outcome in

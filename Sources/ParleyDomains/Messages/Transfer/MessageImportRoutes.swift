@@ -5,64 +5,38 @@ import ParleyPostgres
 
 /// `POST /v1/messages/import` (docs/messages.md#import-and-export): HTTP ↔ ``MessageImport``.
 package enum MessageImportRoutes {
-    package static func register(on api: inout API) {
+    /// `job`: the node's `import_messages` kind (the one its job runner runs); `poke`: tells the runner a job is waiting.
+    package static func register(on api: inout API, job: JobKind, poke: @escaping @Sendable () -> Void) {
         api.add(
             .post, "/v1/messages/import", .app, "importMessages", maxBodyBytes: MessageImport.maxBytes,
             bodyMediaType: "application/x-ndjson"
         ) { ctx in
-            try importLines(ctx)
+            try importLines(ctx, job: job, poke: poke)
         }
     }
 
     /// The batch answer (docs/errors.md#problems-rfc-9457): `id` = the 0-based line number, `index` counts non-empty
-    /// lines only, `data` = `{message_id, seq, duplicate}`.
-    private static func importLines(_ ctx: APIContext) throws -> Response {
+    /// lines only, `data` = `{message_id, seq, duplicate}`. With `async=true`, a job of the node's `import_messages`
+    /// kind (``MessageImportJob``) whose result is that answer.
+    private static func importLines(_ ctx: APIContext, job: JobKind, poke: @escaping @Sendable () -> Void) throws -> Response {
+        var query = ctx.query()
+        let async = query.bool("async") ?? false
+        try query.check()
         let lines = split(ctx.request.body)
         if lines.count > MessageImport.maxLines {
             throw APIError.invalidParam("body", "at most \(MessageImport.maxLines) lines, got \(lines.count)")
         }
-        let importer = MessageImport(appID: ctx.appID, now: ctx.now, textMaxBytes: Int(ctx.app.settings.int("text_max_bytes")))
-        // (line number, validated line or its problem) for every non-empty line.
-        var parsed: [(number: Int, line: Result<MessageImport.Line, APIError>)] = []
+        let textMaxBytes = Int(ctx.app.settings.int("text_max_bytes"))
         let urls = FileURLSigner.issued(for: ctx)
-        for (number, bytes) in lines.enumerated() where !bytes.isEmpty {
-            var line = Result { () throws(APIError) in try importer.line(bytes, ord: number) }
-            if case .success(let valid) = line {
-                do { line = .success(try importer.fillingFiles(valid, urls: urls, on: ctx.db)) } catch let error as APIError {
-                    line = .failure(error)
-                }
-            }
-            parsed.append((number, line))
+        if async {
+            let created = try MessageImportJob.create(
+                job, body: ctx.request.body, lines: lines.count, textMaxBytes: textMaxBytes, urls: urls, ctx: ctx)
+            poke()
+            return Reply.accepted(created)
         }
-        let valid = parsed.compactMap { try? $0.line.get() }
-        var written = try importer.write(valid, on: ctx.db)[...]
-        var results: [BatchResult] = []
-        results.reserveCapacity(parsed.count)
-        for (index, item) in parsed.enumerated() {
-            let outcome: BatchResult.Outcome
-            switch item.line {
-            case .failure(let error):
-                outcome = .failed(error.code, error.detail)
-            case .success:
-                switch written.removeFirst() {
-                case .written(let messageID, let seq, let duplicate):
-                    var w = JSONWriter(capacity: 80)
-                    w.object { w in
-                        w.key(static: "message_id")
-                        w.writeString(messageID)
-                        w.key(static: "seq")
-                        w.writeInt(seq)
-                        w.key(static: "duplicate")
-                        w.writeBool(duplicate)
-                    }
-                    outcome = .ok(w.bytes)
-                case .failed(let error):
-                    outcome = .failed(error.code, error.detail)
-                }
-            }
-            results.append(BatchResult(index: index, id: String(item.number), outcome: outcome))
-        }
-        return Reply.batch(results)
+        let importer = MessageImport(appID: ctx.appID, now: ctx.now, textMaxBytes: textMaxBytes)
+        let numbered = lines.enumerated().map { (number: $0.offset, bytes: $0.element) }
+        return Reply.batch(try importer.results(numbered[...], firstIndex: 0, urls: urls, on: ctx.db))
     }
 
     /// The lines of an NDJSON body: split on `\n`, a trailing `\r` dropped; the empty piece after a final `\n` is no
