@@ -45,6 +45,7 @@ enum Routes {
         }
         MessageRoutes.register(on: &api, writer: writer, blocklists: blocklists)
         // Messages sit below Push: a revoke's push is handed in here.
+        RetentionRoutes.register(on: &api)
         MessageLifecycleRoutes.register(on: &api, pool: services.pool, blocklists: blocklists) { db, appID, messageID, push, now in
             try PushPlanner.revokePush(appID: appID, messageID: messageID, push: push, now: now, on: db)
         }
