@@ -24,11 +24,7 @@ enum Routes {
         BlocklistRoutes.register(on: &api, cache: blocklists)
         // Users is below Groups, Rooms, Calls and Live: what its routes need from them is handed in here.
         let userHooks = UserHooks(
-            removeFromGroups: { db, appID, userID, now in
-                try GroupService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
-                    + RoomService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
-                    + CallService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
-            },
+            removeFromGroups: removeDeletedUser,
             openStreams: { db, appID, userID, platforms in
                 try StreamPresence.count(appID: appID, userID: userID, platforms: platforms, on: db)
             })
@@ -66,6 +62,9 @@ enum Routes {
         if let removal = jobs.kind(MessageBulkRemoval.kindName) {
             MessageBulkRemovalRoutes.register(on: &api, kind: removal) { jobs.poke() }
         }
+        if let erasure = jobs.kind(UserErasure.kindName) {
+            UserErasureRoutes.register(on: &api, kind: erasure) { jobs.poke() }
+        }
         OpsAPIRoutes.register(on: &api, hub: hub, push: push, health: health, jobs: jobs)
         return api.builder.build()
     }
@@ -77,8 +76,20 @@ enum Routes {
             // Messages sit below Push: a delete for everyone's revoke push is handed in here.
             MessageBulkRemoval.kind(services: services) { db, appID, messageID, push, now in
                 try PushPlanner.revokePush(appID: appID, messageID: messageID, push: push, now: now, on: db)
-            }
+            },
+            UserErasure.kind(
+                services: services,
+                revokePush: { db, appID, messageID, push, now in
+                    try PushPlanner.revokePush(appID: appID, messageID: messageID, push: push, now: now, on: db)
+                }, removeFromGroups: removeDeletedUser),
         ]
+    }
+
+    /// A hard-deleted user leaves its groups, rooms and calls (Users sits below them; ``UserHooks``).
+    static let removeDeletedUser: UserHooks.RemoveFromGroups = { db, appID, userID, now in
+        try GroupService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
+            + RoomService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
+            + CallService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
     }
 }
 
