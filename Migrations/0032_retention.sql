@@ -50,3 +50,14 @@ CREATE TABLE retention_runs (
 );
 -- GET /v1/retention/runs: newest first.
 CREATE INDEX retention_runs_started ON retention_runs (app_id, started_at DESC, run_id DESC);
+
+-- Hard user delete (Migrations/0006, 0022) tombstones the user's messages, except those a legal hold covers: they
+-- stay as they were (docs/retention.md#legal-hold).
+CREATE OR REPLACE FUNCTION parley_user_hard_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE messages SET deleted = true, body = NULL, search_text = NULL
+    WHERE app_id = OLD.app_id AND sender = OLD.user_id AND NOT deleted
+      AND NOT parley_message_held(app_id, conv_type, conv_id, sender);
+    DELETE FROM message_keys WHERE app_id = OLD.app_id AND sender = OLD.user_id;
+    RETURN OLD;
+END $$;

@@ -166,7 +166,9 @@ struct RetentionTests: ProblemAssertions {
                     run = try Self.runs(app).first { $0["run_id"]?.stringValue == runID }
                     return run?["finished_at"] != nil && run?["finished_at"] != .null
                 })
-            #expect(run?["messages_purged"] == .int(1) && run?["held_skipped"] == .int(2) && run?["error"] == .null, "\(String(describing: run))")
+            #expect(run?["held_skipped"] == .int(2) && run?["error"] == .null, "\(String(describing: run))")
+            // The hourly timer may have run too: the runs together purged the one message not held.
+            #expect(try Self.runs(app).reduce(0) { $0 + ($1["messages_purged"]?.intValue ?? 0) } == 1)
             #expect(try Self.readable(app, fromA) && Self.readable(app, toA))
             #expect(try !Self.readable(app, free))
             let events = try JobsTests.allEvents(app, "retention.purged")

@@ -183,7 +183,7 @@ enum RetentionStore {
             WITH gone AS (
                 DELETE FROM messages d
                 WHERE d.ctid = ANY(ARRAY(SELECT m.ctid FROM messages m WHERE
-            """ + matching(appID: appID, selection) + " AND NOT " + held
+            """ + " " + matching(appID: appID, selection) + " AND NOT " + held
             + """
              LIMIT \(limit)))
                 RETURNING d.message_id, d.type, d.body
