@@ -184,16 +184,16 @@ enum RetentionStore {
                 DELETE FROM messages d
                 WHERE d.ctid = ANY(ARRAY(SELECT m.ctid FROM messages m WHERE
             """ + " " + matching(appID: appID, selection) + " AND NOT " + held
-            + """
-             LIMIT \(limit)))
-                RETURNING d.message_id, d.type, d.body
-            ), snapshots AS (
-                DELETE FROM message_combines c USING gone
-                WHERE gone.type = 100 AND c.app_id = \(appID) AND c.combine_id = gone.body::json->>'combine_id'
-            )
-            SELECT (SELECT count(*) FROM gone),
-                   ARRAY(SELECT DISTINCT f.file_id FROM message_files f JOIN gone ON f.message_id = gone.message_id WHERE f.app_id = \(appID))
-            """
+                + """
+                 LIMIT \(limit)))
+                    RETURNING d.message_id, d.type, d.body
+                ), snapshots AS (
+                    DELETE FROM message_combines c USING gone
+                    WHERE gone.type = 100 AND c.app_id = \(appID) AND c.combine_id = gone.body::json->>'combine_id'
+                )
+                SELECT (SELECT count(*) FROM gone),
+                       ARRAY(SELECT DISTINCT f.file_id FROM message_files f JOIN gone ON f.message_id = gone.message_id WHERE f.app_id = \(appID))
+                """
         guard let row = try db.query(query).decode((Int64, [String]).self).first else { return (0, []) }
         return (row.0, row.1)
     }
@@ -205,11 +205,11 @@ enum RetentionStore {
     ) {
         let query: PostgresQuery =
             "WITH s AS (SELECT m.message_id FROM messages m WHERE " + matching(appID: appID, selection) + (isHeld ? " AND " : " AND NOT ") + held
-            + """
-            )
-            SELECT (SELECT count(*) FROM s),
-                   (SELECT count(DISTINCT f.file_id) FROM message_files f JOIN s ON f.message_id = s.message_id WHERE f.app_id = \(appID))
-            """
+                + """
+                )
+                SELECT (SELECT count(*) FROM s),
+                       (SELECT count(DISTINCT f.file_id) FROM message_files f JOIN s ON f.message_id = s.message_id WHERE f.app_id = \(appID))
+                """
         guard let row = try db.query(query).decode((Int64, Int64).self).first else { return (0, 0) }
         return (row.0, row.1)
     }
