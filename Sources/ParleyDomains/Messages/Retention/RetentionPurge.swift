@@ -25,15 +25,14 @@ package enum RetentionPurge {
     package static let kind = TimerKind(name: "retention_purge", everyMillis: 3_600_000, fire: fire)
 
     private static func fire(services: Services, now: Int64) throws -> Int {
-        let apps = try services.pool.withConnection { db -> [String] in
-            try RetentionStore.failStale(
-                before: now - staleMillis, error: "interrupted: the node running it stopped; later runs purge what it left", now: now, on: db)
-            return try RetentionStore.appsWithRetention(on: db)
-        }
+        let apps = try services.pool.withConnection { db in try RetentionStore.appsWithRetention(on: db) }
         var purged: Int64 = 0
         for appID in apps {
             let done = try services.pool.withConnection { db -> RetentionRun in
-                try run(RetentionRun(runID: newRunID(), startedAt: now, dryRun: false), appID: appID, services: services, now: now, on: db)
+                try RetentionStore.failStale(
+                    appID: appID, before: now - staleMillis, error: "interrupted: the node running it stopped; later runs purge what it left",
+                    now: now, on: db)
+                return try run(RetentionRun(runID: newRunID(), startedAt: now, dryRun: false), appID: appID, services: services, now: now, on: db)
             }
             purged += done.messagesPurged
         }

@@ -142,10 +142,12 @@ enum RetentionStore {
     }
 
     /// Marks runs that never finished (their node stopped) and started before `before` as failed with `error`.
-    static func failStale(before: Int64, error: String, now: Int64, on db: PostgresConnection) throws {
+    static func failStale(appID: String, before: Int64, error: String, now: Int64, on db: PostgresConnection) throws {
         try db.query(
-            "UPDATE retention_runs SET finished_at = \(now), error = \(error) WHERE finished_at IS NULL AND started_at < \(before)",
-            prepared: false)
+            """
+            UPDATE retention_runs SET finished_at = \(now), error = \(error)
+            WHERE app_id = \(appID) AND finished_at IS NULL AND started_at < \(before)
+            """)
     }
 
     // MARK: - Purge
