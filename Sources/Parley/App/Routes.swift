@@ -24,11 +24,7 @@ enum Routes {
         BlocklistRoutes.register(on: &api, cache: blocklists)
         // Users is below Groups, Rooms, Calls and Live: what its routes need from them is handed in here.
         let userHooks = UserHooks(
-            removeFromGroups: { db, appID, userID, now in
-                try GroupService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
-                    + RoomService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
-                    + CallService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
-            },
+            removeFromGroups: removeDeletedUser,
             openStreams: { db, appID, userID, platforms in
                 try StreamPresence.count(appID: appID, userID: userID, platforms: platforms, on: db)
             })
@@ -45,6 +41,7 @@ enum Routes {
         }
         MessageRoutes.register(on: &api, writer: writer, blocklists: blocklists)
         // Messages sit below Push: a revoke's push is handed in here.
+        RetentionRoutes.register(on: &api)
         MessageLifecycleRoutes.register(on: &api, pool: services.pool, blocklists: blocklists) { db, appID, messageID, push, now in
             try PushPlanner.revokePush(appID: appID, messageID: messageID, push: push, now: now, on: db)
         }
@@ -70,6 +67,8 @@ enum Routes {
         }
         if let export = jobs.kind(UserExport.kindName) {
             UserExportRoutes.register(on: &api, kind: export) { jobs.poke() }
+        if let erasure = jobs.kind(UserErasure.kindName) {
+            UserErasureRoutes.register(on: &api, kind: erasure) { jobs.poke() }
         }
         OpsAPIRoutes.register(on: &api, hub: hub, push: push, health: health, jobs: jobs)
         return api.builder.build()
@@ -86,7 +85,19 @@ enum Routes {
             MessageExportJob.kind(),
             MessageImportJob.kind(services: services),
             UserExport.kind(services: services),
+            UserErasure.kind(
+                services: services,
+                revokePush: { db, appID, messageID, push, now in
+                    try PushPlanner.revokePush(appID: appID, messageID: messageID, push: push, now: now, on: db)
+                }, removeFromGroups: removeDeletedUser),
         ]
+    }
+
+    /// A hard-deleted user leaves its groups, rooms and calls (Users sits below them; ``UserHooks``).
+    static let removeDeletedUser: UserHooks.RemoveFromGroups = { db, appID, userID, now in
+        try GroupService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
+            + RoomService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
+            + CallService(db: db, appID: appID, now: now).removeDeletedUser(userID, on: db)
     }
 }
 

@@ -8,7 +8,7 @@ import ParleyLive
 enum TimerKinds {
     static let all: [TimerKind] = [
         EventRetention.kind, FriendApplicationExpiry.kind, CustomStatusExpiry.kind, StatusSubscriptionExpiry.kind, GroupApplicationExpiry.kind,
-        HistoryRetention.kind, WebhookRetention.kind, PushRetention.kind, RoomTimers.destruction, RoomTimers.offlineRemoval,
+        RetentionPurge.kind, WebhookRetention.kind, PushRetention.kind, RoomTimers.destruction, RoomTimers.offlineRemoval,
         CallTimers.kind, MessageReceiptExpiry.kind, FirstStatistics.kind, FileSweep.kind, ScheduledSending.kind,
         MessageDeliveryNotices.kind,
     ]

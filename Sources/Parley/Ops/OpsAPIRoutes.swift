@@ -33,6 +33,7 @@ enum OpsAPIRoutes {
                     embedded.state == .running ? 1 : 0)
             }
             text += ReportMetrics.render(pool: services.pool)
+            text += RetentionMetrics.render()
             text += Metrics.family("parley_sse_streams_open", "gauge", "Open SSE streams.")
             let streams = hub.openStreams()
             text += "parley_sse_streams_open{kind=\"user\"} \(streams.user)\nparley_sse_streams_open{kind=\"app\"} \(streams.app)\n"

@@ -98,6 +98,7 @@ package enum WebhookEventTypes {
         "conversation.updated", "conversation.deleted", "conversation.read",
         "call.created", "call.invited", "call.user_state_changed", "call.ended",
         "report.created", "report.resolved", "user.warned", "job.finished",
+        "retention.purged",
     ]
 
     /// The before-event hook types (docs/webhooks.md#before-event-hooks): never written to the log, served only when

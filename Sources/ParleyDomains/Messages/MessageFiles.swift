@@ -176,15 +176,29 @@ package enum MessageFiles {
     ) throws {
         let named = try MessageFileStore.forget(messageID: messageID, appID: appID, on: db)
         guard !named.isEmpty, deleteFiles else { return }
+        try release(named, appID: appID, removeObjects: removeObjects, now: now, on: db)
+    }
+
+    /// Deletes those of `fileIDs` (the files of messages that went) that no stored message names any more; returns
+    /// how many it deleted. Runs in the caller's transaction; their S3 objects go once it has committed.
+    @discardableResult
+    static func release(
+        _ fileIDs: [String], appID: String, removeObjects: @escaping ObjectRemover, now: Int64, on db: PostgresConnection
+    ) throws -> Int {
         let files = FileService(db: db, appID: appID, now: now)
         var objects: [String] = []
-        for fileID in named {
+        var deleted = 0
+        for fileID in fileIDs {
             if try MessageFileStore.isNamed(fileID: fileID, appID: appID, on: db) { continue }
-            do { objects += try files.delete(fileID, byUser: nil) } catch let error as APIError where error.code == .fileNotFound {
+            do {
+                objects += try files.delete(fileID, byUser: nil)
+                deleted += 1
+            } catch let error as APIError where error.code == .fileNotFound {
                 continue  // deleted already
             }
         }
         if !objects.isEmpty { db.afterCommit { removeObjects(appID, objects) } }
+        return deleted
     }
 }
 

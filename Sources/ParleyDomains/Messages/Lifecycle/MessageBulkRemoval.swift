@@ -83,12 +83,14 @@ package enum MessageBulkRemoval {
         var afterID: String
         var matched: Int64
         var changed: Int64
+        /// Matched messages a legal hold kept (docs/retention.md#legal-hold).
+        var held: Int64
         var sample: [String]
 
         var json: JSONObject {
             [
                 "delete_files": .bool(deleteFiles), "after_timestamp": .int(afterTimestamp), "after_id": .string(afterID),
-                "matched": .int(matched), "changed": .int(changed), "sample": .array(sample.map(JSONValue.string)),
+                "matched": .int(matched), "changed": .int(changed), "held": .int(held), "sample": .array(sample.map(JSONValue.string)),
             ]
         }
 
@@ -98,6 +100,7 @@ package enum MessageBulkRemoval {
             afterID = ""
             matched = 0
             changed = 0
+            held = 0
             sample = []
         }
 
@@ -111,12 +114,13 @@ package enum MessageBulkRemoval {
             self.afterID = afterID
             self.matched = matched
             self.changed = changed
+            // A checkpoint written before holds existed has none.
+            self.held = json["held"]?.intValue ?? 0
             self.sample = sample.compactMap(\.stringValue)
         }
 
         var result: JSONObject {
-            // Legal holds do not exist yet: nothing is held (docs/jobs.md#removing-a-users-messages).
-            ["matched": .int(matched), "changed": .int(changed), "held": .int(0), "sample_message_ids": .array(sample.map(JSONValue.string))]
+            ["matched": .int(matched), "changed": .int(changed), "held": .int(held), "sample_message_ids": .array(sample.map(JSONValue.string))]
         }
     }
 
@@ -157,6 +161,7 @@ package enum MessageBulkRemoval {
         let selection = request.selection
         if request.dryRun {
             checkpoint.matched = try MessageBulkRemovalStore.count(appID: appID, selection, on: db)
+            checkpoint.held = try MessageBulkRemovalStore.count(appID: appID, selection, held: true, on: db)
             checkpoint.sample = try MessageBulkRemovalStore.next(
                 appID: appID, selection, after: (request.from - 1, ""), limit: sampleSize, on: db
             ).map(\.messageID)
@@ -165,15 +170,18 @@ package enum MessageBulkRemoval {
         let batch = try MessageBulkRemovalStore.next(
             appID: appID, selection, after: (checkpoint.afterTimestamp, checkpoint.afterID), limit: batchSize, on: db)
         let ids = batch.map(\.messageID)
+        // Messages a legal hold covers stay as they are (docs/retention.md#legal-hold).
+        let held = try RetentionService.held(ids, appID: appID, on: db)
+        let free = ids.filter { !held.contains($0) }
         let changed: [String]
         switch request.mode {
         case .delete:
             let lifecycle = MessageLifecycle(
                 service: MessageService(db: db, appID: appID, now: now), revokeWindowS: 0, deleteFiles: checkpoint.deleteFiles,
                 removeObjects: removeObjects)
-            changed = try lifecycle.deleteForEveryone(ids, perEvent: batchSize, revokePush: revokePush, on: db)
+            changed = try lifecycle.deleteForEveryone(free, perEvent: batchSize, revokePush: revokePush, on: db)
         case .hide:
-            changed = try MessageBulkRemovalStore.hide(appID: appID, messageIDs: ids, on: db)
+            changed = try MessageBulkRemovalStore.hide(appID: appID, messageIDs: free, on: db)
             // A room's recent-message cache holds the messages as they were: refresh the ones now hidden.
             for message in try MessageStore.fetchMany(appID: appID, messageIDs: changed, on: db) where message.conversationType == .room {
                 try RoomRecent.refresh(appID: appID, message: message, on: db)
@@ -181,6 +189,7 @@ package enum MessageBulkRemoval {
         }
         checkpoint.matched += Int64(ids.count)
         checkpoint.changed += Int64(changed.count)
+        checkpoint.held += Int64(held.count)
         checkpoint.sample += ids.prefix(sampleSize - checkpoint.sample.count)
         if let last = batch.last { (checkpoint.afterTimestamp, checkpoint.afterID) = (last.timestamp, last.messageID) }
         guard batch.count < batchSize else { return .next(checkpoint.json, progress: Int64(ids.count)) }

@@ -24,8 +24,11 @@ enum MessageBulkRemovalStore {
         return query
     }
 
-    static func count(appID: String, _ selection: Selection, on db: PostgresConnection) throws -> Int64 {
-        try db.query("SELECT count(*) FROM messages m " + matching(appID: appID, selection)).decodeFirst(Int64.self) ?? 0
+    /// How many messages `selection` matches; with `held`, only those a legal hold covers.
+    static func count(appID: String, _ selection: Selection, held: Bool = false, on db: PostgresConnection) throws -> Int64 {
+        var query = "SELECT count(*) FROM messages m " + matching(appID: appID, selection)
+        if held { query += " AND parley_message_held(m.app_id, m.conv_type, m.conv_id, m.sender)" }
+        return try db.query(query).decodeFirst(Int64.self) ?? 0
     }
 
     /// The next `limit` matching messages after the position (timestamp, message_id) `after`, in that order.

@@ -259,15 +259,15 @@ struct MessageLifecycle {
     /// Delete for everyone, by the app, of messages a bulk removal chose (docs/jobs.md#removing-a-users-messages),
     /// inside the caller's transaction (a step of its job): each message goes exactly as `POST /v1/messages/delete`
     /// with `scope` `everyone` deletes it (the row lock, the tombstone, the knock-on effects, the revoke push); ids
-    /// already gone are skipped. One `message.deleted` per conversation per `perEvent` messages, in the order given.
-    /// Returns the ids it deleted.
+    /// already gone are skipped, and so are those a legal hold covers (docs/retention.md#legal-hold). One
+    /// `message.deleted` per conversation per `perEvent` messages, in the order given. Returns the ids it deleted.
     func deleteForEveryone(_ messageIDs: [String], perEvent: Int, revokePush: RevokePush, on db: PostgresConnection) throws -> [String] {
         var deleted: [(message: Message, id: String)] = []
         var effects: [NewEvent] = []
         for messageID in messageIDs {
             do {
                 deleted.append((try deleteForEveryoneLocked(messageID, by: Actor(), effects: &effects, revokePush: revokePush, on: db), messageID))
-            } catch let problem as APIError where problem.code == .messageNotFound {
+            } catch let problem as APIError where problem.code == .messageNotFound || problem.code == .legalHold {
                 continue
             }
         }
@@ -354,8 +354,11 @@ struct MessageLifecycle {
 
     /// ``lockForChange(_:by:on:)`` for a change that makes the message gone, with whether any message replies to it
     /// (for ``MessageStore/markGone(appID:message:isRepliedTo:_:on:)``).
+    /// A message under a legal hold is never made gone: 409 `7000901` (docs/retention.md#legal-hold).
     private func lockForGone(_ messageID: String, by actor: Actor, on db: PostgresConnection) throws -> (message: Message, isRepliedTo: Bool) {
-        try lockForChange(messageID, by: actor, probingReplies: true, on: db)
+        let locked = try lockForChange(messageID, by: actor, probingReplies: true, on: db)
+        try RetentionService.requireNotHeld(locked.message, appID: appID, on: db)
+        return locked
     }
 
     private func lockForChange(
