@@ -40,8 +40,8 @@ enum Routes {
             try MessageFiles.readable(fileID: fileID, byUser: userID, appID: appID, now: now, on: db)
         }
         MessageRoutes.register(on: &api, writer: writer, blocklists: blocklists)
-        // Messages sit below Push: a revoke's push is handed in here.
         RetentionRoutes.register(on: &api)
+        // Messages sit below Push: a revoke's push is handed in here.
         MessageLifecycleRoutes.register(on: &api, pool: services.pool, blocklists: blocklists) { db, appID, messageID, push, now in
             try PushPlanner.revokePush(appID: appID, messageID: messageID, push: push, now: now, on: db)
         }
@@ -67,6 +67,7 @@ enum Routes {
         }
         if let export = jobs.kind(UserExport.kindName) {
             UserExportRoutes.register(on: &api, kind: export) { jobs.poke() }
+        }
         if let erasure = jobs.kind(UserErasure.kindName) {
             UserErasureRoutes.register(on: &api, kind: erasure) { jobs.poke() }
         }
