@@ -49,45 +49,11 @@ PY
 
 # remove: starts the removal and waits for it; prints "wall_ms done"
 remove() {
-    local job id state t0 body
+    local t0 body
     t0=$(now_ms)
-    job=$(api -X POST "$BASE/v1/moderation/remove_messages" \
-        -d '{"user_id":"u1","from":1700000000000,"to":'"$((1700000000000 + MESSAGES))"',"mode":"delete","dry_run":false}')
-    id=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["job_id"])' <<<"$job")
-    while :; do
-        body=$(api "$BASE/v1/jobs/$id")
-        state=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])' <<<"$body")
-        [[ $state == succeeded || $state == failed || $state == cancelled ]] && break
-        sleep 0.05
-    done
-    [[ $state == succeeded ]] || die "removal $id ended $state: $body"
+    body=$(await_job "$(api -X POST "$BASE/v1/moderation/remove_messages" \
+        -d '{"user_id":"u1","from":1700000000000,"to":'"$((1700000000000 + MESSAGES))"',"mode":"delete","dry_run":false}')")
     echo "$(($(now_ms) - t0)) $(python3 -c 'import json,sys; print(json.load(sys.stdin)["result"]["changed"])' <<<"$body")"
-}
-
-# paced key: the paced hot sends for DURATION (with DURING set, that command runs beside them)
-paced() {
-    local key=$1 out during_pid=
-    if [[ -n ${DURING:-} ]]; then
-        $DURING >"$TMP/during-$key" &
-        during_pid=$!
-        PIDS=("$during_pid" "${PIDS[@]}")
-    fi
-    out=$(HOT=1 PACE_RATE=$PACE PACE_THREADS=$THREADS BENCH_LUA_DIR="$ROOT/bench/lua" timeout $((SECS + 30)) \
-        wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s "$ROOT/bench/lua/paced_send.lua" "$BASE" 2>&1)
-    if [[ -n $during_pid ]]; then
-        wait "$during_pid" || die "'$DURING' failed beside $key"
-        forget_pid "$during_pid"
-    fi
-    RATE[parley,$key]=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
-    P50[$key]=$(awk '$1 == "50%" { print $2 }' <<<"$out")
-    P99[$key]=$(awk '$1 == "99%" { print $2 }' <<<"$out")
-    ERR[$key]=$(awk '/Non-2xx or 3xx responses:/ { print $NF }' <<<"$out")
-    ERR[$key]=${ERR[$key]:-0}
-    log "  $key: ${RATE[parley,$key]} sends/s, p50 ${P50[$key]}, p99 ${P99[$key]}, errors ${ERR[$key]}"
-}
-
-to_ms() {  # wrk latency ("812.00us", "1.20ms", "2.01s") in ms
-    awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000; printf "%.2f", n }'
 }
 
 declare -A WALL REMOVED CPUMS RATIO

@@ -419,3 +419,46 @@ median_of() {  # prefix [parley|pgbench]: the median (lower middle) rate of "<pr
 }
 ab_ratio() { awk -v b="$1" -v a="$2" 'BEGIN { printf "%.2f×", (a > 0 ? b / a : 0) }'; }  # b a: "b/a×"
 met() { awk -v x="$1" -v t="$2" 'BEGIN { print (x + 0 >= t + 0 ? "met" : "**not met**") }'; }  # value target
+
+# paced key: paced hot sends u1 -> u2 (bench/lua/paced_send.lua, HOT=1) at $PACE/s over $CONNECTIONS connections for
+# $DURATION ($SECS s); with DURING set, that command runs beside them, its output in $TMP/during-<key>. Sets
+# RATE[parley,<key>], P50, P99 and ERR[<key>] (bench/bulk-removal.sh, bench/purge.sh).
+paced() {
+    local key=$1 out during_pid=
+    if [[ -n ${DURING:-} ]]; then
+        $DURING >"$TMP/during-$key" &
+        during_pid=$!
+        PIDS=("$during_pid" "${PIDS[@]}")
+    fi
+    out=$(HOT=1 PACE_RATE=$PACE PACE_THREADS=$THREADS BENCH_LUA_DIR="$ROOT/bench/lua" timeout $((SECS + 30)) \
+        wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s "$ROOT/bench/lua/paced_send.lua" "$BASE" 2>&1)
+    if [[ -n $during_pid ]]; then
+        wait "$during_pid" || die "'$DURING' failed beside $key"
+        forget_pid "$during_pid"
+    fi
+    RATE[parley,$key]=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+    P50[$key]=$(awk '$1 == "50%" { print $2 }' <<<"$out")
+    P99[$key]=$(awk '$1 == "99%" { print $2 }' <<<"$out")
+    ERR[$key]=$(awk '/Non-2xx or 3xx responses:/ { print $NF }' <<<"$out")
+    ERR[$key]=${ERR[$key]:-0}
+    log "  $key: ${RATE[parley,$key]} sends/s, p50 ${P50[$key]}, p99 ${P99[$key]}, errors ${ERR[$key]}"
+}
+
+to_ms() {  # wrk latency ("812.00us", "1.20ms", "2.01s") in ms
+    awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000; printf "%.2f", n }'
+}
+
+# await_job answer: the job_id of a 202 Job answer, followed until it finishes; prints the finished Job's JSON, or dies
+# unless it succeeded (bench/bulk-removal.sh, bench/user-export.sh).
+await_job() {
+    local id body state
+    id=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["job_id"])' <<<"$1")
+    while :; do
+        body=$(api "$BASE/v1/jobs/$id")
+        state=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])' <<<"$body")
+        [[ $state == succeeded || $state == failed || $state == cancelled ]] && break
+        sleep 0.05
+    done
+    [[ $state == succeeded ]] || die "job $id ended $state: $body"
+    echo "$body"
+}

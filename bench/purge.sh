@@ -98,33 +98,6 @@ SQL
     echo "$(($(now_ms) - t0)) $MESSAGES"
 }
 
-declare -A RATE P50 P99 ERR
-# paced key: the paced hot sends for DURATION (with DURING set, that command runs beside them)
-paced() {
-    local key=$1 out during_pid=
-    if [[ -n ${DURING:-} ]]; then
-        $DURING >"$TMP/during-$key" &
-        during_pid=$!
-        PIDS=("$during_pid" "${PIDS[@]}")
-    fi
-    out=$(HOT=1 PACE_RATE=$PACE PACE_THREADS=$THREADS BENCH_LUA_DIR="$ROOT/bench/lua" timeout $((SECS + 30)) \
-        wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s "$ROOT/bench/lua/paced_send.lua" "$BASE" 2>&1)
-    if [[ -n $during_pid ]]; then
-        wait "$during_pid" || die "'$DURING' failed beside $key"
-        forget_pid "$during_pid"
-    fi
-    RATE[$key]=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
-    P50[$key]=$(awk '$1 == "50%" { print $2 }' <<<"$out")
-    P99[$key]=$(awk '$1 == "99%" { print $2 }' <<<"$out")
-    ERR[$key]=$(awk '/Non-2xx or 3xx responses:/ { print $NF }' <<<"$out")
-    ERR[$key]=${ERR[$key]:-0}
-    log "  $key: ${RATE[$key]} sends/s, p50 ${P50[$key]}, p99 ${P99[$key]}, errors ${ERR[$key]}"
-}
-
-to_ms() {  # wrk latency ("812.00us", "1.20ms", "2.01s") in ms
-    awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000; printf "%.2f", n }'
-}
-
 # timed name command: runs it alone with the CPU measured; sets WALL[name], CPUMS[name] ("parley / pg" ms per message)
 declare -A WALL CPUMS RATIO
 timed() {
@@ -159,7 +132,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
     import_batch
     wait_quiet
     timed "floor #$r" floor
-    ROWS+=("| $r | ${RATE[alone #$r]} | ${P50[alone #$r]} | ${P99[alone #$r]} | ${P50[during #$r]} | ${P99[during #$r]} | ${RATIO[$r]}× | ${ERR[during #$r]} | ${WALL[during #$r]} | ${WALL[purge #$r]} | ${CPUMS[purge #$r]} | ${WALL[floor #$r]} | ${CPUMS[floor #$r]} |")
+    ROWS+=("| $r | ${RATE[parley,alone #$r]} | ${P50[alone #$r]} | ${P99[alone #$r]} | ${P50[during #$r]} | ${P99[during #$r]} | ${RATIO[$r]}× | ${ERR[during #$r]} | ${WALL[during #$r]} | ${WALL[purge #$r]} | ${CPUMS[purge #$r]} | ${WALL[floor #$r]} | ${CPUMS[floor #$r]} |")
 done
 median_ratio=$(for ((r = 1; r <= ROUNDS; r++)); do echo "${RATIO[$r]}"; done | sort -n | awk -v m=$(((ROUNDS + 1) / 2)) 'NR == m')
 

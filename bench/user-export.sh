@@ -40,17 +40,9 @@ done
 
 # export: starts the export and waits for it; prints "wall_ms file_id file_size"
 export_user() {
-    local job id state t0 body
+    local t0 body
     t0=$(now_ms)
-    job=$(api -X POST "$BASE/v1/users/u1/export")
-    id=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["job_id"])' <<<"$job")
-    while :; do
-        body=$(api "$BASE/v1/jobs/$id")
-        state=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])' <<<"$body")
-        [[ $state == succeeded || $state == failed || $state == cancelled ]] && break
-        sleep 0.05
-    done
-    [[ $state == succeeded ]] || die "export $id ended $state: $body"
+    body=$(await_job "$(api -X POST "$BASE/v1/users/u1/export")")
     echo "$(($(now_ms) - t0)) $(python3 -c 'import json,sys; r = json.load(sys.stdin)["result"]; print(r["file_id"], r["file_size"])' <<<"$body")"
 }
 
