@@ -7,12 +7,13 @@
 #     acknowledged;
 #   - 20 friend applications and 20 group join applications, one per group (expiring after 60 s, the smallest expiry) and 20 calls
 #     (timing out after 25 s), and a webhook on their events whose receiver refuses every first attempt;
+#   - 60 scheduled messages due one every 300 ms from 12 s after they were scheduled (across the kill and the restart);
 #   - 12 s into the load node 2 is killed with SIGKILL and started again 5 s later; 10 probe users hold streams
 #     straight to node 2 (5 of them also one on node 3, as ios).
 # Checks: each file of Migrations/ applied by exactly one node; every stream reconnected through nginx with
 # Last-Event-ID and received exactly its user's events from where it started (the user event log read afterwards),
 # none twice, none missing, in id order; every acknowledged send is in its conversation's history once and reached
-# each recipient's stream; each timer fired once (one expiry event per application, one call.ended per call) and its
+# each recipient's stream; each scheduled message sent once and never before its send_at; each timer fired once (one expiry event per application, one call.ended per call) and its
 # webhook took exactly two attempts; the probes alone on node 2 went offline once its heartbeat expired, the others
 # stayed online on ios, and no reconnected user reads offline. Bounded: about 2 minutes, 5 at most.
 #

@@ -41,6 +41,7 @@ OTHER_NODE = 3 if KILLED_NODE != 3 else 1
 TIMERS = int(os.environ.get("CLUSTER_TIMERS", "20"))            # friend applications, group applications and calls each
 CALL_TIMEOUT_S = int(os.environ.get("CLUSTER_CALL_TIMEOUT_S", "25"))
 EXPIRY_S = 60                                                   # application_expiry_s: the smallest the API allows
+SCHEDULED = int(os.environ.get("CLUSTER_SCHEDULED", "60"))      # scheduled messages due across the kill and the restart
 PAIRS = int(os.environ.get("CLUSTER_PAIRS", "150"))
 SEED = int(os.environ.get("CLUSTER_SEED", str(random.randrange(1 << 31))))
 PROBES_ALONE = [f"p{i}" for i in range(1, 6)]       # one stream, on the node that is killed: offline afterwards
@@ -464,6 +465,17 @@ async def check():
                                                   "timeout_s": CALL_TIMEOUT_S})
         calls.append(answer["call"]["call_id"])
     timers_set_at = now()
+    # Scheduled messages (docs/scheduled-messages.md) due from 12 s on, one every 300 ms: before, during and after
+    # the kill and the restart. Each must be sent once, never before its send_at, whichever node sends it.
+    sched_from, sched_to = f"sched-a-{RUN}", f"sched-b-{RUN}"
+    await call("POST", "/v1/users/import", {"users": [{"user_id": sched_from}, {"user_id": sched_to}]})
+    first_due = int(time.time() * 1000) + 12_000
+    scheduled = []
+    for i in range(SCHEDULED):
+        send_at = first_due + i * 300
+        answer = await call("POST", "/v1/messages", {"from": sched_from, "conversation_type": "peer", "to": sched_to, "type": 1,
+                                                     "body": {"text": f"scheduled {i}"}, "send_at": send_at})
+        scheduled.append((answer["scheduled_id"], send_at))
 
     # Load, with the kill and the restart.
     ledger, stop = Ledger(), asyncio.Event()
@@ -505,6 +517,18 @@ async def check():
             break
         await asyncio.sleep(0.5)
     await asyncio.sleep(3)  # a third attempt, were there one, would show now
+
+    # Scheduled messages: each `sent` once (its dedupe key `s:<scheduled_id>` once in the history), none early.
+    sched_states = [await call("GET", f"/v1/scheduled_messages/{sid}") for sid, _ in scheduled]
+    sched_items = [m for m in await history(("peer", (sched_to, sched_from))) if (m.get("client_msg_id") or "").startswith("s:")]
+    sched_count = {}
+    for m in sched_items:
+        sched_count[m["client_msg_id"]] = sched_count.get(m["client_msg_id"], 0) + 1
+    sched_sent_once = sum(1 for (sid, _), st in zip(scheduled, sched_states)
+                          if st["state"] == "sent" and sched_count.get(f"s:{sid}") == 1)
+    due_at = {f"s:{sid}": send_at for sid, send_at in scheduled}
+    sched_early = sum(1 for m in sched_items if m["timestamp"] < due_at.get(m["client_msg_id"], 0))
+    sched_lateness = [m["timestamp"] - due_at[m["client_msg_id"]] for m in sched_items if m["client_msg_id"] in due_at]
 
     # The truth in the database, read through nginx: each user's events from where its stream started.
     logs = dict(zip(users, await bounded([paged(f"/v1/users/{u}/events/log", streams[u].start) for u in users])))
@@ -613,6 +637,8 @@ async def check():
         "clients_offline_after": clients_offline_after,
         "node_killed_at_s": round(killed_at - load_started, 1), "node_restarted_at_s": round(restarted_at - load_started, 1),
         "files_served_by_every_node": not file_problems,
+        "scheduled": len(scheduled), "scheduled_sent_once": sched_sent_once, "scheduled_sent_early": sched_early,
+        "scheduled_lateness_ms_max": max(sched_lateness) if sched_lateness else None,
         "run_s": round(now(), 1),
     }
     print("{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in figures.items()) + "\n}")  # one line a figure
@@ -625,6 +651,9 @@ async def check():
         problems.append(f"sends: lost {lost[:3]}, stored twice {stored_twice[:3]}, refused {ledger.refused[:3]}")
     if not_streamed:
         problems.append(f"{not_streamed} message deliveries never reached a recipient's stream")
+    if sched_sent_once != len(scheduled) or sched_early:
+        problems.append(f"scheduled messages: {sched_sent_once} of {len(scheduled)} sent once, {sched_early} early; "
+                        f"states {sorted({st['state'] for st in sched_states})}")
     if timers_once != len(wanted):
         problems.append(f"timers: {timers_twice} fired more than once, {timers_never} never")
     if hooks_two_attempts != len(wanted):

@@ -1,3 +1,4 @@
+import Glibc
 import ParleyAPI
 import ParleyCore
 import ParleyPostgres
@@ -37,6 +38,11 @@ package enum RetentionPurge {
             purged += done.messagesPurged
         }
         return Int(purged)
+    }
+
+    private static func rest(after took: Duration) {
+        let millis = min(Int64(JobKind.maxRestMillis), took.components.seconds * 1000 + took.components.attoseconds / 1_000_000_000_000_000)
+        if millis > 0 { usleep(useconds_t(millis * 1000)) }
     }
 
     static func newRunID() -> String { IdentifierKind.generateID(prefix: "rr_", length: 22) }
@@ -79,6 +85,7 @@ package enum RetentionPurge {
                     if rule.purgeFiles { run.filesPurged += would.files }
                 } else {
                     while true {
+                        let started = ContinuousClock.now
                         let batch = try RetentionStore.purgeBatch(appID: appID, rule.selection, limit: batchSize, on: db)
                         run.messagesPurged += batch.count
                         if rule.purgeFiles && !batch.fileIDs.isEmpty {
@@ -88,6 +95,9 @@ package enum RetentionPurge {
                                 })
                         }
                         if batch.count < batchSize { break }
+                        // Rest as long as the batch took (at most as long as a job rests): a purge then takes at most
+                        // about half of one core of the database, leaving the rest to requests, as a job does.
+                        Self.rest(after: ContinuousClock.now - started)
                     }
                 }
                 run.heldSkipped += try RetentionStore.count(appID: appID, rule.selection, held: true, on: db).messages
