@@ -6,7 +6,9 @@
 #   2. The API under schemathesis (from PyPI), generated from the server's own /openapi.json, against the release
 #      server on a fresh embedded PostgreSQL: once with an app key (every app route), then with the server admin key
 #      (the /v1/apps and /v1/test routes). Fails on any 5xx, any answer outside the document (status, content type,
-#      body schema) and any crash.
+#      body schema) and any crash. scripts/fuzz_hooks.py keeps the fuzzer from throttling or reconfiguring its own app
+#      (fresh Idempotency-Keys, settings put back after each PATCH /v1/settings) and counts how many requests reached
+#      a handler; more than 5 % answered 429 or 422 idempotency_key_reused before one fails the run.
 #
 # usage: scripts/fuzz.sh [parser|api|all]      (default all)
 # Environment: FUZZ_PARSER_RUNS (1000000), FUZZ_PARSER_SECONDS (120), FUZZ_API_EXAMPLES (cases per operation and
@@ -63,11 +65,15 @@ install_schemathesis() {
 # One worker: with two, schemathesis' coverage phase calls Python's `ast` from two threads at once, which CPython 3.11
 # can fail with "AST constructor recursion depth mismatch" (a runtime error of the tool, not an answer of Parley's;
 # CI stopped on it twice). The request timeout is well above Parley's own bounds (2 s per statement, 5 s per ping).
+# scripts/fuzz_hooks.py gives every valid Idempotency-Key a fresh value, puts the app's settings back after each
+# PATCH /v1/settings (FUZZ_RESTORE_SETTINGS=1) and counts the answers by where the request ended ($OUT/<label>-counts.json).
 schemathesis_run() {
     local label=$1 credential=$2
     shift 2
     log "api ($label): $API_EXAMPLES cases per operation, at most ${API_SECONDS}s, seed $SEED"
-    "$VENV/bin/schemathesis" run "$BASE/openapi.json" --url "$BASE" \
+    PYTHONPATH="$ROOT/scripts" SCHEMATHESIS_HOOKS=fuzz_hooks FUZZ_BASE="$BASE" FUZZ_KEY="$credential" \
+        FUZZ_COUNTS="$OUT/$label-counts.json" FUZZ_RESTORE_SETTINGS=${RESTORE_SETTINGS:-0} \
+        "$VENV/bin/schemathesis" run "$BASE/openapi.json" --url "$BASE" \
         -H "Authorization: Bearer $credential" \
         --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
         --max-examples "$API_EXAMPLES" --max-time "$API_SECONDS" --seed "$SEED" --workers 1 \
@@ -85,7 +91,27 @@ schemathesis_run() {
         tail -n 80 "$OUT/$label.log" >&2
     fi
     log "api ($label): exit $status; full log $OUT/$label.log"
+    report_reach "$label" || status=1
     return "$status"
+}
+
+# report_reach label: how many requests got past the checks before a handler, from the hooks' counts. A run whose
+# requests mostly bounce off the rate limit or a reused Idempotency-Key tests those two checks, not the API: more than
+# 5 % of them fails the run.
+report_reach() {
+    python3 - "$OUT/$1-counts.json" "$1" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+n = c["requests"] or 1
+bounced = c["rate_limited_429"] + c["idempotency_key_reused_422"]
+print(f"[fuzz] api ({sys.argv[2]}): {c['requests']} requests: {c['reached_handler']} reached a route's handler "
+      f"({100 * c['reached_handler'] / n:.1f} %); before one: {c['rate_limited_429']} × 429, "
+      f"{c['idempotency_key_reused_422']} × 422 idempotency_key_reused, {c['credentials_401_403']} × 401/403; "
+      f"{c['server_error_5xx']} × 5xx; settings restored {c['settings_restored']} times", file=sys.stderr)
+if bounced > 0.05 * n:
+    print(f"[fuzz] api ({sys.argv[2]}): {bounced} of {c['requests']} requests were throttled or refused as key reuse", file=sys.stderr)
+    sys.exit(1)
+PY
 }
 
 fuzz_api() {
@@ -101,7 +127,7 @@ fuzz_api() {
     # answers a file's bytes with the type its uploader claimed (docs/files.md#the-file-object): schemathesis decodes a
     # claimed text/* as UTF-8 and fails on the random bytes it uploaded itself; FilesTests and big-file-check.sh try
     # downloads (ranges, conditional requests, signed URLs) instead.
-    schemathesis_run app "$PARLEY_KEY" --exclude-path-regex '^/v1/(apps|test)(/|$)' --exclude-operation-id importMessages \
+    RESTORE_SETTINGS=1 schemathesis_run app "$PARLEY_KEY" --exclude-path-regex '^/v1/(apps|test)(/|$)' --exclude-operation-id importMessages \
         --exclude-operation-id createUpload --exclude-operation-id appendToUpload --exclude-operation-id downloadFile || failed=1
     schemathesis_run admin "$admin_key" --include-path-regex '^/v1/(apps|test)(/|$)' || failed=1
     cp "$TMP/parley.log" "$OUT/parley.log"
