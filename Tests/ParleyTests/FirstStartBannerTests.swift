@@ -1,3 +1,4 @@
+import ParleyHTTP
 import ParleyTesting
 import Synchronization
 import Testing

@@ -174,7 +174,10 @@ public final class ParleyApp: Sendable {
         let made = [("PARLEY_ADMIN_KEY", adminKey), ("PARLEY_KEY", defaultAppKey)].compactMap { name, key in key.map { (name, $0) } }
         if made.isEmpty { return [] }
         let rule = String(repeating: "=", count: 80)
-        var lines = [rule, "First start: Parley made the keys below and shows them only now. To use them in this shell", "(the README's examples do), paste these lines:", ""]
+        var lines = [
+            rule, "First start: Parley made the keys below and shows them only now.",
+            "Paste these lines into the shell you run the README's examples in:", "",
+        ]
         lines += made.map { "\($0.0)=\($0.1)" }
         lines.append("export " + made.map(\.0).joined(separator: " "))
         lines.append("")

@@ -117,12 +117,12 @@ enum TransferCommand {
         let connection = try HTTPClientConnection(host: options.host, port: options.port, timeout: .seconds(300))
         var headers = options.headers
         headers.add("Accept", "application/x-ndjson")
-        let stream = try connection.openStream(path: "/v1/messages/export?" + query, headers: headers)
+        let path = "/v1/messages/export?" + query
+        let stream = try connection.openStream(path: path, headers: headers)
         defer { stream.close() }
         if stream.status != 200 {
-            var problem = ""
-            while let line = try stream.nextLine(timeout: .seconds(30)) { problem += line }
-            throw ServerProblem(status: stream.status, body: Array(problem.utf8))
+            stream.close()
+            throw ServerProblem(status: stream.status, body: refusal(path: path, headers: headers, options))
         }
         guard let out = options.file.map({ fopen($0, "w") }) ?? fdopen(STDOUT_FILENO, "w") else {
             ParleyCommand.printError("parley export: cannot write \(options.file ?? "")")
@@ -139,6 +139,19 @@ enum TransferCommand {
         }
         progress.finish(lines, "exported")
         return 0
+    }
+
+    /// The problem document of a refused export. The stream reader keeps whole lines only and a problem document
+    /// ends without a line ending, so the (read-only) request is sent again as a plain one, whose body is read whole.
+    private static func refusal(path: String, headers: HTTPHeaders, _ options: Options) -> [UInt8] {
+        guard let connection = try? HTTPClientConnection(host: options.host, port: options.port, timeout: .seconds(30)) else {
+            return []
+        }
+        defer { connection.close() }
+        guard let response = try? connection.send(method: .get, path: path, headers: headers), response.status != 200 else {
+            return []
+        }
+        return response.body
     }
 
     private static func percentEncoded(_ value: String) -> String {
