@@ -23,7 +23,7 @@ export PARLEY_KEY; PARLEY_KEY=$(grep '^PARLEY_KEY=' "$log" | head -1 | cut -d= -
 
 pages=(README.md docs/tutorial.md)
 python3 scripts/readme_examples.py "${pages[@]}" >"$data/examples.sh"
-count=$(grep -c '^run_' "$data/examples.sh" || true)
+count=$(grep -cE '^run_(example|command) ' "$data/examples.sh" || true)
 echo "running $count examples of ${pages[*]} against $PARLEY"
 # The examples run as a reader's would, from a clone's directory; files they write (an export) land in a scratch
 # copy of it, removed with the data directory.
