@@ -49,5 +49,9 @@ done
 echo "first-start-check: /readyz ready after $(( $(date +%s) - started )) s (build included)"
 grep -q "the cluster lives in" "$log" || { tail -n 40 "$log"; echo "first-start-check: the log does not say where the cluster went"; exit 1; }
 grep -m1 "the cluster lives in" "$log"
+# The first start's key block (README.md, Quick start): the lines a reader pastes into a shell.
+for line in '^PARLEY_ADMIN_KEY=' '^PARLEY_KEY=pk\.default\.' '^export PARLEY_ADMIN_KEY PARLEY_KEY$'; do
+  grep -q "$line" "$log" || { tail -n 40 "$log"; echo "first-start-check: no line $line in the first start's output"; exit 1; }
+done
 [ "$(stat -c %a "$parent")" = "700" ] || { echo "first-start-check: the parent's mode changed"; exit 1; }
 echo "first-start-check: passed"

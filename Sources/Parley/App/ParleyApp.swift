@@ -54,9 +54,9 @@ public final class ParleyApp: Sendable {
         if external == nil || configuration.adminKey == nil { try DataDirectory.prepare(configuration.dataDirectory) }
         let (adminKey, generated) = try DataDirectory.adminKey(configured: configuration.adminKey, in: configuration.dataDirectory)
         self.adminKey = adminKey
-        if generated {
-            output("Generated the server admin key (saved in \(configuration.dataDirectory)/admin_key): \(adminKey)")
-        }
+        // Keys made by this start, shown once the server is ready (below the migration log, where they are seen).
+        let generatedAdminKey = generated ? adminKey : nil
+        var defaultAppKey: String?
         let pgLogger = PostgresLogger.bridging(logger.named("postgres"))
         if let external {
             embedded = nil
@@ -118,7 +118,7 @@ public final class ParleyApp: Sendable {
             ) { committed in observers.committed(committed) }
             self.hub = hub
             self.writer = writer
-            if embedded != nil { try Self.createDefaultAppIfNone(services: services, output: output) }
+            if embedded != nil { defaultAppKey = try Self.createDefaultAppIfNone(services: services) }
             let jobs = JobRunner(
                 kinds: Routes.jobKinds(services: services), leaseMillis: Int64(configuration.jobLeaseMillis),
                 stepPauseMillis: configuration.jobStepPauseMillis)
@@ -160,18 +160,43 @@ public final class ParleyApp: Sendable {
             throw error
         }
         logger.info("msg=ready listen=\(configuration.listenHost):\(server.port) embedded_postgres=\(embedded != nil)")
+        for line in Self.firstStartBanner(
+            adminKey: generatedAdminKey, defaultAppKey: defaultAppKey, dataDirectory: configuration.dataDirectory)
+        {
+            output(line)
+        }
     }
 
-    /// On the first start of the embedded default there is no app yet: create `default` and print its key once,
-    /// so a newcomer can call the API at once.
-    private static func createDefaultAppIfNone(services: Services, output: @Sendable (String) -> Void) throws {
+    /// The keys a first start made, in a framed block that stands out from the log. The assignments start their
+    /// lines (scripts read `^PARLEY_KEY=`) and, with the `export` line after them, paste into a shell as they are.
+    /// Empty when this start made no key.
+    static func firstStartBanner(adminKey: String?, defaultAppKey: String?, dataDirectory: String) -> [String] {
+        let made = [("PARLEY_ADMIN_KEY", adminKey), ("PARLEY_KEY", defaultAppKey)].compactMap { name, key in key.map { (name, $0) } }
+        if made.isEmpty { return [] }
+        let rule = String(repeating: "=", count: 80)
+        var lines = [
+            rule, "First start: Parley made the keys below and shows them only now.",
+            "Paste these lines into the shell you run the README's examples in:", "",
+        ]
+        lines += made.map { "\($0.0)=\($0.1)" }
+        lines.append("export " + made.map(\.0).joined(separator: " "))
+        lines.append("")
+        if adminKey != nil {
+            lines.append("PARLEY_ADMIN_KEY is the server admin key (the /v1/apps routes), also saved in \(dataDirectory)/admin_key.")
+        }
+        if defaultAppKey != nil { lines.append("PARLEY_KEY is the key of the app \"default\" (every other /v1 route).") }
+        lines.append(rule)
+        return lines
+    }
+
+    /// On the first start of the embedded default there is no app yet: create `default` and return its key (printed
+    /// once, in the first-start banner), so a newcomer can call the API at once. Nil when an app exists.
+    private static func createDefaultAppIfNone(services: Services) throws -> String? {
         let created = try services.pool.withConnection { db -> AppService.Created? in
             guard try db.query("SELECT count(*) FROM apps").decodeFirst(Int64.self) ?? 0 == 0 else { return nil }
             return try AppService.create(appID: "default", name: "Default app", settings: .defaults(), now: services.clock.now(), on: db)
         }
-        guard let created else { return }
-        output("Created the app \"default\". Its app key, shown only now (export it to use the README examples):")
-        output("PARLEY_KEY=\(created.secret)")
+        return created?.secret
     }
 
     /// Writes a line to standard output at once (unbuffered: scripts read it while the server runs).

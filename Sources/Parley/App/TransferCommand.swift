@@ -31,23 +31,50 @@ enum TransferCommand {
         var query: [(String, String)] = []
     }
 
-    static func run(_ command: String, arguments: [String], environment: [String: String]) -> Int32 {
+    /// `errorOutput` takes what goes to stderr on failure (tests read it).
+    static func run(
+        _ command: String, arguments: [String], environment: [String: String],
+        errorOutput: (String) -> Void = ParleyCommand.printError
+    ) -> Int32 {
         let options: Options
         do {
             options = try parse(command, arguments, environment)
         } catch {
-            ParleyCommand.printError("parley \(command): \((error as? UsageError)?.message ?? "\(error)")\n\n\(usage)")
+            errorOutput("parley \(command): \((error as? UsageError)?.message ?? "\(error)")\n\n\(usage)")
             return 2
         }
         do {
             return try command == "export" ? export(options) : importFile(options)
+        } catch let problem as ServerProblem {
+            // On a new line: a progress bar may be drawn on the current one.
+            errorOutput("\nparley \(command): \(problem)")
+            return 1
         } catch {
-            ParleyCommand.printError("\nparley \(command): \(error)")
+            errorOutput("\nparley \(command): \((error as? UsageError)?.message ?? "\(error)")")
             return 1
         }
     }
 
     struct UsageError: Error { let message: String }
+
+    /// A request the server refused: its status and the RFC 9457 problem it answered with (docs/errors.md), so
+    /// the user reads why (an unknown conversation, a wrong key) instead of a bare status.
+    struct ServerProblem: Error, CustomStringConvertible {
+        let status: Int
+        let body: [UInt8]
+
+        var description: String {
+            guard let problem = try? JSONValue.parse(body), problem.objectValue != nil else {
+                let text = String(decoding: body, as: UTF8.self).drop { $0.isWhitespace }
+                return "HTTP \(status)" + (text.isEmpty ? " (no body)" : ": \(text)")
+            }
+            var text = "HTTP \(status)"
+            if let title = problem["title"]?.stringValue { text += " \(title)" }
+            if let detail = problem["detail"]?.stringValue, !detail.isEmpty { text += ": \(detail)" }
+            if let code = problem["code"]?.intValue { text += " (code \(code))" }
+            return text
+        }
+    }
 
     private static func parse(_ command: String, _ arguments: [String], _ environment: [String: String]) throws -> Options {
         var options = Options()
@@ -90,13 +117,12 @@ enum TransferCommand {
         let connection = try HTTPClientConnection(host: options.host, port: options.port, timeout: .seconds(300))
         var headers = options.headers
         headers.add("Accept", "application/x-ndjson")
-        let stream = try connection.openStream(path: "/v1/messages/export?" + query, headers: headers)
+        let path = "/v1/messages/export?" + query
+        let stream = try connection.openStream(path: path, headers: headers)
         defer { stream.close() }
         if stream.status != 200 {
-            var problem = ""
-            while let line = try stream.nextLine(timeout: .seconds(30)) { problem += line }
-            ParleyCommand.printError("parley export: HTTP \(stream.status): \(problem)")
-            return 1
+            stream.close()
+            throw ServerProblem(status: stream.status, body: refusal(path: path, headers: headers, options))
         }
         guard let out = options.file.map({ fopen($0, "w") }) ?? fdopen(STDOUT_FILENO, "w") else {
             ParleyCommand.printError("parley export: cannot write \(options.file ?? "")")
@@ -113,6 +139,19 @@ enum TransferCommand {
         }
         progress.finish(lines, "exported")
         return 0
+    }
+
+    /// The problem document of a refused export. The stream reader keeps whole lines only and a problem document
+    /// ends without a line ending, so the (read-only) request is sent again as a plain one, whose body is read whole.
+    private static func refusal(path: String, headers: HTTPHeaders, _ options: Options) -> [UInt8] {
+        guard let connection = try? HTTPClientConnection(host: options.host, port: options.port, timeout: .seconds(30)) else {
+            return []
+        }
+        defer { connection.close() }
+        guard let response = try? connection.send(method: .get, path: path, headers: headers), response.status != 200 else {
+            return []
+        }
+        return response.body
     }
 
     private static func percentEncoded(_ value: String) -> String {
@@ -151,7 +190,7 @@ enum TransferCommand {
             if batchLines == 0 { return }
             let response = try connection.send(method: .post, path: "/v1/messages/import", headers: headers, body: batch)
             guard response.status == 200, let json = try? JSONValue.parse(response.body) else {
-                throw UsageError(message: "HTTP \(response.status): \(String(decoding: response.body, as: UTF8.self))")
+                throw ServerProblem(status: response.status, body: response.body)
             }
             for result in json["results"]?.arrayValue ?? [] {
                 if result["ok"] == .bool(true) {
