@@ -25,7 +25,7 @@ enum TestEventRecording {
     /// then misses its events, it does not pass them).
     static func write(databases: [(String, PostgresConfiguration)]) {
         guard let path, !databases.isEmpty else { return }
-        if !FileManager.default.fileExists(atPath: path) { FileManager.default.createFile(atPath: path, contents: nil) }
+        if !FileManager.default.fileExists(atPath: path) { _ = FileManager.default.createFile(atPath: path, contents: nil) }
         guard let file = FileHandle(forWritingAtPath: path) else {
             FileHandle.standardError.write(Data("PARLEY_TEST_EVENTS: cannot open \(path)\n".utf8))
             return
