@@ -43,7 +43,7 @@ enum TestEventRecording {
                     count += 1
                 }
                 file.write(Data(lines))
-            } catch let error as PostgresError where error.sqlState == "42P01" {
+            } catch let error where error.sqlState == "42P01" {
                 // A database a test left unmigrated (no events table): it holds no events.
             } catch {
                 FileHandle.standardError.write(Data("PARLEY_TEST_EVENTS: database \(name): \(String(reflecting: error))\n".utf8))
