@@ -7,6 +7,8 @@ usage: scripts/api-docs.py build   rewrites docs/api.md
                                        stale operation entries, or the intro when only that differs);
                                      - an operationId of openapi.json is mentioned neither in a guide of docs/ nor
                                        in docs/api.md;
+                                     - an event type or before-event hook of openapi.json's webhooks is not linked
+                                       to its entry from docs/events.md;
                                      - a relative link of README.md or docs/*.md points to no file of the
                                        repository (or its #fragment to no heading of the page), or leaves it
                                        (`..` above the root, ../shared), or a link is an
@@ -16,7 +18,9 @@ usage: scripts/api-docs.py build   rewrites docs/api.md
 
 One entry per operation, grouped by the document's tags in their order: method and path, operationId, summary,
 description, who may call it, parameters, the request body's top-level fields and the responses with their status
-codes. Descriptions cite pages of docs/ or say the rule in words (scripts/check-references.py keeps it so): a
+codes. Then one entry per webhook of the document (docs/events.md links them): each event type of the log with its
+audience, ordering key and the fields of its `data` (app view), then each before-event hook with the fields of its
+`data` and of the answer it expects. Descriptions cite pages of docs/ or say the rule in words (scripts/check-references.py keeps it so): a
 reader of the repository has only docs/.
 """
 
@@ -221,6 +225,62 @@ def entry(d, path, method, op):
     return op["operationId"], "\n".join(lines)
 
 
+def payload(d, webhook):
+    """The `data` schema and the whole body schema of a webhook's request."""
+    body = webhook["post"]["requestBody"]["content"]["application/json"]["schema"]
+    for part in d.resolve(body).get("allOf", []):
+        part = d.resolve(part)
+        if "data" in part.get("properties", {}) and part.get("properties", {}).get("type", {}).get("const"):
+            return part["properties"]["data"]
+    return {}
+
+
+def field_table(d, schema, what):
+    fields = d.object_fields(schema)
+    if not fields:
+        return ["%s: %s." % (what, d.type_of(schema) or "object"), ""]
+    lines = [what + ":", "", "| Field | Type | Required | Description |", "|---|---|---|---|"]
+    for fname, ftype, freq, fdesc in fields:
+        lines.append("| `%s` | %s | %s | %s |" % (fname, cell(ftype), "yes" if freq else "no", cell(fdesc)))
+    return lines + [""]
+
+
+def webhook_entry(d, name, webhook):
+    """The entry of one event type or hook: what it is, then its `data` fields (and a hook's answer)."""
+    post = webhook["post"]
+    lines = ["### `%s`" % name, "", one_line(post.get("description", "")), ""]
+    data = payload(d, webhook)
+    lines += field_table(d, data, "`data`" + (" (`%s`)" % d.ref_name(data) if d.ref_name(data) else ""))
+    answer = post.get("responses", {}).get("200", {}).get("content", {}).get("application/json", {}).get("schema")
+    if answer:
+        lines += field_table(d, answer, "The answer (status 200, `%s`)" % d.ref_name(answer))
+    return "\n".join(lines)
+
+
+WEBHOOK_SECTIONS = (
+    ("Event payloads", "events", "Every event type of the log, as the app sees it (app streams, `GET /v1/events/log`, "
+     "webhook bodies): the Event object `{id, type, app_id, created_at, data}` with the `data` below. See "
+     "[events](events.md) and [webhooks](webhooks.md); user streams show each user its own view."),
+    ("Before-event hook calls", "hooks", "The synchronous calls of [before-event hooks](webhooks.md#before-event-hooks): "
+     "the body `{id, type, app_id, created_at, data}` (`id` is the call's `hook_…` id) with the `data` below, and the "
+     "answer the server reads."),
+)
+
+
+def webhook_groups(d):
+    """(section title, intro, [(name, entry text)]) of the document's events and hooks (the ping is documented with
+    its operation)."""
+    kinds = {"events": [], "hooks": []}
+    for name, webhook in d.doc.get("webhooks", {}).items():
+        body = webhook["post"]["requestBody"]["content"]["application/json"]["schema"]
+        envelope = (body.get("allOf") or [body])[0].get("$ref", "")
+        if envelope.endswith("/HookCall"):
+            kinds["hooks"].append((name, webhook_entry(d, name, webhook)))
+        elif "allOf" in d.resolve(body):
+            kinds["events"].append((name, webhook_entry(d, name, webhook)))
+    return [(title, intro, kinds[kind]) for title, kind, intro in WEBHOOK_SECTIONS]
+
+
 def generate():
     with open(OPENAPI, encoding="utf-8") as f:
         d = Doc(json.load(f))
@@ -235,11 +295,15 @@ def generate():
                 if tag not in tags:
                     tags.append(tag)
                 groups.setdefault(tag, []).append(entry(d, path, method, op))
+    hooks_and_events = webhook_groups(d)
     parts = [INTRO, "## Contents", ""]
     for tag in tags:
         if tag in groups:
             anchor = re.sub(r"[^a-z0-9 -]", "", tag.lower()).replace(" ", "-")
             parts.append("- [%s](#%s) (%d)" % (tag, anchor, len(groups[tag])))
+    for title, _, items in hooks_and_events:
+        anchor = re.sub(r"[^a-z0-9 -]", "", title.lower()).replace(" ", "-")
+        parts.append("- [%s](#%s) (%d)" % (title, anchor, len(items)))
     parts.append("")
     entries = {}
     for tag in tags:
@@ -251,6 +315,10 @@ def generate():
         for op_id, text in groups[tag]:
             entries[op_id] = text
             parts.append(text)
+    # Webhook entries are checked like operation entries (by their heading) but are not operations to cover.
+    for title, intro, items in hooks_and_events:
+        parts += ["## %s" % title, "", intro, ""]
+        parts += [text for _, text in items]
     return "\n".join(parts).rstrip() + "\n", entries
 
 
@@ -284,11 +352,11 @@ def check_reference(problems):
     extra = [k for k in have if k not in want]
     stale = [k for k in want if k in have and have[k] != want[k]]
     for k in missing:
-        problems.append("docs/api.md: missing entry for operation %s" % k)
+        problems.append("docs/api.md: missing entry for %s" % k)
     for k in extra:
-        problems.append("docs/api.md: extra entry %s (not an operation of openapi.json)" % k)
+        problems.append("docs/api.md: extra entry %s (not an operation nor a webhook of openapi.json)" % k)
     for k in stale:
-        problems.append("docs/api.md: stale entry for operation %s" % k)
+        problems.append("docs/api.md: stale entry for %s" % k)
     if not (missing or extra or stale):
         which = "intro or contents" if head_expected != head_written else "order or group headings"
         problems.append("docs/api.md: the %s differ from what `build` writes" % which)
@@ -377,6 +445,18 @@ def check_coverage(problems, entries):
             problems.append("operation %s is mentioned neither in a guide nor in docs/api.md" % op_id)
 
 
+def check_event_links(problems):
+    """docs/events.md links every event type and hook to its entry in docs/api.md."""
+    with open(OPENAPI, encoding="utf-8") as f:
+        d = Doc(json.load(f))
+    with open(os.path.join(ROOT, "docs", "events.md"), encoding="utf-8") as f:
+        linked = set(re.findall(r"\]\(api\.md#([^)\s]+)\)", f.read()))
+    for _, _, items in webhook_groups(d):
+        for name, _ in items:
+            if name.replace(".", "") not in linked:
+                problems.append("docs/events.md: %s is not linked to its entry (api.md#%s)" % (name, name.replace(".", "")))
+
+
 def main(argv):
     if len(argv) != 2 or argv[1] not in ("build", "check"):
         print(__doc__.strip().split("\n\n")[0] + "\n\nusage: scripts/api-docs.py build|check", file=sys.stderr)
@@ -391,6 +471,7 @@ def main(argv):
     entries = check_reference(problems)
     check_links(problems)
     check_coverage(problems, entries)
+    check_event_links(problems)
     if problems:
         for p in problems:
             print(p, file=sys.stderr)

@@ -16,7 +16,9 @@ The two sources of an operation (docs/adding-a-domain.md, step 8):
 2. Its contract entry in openapi/src/, keyed by operationId. Every *.json file there is a fragment with any of:
        "operations"      operationId → entry (below)
        "components"      schemas, responses, parameters, … merged into the document's components
-       "webhooks"        merged into the document's webhooks
+       "webhooks"        merged into the document's webhooks (written out: the ping)
+       "events"          event type → event entry (below): an after-event of the log, one webhook each
+       "hooks"           before-event type → hook entry (below): a before-event hook call, one webhook each
        "pathParameters"  path parameter name → parameter (below), for the operations of this file
    base.json also holds the document's own top-level fields (openapi, info, servers, tags) and what several domains
    share; its pathParameters apply to every file, and a file's own mappings win over them (`application_id` is a
@@ -39,6 +41,21 @@ Generated from the registration (the rules the hand-written document followed):
               (app routes: the pipeline rate-limits them), Idempotent-Replayed (POST through the pipeline); then
               the response's own headers
 An entry overrides a rule explicitly: "security" replaces the generated list (getMetrics).
+
+An event entry (docs/events.md) holds "summary" (what happened, one sentence), "audience" (whose user streams get
+it), "key" (its webhook ordering key, docs/webhooks.md#ordering), and either "data" (the schema of the Event's
+`data`, app view; a string names a component schema) with an optional "example" of it, or "event" (a component
+schema of the whole Event, with its own example). A hook entry (docs/webhooks.md#before-event-hooks) holds
+"summary", "data" and "patchable" (the members a `modify` answer may patch; empty when a modify changes nothing).
+Generated: the webhook, its headers (components/parameters Webhook*), its body (the Event, or the HookCall envelope,
+with `type` fixed and `data` as given) and its answer.
+
+The set of types is checked against the code: every string literal of Sources/ (Swift) or Migrations/ (SQL) that
+has the form <domain>.<action> of a documented domain or of one a `NewEvent(type: "<domain>.…"` writes must be a
+documented event or hook, or one of NOT_EVENTS; and
+every documented type must occur as such a literal (a writer or a hook caller). The tests check the rest: every event
+a test run writes validates against its webhook's body (EventSchemaTests), and the catalogue endpoints subscribe to
+(`WebhookEventTypes`) is the documented set.
 
 Output: paths sorted by template (related paths stay together with no order to maintain by hand), the methods of a
 path in OpenAPI's order, everything else in the order of the sources (base.json first, then the other files by
@@ -128,7 +145,7 @@ def scan_routes(errors):
 # ---------------------------------------------------------------------------------------------------------------
 # The contract sources
 
-FRAGMENT_KEYS = ("operations", "components", "webhooks", "pathParameters")
+FRAGMENT_KEYS = ("operations", "components", "webhooks", "events", "hooks", "pathParameters")
 BASE_ONLY_KEYS = ("openapi", "info", "jsonSchemaDialect", "servers", "security", "tags", "externalDocs")
 # What an entry may hold: the OpenAPI operation fields the registration does not give, and the overrides.
 ENTRY_KEYS = ("tags", "summary", "description", "externalDocs", "parameters", "requestBody", "responses", "callbacks",
@@ -247,6 +264,133 @@ def operation(route, entry, path_parameters, file, errors):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# The events and hooks
+
+EVENT_KEYS = ("summary", "audience", "key", "data", "example", "event")
+HOOK_KEYS = ("summary", "data", "patchable")
+DELIVERED = ("Delivered at least once to every enabled webhook endpoint whose `event_types` match, on the SSE streams "
+             "and in the event log (see docs/events.md, docs/webhooks.md).")
+
+
+def header(name, schema):
+    return {"name": name, "in": "header", "required": True, "schema": schema}
+
+
+def event_webhook(event_type, entry, file, errors):
+    """The webhook of one after-event: its delivery's headers and body, the Event with this type's data."""
+    for key in entry:
+        if key not in EVENT_KEYS:
+            errors.append(f"{file}: event {event_type}: unknown key {key!r} (known: {', '.join(EVENT_KEYS)})")
+    for key in ("summary", "audience", "key"):
+        if key not in entry:
+            errors.append(f"{file}: event {event_type}: {key!r} is missing")
+    if ("data" in entry) == ("event" in entry):
+        errors.append(f"{file}: event {event_type}: give one of 'data' (the payload) or 'event' (the whole Event)")
+    if "event" in entry:
+        schema = component("schemas", entry["event"])
+    else:
+        schema = {"allOf": [{"$ref": "#/components/schemas/Event"}, {
+            "type": "object",
+            "properties": {"type": {"const": event_type}, "data": component("schemas", entry.get("data", {}))},
+        }]}
+    media = {"schema": schema}
+    if "example" in entry:
+        media["example"] = {"id": "1042", "type": event_type, "app_id": "demo", "created_at": 1730000000000,
+                            "data": entry["example"]}
+    return {"post": {
+        "summary": f"`{event_type}`: {entry.get('summary', '')}",
+        "description": f"{entry.get('summary', '')} Audience: {entry.get('audience', '')}. "
+                       f"Ordering key: {entry.get('key', '')}. {DELIVERED}",
+        "tags": ["Events"],
+        "parameters": [{"$ref": "#/components/parameters/WebhookEventId"},
+                       {"$ref": "#/components/parameters/WebhookTimestamp"},
+                       {"$ref": "#/components/parameters/WebhookSignature"},
+                       header("Parley-Event-Type", {"type": "string", "const": event_type}),
+                       {"$ref": "#/components/parameters/WebhookDeliveryAttempt"}],
+        "requestBody": {"required": True, "content": {"application/json": media}},
+        "responses": {"2XX": {"description": "Any 2xx within 10 s acknowledges the delivery; anything else is retried."}},
+    }}
+
+
+def hook_webhook(hook_type, entry, file, errors):
+    """The webhook of one before-event hook: the call's headers and body, and the answer the server reads."""
+    for key in entry:
+        if key not in HOOK_KEYS:
+            errors.append(f"{file}: hook {hook_type}: unknown key {key!r} (known: {', '.join(HOOK_KEYS)})")
+    for key in HOOK_KEYS:
+        if key not in entry:
+            errors.append(f"{file}: hook {hook_type}: {key!r} is missing")
+    patchable = entry.get("patchable", [])
+    patch = ("A `modify` answer's `patch` may change " + ", ".join(f"`{name}`" for name in patchable) + "."
+             if patchable else "A `modify` answer changes nothing (the action goes on as with `allow`).")
+    return {"post": {
+        "summary": f"`{hook_type}` hook: {entry.get('summary', '')}",
+        "description": f"{entry.get('summary', '')} Called synchronously, within the endpoint's `timeout_ms`, on the one "
+                       f"enabled endpoint that lists `{hook_type}` exactly; never written to the log, never retried. "
+                       f"{patch} A timeout, another status or an unreadable answer counts as `allow` when the endpoint's "
+                       "`fail_open` is true, else fails the request with 503 `7000502` "
+                       "(see docs/webhooks.md#before-event-hooks).",
+        "tags": ["Webhooks"],
+        "parameters": [{"$ref": "#/components/parameters/WebhookHookCallId"},
+                       {"$ref": "#/components/parameters/WebhookTimestamp"},
+                       {"$ref": "#/components/parameters/WebhookSignature"},
+                       header("Parley-Event-Type", {"type": "string", "const": hook_type}),
+                       {"$ref": "#/components/parameters/WebhookDeliveryAttempt"}],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {"allOf": [
+            {"$ref": "#/components/schemas/HookCall"},
+            {"type": "object", "properties": {"type": {"const": hook_type}, "data": component("schemas", entry.get("data", {}))}},
+        ]}}}},
+        "responses": {"200": {
+            "description": "The hook's verdict. " + patch,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/HookVerdict"}}},
+        }},
+    }}
+
+
+# Literals of the form <domain>.<action> that are not events of the log nor hooks, and why.
+NOT_EVENTS = {
+    "conversation.signal": "ephemeral: sent only to the user streams open at that moment, never logged nor delivered to "
+                           "webhooks (docs/events.md#live-streams-server-sent-events)",
+    "blacklist.json": "a file name of a user's export (docs/privacy.md)",
+    "webhook.ping": "the ping's body, written out under webhooks (not an event of the log)",
+}
+SWIFT_LITERAL = re.compile(r'"([a-z]+)\.([a-z_]+)"')
+SQL_LITERAL = re.compile(r"'([a-z]+)\.([a-z_]+)'")
+# A writer naming its type in place, whose domain counts even when nothing of it is documented yet.
+WRITER = re.compile(r'\bNewEvent\(\s*type:\s*"([a-z]+)\.')
+
+
+def written_types(domains):
+    """type → the first place a literal of it occurs, for every <domain>.<action> literal of a documented domain."""
+    found = {}
+    sources = [(path, SWIFT_LITERAL, without_comments) for path in sorted(SOURCES.glob("*/**/*.swift"))]
+    sources += [(path, SQL_LITERAL, lambda text: re.sub(r"--[^\n]*", "", text))
+                for path in sorted((ROOT / "Migrations").glob("**/*.sql"))]
+    for path, literal, strip in sources:
+        source = strip(path.read_text(encoding="utf-8"))
+        for m in literal.finditer(source):
+            if m[1] in domains:
+                where = f"{path.relative_to(ROOT)}:{source.count(chr(10), 0, m.start()) + 1}"
+                found.setdefault(f"{m[1]}.{m[2]}", where)
+    return found
+
+
+def check_types_against_code(events, hooks, errors):
+    """The documented types are exactly the ones the code writes or calls hooks for (see the module's doc)."""
+    documented = set(events) | set(hooks)
+    domains = {name.split(".")[0] for name in documented}
+    for path in sorted(SOURCES.glob("*/**/*.swift")):
+        domains.update(WRITER.findall(without_comments(path.read_text(encoding="utf-8"))))
+    written = written_types(domains)
+    for name, where in sorted(written.items()):
+        if name not in documented and name not in NOT_EVENTS:
+            errors.append(f"{where}: {name} looks like an event type but is not documented: add it to the \"events\" "
+                          f"or \"hooks\" of {SRC.relative_to(ROOT)}/events.json (or to NOT_EVENTS in this script)")
+    for name in sorted(documented - set(written)):
+        errors.append(f"{name} is documented but no literal of it occurs in Sources/ or Migrations/: nothing writes it")
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # The document
 
 PATH_ITEM_ORDER = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
@@ -274,7 +418,14 @@ def build(errors):
     document = {key: value for key, value in base.items() if key not in FRAGMENT_KEYS}
     webhooks, components, owners = {}, {}, {}
     entries = {}  # operationId → (file, entry, the file's path parameters)
+    events, hooks = {}, {}
     for name, fragment in fragments:
+        merge(events, fragment.get("events", {}), "event", owners, name, errors)
+        merge(hooks, fragment.get("hooks", {}), "hook", owners, name, errors)
+        merge(webhooks, {event_type: event_webhook(event_type, entry, name, errors)
+                         for event_type, entry in fragment.get("events", {}).items()}, "webhook", owners, name, errors)
+        merge(webhooks, {hook_type: hook_webhook(hook_type, entry, name, errors)
+                         for hook_type, entry in fragment.get("hooks", {}).items()}, "webhook", owners, name, errors)
         merge(webhooks, fragment.get("webhooks", {}), "webhook", owners, name, errors)
         for kind, items in fragment.get("components", {}).items():
             merge(components.setdefault(kind, {}), items, f"components.{kind}", owners, name, errors)
@@ -291,6 +442,7 @@ def build(errors):
             continue
         name, entry, parameters = entries[route.operation_id]
         paths.setdefault(route.template, {})[route.method] = operation(route, entry, parameters, name, errors)
+    check_types_against_code(events, hooks, errors)
     registered = {route.operation_id for route in routes}
     for operation_id, (name, _, _) in entries.items():
         if operation_id not in registered:

@@ -12,6 +12,8 @@ enum TestDatabaseCleanup {
         /// Directories of clusters run by a Parley server (stopped by its test) or a `parley` process.
         var directories: [String] = []
         var externalDatabases: [(String, PostgresConfiguration)] = []
+        /// The per-test databases whose events are written out at exit (``TestEventRecording``).
+        var recordedDatabases: [(String, PostgresConfiguration)] = []
         var installed = false
     }
 
@@ -34,6 +36,13 @@ enum TestDatabaseCleanup {
     }
 
     static func register(database: String, admin: PostgresConfiguration, external: Bool) {
+        if TestEventRecording.path != nil {
+            let install = state.withLock { state in
+                state.recordedDatabases.append((database, admin))
+                return installOnce(&state)
+            }
+            if install { atexit { TestDatabaseCleanup.run() } }
+        }
         // Embedded clusters vanish with their directory; only an external server needs its databases dropped.
         guard external else { return }
         let install = state.withLock { state in
@@ -49,14 +58,17 @@ enum TestDatabaseCleanup {
     }
 
     private static func run() {
-        let (clusters, databases, directories) = state.withLock { state in
+        let (clusters, databases, directories, recorded) = state.withLock { state in
             defer {
                 state.clusters = []
                 state.externalDatabases = []
                 state.directories = []
+                state.recordedDatabases = []
             }
-            return (state.clusters, state.externalDatabases, state.directories)
+            return (state.clusters, state.externalDatabases, state.directories, state.recordedDatabases)
         }
+        // Before anything is dropped or stopped: the events are read from the databases.
+        TestEventRecording.write(databases: recorded)
         for directory in directories { try? FileManager.default.removeItem(atPath: directory) }
         for (name, admin) in databases {
             guard let connection = try? PostgresConnection(admin), let quoted = try? connection.escapeIdentifier(name) else { continue }

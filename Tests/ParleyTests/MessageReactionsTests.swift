@@ -385,7 +385,7 @@ struct MessageReactionsTests: GroupTestSupport {
             try server.sql("UPDATE messages SET type = 31 WHERE app_id = $1 AND message_id = $2", [app.appID, m])
             c.call(.post, add, m, json: #"{"user_id":"s","reaction_type":"like"}"#, status: 422)
             for event in try Self.reactionEvents(app) {
-                #expect(c.checkEventPayload(event, dataSchemas: ["message.reactions_updated": "MessageReactionsUpdatedData"]))
+                #expect(c.checkEventPayload(event))
             }
         }
     }

@@ -17,8 +17,24 @@ import Testing
 struct RoomAudienceTests {
     static func event(_ type: String, audience: [String] = [], members: Bool = true) -> NewEvent {
         NewEvent(
-            type: type, data: Array("{\"room_id\":\"r1\"}".utf8), audience: audience, roomID: "r1", toGroupMembers: members,
+            type: type, data: Array(data(type, audience).utf8), audience: audience, roomID: "r1", toGroupMembers: members,
             orderKey: "room:r1")
+    }
+
+    /// A `data` of `type` for room r1 as the server writes it (docs/events.md#event-types): the event schema check
+    /// validates every event of a test run, these included.
+    static func data(_ type: String, _ users: [String]) -> String {
+        let ids = users.map { "\"\($0)\"" }.joined(separator: ",")
+        let joined = users.map { #"{"user_id":"\#($0)","name":"","avatar_url":"","extended_data":"","entered_at":0}"# }
+        switch type {
+        case "room.created":
+            return #"{"room":{"room_id":"r1","name":"","member_count":0,"destroy_delay_s":0,"created_by":null,"created_at":0,"#
+                + #""empty_since":null,"destroy_at":null}}"#
+        case "room.member_joined": return #"{"room_id":"r1","members":[\#(joined.joined(separator: ","))]}"#
+        case "room.member_left": return #"{"room_id":"r1","user_ids":[\#(ids)],"reason":"left"}"#
+        case "room.attributes_updated": return #"{"room_id":"r1","action":"set","attributes":{"k":"v"},"operator":null}"#
+        default: return #"{"room_id":"r1"}"#
+        }
     }
 
     /// One writer transaction: `sql` statements, then `events`.

@@ -97,7 +97,7 @@ package enum WebhookEventTypes {
         "message.reactions_updated", "message.reply_count_updated", "message.receipt_updated",
         "conversation.updated", "conversation.deleted", "conversation.read",
         "call.created", "call.invited", "call.user_state_changed", "call.ended",
-        "report.created", "report.resolved", "user.warned", "job.finished",
+        "report.created", "report.resolved", "user.warned", "job.finished", "file.deleted",
         "retention.purged",
     ]
 
