@@ -540,7 +540,7 @@ public final class EmbeddedPostgres: Sendable {
             // recovery_init_sync_method=syncfs: crash recovery (after the server and its postmaster were killed
             // together) first makes the whole data directory durable; the default opens and fsyncs each of its
             // ~1,500 files, 2–3 s of a restart here, where one syncfs(2) of the file system takes tens of ms
-            // (docs/reliability.md#restarts).
+            // (docs/reliability.md, "Restarting right after a crash").
             let arguments = [
                 binaries + "/postgres", "-D", clusterDirectory, "-k", socketDirectory, "-p", String(Self.port),
                 "-c", "listen_addresses=", "-c", "max_connections=300", "-c", "shared_buffers=128MB",
