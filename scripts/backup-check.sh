@@ -22,7 +22,9 @@ cleanup() {
     local status=$?
     trap - EXIT INT TERM
     # The source's relocated cluster, when the check stopped before `parley data remove` took it.
-    if target=$(readlink "$WORK/home/parley-data/pg" 2>/dev/null); then rm -rf "${target%/pg}"; fi
+    for link in "$WORK/home/parley-data/pg" "$WORK/restored-data/pg"; do
+        if target=$(readlink "$link" 2>/dev/null); then rm -rf "${target%/pg}"; fi
+    done
     if [[ $status -ne 0 ]]; then
         for f in "$WORK"/*.log; do [[ -f $f ]] && { log "last lines of $f:"; tail -n 15 "$f" >&2; }; done
     fi

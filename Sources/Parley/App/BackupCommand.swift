@@ -87,7 +87,6 @@ enum BackupCommand {
 
     static func describe(_ error: any Error) -> String {
         if let error = error as? PostgresError { return error.message }
-        if let error = error as? any CustomStringConvertible { return error.description }
-        return String(reflecting: error)
+        return String(describing: error)
     }
 }
