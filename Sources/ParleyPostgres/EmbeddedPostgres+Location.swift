@@ -116,7 +116,8 @@ public struct RelocatedCluster: Sendable {
             owner = .unknown
         }
         return RelocatedCluster(
-            name: name, path: path, recordedOwner: recorded, size: diskUsage(path), server: EmbeddedPostgres.runningServer(clusterDirectory: path + "/pg"),
+            name: name, path: path, recordedOwner: recorded, size: diskUsage(path),
+            server: EmbeddedPostgres.runningServer(clusterDirectory: path + "/pg"),
             owner: owner)
     }
 

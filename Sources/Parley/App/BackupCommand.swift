@@ -40,7 +40,9 @@ enum BackupCommand {
                 print("parley: backup written to \(file) (\(size) bytes, \(elapsed(since: started)))")
             } else {
                 try restore(file, configuration)
-                print("parley: restored \(file) into \(configuration.databaseURL == nil ? configuration.dataDirectory : "DATABASE_URL") (\(elapsed(since: started)))")
+                print(
+                    "parley: restored \(file) into \(configuration.databaseURL == nil ? configuration.dataDirectory : "DATABASE_URL") (\(elapsed(since: started)))"
+                )
                 if configuration.databaseURL == nil, configuration.adminKey == nil,
                     access(configuration.dataDirectory + "/admin_key", F_OK) != 0
                 {

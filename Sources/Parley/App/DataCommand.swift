@@ -53,7 +53,9 @@ enum DataCommand {
             return 0
         }
         if let home = location.relocatedHome {
-            print("cluster:        \(location.clusterDirectory) (relocated: the cluster user cannot enter the data directory; \(location.dataDirectory)/pg links there)")
+            print(
+                "cluster:        \(location.clusterDirectory) (relocated: the cluster user cannot enter the data directory; \(location.dataDirectory)/pg links there)"
+            )
             print("size:           \(megabytes(RelocatedCluster.inspect(home).size))")
         } else {
             print("cluster:        \(location.clusterDirectory)")
