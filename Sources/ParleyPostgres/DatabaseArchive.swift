@@ -39,6 +39,10 @@ public enum DatabaseArchive {
         let directory = (absolute as NSString).deletingLastPathComponent
         let temporary = directory + "/." + (absolute as NSString).lastPathComponent + ".partial-\(getpid())"
         unlink(temporary)
+        // Mode 0600 from the start: the archive holds every app's secrets (pg_dump keeps the mode of a file it reuses).
+        let created = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard created >= 0 else { throw Failure(description: "cannot create \(temporary): \(String(cString: strerror(errno)))") }
+        close(created)
         do throws(Failure) {
             try run(binaries + "/pg_dump", ["--format=custom", "--file=" + temporary] + target.connectArguments)
             try syncFile(temporary)

@@ -16,6 +16,8 @@ import Testing
         let file = directory + "/parley.dump"
         let size = try DatabaseArchive.backup(.configuration(source), to: file)
         #expect(size > 0)
+        var info = stat()
+        #expect(stat(file, &info) == 0 && info.st_mode & 0o777 == 0o600, "the archive holds secrets: owner only")
         #expect(try Set(FileManager.default.contentsOfDirectory(atPath: directory)) == Set(before + ["parley.dump"]), "no temporary file is left")
 
         let target = try cluster.makeDatabase(migrated: false)
