@@ -347,6 +347,8 @@ public final class EmbeddedPostgres: Sendable {
             if let (path, mode) = Self.unreachableAncestor(of: relocated, by: owner) {
                 throw Self.failure("the cluster runs as user \(owner.name), which cannot enter \(path) (mode \(String(mode, radix: 8)))")
             }
+            // Clusters made before the owner was recorded, and data directories that moved, get their record now.
+            RelocatedCluster.recordOwner(dataDirectory, in: relocated)
             return relocated
         }
         guard let (path, mode) = Self.unreachableAncestor(of: dataDirectory, by: owner) else { return dataDirectory }
@@ -368,6 +370,8 @@ public final class EmbeddedPostgres: Sendable {
         if let (blocked, _) = Self.unreachableAncestor(of: relocated, by: owner) {
             throw Self.failure("the cluster runs as user \(owner.name), which cannot enter \(blocked) either")
         }
+        // `parley data list` reads it to tell which data directory the cluster belongs to, and whether it is gone.
+        RelocatedCluster.recordOwner(dataDirectory, in: relocated)
         guard symlink(relocated + "/pg", link) == 0 else {
             throw Self.failure("cannot link \(link) to \(relocated)/pg: \(String(cString: strerror(errno)))")
         }
@@ -481,7 +485,7 @@ public final class EmbeddedPostgres: Sendable {
     }
 
     /// The pid on the first line of a PostgreSQL lock file, if any.
-    private static func pid(inFile path: String) -> pid_t? {
+    static func pid(inFile path: String) -> pid_t? {
         guard let text = try? String(contentsOfFile: path, encoding: .utf8), let first = text.split(separator: "\n").first else {
             return nil
         }
@@ -489,7 +493,7 @@ public final class EmbeddedPostgres: Sendable {
     }
 
     /// True when `pid` is alive and is a postgres process (a recycled pid of another program does not count).
-    private static func isPostgresProcess(_ pid: pid_t) -> Bool {
+    static func isPostgresProcess(_ pid: pid_t) -> Bool {
         guard kill(pid, 0) == 0 || errno == EPERM else { return false }
         guard let command = try? String(contentsOfFile: "/proc/\(pid)/cmdline", encoding: .utf8) else { return true }
         return command.contains("postgres")

@@ -117,6 +117,9 @@ import Testing
         relocated = String(target.dropLast(3))
         #expect(target.hasPrefix(EmbeddedPostgres.relocatedClustersDirectory + "/"))
         #expect(cluster.clusterDirectory == target)
+        #expect(
+            RelocatedCluster.inspect(relocated ?? "?").owner == .linked(closed + "/data"),
+            "the relocated directory names its data directory (parley data list)")
         #expect(configuration.host?.hasPrefix(relocated ?? "?") == true, "the socket directory is reachable too")
         #expect(try PostgresConnection(configuration).query("SELECT 1")[0][0].int == 1)
         var info = stat()

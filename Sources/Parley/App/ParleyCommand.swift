@@ -6,7 +6,8 @@ import ParleyHTTP
 import ParleyLive
 import ParleyPostgres
 
-/// The `parley` command line: `serve`, `migrate`, `apps create`, `export`, `import`, `version`, `help`.
+/// The `parley` command line: `serve`, `migrate`, `apps create`, `backup`, `restore`, `data`, `export`, `import`,
+/// `version`, `help`.
 public enum ParleyCommand {
     public static let version = "0.1.0"
 
@@ -18,6 +19,12 @@ public enum ParleyCommand {
           migrate   apply the database migrations and exit
           apps create <app_id> [--name NAME]
                     create an app and print its key (works while the server runs)
+          backup <file>
+                    write a consistent archive of the database (pg_dump), also while the server runs
+          restore <file>
+                    restore an archive into a fresh data directory or an empty database
+          data [list | remove <name>]
+                    where the embedded cluster lives; list and remove relocated clusters
           export    write one conversation's messages as NDJSON, from a running server
           import    send an NDJSON file of messages to a running server
           sql send <part>... | sql events
@@ -59,6 +66,18 @@ public enum ParleyCommand {
                 return 2
             }
             return createApp(arguments: Array(arguments.dropFirst()), environment: environment)
+        case "backup", "restore":
+            if arguments.contains("--help") || arguments.contains("-h") {
+                print(BackupCommand.usage, terminator: "")
+                return 0
+            }
+            return BackupCommand.run(command, arguments: arguments, environment: environment)
+        case "data":
+            if arguments.contains("--help") || arguments.contains("-h") {
+                print(DataCommand.usage, terminator: "")
+                return 0
+            }
+            return DataCommand.run(arguments: arguments, environment: environment)
         case "sql":
             if arguments == ["events"] {
                 print(EventLog.numberedAppend)
@@ -116,7 +135,7 @@ public enum ParleyCommand {
         }
         do {
             let configuration = try Configuration.load(environment: environment, arguments: rest)
-            return try withDatabase(configuration) { database in
+            return try withDatabase(configuration, migrate: true) { database in
                 let connection = try PostgresConnection(database)
                 guard
                     let created = try AppService.create(
@@ -138,17 +157,18 @@ public enum ParleyCommand {
         }
     }
 
-    /// Runs `body` against the configured database: `DATABASE_URL`, else the embedded cluster — reached through
-    /// its socket when a server is running on the data directory, otherwise started for the duration.
-    private static func withDatabase<T>(_ configuration: Configuration, _ body: (PostgresConfiguration) throws -> T) throws -> T {
+    /// Runs `body` against the configured database: `DATABASE_URL`, else the embedded cluster — reached through the
+    /// socket its running server wrote into `postmaster.pid` (`<data>/run`, the relocated directory's `run/`, or a
+    /// /tmp directory for long paths), otherwise started for the duration (and migrated first when `migrate`).
+    static func withDatabase<T>(_ configuration: Configuration, migrate: Bool, _ body: (PostgresConfiguration) throws -> T) throws -> T {
         if let url = configuration.databaseURL { return try body(try PostgresConfiguration(url)) }
+        if let server = EmbeddedPostgres.locate(dataDirectory: configuration.dataDirectory).server {
+            return try body(server.configuration)
+        }
         let cluster = EmbeddedPostgres(dataDirectory: configuration.dataDirectory)
-        let running = PostgresConfiguration(
-            host: cluster.dataDirectory + "/run", port: EmbeddedPostgres.port, user: EmbeddedPostgres.superuser, database: "postgres")
-        if (try? PostgresConnection(running)) != nil { return try body(running) }
         let started = try cluster.start()
         defer { cluster.stop() }
-        _ = try Migrator().migrate(configuration: started)
+        if migrate { _ = try Migrator().migrate(configuration: started) }
         return try body(started)
     }
 
