@@ -73,7 +73,8 @@ public struct Configuration: Sendable {
             }, effective: { "\($0.listenHost):\($0.listenPort)" }),
         Setting(
             "DATABASE_URL", flag: "--database-url", default: "unset",
-            meaning: "PostgreSQL URL or conninfo, e.g. postgres://parley:secret@db.internal:5432/parley; unset: an embedded PostgreSQL in the data directory",
+            meaning:
+                "PostgreSQL URL or conninfo, e.g. postgres://parley:secret@db.internal:5432/parley; unset: an embedded PostgreSQL in the data directory",
             guide: "operations.md#embedded-or-external-postgresql", masking: .password,
             apply: { config, value in
                 config.databaseURL = value
@@ -88,7 +89,8 @@ public struct Configuration: Sendable {
             }, effective: { $0.dataDirectory }),
         Setting(
             "PARLEY_ADMIN_KEY", flag: "--admin-key", default: "generated",
-            meaning: "server admin key; unset: the one in the data directory's admin_key, else generated on the first start, saved there (mode 0600) and printed once",
+            meaning:
+                "server admin key; unset: the one in the data directory's admin_key, else generated on the first start, saved there (mode 0600) and printed once",
             accepts: adminKeyRule, guide: "configuration.md#rotating-the-admin-key", masking: .secret,
             apply: { config, value in
                 guard isValidAdminKey(value) else { return false }
@@ -97,7 +99,8 @@ public struct Configuration: Sendable {
             }, effective: { $0.adminKey }),
         Setting(
             "PARLEY_ADMIN_KEY_SECONDARY", flag: "--admin-key-secondary", default: "unset",
-            meaning: "a second server admin key, also accepted, while the admin key is rotated; cursors and file URLs signed under it still verify, new ones are signed with PARLEY_ADMIN_KEY",
+            meaning:
+                "a second server admin key, also accepted, while the admin key is rotated; cursors and file URLs signed under it still verify, new ones are signed with PARLEY_ADMIN_KEY",
             accepts: adminKeyRule + ", other than PARLEY_ADMIN_KEY", guide: "configuration.md#rotating-the-admin-key", masking: .secret,
             apply: { config, value in
                 guard isValidAdminKey(value) else { return false }
@@ -128,7 +131,8 @@ public struct Configuration: Sendable {
             effective: { $0.testClock ? "1" : "0" }),
         Setting(
             "PARLEY_METRICS_TOKEN", flag: "--metrics-token", default: "unset",
-            meaning: "when set, GET /metrics requires Authorization: Bearer <token>", guide: "operations.md#health-readiness-and-metrics",
+            meaning: "when set, GET /metrics requires this token as its bearer credential (Authorization: Bearer)",
+            guide: "operations.md#health-readiness-and-metrics",
             masking: .secret,
             apply: { config, value in
                 config.metricsToken = value
@@ -168,7 +172,8 @@ public struct Configuration: Sendable {
             }, effective: { $0.webhookCAFile }),
         Setting(
             "PARLEY_PUBLIC_URL", flag: "--public-url", default: "unset",
-            meaning: "base of signed file URLs, e.g. https://chat.example.com; unset: each request's scheme and Host",
+            meaning:
+                "base of signed file URLs: the scheme, host, optional port and path prefix clients reach the server at; unset: each request's scheme and Host",
             accepts: "an absolute http(s) URL without query or fragment", guide: "files.md#signed-urls",
             apply: { config, value in
                 let trimmed = value.hasSuffix("/") ? String(value.dropLast()) : value

@@ -104,7 +104,8 @@ enum ConfigurationReference {
         var text = setting.meaning.replacing("|", with: "\\|")
         if let guide = setting.guide {
             let page = guide.split(separator: "#").first.map(String.init) ?? guide
-            text += " ([\(page.replacing(".md", with: ""))](\(guide.hasPrefix("configuration.md") ? String(guide.dropFirst("configuration.md".count)) : guide)))"
+            text +=
+                " ([\(page.replacing(".md", with: ""))](\(guide.hasPrefix("configuration.md") ? String(guide.dropFirst("configuration.md".count)) : guide)))"
         }
         return text
     }

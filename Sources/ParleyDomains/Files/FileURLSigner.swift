@@ -33,7 +33,8 @@ package struct FileURLSigner: Sendable {
     func verify(appID: String, fileID: String, variant: Variant, expires: Int64, signature: String, nowSeconds: Int64) -> Bool {
         let presented = Array(signature.utf8)
         let signed = keys.contains { key in
-            Crypto.constantTimeEquals(Array(self.signature(key: key, appID: appID, fileID: fileID, variant: variant, expires: expires).utf8), presented)
+            Crypto.constantTimeEquals(
+                Array(self.signature(key: key, appID: appID, fileID: fileID, variant: variant, expires: expires).utf8), presented)
         }
         return signed && expires >= nowSeconds
     }
