@@ -2,56 +2,238 @@ import Glibc
 import ParleyHTTP
 
 /// Parley's settings: read from the environment, each overridable by a `parley serve` flag.
+///
+/// ``settings`` is the one table of them: ``load(environment:arguments:)`` validates and applies it, and
+/// `parley serve --help`, `parley config` and docs/configuration.md are printed from it.
 public struct Configuration: Sendable {
-    /// One setting: its environment variable, its flag, and the text `--help` shows.
+    /// Where a setting's value came from.
+    public enum Source: Sendable, Equatable {
+        case environment
+        case flag
+    }
+
+    /// How `parley config` shows a value that must not be printed.
+    public enum Masking: Sendable {
+        case none
+        /// Replaced by a short fingerprint, so two nodes' keys can be compared without showing either.
+        case secret
+        /// The password inside a PostgreSQL URL or conninfo is replaced.
+        case password
+    }
+
+    /// One setting: where it is read from, what it means, which values it takes, and how it is applied.
     public struct Setting: Sendable {
         public let variable: String
-        public let flag: String
-        public let help: String
+        /// nil: environment only.
+        public let flag: String?
+        /// The default, as a reader sees it.
+        public let defaultText: String
+        public let meaning: String
+        /// The values accepted, as a problem names them ("an integer from 1 to 512"); nil: any value.
+        public let accepts: String?
+        /// A page of docs/ (and anchor) that says more, e.g. `files.md#storage`.
+        public let guide: String?
+        public let masking: Masking
+        /// Stores a value in the configuration; false when `accepts` does not hold for it (nothing is stored then).
+        let apply: @Sendable (inout Configuration, String) -> Bool
+        /// The effective value after loading, nil when unset.
+        public let effective: @Sendable (Configuration) -> String?
+
+        init(
+            _ variable: String, flag: String?, default defaultText: String, meaning: String, accepts: String? = nil,
+            guide: String? = nil, masking: Masking = .none, apply: @escaping @Sendable (inout Configuration, String) -> Bool,
+            effective: @escaping @Sendable (Configuration) -> String?
+        ) {
+            self.variable = variable
+            self.flag = flag
+            self.defaultText = defaultText
+            self.meaning = meaning
+            self.accepts = accepts
+            self.guide = guide
+            self.masking = masking
+            self.apply = apply
+            self.effective = effective
+        }
+
+        /// How a problem names the setting: `PARLEY_LISTEN (--listen)`.
+        public var label: String { flag.map { "\(variable) (\($0))" } ?? variable }
     }
 
     public static let settings: [Setting] = [
-        Setting(variable: "PARLEY_LISTEN", flag: "--listen", help: "address to serve HTTP on, host:port (default 127.0.0.1:8080)"),
         Setting(
-            variable: "DATABASE_URL", flag: "--database-url",
-            help: "PostgreSQL URL or conninfo; unset: run an embedded PostgreSQL in the data directory"),
-        Setting(variable: "PARLEY_DATA_DIR", flag: "--data-dir", help: "data directory (default ./parley-data)"),
+            "PARLEY_LISTEN", flag: "--listen", default: "127.0.0.1:8080", meaning: "address to serve HTTP on",
+            accepts: "host:port with a port from 0 to 65535",
+            apply: { config, value in
+                guard let colon = value.lastIndex(of: ":"), let port = Int(value[value.index(after: colon)...]), (0...65535).contains(port),
+                    !value[..<colon].isEmpty
+                else { return false }
+                config.listenHost = String(value[..<colon])
+                config.listenPort = port
+                return true
+            }, effective: { "\($0.listenHost):\($0.listenPort)" }),
         Setting(
-            variable: "PARLEY_ADMIN_KEY", flag: "--admin-key",
-            help: "server admin key; unset: generated on first start, saved in the data directory (mode 0600)"),
+            "DATABASE_URL", flag: "--database-url", default: "unset",
+            meaning:
+                "PostgreSQL URL or conninfo, e.g. postgres://parley:secret@db.internal:5432/parley; unset: an embedded PostgreSQL in the data directory",
+            guide: "operations.md#embedded-or-external-postgresql", masking: .password,
+            apply: { config, value in
+                config.databaseURL = value
+                return true
+            }, effective: { $0.databaseURL }),
         Setting(
-            variable: "PARLEY_DB_POOL_SIZE", flag: "--db-pool-size",
-            help: "PostgreSQL connections and handler threads (default 2 per core, at least 4; 1-512)"),
-        Setting(variable: "PARLEY_LOG_LEVEL", flag: "--log-level", help: "debug, info, warn, error or off (default info)"),
+            "PARLEY_DATA_DIR", flag: "--data-dir", default: "./parley-data",
+            meaning: "data directory: the embedded cluster (pg/), its log (pg.log), the admin key file (admin_key)",
+            apply: { config, value in
+                config.dataDirectory = value
+                return true
+            }, effective: { $0.dataDirectory }),
         Setting(
-            variable: "PARLEY_TEST_CLOCK", flag: "--test-clock", help: "1 enables the movable test clock of POST /v1/test/clock/advance (default 0)"),
-        Setting(variable: "PARLEY_METRICS_TOKEN", flag: "--metrics-token", help: "when set, GET /metrics requires Bearer <token>"),
+            "PARLEY_ADMIN_KEY", flag: "--admin-key", default: "generated",
+            meaning:
+                "server admin key; unset: the one in the data directory's admin_key, else generated on the first start, saved there (mode 0600) and printed once",
+            accepts: adminKeyRule, guide: "configuration.md#rotating-the-admin-key", masking: .secret,
+            apply: { config, value in
+                guard isValidAdminKey(value) else { return false }
+                config.adminKey = value
+                return true
+            }, effective: { $0.adminKey }),
         Setting(
-            variable: "PARLEY_SSE_HEARTBEAT_MS", flag: "--sse-heartbeat-ms",
-            help: "ms between `: ping` lines on SSE streams, 100-15000 (default 15000)"),
+            "PARLEY_ADMIN_KEY_SECONDARY", flag: "--admin-key-secondary", default: "unset",
+            meaning:
+                "a second server admin key, also accepted, while the admin key is rotated; cursors and file URLs signed under it still verify, new ones are signed with PARLEY_ADMIN_KEY",
+            accepts: adminKeyRule + ", other than PARLEY_ADMIN_KEY", guide: "configuration.md#rotating-the-admin-key", masking: .secret,
+            apply: { config, value in
+                guard isValidAdminKey(value) else { return false }
+                config.secondaryAdminKey = value
+                return true
+            }, effective: { $0.secondaryAdminKey }),
         Setting(
-            variable: "PARLEY_DB_TIMEOUT_MS", flag: "--db-timeout-ms",
-            help: "ms to wait for PostgreSQL to answer one statement or connect, 100-60000 (default 2000)"),
+            "PARLEY_DB_POOL_SIZE", flag: "--db-pool-size", default: "2 per core, at least 4",
+            meaning: "PostgreSQL connections, each with its own handler thread", accepts: "an integer from 1 to 512",
+            apply: { config, value in
+                guard let n = Int(value), (1...512).contains(n) else { return false }
+                config.poolSize = n
+                return true
+            }, effective: { String($0.poolSize) }),
         Setting(
-            variable: "PARLEY_WEBHOOK_ALLOW_PRIVATE", flag: "--webhook-allow-private",
-            help: "1 lets webhooks and hooks reach loopback, private and link-local addresses (default 0: refused)"),
+            "PARLEY_LOG_LEVEL", flag: "--log-level", default: "info", meaning: "the least severe log lines written",
+            accepts: "debug, info, warn, error or off", guide: "operations.md#logs",
+            apply: { config, value in
+                guard let level = Logger.Level(name: value) else { return false }
+                config.logLevel = level
+                return true
+            }, effective: { levelName($0.logLevel) }),
         Setting(
-            variable: "PARLEY_WEBHOOK_CA_FILE", flag: "--webhook-ca-file",
-            help: "PEM file of extra CAs trusted for https webhook receivers, besides the system's"),
+            "PARLEY_TEST_CLOCK", flag: "--test-clock", default: "0",
+            meaning: "1 enables the movable test clock of POST /v1/test/clock/advance (for tests only)", accepts: "0 or 1",
+            guide: "operations.md#test-clock",
+            apply: { config, value in yesOrNo(value, ["1", "true", "yes", "on"], ["0", "false", "no", "off"]) { config.testClock = $0 } },
+            effective: { $0.testClock ? "1" : "0" }),
         Setting(
-            variable: "PARLEY_PUBLIC_URL", flag: "--public-url",
-            help: "base of the signed file URLs, e.g. https://chat.example.com (default: the request's scheme and Host)"),
+            "PARLEY_METRICS_TOKEN", flag: "--metrics-token", default: "unset",
+            meaning: "when set, GET /metrics requires this token as its bearer credential (Authorization: Bearer)",
+            guide: "operations.md#health-readiness-and-metrics",
+            masking: .secret,
+            apply: { config, value in
+                config.metricsToken = value
+                return true
+            }, effective: { $0.metricsToken }),
         Setting(
-            variable: "PARLEY_FILES_BACKEND", flag: "--files-backend",
-            help: "where file bytes are stored: postgres (default) or s3 (then the PARLEY_FILES_S3_* settings)"),
-        Setting(variable: "PARLEY_FILES_S3_ENDPOINT", flag: "--files-s3-endpoint", help: "S3 service URL, http(s)://host[:port]"),
-        Setting(variable: "PARLEY_FILES_S3_BUCKET", flag: "--files-s3-bucket", help: "S3 bucket the file bytes go to (must exist)"),
-        Setting(variable: "PARLEY_FILES_S3_REGION", flag: "--files-s3-region", help: "S3 region requests are signed for (default us-east-1)"),
-        Setting(variable: "PARLEY_FILES_S3_ACCESS_KEY_ID", flag: "--files-s3-access-key-id", help: "S3 access key id"),
-        Setting(variable: "PARLEY_FILES_S3_SECRET_ACCESS_KEY", flag: "--files-s3-secret-access-key", help: "S3 secret access key"),
+            "PARLEY_SSE_HEARTBEAT_MS", flag: "--sse-heartbeat-ms", default: "15000",
+            meaning: "milliseconds between the `: ping` lines of idle event streams", accepts: "an integer from 100 to 15000",
+            guide: "events.md#live-streams-server-sent-events",
+            apply: { config, value in
+                guard let ms = Int(value), (100...15_000).contains(ms) else { return false }
+                config.sseHeartbeatMillis = ms
+                return true
+            }, effective: { String($0.sseHeartbeatMillis) }),
         Setting(
-            variable: "PARLEY_FILES_S3_PATH_STYLE", flag: "--files-s3-path-style",
-            help: "1: endpoint/bucket/key; 0: bucket.host/key (default 1 for an IP address or localhost, else 0)"),
+            "PARLEY_DB_TIMEOUT_MS", flag: "--db-timeout-ms", default: "2000",
+            meaning: "milliseconds one statement or connect may wait for PostgreSQL; past it the request gets 503 7000010",
+            accepts: "an integer from 100 to 60000", guide: "reliability.md#a-stalled-database",
+            apply: { config, value in
+                guard let ms = Int(value), (100...60_000).contains(ms) else { return false }
+                config.databaseTimeoutMillis = ms
+                return true
+            }, effective: { String($0.databaseTimeoutMillis) }),
+        Setting(
+            "PARLEY_WEBHOOK_ALLOW_PRIVATE", flag: "--webhook-allow-private", default: "0",
+            meaning: "1 lets webhooks, hooks and the push gateway reach loopback, private and link-local addresses", accepts: "0 or 1",
+            apply: { config, value in yesOrNo(value, ["1", "true"], ["0", "false"]) { config.webhookAllowPrivate = $0 } },
+            effective: { $0.webhookAllowPrivate ? "1" : "0" }),
+        Setting(
+            "PARLEY_WEBHOOK_CA_FILE", flag: "--webhook-ca-file", default: "unset",
+            meaning: "PEM file of extra CAs trusted for https webhook receivers and push gateways, besides the system's",
+            accepts: "a readable file",
+            apply: { config, value in
+                guard access(value, R_OK) == 0 else { return false }
+                config.webhookCAFile = value
+                return true
+            }, effective: { $0.webhookCAFile }),
+        Setting(
+            "PARLEY_PUBLIC_URL", flag: "--public-url", default: "unset",
+            meaning:
+                "base of signed file URLs: the scheme, host, optional port and path prefix clients reach the server at; unset: each request's scheme and Host",
+            accepts: "an absolute http(s) URL without query or fragment", guide: "files.md#signed-urls",
+            apply: { config, value in
+                let trimmed = value.hasSuffix("/") ? String(value.dropLast()) : value
+                guard trimmed.hasPrefix("http://") || trimmed.hasPrefix("https://"), trimmed.utf8.count <= 1024,
+                    !trimmed.contains(where: { "?# ".contains($0) })
+                else { return false }
+                config.publicURL = trimmed
+                return true
+            }, effective: { $0.publicURL }),
+        Setting(
+            "PARLEY_FILES_BACKEND", flag: "--files-backend", default: "postgres",
+            meaning: "where new uploads' bytes go (s3 needs the PARLEY_FILES_S3_* settings)", accepts: "postgres or s3", guide: "files.md#storage",
+            apply: { config, value in
+                guard let backend = FileBackend(rawValue: value.lowercased()) else { return false }
+                config.fileStorage.backend = backend
+                return true
+            }, effective: { $0.fileStorage.backend.rawValue }),
+        // The S3 settings are checked one by one here and assembled together (`assembleS3`), once all are known.
+        Setting(
+            "PARLEY_FILES_S3_ENDPOINT", flag: "--files-s3-endpoint", default: "unset",
+            meaning: "S3-compatible service; required for s3", accepts: "http(s)://host[:port]",
+            apply: { _, value in
+                let endpoint = value.hasSuffix("/") ? String(value.dropLast()) : value
+                return (endpoint.hasPrefix("http://") || endpoint.hasPrefix("https://"))
+                    && !endpoint.dropFirst(endpoint.hasPrefix("https://") ? 8 : 7).contains(where: { "/?#@ ".contains($0) })
+            }, effective: { $0.fileStorage.s3?.endpoint }),
+        Setting(
+            "PARLEY_FILES_S3_BUCKET", flag: "--files-s3-bucket", default: "unset",
+            meaning: "bucket of the file bytes (must exist); required for s3", accepts: "3-63 lower-case letters, digits, dots and hyphens",
+            apply: { _, value in
+                (3...63).contains(value.utf8.count)
+                    && value.utf8.allSatisfy({ ($0 >= 97 && $0 <= 122) || ($0 >= 48 && $0 <= 57) || $0 == 45 || $0 == 46 })
+            }, effective: { $0.fileStorage.s3?.bucket }),
+        Setting(
+            "PARLEY_FILES_S3_REGION", flag: "--files-s3-region", default: "us-east-1", meaning: "region S3 requests are signed for",
+            apply: { _, _ in true }, effective: { $0.fileStorage.s3?.region }),
+        Setting(
+            "PARLEY_FILES_S3_ACCESS_KEY_ID", flag: "--files-s3-access-key-id", default: "unset", meaning: "S3 access key id; required for s3",
+            apply: { _, _ in true }, effective: { $0.fileStorage.s3?.accessKeyID }),
+        Setting(
+            "PARLEY_FILES_S3_SECRET_ACCESS_KEY", flag: "--files-s3-secret-access-key", default: "unset",
+            meaning: "S3 secret access key (never logged); required for s3", masking: .secret,
+            apply: { _, _ in true }, effective: { $0.fileStorage.s3?.secretAccessKey }),
+        Setting(
+            "PARLEY_FILES_S3_PATH_STYLE", flag: "--files-s3-path-style", default: "1 for an IP address or localhost, else 0",
+            meaning: "1: path-style requests (endpoint/bucket/key); 0: virtual-hosted (bucket.host/key)", accepts: "0 or 1",
+            apply: { _, value in ["1", "true", "0", "false"].contains(value.lowercased()) },
+            effective: { $0.fileStorage.s3.map { $0.pathStyle ? "1" : "0" } }),
+        Setting(
+            "PARLEY_MIGRATIONS_DIR", flag: nil, default: "Migrations/ beside the binary or in the checkout it was built from",
+            meaning: "directory of the migration files", apply: { config, value in config.keepPath("PARLEY_MIGRATIONS_DIR", value) },
+            effective: { $0.resourcePaths["PARLEY_MIGRATIONS_DIR"] }),
+        Setting(
+            "PARLEY_OPENAPI_PATH", flag: nil, default: "openapi/openapi.json beside the binary or in the checkout it was built from",
+            meaning: "the API description served at GET /openapi.json", apply: { config, value in config.keepPath("PARLEY_OPENAPI_PATH", value) },
+            effective: { $0.resourcePaths["PARLEY_OPENAPI_PATH"] }),
+        Setting(
+            "PARLEY_CONSOLE_DIR", flag: nil, default: "console/ beside the binary or in the checkout it was built from",
+            meaning: "directory of the admin console's files, served at /console", guide: "console.md",
+            apply: { config, value in config.keepPath("PARLEY_CONSOLE_DIR", value) }, effective: { $0.resourcePaths["PARLEY_CONSOLE_DIR"] }),
     ]
 
     public var listenHost = "127.0.0.1"
@@ -59,6 +241,9 @@ public struct Configuration: Sendable {
     public var databaseURL: String?
     public var dataDirectory = "./parley-data"
     public var adminKey: String?
+    /// A second admin key, accepted beside `adminKey` while the key is rotated (docs/configuration.md#rotating-the-admin-key):
+    /// cursors and file URLs signed under it still verify, new ones are signed with `adminKey`.
+    public var secondaryAdminKey: String?
     /// Default: two connections (and handler threads) per core, at least 4. Measured on 2 cores, 4 threads
     /// served GET /v1/users/{id} ~40% faster than 16 (fewer context switches; bench/RESULTS.md).
     public var poolSize = max(4, 2 * Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
@@ -95,168 +280,130 @@ public struct Configuration: Sendable {
     public var jobLeaseMillis = 30_000
     /// A pause after each job step (0: none), leaving the database to requests; tests use it to catch a job mid-way.
     public var jobStepPauseMillis = 0
+    /// Where each setting given to ``load(environment:arguments:)`` came from, by variable; a variable missing here has
+    /// its default.
+    public var sources: [String: Source] = [:]
+    /// The environment-only paths (`PARLEY_MIGRATIONS_DIR`, …), kept so `parley config` shows them; the modules that
+    /// locate those files read the variables themselves.
+    public var resourcePaths: [String: String] = [:]
 
     public init() {}
 
-    /// A configuration problem, naming the variable (and flag) that holds the bad value.
+    /// Every configuration problem found, each naming the variable (and flag) that holds the bad value.
     public struct Invalid: Error, CustomStringConvertible, Sendable {
-        public let description: String
+        public let problems: [String]
+        public var description: String { problems.joined(separator: "\n") }
+
+        public init(_ problems: [String]) { self.problems = problems }
     }
 
-    /// Reads `environment`, then applies `arguments` (`--flag value` or `--flag=value`) on top.
+    /// Reads `environment`, then applies `arguments` (`--flag value` or `--flag=value`) on top. Throws every problem
+    /// found, not only the first.
     public static func load(environment: [String: String], arguments: [String]) throws(Invalid) -> Configuration {
         var values: [String: String] = [:]
+        var config = Configuration()
+        var problems: [String] = []
         for setting in settings {
-            if let value = environment[setting.variable], !value.isEmpty { values[setting.variable] = value }
+            if let value = environment[setting.variable], !value.isEmpty {
+                values[setting.variable] = value
+                config.sources[setting.variable] = .environment
+            }
         }
         var i = 0
         while i < arguments.count {
             let argument = arguments[i]
+            i += 1
             let (flag, inline) = argument.split(separator: "=", maxSplits: 1).map(String.init).pairOrSingle
             guard let setting = settings.first(where: { $0.flag == flag }) else {
-                throw Invalid(description: "unknown option \(argument) (see parley serve --help)")
+                problems.append("unknown option \(argument) (see parley serve --help)")
+                continue
             }
-            if let inline {
-                values[setting.variable] = inline
-            } else {
-                guard i + 1 < arguments.count else { throw Invalid(description: "option \(flag) needs a value") }
-                i += 1
-                values[setting.variable] = arguments[i]
+            guard let value = inline ?? (i < arguments.count ? arguments[i] : nil) else {
+                problems.append("option \(flag) needs a value")
+                continue
             }
-            i += 1
+            if inline == nil { i += 1 }
+            // An empty value, like an empty variable, leaves the default.
+            values[setting.variable] = value.isEmpty ? nil : value
+            config.sources[setting.variable] = value.isEmpty ? nil : .flag
         }
-        var config = Configuration()
-        if let listen = values["PARLEY_LISTEN"] {
-            guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]),
-                (0...65535).contains(port), !listen[..<colon].isEmpty
-            else {
-                throw Invalid(description: "PARLEY_LISTEN (--listen) must be host:port, got \"\(listen)\"")
-            }
-            config.listenHost = String(listen[..<colon])
-            config.listenPort = port
+        for setting in settings {
+            guard let value = values[setting.variable], !setting.apply(&config, value) else { continue }
+            // A secret's bad value is not repeated: the message may end up in a log.
+            let got = setting.masking == .none ? ", got \"\(value)\"" : ""
+            problems.append("\(setting.label) must be \(setting.accepts ?? "valid")\(got)")
         }
-        config.databaseURL = values["DATABASE_URL"]
-        if let dir = values["PARLEY_DATA_DIR"] { config.dataDirectory = dir }
-        if let key = values["PARLEY_ADMIN_KEY"] {
-            guard key.utf8.count >= 16, key.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
-                throw Invalid(description: "PARLEY_ADMIN_KEY (--admin-key) must be at least 16 printable ASCII characters without spaces")
-            }
-            config.adminKey = key
+        if let secondary = config.secondaryAdminKey, secondary == config.adminKey {
+            problems.append("PARLEY_ADMIN_KEY_SECONDARY (--admin-key-secondary) must differ from PARLEY_ADMIN_KEY")
         }
-        if let size = values["PARLEY_DB_POOL_SIZE"] {
-            guard let n = Int(size), (1...512).contains(n) else {
-                throw Invalid(description: "PARLEY_DB_POOL_SIZE (--db-pool-size) must be an integer from 1 to 512, got \"\(size)\"")
-            }
-            config.poolSize = n
-        }
-        if let level = values["PARLEY_LOG_LEVEL"] {
-            guard let parsed = Logger.Level(name: level) else {
-                throw Invalid(description: "PARLEY_LOG_LEVEL (--log-level) must be debug, info, warn, error or off, got \"\(level)\"")
-            }
-            config.logLevel = parsed
-        }
-        if let clock = values["PARLEY_TEST_CLOCK"] {
-            switch clock.lowercased() {
-            case "1", "true", "yes", "on": config.testClock = true
-            case "0", "false", "no", "off": config.testClock = false
-            default: throw Invalid(description: "PARLEY_TEST_CLOCK (--test-clock) must be 0 or 1, got \"\(clock)\"")
-            }
-        }
-        config.metricsToken = values["PARLEY_METRICS_TOKEN"]
-        if let text = values["PARLEY_SSE_HEARTBEAT_MS"] {
-            guard let ms = Int(text), (100...15_000).contains(ms) else {
-                throw Invalid(description: "PARLEY_SSE_HEARTBEAT_MS (--sse-heartbeat-ms) must be 100 to 15000, got \"\(text)\"")
-            }
-            config.sseHeartbeatMillis = ms
-        }
-        if let text = values["PARLEY_DB_TIMEOUT_MS"] {
-            guard let ms = Int(text), (100...60_000).contains(ms) else {
-                throw Invalid(description: "PARLEY_DB_TIMEOUT_MS (--db-timeout-ms) must be 100 to 60000, got \"\(text)\"")
-            }
-            config.databaseTimeoutMillis = ms
-        }
-        if let allow = values["PARLEY_WEBHOOK_ALLOW_PRIVATE"] {
-            switch allow {
-            case "1", "true": config.webhookAllowPrivate = true
-            case "0", "false": config.webhookAllowPrivate = false
-            default: throw Invalid(description: "PARLEY_WEBHOOK_ALLOW_PRIVATE (--webhook-allow-private) must be 0 or 1, got \"\(allow)\"")
-            }
-        }
-        if let file = values["PARLEY_WEBHOOK_CA_FILE"], !file.isEmpty {
-            guard access(file, R_OK) == 0 else {
-                throw Invalid(description: "PARLEY_WEBHOOK_CA_FILE (--webhook-ca-file) must name a readable PEM file, got \"\(file)\"")
-            }
-            config.webhookCAFile = file
-        }
-        if let url = values["PARLEY_PUBLIC_URL"], !url.isEmpty {
-            let trimmed = url.hasSuffix("/") ? String(url.dropLast()) : url
-            guard trimmed.hasPrefix("http://") || trimmed.hasPrefix("https://"), trimmed.utf8.count <= 1024, !trimmed.contains("?"),
-                !trimmed.contains("#"), !trimmed.contains(" ")
-            else {
-                throw Invalid(description: "PARLEY_PUBLIC_URL (--public-url) must be an absolute http(s) URL without query, got \"\(url)\"")
-            }
-            config.publicURL = trimmed
-        }
-        config.fileStorage = try fileStorage(values)
+        problems += assembleS3(values, into: &config)
+        guard problems.isEmpty else { throw Invalid(problems) }
         return config
     }
 
-    /// The file storage of `values`: the backend new uploads go to (`postgres` unless `PARLEY_FILES_BACKEND` says
-    /// `s3`) and the bucket, whenever its endpoint is given (the `s3` backend needs it, with its bucket and keys).
-    private static func fileStorage(_ values: [String: String]) throws(Invalid) -> FileStorageSettings {
-        let name = values["PARLEY_FILES_BACKEND"]?.lowercased() ?? "postgres"
-        guard let backend = FileBackend(rawValue: name) else {
-            throw Invalid(description: "PARLEY_FILES_BACKEND (--files-backend) must be postgres or s3, got \"\(name)\"")
+    /// The bucket of the file storage, whenever its endpoint is given or the backend is `s3` (which needs it, with its
+    /// bucket and keys); its settings were each checked already. Returns what is missing.
+    private static func assembleS3(_ values: [String: String], into config: inout Configuration) -> [String] {
+        guard values["PARLEY_FILES_S3_ENDPOINT"] != nil || config.fileStorage.backend == .s3 else { return [] }
+        let required = ["PARLEY_FILES_S3_ENDPOINT", "PARLEY_FILES_S3_BUCKET", "PARLEY_FILES_S3_ACCESS_KEY_ID", "PARLEY_FILES_S3_SECRET_ACCESS_KEY"]
+        let missing = settings.filter { required.contains($0.variable) && values[$0.variable] == nil }
+        guard missing.isEmpty else {
+            return missing.map { "\($0.label) is required with the s3 file storage (PARLEY_FILES_BACKEND=s3 or PARLEY_FILES_S3_ENDPOINT set)" }
         }
-        guard values["PARLEY_FILES_S3_ENDPOINT"] != nil || backend == .s3 else { return FileStorageSettings(backend: backend) }
-        func required(_ variable: String) throws(Invalid) -> String {
-            guard let value = values[variable] else {
-                let flag = settings.first { $0.variable == variable }?.flag ?? ""
-                throw Invalid(
-                    description:
-                        "\(variable) (\(flag)) is required with the s3 file storage (PARLEY_FILES_BACKEND=s3 or PARLEY_FILES_S3_ENDPOINT set)")
-            }
-            return value
-        }
-        var endpoint = try required("PARLEY_FILES_S3_ENDPOINT")
+        var endpoint = values["PARLEY_FILES_S3_ENDPOINT"] ?? ""
         if endpoint.hasSuffix("/") { endpoint.removeLast() }
-        guard endpoint.hasPrefix("http://") || endpoint.hasPrefix("https://"),
-            !endpoint.dropFirst(endpoint.hasPrefix("https://") ? 8 : 7).contains(where: { "/?#@ ".contains($0) })
-        else {
-            throw Invalid(description: "PARLEY_FILES_S3_ENDPOINT (--files-s3-endpoint) must be http(s)://host[:port], got \"\(endpoint)\"")
+        let pathStyle = values["PARLEY_FILES_S3_PATH_STYLE"].map { ["1", "true"].contains($0.lowercased()) }
+        config.fileStorage.s3 = S3Settings(
+            endpoint: endpoint, bucket: values["PARLEY_FILES_S3_BUCKET"] ?? "", region: values["PARLEY_FILES_S3_REGION"] ?? "us-east-1",
+            accessKeyID: values["PARLEY_FILES_S3_ACCESS_KEY_ID"] ?? "", secretAccessKey: values["PARLEY_FILES_S3_SECRET_ACCESS_KEY"] ?? "",
+            pathStyle: pathStyle ?? S3Settings.defaultPathStyle(endpoint: endpoint))
+        return []
+    }
+
+    static let adminKeyRule = "at least 16 printable ASCII characters without spaces"
+
+    static func isValidAdminKey(_ key: String) -> Bool { key.utf8.count >= 16 && key.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F } }
+
+    /// Applies a yes/no value given in one of `yes` or `no` (compared without case); false for anything else.
+    private static func yesOrNo(_ value: String, _ yes: Set<String>, _ no: Set<String>, set: (Bool) -> Void) -> Bool {
+        let lowered = value.lowercased()
+        guard yes.contains(lowered) || no.contains(lowered) else { return false }
+        set(yes.contains(lowered))
+        return true
+    }
+
+    private static func levelName(_ level: Logger.Level) -> String {
+        switch level {
+        case .debug: "debug"
+        case .info: "info"
+        case .warning: "warn"
+        case .error: "error"
+        case .off: "off"
         }
-        let bucket = try required("PARLEY_FILES_S3_BUCKET")
-        guard (3...63).contains(bucket.utf8.count),
-            bucket.utf8.allSatisfy({ ($0 >= 97 && $0 <= 122) || ($0 >= 48 && $0 <= 57) || $0 == 45 || $0 == 46 })
-        else {
-            throw Invalid(
-                description: "PARLEY_FILES_S3_BUCKET (--files-s3-bucket) must be 3-63 lower-case letters, digits, dots and hyphens, got \"\(bucket)\""
-            )
-        }
-        var pathStyle = S3Settings.defaultPathStyle(endpoint: endpoint)
-        if let style = values["PARLEY_FILES_S3_PATH_STYLE"] {
-            switch style.lowercased() {
-            case "1", "true": pathStyle = true
-            case "0", "false": pathStyle = false
-            default: throw Invalid(description: "PARLEY_FILES_S3_PATH_STYLE (--files-s3-path-style) must be 0 or 1, got \"\(style)\"")
-            }
-        }
-        let s3 = S3Settings(
-            endpoint: endpoint, bucket: bucket, region: values["PARLEY_FILES_S3_REGION"] ?? "us-east-1",
-            accessKeyID: try required("PARLEY_FILES_S3_ACCESS_KEY_ID"), secretAccessKey: try required("PARLEY_FILES_S3_SECRET_ACCESS_KEY"),
-            pathStyle: pathStyle)
-        return FileStorageSettings(backend: backend, s3: s3)
+    }
+
+    private mutating func keepPath(_ variable: String, _ path: String) -> Bool {
+        resourcePaths[variable] = path
+        return true
     }
 
     /// The `parley serve --help` text.
     public static var helpText: String {
         var text = "usage: parley serve [options]\n\nEvery option can also be set through its environment variable.\n\n"
         for setting in settings {
-            let left = "  \(setting.flag) <value>"
-            text += left.padding(to: 26) + setting.variable.padding(to: 22) + setting.help + "\n"
+            guard let flag = setting.flag else { continue }
+            let left = "  \(flag) <value>"
+            var help = setting.meaning
+            if let accepts = setting.accepts { help += "; " + accepts }
+            help += " (default " + setting.defaultText + ")"
+            text += left.padding(to: 30) + setting.variable.padding(to: 28) + help + "\n"
         }
         // Kept in step with EmbeddedPostgres.relocatedClustersDirectory (ParleyCore does not see that module).
         text += """
+
+            Environment only: \(settings.filter { $0.flag == nil }.map(\.variable).joined(separator: ", ")) (paths of the files
+            Parley serves and migrates from). `parley config` shows the effective configuration, `parley config check`
+            validates it; docs/configuration.md describes every setting.
 
             Without DATABASE_URL, Parley runs its own PostgreSQL in the data directory (pg/). Run as root, that
             cluster runs as user postgres; when postgres cannot reach the data directory (a directory under

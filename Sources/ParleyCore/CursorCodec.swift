@@ -25,10 +25,17 @@ public struct CursorCodec: Sendable {
 
     /// Bytes of MAC kept: 128 bits is plenty against forgery and keeps cursors short.
     private static let macLength = 16
-    private let secret: [UInt8]
+    /// The first signs; every one verifies (a server admin key being rotated keeps its cursors valid).
+    private let secrets: [[UInt8]]
 
     public init(secret: [UInt8]) {
-        self.secret = secret
+        self.secrets = [secret]
+    }
+
+    /// A codec that signs with `secrets[0]` and accepts a cursor signed with any of them.
+    public init(secrets: [[UInt8]]) {
+        precondition(!secrets.isEmpty, "a cursor codec needs a secret to sign with")
+        self.secrets = secrets
     }
 
     /// A cursor positioned after the item whose sort keys are `values`.
@@ -40,7 +47,7 @@ public struct CursorCodec: Sendable {
             w.key("v")
             w.write(.array(values))
         }
-        let mac = Crypto.hmacSHA256(key: secret, message: w.bytes).prefix(Self.macLength)
+        let mac = Crypto.hmacSHA256(key: secrets[0], message: w.bytes).prefix(Self.macLength)
         return Crypto.base64URLEncode(w.bytes) + "." + Crypto.base64URLEncode(mac)
     }
 
@@ -52,8 +59,8 @@ public struct CursorCodec: Sendable {
         guard parts.count == 2, let payload = Crypto.base64URLDecode(parts[0]),
             let mac = Crypto.base64URLDecode(parts[1]), mac.count == Self.macLength
         else { throw .malformed }
-        let expected = Crypto.hmacSHA256(key: secret, message: payload).prefix(Self.macLength)
-        guard Crypto.constantTimeEquals(expected, mac) else { throw .badSignature }
+        let signed = secrets.contains { Crypto.constantTimeEquals(Crypto.hmacSHA256(key: $0, message: payload).prefix(Self.macLength), mac) }
+        guard signed else { throw .badSignature }
         guard case .object(let o)? = try? JSONValue.parse(payload, maxDepth: 8),
             case .string(let l)? = o["l"], case .array(let values)? = o["v"]
         else { throw .malformed }

@@ -23,12 +23,19 @@ package enum DataDirectory {
     /// Returns the key and whether it was generated now (so it can be printed once).
     package static func adminKey(configured: String?, in directory: String) throws -> (String, Bool) {
         if let configured { return (configured, false) }
-        let path = directory + "/admin_key"
-        if let saved = readFile(path)?.trimmingWhitespace(), !saved.isEmpty { return (saved, false) }
+        if let saved = savedAdminKey(in: directory) { return (saved, false) }
         let key = "sk_" + Crypto.base64URLEncode(Crypto.randomBytes(32))
-        try writeFile(path, key + "\n", mode: 0o600)
+        try writeFile(adminKeyPath(in: directory), key + "\n", mode: 0o600)
         return (key, true)
     }
+
+    /// The admin key saved in the data directory, nil when there is none.
+    package static func savedAdminKey(in directory: String) -> String? {
+        guard let saved = readFile(adminKeyPath(in: directory))?.trimmingWhitespace(), !saved.isEmpty else { return nil }
+        return saved
+    }
+
+    package static func adminKeyPath(in directory: String) -> String { directory + "/admin_key" }
 
     package static func readFile(_ path: String) -> String? {
         let fd = open(path, O_RDONLY | O_CLOEXEC)

@@ -6,8 +6,8 @@ import ParleyHTTP
 import ParleyLive
 import ParleyPostgres
 
-/// The `parley` command line: `serve`, `migrate`, `apps create`, `backup`, `restore`, `data`, `export`, `import`,
-/// `version`, `help`.
+/// The `parley` command line: `serve`, `migrate`, `config`, `apps create`, `backup`, `restore`, `data`, `export`,
+/// `import`, `version`, `help`.
 public enum ParleyCommand {
     public static let version = "0.1.0"
 
@@ -17,6 +17,8 @@ public enum ParleyCommand {
         commands:
           serve     run the server (embedded PostgreSQL unless DATABASE_URL is set)
           migrate   apply the database migrations and exit
+          config [check] [serve options]
+                    print the effective configuration with each value's source, or check it (exit 0 or 2)
           apps create <app_id> [--name NAME]
                     create an app and print its key (works while the server runs)
           backup <file>
@@ -54,12 +56,18 @@ public enum ParleyCommand {
             }
             let configuration: Configuration
             do {
-                configuration = try Configuration.load(environment: environment, arguments: arguments)
+                // What `parley config check` runs: it passes exactly when this does.
+                configuration = try ConfigCommand.validated(environment: environment, arguments: arguments)
             } catch {
-                printError("parley: \(error.description)")
+                printError(error.problems.map { "parley: \($0)" }.joined(separator: "\n"))
                 return 2
             }
             return command == "serve" ? serve(configuration) : migrate(configuration)
+        case "config":
+            let outcome = ConfigCommand.run(arguments: arguments, environment: environment)
+            print(outcome.output, terminator: "")
+            if !outcome.errors.isEmpty { printError(outcome.errors) }
+            return outcome.status
         case "apps":
             guard arguments.first == "create", arguments.count >= 2 else {
                 printError("usage: parley apps create <app_id> [--name NAME] [serve options]")
@@ -149,7 +157,7 @@ public enum ParleyCommand {
                 return 0
             }
         } catch let error as Configuration.Invalid {
-            printError("parley: \(error.description)")
+            printError(error.problems.map { "parley: \($0)" }.joined(separator: "\n"))
             return 2
         } catch {
             printError("parley: apps create failed: \(String(reflecting: error))")

@@ -18,9 +18,9 @@ package final class Services: Sendable {
     package let timers: Timers
     package let sequencer: EventSequencer
     package let webhooks: Webhooks
-    /// The key of signed file URLs (docs/files.md#signed-urls): derived from the admin key, so every node verifies the
-    /// URLs every other node signed.
-    package let fileURLKey: [UInt8]
+    /// The keys of signed file URLs (docs/files.md#signed-urls): derived from the admin key, so every node verifies the
+    /// URLs every other node signed. The first signs; the one of the secondary admin key, while set, still verifies.
+    package let fileURLKeys: [[UInt8]]
     /// Threads that move file bodies between clients and storage (uploads read as they arrive, downloads written as
     /// the client takes them): a slow client holds one of these, never a database connection, which each piece borrows
     /// only while it is written or read.
@@ -34,11 +34,13 @@ package final class Services: Sendable {
         self.clock = clock
         let apps = AppDirectory()
         self.apps = apps
-        authenticator = Authenticator(adminKey: adminKey, apps: apps, clock: clock, tokenSubject: tokenSubject)
+        // The configured key first: it signs; a secondary key (an admin key being rotated) is accepted and verifies.
+        let adminKeys = [adminKey] + [configuration.secondaryAdminKey].compactMap { $0 }
+        authenticator = Authenticator(adminKeyDigests: adminKeys.map { Crypto.sha256($0) }, apps: apps, clock: clock, tokenSubject: tokenSubject)
         rateLimiter = RateLimiter()
         // Cursors must verify on every node and across restarts, so their key derives from the admin key.
-        cursors = CursorCodec(secret: Crypto.hmacSHA256(key: Array(adminKey.utf8), message: Array("parley cursor key".utf8)))
-        fileURLKey = Crypto.hmacSHA256(key: Array(adminKey.utf8), message: Array("parley file url key".utf8))
+        cursors = CursorCodec(secrets: adminKeys.map { Crypto.hmacSHA256(key: Array($0.utf8), message: Array("parley cursor key".utf8)) })
+        fileURLKeys = adminKeys.map { Crypto.hmacSHA256(key: Array($0.utf8), message: Array("parley file url key".utf8)) }
         transfers = ThreadPoolExecutor(threads: Self.transferThreads(poolSize: configuration.poolSize), maxQueued: 256, maxWait: .seconds(10))
         self.metrics = metrics
         self.logger = logger

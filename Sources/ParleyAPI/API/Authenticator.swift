@@ -21,7 +21,10 @@ package struct TokenSubject: Sendable {
 
 /// Recognises and verifies the bearer credential of a request (docs/users.md#user-tokens).
 package struct Authenticator: Sendable {
-    package let adminKey: String
+    /// SHA-256 of each accepted server admin key: the configured one and, while it is rotated, the secondary one
+    /// (docs/configuration.md#rotating-the-admin-key). A presented token is hashed and compared with every digest in
+    /// constant time, so neither the keys' lengths nor which one matched shows in the timing.
+    let adminKeyDigests: [[UInt8]]
     package let apps: AppDirectory
     package let clock: ServerClock
     let tokenSubject: TokenSubject.Reader
@@ -47,7 +50,7 @@ package struct Authenticator: Sendable {
             if let key = try apps.key(hash: hash, now: clock.now(), db: db) { return Verified(credential: .app(appID: key.appID, keyID: key.keyID)) }
             throw APIError.unauthenticated("unknown or revoked app key")
         }
-        if Crypto.constantTimeEquals(token.utf8, adminKey.utf8) {
+        if isAdminKey(token) {
             guard appRoute, let appID = request.headers["Parley-App-Id"] else { return Verified(credential: .admin) }
             let known = IdentifierKind.appID.problem(appID) == nil ? try apps.app(appID, db: db) : nil
             guard let known else {
@@ -66,6 +69,12 @@ package struct Authenticator: Sendable {
         }
         if UserToken.looksLikeJWT(token) { return try verifyUserToken(token, db: db) }
         throw APIError.unauthenticated("the bearer value is not a Parley credential")
+    }
+
+    private func isAdminKey(_ token: String) -> Bool {
+        let digest = Crypto.sha256(token)
+        // No early exit: every digest is compared whatever the first one said.
+        return adminKeyDigests.reduce(false) { matched, key in Crypto.constantTimeEquals(digest, key) || matched }
     }
 
     /// Verification in this order: algorithm/signature/issuer, expiry, user and generation, ban (so an expired token

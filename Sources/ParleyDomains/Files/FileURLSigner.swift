@@ -12,21 +12,31 @@ package struct FileURLSigner: Sendable {
         case firstFrame = "first_frame"
     }
 
-    private let key: [UInt8]
+    /// The first signs; each verifies (the key of a secondary admin key keeps the URLs it signed valid during a
+    /// rotation).
+    private let keys: [[UInt8]]
 
-    package init(services: Services) { key = services.fileURLKey }
+    package init(services: Services) { keys = services.fileURLKeys }
 
     /// The signature of a URL: base64url of the HMAC of its four parts, each on its own line (no part may hold a line
     /// break: ids are opaque ids, the variant an enum, the expiry digits).
     func signature(appID: String, fileID: String, variant: Variant, expires: Int64) -> String {
+        signature(key: keys[0], appID: appID, fileID: fileID, variant: variant, expires: expires)
+    }
+
+    private func signature(key: [UInt8], appID: String, fileID: String, variant: Variant, expires: Int64) -> String {
         Crypto.base64URLEncode(Crypto.hmacSHA256(key: key, message: Array("\(appID)\n\(fileID)\n\(variant.rawValue)\n\(expires)".utf8)))
     }
 
-    /// Whether `signature` signs these parts and `expires` (Unix seconds) is not before `nowSeconds`. Compared in
-    /// constant time.
+    /// Whether `signature` signs these parts under one of the keys and `expires` (Unix seconds) is not before
+    /// `nowSeconds`. Compared in constant time.
     func verify(appID: String, fileID: String, variant: Variant, expires: Int64, signature: String, nowSeconds: Int64) -> Bool {
-        let expected = self.signature(appID: appID, fileID: fileID, variant: variant, expires: expires)
-        return Crypto.constantTimeEquals(Array(expected.utf8), Array(signature.utf8)) && expires >= nowSeconds
+        let presented = Array(signature.utf8)
+        let signed = keys.contains { key in
+            Crypto.constantTimeEquals(
+                Array(self.signature(key: key, appID: appID, fileID: fileID, variant: variant, expires: expires).utf8), presented)
+        }
+        return signed && expires >= nowSeconds
     }
 
     /// URLs for one answer: on `base`, valid until `expires`.
