@@ -2,14 +2,17 @@
 """docker/Dockerfile checked without a container engine (scripts/docker-check.sh runs this).
 
 1. Reads the Dockerfile: stages, COPY, RUN, ENV, USER, WORKDIR, HEALTHCHECK, ENTRYPOINT/CMD.
-2. Build stage: copies exactly what each `COPY` copies (from the repository) into a scratch source tree and runs the
-   stage's `swift build` there. The tree lives at a fixed place (.build/docker-check/src) and is synced, not recreated,
-   so SwiftPM's incremental build keeps a warm cache from one run to the next.
-3. Runtime stage: lays out every `COPY --from=build` target under a scratch root in /tmp (no Package.swift above it),
-   moves the scratch source tree away (the binary would otherwise find console/ and openapi/ in the tree it was built
-   from, RepositoryFile's #filePath fallback, and hide a missing COPY), starts ENTRYPOINT + CMD from the scratch root
-   with the image's ENV (absolute paths moved under the root, PARLEY_LISTEN on loopback) as the image's USER, then
-   checks /readyz, /console, /openapi.json and the HEALTHCHECK command.
+2. Build stage: links (hard links: same bytes, same inode) exactly the files each `COPY` copies from the repository
+   into a scratch tree, seeds the tree's .build with a copy of the repository's release build, and runs the stage's
+   `swift build` in a private mount namespace where the scratch tree is mounted over the repository's path. SwiftPM
+   keys its cache by absolute path and file identity, so the build reuses CI's release build and only does what the
+   Dockerfile's flags add (it would rebuild everything in a tree of another path); the files it sees are still only
+   the COPY'd ones.
+3. Runtime stage: lays out every `COPY --from=build` target under a scratch root in /tmp (no Package.swift above it)
+   and starts ENTRYPOINT + CMD from there with the image's ENV (absolute paths moved under the root, PARLEY_LISTEN on
+   loopback) as the image's USER, in a mount namespace where the repository's path is an empty directory: the binary
+   would otherwise find console/ and openapi/ in the checkout it was built from (RepositoryFile's #filePath fallback)
+   and hide a missing COPY. Then checks /readyz, /console, /openapi.json and the HEALTHCHECK command.
 
 Usage: docker_check.py REPO SCRATCH   (SCRATCH: the persistent build cache directory)
 """
@@ -138,31 +141,44 @@ def copy_tree(source, destination, wanted):
         fail(f"COPY source {source} does not exist")
 
 
-def sync(wanted, root, keep):
-    """Makes `root` hold exactly the files of `wanted` (plus the `keep` subdirectories): unchanged files are left as
-    they are, so their inode and mtime stay and SwiftPM rebuilds only what changed."""
-    os.makedirs(root, exist_ok=True)
-    changed = 0
+def link_tree(wanted, root):
+    """Makes `root` (recreated) hold exactly the files of `wanted`, as hard links to the repository's files."""
+    shutil.rmtree(root, ignore_errors=True)
     for target, source in wanted.items():
-        if os.path.isfile(target) and os.path.getsize(target) == os.path.getsize(source):
-            with open(target, "rb") as a, open(source, "rb") as b:
-                if a.read() == b.read():
-                    continue
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        if os.path.lexists(target):
-            os.remove(target)
-        shutil.copy2(source, target)
-        changed += 1
-    removed = 0
-    for directory, subdirectories, files in os.walk(root, topdown=True):
-        if directory == root:
-            subdirectories[:] = [d for d in subdirectories if d not in keep]
-        for name in files:
-            path = os.path.join(directory, name)
-            if path not in wanted:
-                os.remove(path)
-                removed += 1
-    return changed, removed
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copy2(source, target)  # another file system: a copy (the build then finds nothing to reuse)
+
+
+# What of the repository's .build a release build reads back (the rest is debug builds and tools' virtualenvs).
+RELEASE_CACHE = ["build.db", "release.yaml", "plugin-tools.yaml", "workspace-state.json", "artifacts", "checkouts", "repositories"]
+
+
+def seed_build_cache(repo, tree):
+    build = os.path.join(repo, ".build")
+    triple = os.path.realpath(os.path.join(build, "release"))
+    if not os.path.isdir(triple):
+        say("note: no release build in the repository's .build: the build stage builds from scratch (many minutes)")
+        return
+    os.makedirs(os.path.join(tree, ".build"))
+    for name in RELEASE_CACHE:
+        source = os.path.join(build, name)
+        if os.path.isdir(source):
+            shutil.copytree(source, os.path.join(tree, ".build", name), symlinks=True)
+        elif os.path.isfile(source):
+            shutil.copy2(source, os.path.join(tree, ".build", name))
+    relative = os.path.relpath(triple, build)
+    shutil.copytree(triple, os.path.join(tree, ".build", relative), symlinks=True)
+    os.symlink(relative, os.path.join(tree, ".build", "release"))
+
+
+def in_namespace(mount_source, mount_point, argv, enter=False):
+    """argv in a private mount namespace where `mount_source` is mounted over `mount_point` (same pid: exec), run in
+    `mount_point` when `enter`, else in the caller's working directory."""
+    script = 'mount --bind "$1" "$2" && ' + ('cd "$2" && ' if enter else "") + 'shift 2 && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", mount_source, mount_point] + argv
 
 
 def stage_copies(stage, repo, workdir, destination_root):
@@ -186,6 +202,38 @@ def stage_copies(stage, repo, workdir, destination_root):
                     into = target
                 copy_tree(path, os.path.normpath(destination_root + into), wanted)
     return wanted
+
+
+def check_libraries(binary, runtime):
+    """Every shared library the binary loads must come from a package the runtime stage installs (or one those
+    depend on): this machine has more installed than the image will."""
+    packages = [name for keyword, args in runtime["steps"] if keyword == "RUN" for name in apt_packages(args)]
+    closure = subprocess.run(
+        ["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts", "--no-breaks",
+         "--no-replaces", "--no-enhances", "--no-pre-depends"] + packages,
+        capture_output=True, text=True,
+    ).stdout
+    provided = set(packages) | {line.strip().split(":", 1)[-1].strip().strip("<>") for line in closure.splitlines()}
+    provided = {name.split(":")[0] for name in provided}
+    listed = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
+    libraries = {match.group(1): None for match in re.finditer(r"=>\s+(/\S+)", listed)}
+    # Debian records some under /lib and some under /usr/lib (merged /usr): ask for every spelling, in one dpkg -S.
+    spellings = {lib: {lib, os.path.realpath(lib)} for lib in libraries}
+    for lib in libraries:
+        spellings[lib] |= {p.replace("/usr/lib/", "/lib/", 1) for p in spellings[lib]}
+        spellings[lib] |= {p.replace("/lib/", "/usr/lib/", 1) for p in spellings[lib] if p.startswith("/lib/")}
+    owners_of = {}
+    searched = subprocess.run(["dpkg", "-S"] + sorted(set().union(*spellings.values())), capture_output=True, text=True)
+    for line in searched.stdout.splitlines():
+        names, _, path = line.partition(": ")
+        owners_of.setdefault(path.strip(), set()).update(n.split(":")[0].strip() for n in names.split(","))
+    for lib, paths in spellings.items():
+        owners = set().union(*(owners_of.get(p, set()) for p in paths))
+        if not owners:
+            fail(f"{lib}, loaded by the binary, belongs to no Debian package here")
+        if not owners & provided:
+            fail(f"{lib} (package {', '.join(sorted(owners))}) is not installed by the runtime stage's apt-get install")
+    say(f"runtime stage: every library the binary loads comes from its packages ({len(packages)} named, {len(provided)} with dependencies)")
 
 
 # -- the check ----------------------------------------------------------------------------------------------------------
@@ -231,41 +279,37 @@ def main():
                     if stage is runtime and subprocess.run(["dpkg", "-s", name], capture_output=True).returncode != 0:
                         fail(f"apt package {name} of the runtime image is not installed here: the check runs with this machine's libraries")
 
-    # Build stage: its COPY lines into the scratch tree, then its `swift build`.
+    # Build stage: its COPY lines into the scratch tree, then its `swift build` with the tree at the repository's path.
     source_tree = os.path.join(scratch, "src")
-    away = os.path.join(scratch, "src.away")
-    if os.path.isdir(away) and not os.path.isdir(source_tree):
-        os.rename(away, source_tree)  # a run interrupted while the tree was away
-    workdir = "/"
-    for keyword, args in build["steps"]:
-        if keyword == "WORKDIR":
-            workdir = os.path.join(workdir, args)
-    # Every path of the build stage lives under its final WORKDIR here: `source_tree` stands for it.
+    workdir = workdir_of(build)
     wanted = stage_copies(build, repo, "/", os.path.join(scratch, "fs"))
-    prefix = os.path.join(scratch, "fs") + workdir.rstrip("/") + "/"
+    prefix = os.path.join(scratch, "fs") + workdir
     outside = [p for p in wanted if not p.startswith(prefix)]
     if outside:
         fail(f"the build stage copies outside its WORKDIR {workdir}: {outside[0]}")
     wanted = {os.path.join(source_tree, p[len(prefix) :]): s for p, s in wanted.items()}
-    changed, removed = sync(wanted, source_tree, keep={".build"})
-    say(f"build stage: {len(wanted)} files copied by COPY into {source_tree} ({changed} changed, {removed} removed)")
+    link_tree(wanted, source_tree)
+    seed_build_cache(repo, source_tree)
+    say(f"build stage: the {len(wanted)} files its COPY lines copy, in {source_tree}")
     builds = [args for keyword, args in build["steps"] if keyword == "RUN" and "swift build" in args]
     if len(builds) != 1:
         fail("the build stage needs exactly one RUN with `swift build`")
     started = time.monotonic()
-    say(f"build stage: {builds[0]} (in the scratch tree)")
-    completed = subprocess.run(builds[0], shell=True, cwd=source_tree, capture_output=True, text=True)
+    say(f"build stage: {builds[0]} (the scratch tree mounted at {repo})")
+    completed = subprocess.run(in_namespace(source_tree, repo, ["sh", "-c", builds[0]], enter=True), capture_output=True, text=True)
     if completed.returncode != 0:
         print((completed.stdout + completed.stderr)[-4000:])
         fail(f"the build stage's `{builds[0]}` failed with only the COPY'd files (exit {completed.returncode})")
     say(f"build stage: built in {time.monotonic() - started:.0f} s")
 
+    check_libraries(os.path.join(source_tree, ".build", "release", "parley"), runtime)
+
     # Runtime stage: its files under a scratch root, as the image holds them.
     root = tempfile.mkdtemp(prefix="parley-docker-root-")
     os.chmod(root, 0o755)
-    process, moved = None, False
+    process = None
     try:
-        env, user, uid, workdir, entrypoint, command, health = {}, None, None, "/", [], [], None
+        env, user, uid, runtime_workdir, entrypoint, command, health = {}, None, None, "/", [], [], None
         layout = []
         for keyword, args in runtime["steps"]:
             if keyword == "COPY":
@@ -273,9 +317,9 @@ def main():
                 if flags.get("from") != build["name"]:
                     fail(f"the runtime stage's COPY {args} does not come from the build stage")
                 for source in sources:
-                    if not source.startswith(workdir_of(build)):
+                    if not source.startswith(workdir):
                         fail(f"COPY --from=build {source}: only paths under the build stage's WORKDIR are simulated")
-                    local = os.path.join(source_tree, os.path.relpath(source, workdir_of(build)))
+                    local = os.path.join(source_tree, os.path.relpath(source, workdir))
                     if not os.path.exists(local):
                         fail(f"COPY --from=build {source}: the build stage has no such file (looked at {local})")
                     target = root + destination
@@ -290,7 +334,7 @@ def main():
             elif keyword == "USER":
                 user = args.split(":")[0]
             elif keyword == "WORKDIR":
-                workdir = os.path.join(workdir, args)
+                runtime_workdir = os.path.join(runtime_workdir, args)
             elif keyword == "ENTRYPOINT":
                 entrypoint = exec_form(args)
             elif keyword == "CMD":
@@ -338,15 +382,15 @@ def main():
         argv = [root + argv[0] if argv[0].startswith("/") else argv[0]] + argv[1:]
         as_user = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
 
-        # The tree the binary was built from must not be findable: the image does not have it.
-        os.rename(source_tree, away)
-        moved = True
+        # The checkout the binary was built from must not be findable: the image does not have it.
+        empty = os.path.join(root, "no-checkout")
+        os.mkdir(empty)
         log_path = os.path.join(root, "serve.log")
         log = open(log_path, "w")
         started = time.monotonic()
-        say(f"runtime stage: {' '.join(argv)} as {user} (uid {uid}), cwd {root + workdir}, PARLEY_LISTEN={env['PARLEY_LISTEN']}")
+        say(f"runtime stage: {' '.join(argv)} as {user} (uid {uid}), cwd {root + runtime_workdir}, PARLEY_LISTEN={env['PARLEY_LISTEN']}")
         process = subprocess.Popen(
-            as_user + argv, cwd=root + workdir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            in_namespace(empty, repo, as_user + argv), cwd=root + runtime_workdir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         base = f"http://127.0.0.1:{port}"
 
@@ -381,7 +425,7 @@ def main():
         json.loads(body)
         say("runtime stage: /console 200 (HTML, console.js, console.css), /openapi.json 200 (JSON)")
 
-        checked = subprocess.run(as_user + health, env=env, cwd=root + workdir, capture_output=True, text=True, timeout=30)
+        checked = subprocess.run(as_user + health, env=env, cwd=root + runtime_workdir, capture_output=True, text=True, timeout=30)
         if checked.returncode != 0:
             fail(f"the HEALTHCHECK command {health} exited {checked.returncode}: {checked.stdout}{checked.stderr}")
         say(f"runtime stage: HEALTHCHECK {' '.join(health)} exited 0")
@@ -396,8 +440,6 @@ def main():
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-        if moved:
-            os.rename(away, source_tree)
         shutil.rmtree(root, ignore_errors=True)
     if process is not None and process.returncode not in (0, -signal.SIGTERM):
         fail(f"the server exited {process.returncode} on SIGTERM")
