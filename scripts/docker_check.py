@@ -270,14 +270,18 @@ def main():
     if not lists:
         say("note: no apt package lists here (apt-get update): the Dockerfile's package names are not checked")
     for stage in all_stages if lists else []:
-        for keyword, args in stage["steps"]:
-            if keyword == "RUN":
-                for name in apt_packages(args):
-                    shown = subprocess.run(["apt-cache", "show", "--no-all-versions", name], capture_output=True)
-                    if shown.returncode != 0:
-                        fail(f"apt package {name} (stage {stage['name'] or stage['base']}) is unknown to apt-cache")
-                    if stage is runtime and subprocess.run(["dpkg", "-s", name], capture_output=True).returncode != 0:
-                        fail(f"apt package {name} of the runtime image is not installed here: the check runs with this machine's libraries")
+        names = [name for keyword, args in stage["steps"] if keyword == "RUN" for name in apt_packages(args)]
+        label = stage["name"] or stage["base"]
+        # One call for all (each apt-cache or dpkg call reads every list). `apt-cache policy` prints a section per
+        # name it knows, with a candidate version when a package (not only a virtual name) has it.
+        policy = subprocess.run(["apt-cache", "policy"] + names, capture_output=True, text=True).stdout if names else ""
+        sections = dict(re.findall(r"^(\S+):\n\s+Installed: .*\n\s+Candidate: (.*)$", policy, re.M))
+        unknown = [n for n in names if sections.get(n, "(none)") == "(none)"]
+        if unknown:
+            fail(f"apt package {', '.join(unknown)} (stage {label}) unknown to apt-cache")
+        if stage is runtime and names and subprocess.run(["dpkg", "-s"] + names, capture_output=True).returncode != 0:
+            missing = [n for n in names if subprocess.run(["dpkg", "-s", n], capture_output=True).returncode != 0]
+            fail(f"apt packages {', '.join(missing)} of the runtime image are not installed here: the check runs with this machine's libraries")
 
     # Build stage: its COPY lines into the scratch tree, then its `swift build` with the tree at the repository's path.
     source_tree = os.path.join(scratch, "src")
