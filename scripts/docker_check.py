@@ -3,11 +3,10 @@
 
 1. Reads the Dockerfile: stages, COPY, RUN, ENV, USER, WORKDIR, HEALTHCHECK, ENTRYPOINT/CMD.
 2. Build stage: links (hard links: same bytes, same inode) exactly the files each `COPY` copies from the repository
-   into a scratch tree, seeds the tree's .build with a copy of the repository's release build, and runs the stage's
-   `swift build` in a private mount namespace where the scratch tree is mounted over the repository's path. SwiftPM
-   keys its cache by absolute path and file identity, so the build reuses CI's release build and only does what the
-   Dockerfile's flags add (it would rebuild everything in a tree of another path); the files it sees are still only
-   the COPY'd ones.
+   into a scratch tree and runs the stage's `swift build` in a private mount namespace where that tree is mounted
+   over the repository's path. The tree's .build is kept from run to run, and SwiftPM keys its cache by absolute path
+   and file identity, so a later run rebuilds only what changed. (It cannot start from CI's own release build:
+   `--static-swift-stdlib` adds `-static-stdlib` to every module's compile command, so every module differs.)
 3. Runtime stage: lays out every `COPY --from=build` target under a scratch root in /tmp (no Package.swift above it)
    and starts ENTRYPOINT + CMD from there with the image's ENV (absolute paths moved under the root, PARLEY_LISTEN on
    loopback) as the image's USER, in a mount namespace where the repository's path is an empty directory: the binary
@@ -142,36 +141,19 @@ def copy_tree(source, destination, wanted):
 
 
 def link_tree(wanted, root):
-    """Makes `root` (recreated) hold exactly the files of `wanted`, as hard links to the repository's files."""
-    shutil.rmtree(root, ignore_errors=True)
+    """Makes `root` hold exactly the files of `wanted`, as hard links to the repository's files, beside the `.build`
+    of the previous run (kept: SwiftPM then rebuilds only what changed)."""
+    if os.path.isdir(root):
+        for name in os.listdir(root):
+            if name != ".build":
+                path = os.path.join(root, name)
+                shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
     for target, source in wanted.items():
         os.makedirs(os.path.dirname(target), exist_ok=True)
         try:
             os.link(source, target)
         except OSError:
             shutil.copy2(source, target)  # another file system: a copy (the build then finds nothing to reuse)
-
-
-# What of the repository's .build a release build reads back (the rest is debug builds and tools' virtualenvs).
-RELEASE_CACHE = ["build.db", "release.yaml", "plugin-tools.yaml", "workspace-state.json", "artifacts", "checkouts", "repositories"]
-
-
-def seed_build_cache(repo, tree):
-    build = os.path.join(repo, ".build")
-    triple = os.path.realpath(os.path.join(build, "release"))
-    if not os.path.isdir(triple):
-        say("note: no release build in the repository's .build: the build stage builds from scratch (many minutes)")
-        return
-    os.makedirs(os.path.join(tree, ".build"))
-    for name in RELEASE_CACHE:
-        source = os.path.join(build, name)
-        if os.path.isdir(source):
-            shutil.copytree(source, os.path.join(tree, ".build", name), symlinks=True)
-        elif os.path.isfile(source):
-            shutil.copy2(source, os.path.join(tree, ".build", name))
-    relative = os.path.relpath(triple, build)
-    shutil.copytree(triple, os.path.join(tree, ".build", relative), symlinks=True)
-    os.symlink(relative, os.path.join(tree, ".build", "release"))
 
 
 def in_namespace(mount_source, mount_point, argv, enter=False):
@@ -293,7 +275,6 @@ def main():
         fail(f"the build stage copies outside its WORKDIR {workdir}: {outside[0]}")
     wanted = {os.path.join(source_tree, p[len(prefix) :]): s for p, s in wanted.items()}
     link_tree(wanted, source_tree)
-    seed_build_cache(repo, source_tree)
     say(f"build stage: the {len(wanted)} files its COPY lines copy, in {source_tree}")
     builds = [args for keyword, args in build["steps"] if keyword == "RUN" and "swift build" in args]
     if len(builds) != 1:
