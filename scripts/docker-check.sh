@@ -7,7 +7,8 @@
 #    with its ENV, the repository hidden; /readyz, /console, /openapi.json and the HEALTHCHECK command must answer.
 #    The scratch tree's .build (DOCKER_CHECK_CACHE, default .build/docker-check) is kept between runs: the first run,
 #    and a run after a change to a low module, is a full release build with a static Swift runtime (6.3 minutes on 2
-#    busy cores); a run with the sources unchanged builds nothing. Needs root (unshare, mount, setpriv).
+#    busy cores); a run with the sources unchanged builds nothing. Needs root (unshare, mount, setpriv); creates the
+#    image's user here (parley, uid 10001) when missing, since initdb needs its user to have a name.
 # 2. docker/compose.yml: PostgreSQL's healthcheck, Parley waiting for it, restart policies, volumes.
 # 3. deploy/parley.service: `systemd-analyze verify` (any warning fails) on a copy whose ExecStart names the binary
 #    just built, since verify needs the executable to exist and /opt/parley is not installed here.
