@@ -62,4 +62,32 @@ struct ConsoleTests {
             }
         }
     }
+
+    /// An image or install without `console/` says so at start and at `/console`, not with a bare 404; an override
+    /// directory is the only place looked at, so this checkout's own files do not hide the missing ones.
+    @Test func missingAssetsAreNamedInAWarningAndInTheProblem() throws {
+        let nowhere = "/nonexistent/parley-console"
+        let assets = ConsoleRoutes.load(overrideDirectory: nowhere)
+        #expect(assets.isEmpty)
+        let warning = try #require(ConsoleRoutes.missingAssetsWarning(assets: assets, overrideDirectory: nowhere))
+        #expect(warning.contains("missing=console.css,console.js,index.html"), "\(warning)")
+        #expect(warning.contains("looked_in=\(nowhere) "), "\(warning)")
+        #expect(warning.contains("PARLEY_CONSOLE_DIR"), "\(warning)")
+
+        let response = ConsoleRoutes.response(for: "index.html", assets: assets, requestID: "r1")
+        #expect(response.status == 404)
+        guard case .bytes(let body) = response.body else {
+            Issue.record("the problem is not a byte body")
+            return
+        }
+        let detail = try JSONValue.parse(body)["detail"]?.stringValue ?? ""
+        #expect(detail.contains("not installed with this server"), "\(detail)")
+    }
+
+    @Test func noWarningWhenEveryAssetIsThere() {
+        let directory = String(Self.repositoryFile("index.html").dropLast("/index.html".count))
+        let assets = ConsoleRoutes.load(overrideDirectory: directory)
+        #expect(assets.keys.sorted() == ["console.css", "console.js", "index.html"])
+        #expect(ConsoleRoutes.missingAssetsWarning(assets: assets, overrideDirectory: directory) == nil)
+    }
 }

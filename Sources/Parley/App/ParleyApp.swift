@@ -159,6 +159,11 @@ public final class ParleyApp: Sendable {
             embedded?.stop()
             throw error
         }
+        if let warning = ConsoleRoutes.missingAssetsWarning(
+            assets: ConsoleRoutes.assets, overrideDirectory: ConsoleRoutes.overrideDirectory)
+        {
+            logger.warning(warning)
+        }
         logger.info("msg=ready listen=\(configuration.listenHost):\(server.port) embedded_postgres=\(embedded != nil)")
         for line in Self.firstStartBanner(
             adminKey: generatedAdminKey, defaultAppKey: defaultAppKey, dataDirectory: configuration.dataDirectory)

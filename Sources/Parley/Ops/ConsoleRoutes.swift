@@ -26,16 +26,33 @@ struct ConsoleRoutes {
         ("X-Frame-Options", "DENY"),
     ]
 
-    static let assets: [String: [UInt8]] = {
-        let directory = RepositoryFile.environment("PARLEY_CONSOLE_DIR")
+    /// Where the operator put the console's files, if anywhere (then only there is looked at: RepositoryFile).
+    static let overrideDirectory = RepositoryFile.environment("PARLEY_CONSOLE_DIR")
+
+    static let assets: [String: [UInt8]] = load(overrideDirectory: overrideDirectory)
+
+    /// The assets found, by name; a missing one is absent.
+    static func load(overrideDirectory: String?) -> [String: [UInt8]] {
         var found: [String: [UInt8]] = [:]
         for name in assetTypes.keys {
-            if let bytes = RepositoryFile.read("console/" + name, overridePath: directory.map { $0 + "/" + name }) {
+            if let bytes = RepositoryFile.read("console/" + name, overridePath: overrideDirectory.map { $0 + "/" + name }) {
                 found[name] = bytes
             }
         }
         return found
-    }()
+    }
+
+    /// The warning the server logs at start when an asset is missing (an image or install without `console/`), nil
+    /// when all are there: otherwise the only sign would be a 404 at `/console`, long after the deployment.
+    static func missingAssetsWarning(assets: [String: [UInt8]], overrideDirectory: String?) -> String? {
+        let missing = assetTypes.keys.filter { assets[$0] == nil }.sorted()
+        guard !missing.isEmpty else { return nil }
+        let lookedIn = RepositoryFile.candidates("console/index.html", overridePath: overrideDirectory.map { $0 + "/index.html" })
+            .map { $0.hasSuffix("/index.html") ? String($0.dropLast("/index.html".count)) : "." }
+        return "msg=\"console assets missing: /console answers 404 until they are installed\" missing=\(missing.joined(separator: ","))"
+            + " looked_in=\(lookedIn.joined(separator: ","))"
+            + " fix=\"copy the repository's console/ directory next to the parley executable, or set PARLEY_CONSOLE_DIR\""
+    }
 
     static func register(on builder: inout RouterBuilder) {
         builder.add(.get, "/console", options: RouteOptions(runsOnEventLoop: true, operationID: "getConsole")) { request in
@@ -48,8 +65,19 @@ struct ConsoleRoutes {
     }
 
     private static func serve(_ name: String, _ request: Request) -> Response {
-        guard let contentType = assetTypes[name], let body = assets[name] else {
-            return ProblemRendering.response(APIError(.notFound, "no console asset \(name)"), requestID: request.requestID)
+        response(for: name, assets: assets, requestID: request.requestID)
+    }
+
+    /// The asset, or a problem saying whether the name is not an asset or the server was installed without it.
+    static func response(for name: String, assets: [String: [UInt8]], requestID: String) -> Response {
+        guard let contentType = assetTypes[name] else {
+            return ProblemRendering.response(APIError(.notFound, "no console asset \(name)"), requestID: requestID)
+        }
+        guard let body = assets[name] else {
+            let detail =
+                "the console's \(name) was not installed with this server: copy the repository's console/ directory next to"
+                + " the parley executable or set PARLEY_CONSOLE_DIR (the start-up log names where it looked)"
+            return ProblemRendering.response(APIError(.notFound, detail), requestID: requestID)
         }
         return Response(status: 200, headers: HTTPHeaders([(name: "Content-Type", value: contentType)] + securityHeaders), body: body)
     }

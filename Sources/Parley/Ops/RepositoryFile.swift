@@ -4,14 +4,15 @@ import ParleyCore
 /// Files Parley ships beside its sources rather than inside the binary (`openapi/`, `console/`), found at run time so a
 /// release binary, a build tree and an installed copy all serve the same files without a build step.
 ///
-/// Looked for in order: the override variable's path, next to the executable, in a parent of the executable's
-/// directory that holds `Package.swift` (a build tree), the source checkout the binary was built from, then the
-/// working directory.
+/// Looked for in order: next to the executable, in a parent of the executable's directory that holds `Package.swift`
+/// (a build tree), the source checkout the binary was built from, then the working directory. An override variable's
+/// path, when set, is the only place looked at: a wrong override must show, not be hidden by another copy found
+/// elsewhere (the checkout fallback would otherwise hide it on the machine that built the binary).
 enum RepositoryFile {
     /// Where `relativePath` (e.g. `openapi/openapi.json`) may be; `overridePath` (from an environment variable) first.
     static func candidates(_ relativePath: String, overridePath: String?, filePath: String = #filePath) -> [String] {
+        if let overridePath { return [overridePath] }
         var paths: [String] = []
-        if let overridePath { paths.append(overridePath) }
         if let exe = executableDirectory() {
             paths.append(exe + "/" + relativePath)
             var dir = exe
