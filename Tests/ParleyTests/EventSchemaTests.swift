@@ -1,4 +1,5 @@
 import Foundation
+import ParleyHTTP
 import ParleyTesting
 import Testing
 
@@ -40,6 +41,31 @@ struct EventSchemaTests {
     /// The body schema of a webhook of the document.
     static func bodySchema(_ spec: JSONValue, _ type: String) -> JSONValue? {
         spec["webhooks"]?[type]?["post"]?["requestBody"]?["content"]?["application/json"]?["schema"]
+    }
+
+    /// One call of each before-event hook, as a receiver gets it, validates against its webhook's body (the run's
+    /// recording sees only the calls the delivery log kept by the end of their test).
+    @Test func everyHookCallMatchesItsSchema() throws {
+        let f = try BeforeHookTests.Fixture(WebhookEventTypes.beforeTypes.sorted(), users: ["a", "b", "c", "d"])
+        let app = f.app
+        #expect(try f.send("hello").status == 201)
+        #expect(try app.request(.post, "/v1/groups", json: #"{"operator":"a","group_id":"g1","name":"n","members":["b"]}"#).status == 201)
+        #expect(try app.request(.patch, "/v1/groups/g1", json: #"{"operator":"a","join_mode":"any"}"#).status == 200)
+        #expect(try app.request(.post, "/v1/groups/g1/join", json: #"{"user_id":"c"}"#).status == 200)
+        #expect(try app.request(.post, "/v1/users/a/friends", json: #"{"friend_id":"d","wording":"hi"}"#).status == 201)
+        #expect(try Calls.create(app, "a", ["b"]).status == 200)
+        let spec = try OpenAPISpecTests.loadSpec()
+        var validator = JSONSchemaValidator(document: spec)
+        validator.rejectUndeclaredProperties = true
+        var types: Set<String> = []
+        for call in f.receiver.requests {
+            let body = try #require(call.json)
+            let type = body["type"]?.stringValue ?? ""
+            types.insert(type)
+            let schema = try #require(Self.bodySchema(spec, type), "\(type) has no webhook")
+            #expect(validator.validate(body, against: schema).map(\.description) == [], "\(type)")
+        }
+        #expect(types == WebhookEventTypes.beforeTypes)
     }
 
     /// Every event (and hook call) a test run recorded validates against its webhook's body, with undeclared members
