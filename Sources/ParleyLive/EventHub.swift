@@ -100,10 +100,11 @@ package final class EventHub: CommitObserver {
     /// Set by `start`, cleared by `stop`: the pool and clock the presence writes use.
     private let services = LockedValue<Services?>(nil)
     /// Set by ``endStreams()``: when (monotonic ms) the hub was told to end its streams, and, once it has, how many
-    /// user streams with presence it ended (their rows are settled together by `stop`, after the handover).
+    /// it ended, and how many of them were user streams with presence (their rows are settled together by `stop`,
+    /// after the handover).
     private struct Drain {
         var startedAt: Int64
-        var presenceStreamsEnded: Int?
+        var ended: (streams: Int, presence: Int)?
     }
     private let drain = LockedValue<Drain?>(nil)
     private var isDraining: Bool { drain.withLock { $0 != nil } }
@@ -277,11 +278,11 @@ package final class EventHub: CommitObserver {
         drain.withLock { $0 = $0 ?? Drain(startedAt: EventLoop.monotonicMillis()) }
         guard inbox.post({ $0.round.endStreams = true }) else { return 0 }
         var waits = 0
-        while waits < 200, drain.withLock({ $0?.presenceStreamsEnded == nil }) {
+        while waits < 200, drain.withLock({ $0?.ended == nil }) {
             usleep(10_000)
             waits += 1
         }
-        return openStreams().user + openStreams().app
+        return drain.withLock { $0?.ended?.streams } ?? 0
     }
 
     /// Closes every stream (clients resume with `Last-Event-ID`), stops the thread, and leaves the cluster: this node's
@@ -291,7 +292,7 @@ package final class EventHub: CommitObserver {
         listener.withLock { $0.take() }?.stop()
         inbox.stop()
         guard let services = services.withLock({ $0.take() }) else { return }
-        if let drained = drain.withLock({ $0 }), (drained.presenceStreamsEnded ?? 0) > 0 {
+        if let drained = drain.withLock({ $0 }), (drained.ended?.presence ?? 0) > 0 {
             let wait = drained.startedAt + Self.presenceHandoverMillis - EventLoop.monotonicMillis()
             if wait > 0 { usleep(UInt32(min(wait, Self.presenceHandoverMillis)) * 1000) }
         }
@@ -386,8 +387,10 @@ package final class EventHub: CommitObserver {
                 streamsEnded = true
                 let ended = endAll(&feeds)
                 audience = MemberAudience()
-                drain.withLock { $0?.presenceStreamsEnded = ended }
-                logger.info("msg=\"streams ended for the drain\" presence_streams=\(ended) retry_ms=\(Self.drainRetryMillis)")
+                drain.withLock { $0?.ended = ended }
+                logger.info(
+                    "msg=\"streams ended for the drain\" streams=\(ended.streams) presence_streams=\(ended.presence) retry_ms=\(Self.drainRetryMillis)"
+                )
             } else if streamsEnded && !feeds.isEmpty {
                 // A stream that subscribed as the drain began.
                 _ = endAll(&feeds)
@@ -439,18 +442,19 @@ package final class EventHub: CommitObserver {
         }
     }
 
-    /// Ends every stream with the drain's retry hint; returns how many of them made their user online.
-    private func endAll(_ feeds: inout [String: Feed]) -> Int {
-        var presence = 0
+    /// Ends every stream with the drain's retry hint; returns how many, and how many of them made their user online.
+    private func endAll(_ feeds: inout [String: Feed]) -> (streams: Int, presence: Int) {
+        var ended = (streams: 0, presence: 0)
         for feed in feeds.values {
             for subscriber in feed.subscribers.values {
                 subscriber.stream.write(Self.drainFrame)
                 subscriber.stream.close()
-                if subscriber.subscription.countsPresence { presence += 1 }
+                ended.streams += 1
+                if subscriber.subscription.countsPresence { ended.presence += 1 }
             }
         }
         feeds = [:]
-        return presence
+        return ended
     }
 
     /// Catches subscribers up to the feed head, then reads and delivers the app's new events. Returns true when a

@@ -146,13 +146,15 @@ public final class ParleyApp: Sendable {
                 handlerError: { error, request in ProblemRendering.handlerError(error, request: request, logger: httpLogger) },
                 requestCompleted: { metrics.record($0) },
                 connectionsChanged: { metrics.connections($0) })
+            // The hub before the listener: in a rolling restart the balancer sends streams the moment the port
+            // accepts, and a stream the hub took before it started would not be recorded for presence.
+            hub.start(database: serving, pgLogger: pgLogger, services: services)
             server = try HTTPServer(
                 configuration: http, router: routes, executor: PoolExecutor(pool: pool), hooks: hooks, logger: httpLogger)
             services.sequencer.start(database: serving, pgLogger: pgLogger)
             writer.start(database: serving, pgLogger: pgLogger)
             services.webhooks.dispatcher.start(database: serving, pgLogger: pgLogger)
             push.start(database: serving, pgLogger: pgLogger)
-            hub.start(database: serving, pgLogger: pgLogger, services: services)
             services.timers.start(services: services)
             jobs.start(services: services)
         } catch {
