@@ -16,13 +16,14 @@
 # release build: several minutes; cached afterwards).
 #
 # usage: scripts/upgrade-check.sh      Environment: UPGRADE_SKIP_BUILD=1 (this release's binary is built),
-#                                      UPGRADE_PREVIOUS, UPGRADE_CACHE, UPGRADE_KEEP=1 (keep the cluster directory).
+#                                      UPGRADE_NEW_BINARY (default .build/release/parley), UPGRADE_PREVIOUS, UPGRADE_CACHE,
+#                                      UPGRADE_KEEP=1 (keep the cluster directory).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 log() { printf '[upgrade-check] %s\n' "$*" >&2; }
 
-NEW_BINARY=$ROOT/.build/release/parley
+NEW_BINARY=${UPGRADE_NEW_BINARY:-$ROOT/.build/release/parley}
 if [[ ${UPGRADE_SKIP_BUILD:-0} != 1 ]]; then
     log "building this release (release)"
     swift build -c release --product parley >/tmp/parley-upgrade-build.log 2>&1 \
