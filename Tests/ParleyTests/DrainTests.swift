@@ -1,6 +1,7 @@
 import Dispatch
 import Glibc
 import ParleyHTTP
+import ParleyPostgres
 import ParleySync
 import ParleyTesting
 import Testing
@@ -92,10 +93,10 @@ struct DrainTests: ProblemAssertions {
         let app = try server.createApp(settings: #"{"rate_limit_app_rps":100000}"#)
         try app.createUser("a")
         try app.createUser("b")
-        // A before-send hook that answers after a second keeps the send in flight while the drain begins.
+        // A before-send hook that answers after 3 s keeps the send in flight until the drain has reached the connections.
         let receiver = try TestReceiver { _ in
             TestReceiver.Answer(
-                status: 200, body: Array(#"{"action":"allow"}"#.utf8), headers: [("Content-Type", "application/json")], delayMillis: 1500)
+                status: 200, body: Array(#"{"action":"allow"}"#.utf8), headers: [("Content-Type", "application/json")], delayMillis: 3000)
         }
         defer { receiver.stop() }
         let hook = try app.request(
@@ -127,7 +128,7 @@ struct DrainTests: ProblemAssertions {
         #expect(sent.wait(timeout: .now() + 20) == .success)
         let response = try #require(answer.withLock { $0 })
         #expect(response.status == 201, "\(String(decoding: response.body, as: UTF8.self))")
-        #expect(response.headers["Connection"] == "close")
+        #expect(response.headers["Connection"] == "close", "\(response.headers)")
         #expect(stopped.wait(timeout: .now() + 20) == .success)
     }
 
