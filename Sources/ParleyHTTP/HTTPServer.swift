@@ -260,9 +260,10 @@ public final class HTTPServer: Sendable {
                 released.withLock { $0 += 1 }
             }
         }
-        // Bounded: a loop runs its jobs within one turn (well under a second even when busy).
+        // Bounded: a loop runs its jobs within one turn (well under a second even when busy). The socket is closed only
+        // after every loop let go of it, or its number could be reused by a new socket that a late loop then deregisters.
         var waits = 0
-        while released.withLock({ $0 }) < loops.count && waits < 500 {
+        while released.withLock({ $0 }) < loops.count && waits < 2_500 {
             usleep(2_000)
             waits += 1
         }
