@@ -886,7 +886,9 @@ async def upgrade(new_binary):
         began = now()
         await cluster_command("restart", str(node), binary=new_binary)
         restarts.append(round(now() - began, 1))
-        await asyncio.sleep(ROLLING_PAUSE)
+        # Past nginx's fail_timeout (2 s): an old node resets the connections it had as it stops, and nginx then
+        # counts the node restarted before it as down for 2 s too; with two nodes both would be out at once.
+        await asyncio.sleep(ROLLING_PAUSE * 2)
     mark("new nodes")
     stop.set()
     await asyncio.gather(*workers)
