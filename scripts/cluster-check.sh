@@ -16,6 +16,11 @@
 # each recipient's stream; each scheduled message sent once and never before its send_at; each timer fired once (one expiry event per application, one call.ended per call) and its
 # webhook took exactly two attempts; the probes alone on node 2 went offline once its heartbeat expired, the others
 # stayed online on ios, and no reconnected user reads offline. Bounded: about 2 minutes, 5 at most.
+# Then the rolling restart (issue 40; `cluster_check.py DIR rolling`, about 40 s): 60 more user streams, 6 senders and 3
+# readers through nginx while node 1, 2 and 3 are restarted in turn with SIGTERM (scripts/cluster.sh restart; each
+# ready again before the next). Checks: not one failed request (every answer other than 2xx, every connection error
+# counts; no client retry), every stream ended by its draining node and resumed through nginx with Last-Event-ID to
+# exactly its user's log, every acknowledged send stored once and streamed, and no user reads offline at any moment.
 #
 # usage: scripts/cluster-check.sh        Environment: CLUSTER_SKIP_BUILD=1, CLUSTER_KEEP=1 (keep the directory and
 #                                       its logs), CLUSTER_SEED, and the CLUSTER_* settings of scripts/cluster_check.py.
@@ -64,3 +69,7 @@ if [[ $total -ne $expected || $distinct -ne $expected ]]; then
 fi
 
 timeout 300 python3 scripts/cluster_check.py "$CLUSTER_DIR"
+
+timeout 180 python3 scripts/cluster_check.py "$CLUSTER_DIR" rolling
+# The drain of each node, phase by phase (docs/operations.md#shutdown).
+grep -h 'shutdown phase done\|msg=stopped ms=' "$CLUSTER_DIR"/node*.log | sed 's/^/[cluster-check] /' >&2 || true

@@ -11,6 +11,9 @@
 #   scripts/cluster.sh status        each process, its PID and whether it answers
 #   scripts/cluster.sh kill N        SIGKILL node N (1-based), as a crash would
 #   scripts/cluster.sh start N       starts node N again on its port (waits for /readyz)
+#   scripts/cluster.sh restart N     SIGTERM to node N (its graceful drain; docs/operations.md#shutdown), waits for it to
+#                                    exit (fails if it needs more than 20 s), starts it again and waits for /readyz: one
+#                                    step of a rolling restart
 #
 # Environment: CLUSTER_DIR (default /tmp/parley-cluster), CLUSTER_BINARY (default .build/release/parley; build it with
 # `swift build -c release --product parley`), CLUSTER_LOG_LEVEL (info), CLUSTER_POOL_SIZE (the nodes' pool, their
@@ -166,8 +169,11 @@ $sends_upstream
         proxy_cache off;
         proxy_read_timeout 1h;
         proxy_send_timeout 1h;
-        # A node that refuses the connection (stopped, crashed) is skipped: the request goes to the next one.
-        proxy_next_upstream error timeout;
+        # A node that refuses the connection (stopped, crashed, draining) or answers 503 (draining) is skipped: the
+        # request goes to the next one. POSTs too (non_idempotent): a POST is resent only when the first node failed
+        # before answering, and the clients here send each POST with an Idempotency-Key (sends also with a
+        # client_msg_id), so a resend is answered as the duplicate it is (docs/operations.md#upgrades).
+        proxy_next_upstream error timeout http_503 non_idempotent;
         proxy_connect_timeout 2s;
         location / { proxy_pass http://parley; }
 $sends_location
@@ -280,5 +286,20 @@ case ${1:-} in
         wait_node "$2"
         say "node $2 ready again ($(pid_of "node$2"))"
         ;;
-    *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    restart)
+        load_env
+        n=${2:?node number}
+        pid=$(pid_of "node$n")
+        alive "$pid" || die "node $n does not run"
+        began=$(date +%s%N)
+        kill -TERM "$pid"
+        for _ in $(seq 200); do alive "$pid" || break; sleep 0.1; done
+        alive "$pid" && die "node $n ($pid) still runs 20 s after SIGTERM"
+        drained=$(date +%s%N)
+        rm -f "$DIR/node$n.pid"
+        start_node "$n"
+        wait_node "$n"
+        say "node $n restarted: drained and exited in $(((drained - began) / 1000000)) ms, ready again $((($(date +%s%N) - drained) / 1000000)) ms later"
+        ;;
+    *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

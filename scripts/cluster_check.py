@@ -3,6 +3,9 @@ node is killed and restarted, timers and webhook retries across nodes, presence 
 expires; then the checks. Python standard library only (asyncio); loopback only.
 
 usage: scripts/cluster_check.py <cluster directory>   (after `scripts/cluster.sh up 3`; reads cluster.env there)
+       scripts/cluster_check.py <cluster directory> rolling   (the rolling restart: every node restarted with SIGTERM)
+       scripts/cluster_check.py <cluster directory> upgrade NEW_BINARY   (scripts/upgrade-check.sh: old nodes, migrate,
+                                                                           replaced one by one by NEW_BINARY)
        scripts/cluster_check.py <cluster directory> measure SECONDS [WARMUP]   (bench/cluster.sh: no kill, no timers)
 
 Prints one JSON object of figures on standard output; exit status 1 when a check fails.
@@ -169,6 +172,8 @@ class Stream:
         self.ended = False
         self.stopping = False
         self.failures = 0
+        self.clean_ends = 0         # the server ended the stream (terminating chunk), e.g. a draining node
+        self.errors = []            # every other end: a refused or failed (re)connection, a cut stream
 
     async def run(self):
         while not self.stopping:
@@ -207,9 +212,12 @@ class Stream:
                             found = CLIENT_MSG_ID.search(frame)
                             if found:
                                 self.arrivals.setdefault(found.group(1).decode(), arrived)
+                self.clean_ends += 1
                 raise ConnectionError("the stream ended")
-            except (OSError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
+            except (OSError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as error:
                 self.failures += 1
+                if str(error) != "the stream ended" and not self.stopping:
+                    self.errors.append(f"{now():.1f}s {type(error).__name__}: {error}")
             finally:
                 connection.close()
             if not self.reconnect:
@@ -353,8 +361,9 @@ async def statuses(users):
     return result
 
 
-async def cluster_command(*args):
-    process = await asyncio.create_subprocess_exec("bash", os.path.join(ROOT, "scripts", "cluster.sh"), *args)
+async def cluster_command(*args, binary=None):
+    env = dict(os.environ, CLUSTER_BINARY=binary) if binary else None
+    process = await asyncio.create_subprocess_exec("bash", os.path.join(ROOT, "scripts", "cluster.sh"), *args, env=env)
     if await process.wait() != 0:
         raise RuntimeError(f"scripts/cluster.sh {' '.join(args)} failed")
 
@@ -675,6 +684,280 @@ async def check():
     return 1 if problems else 0
 
 
+# --- the rolling restart (scripts/cluster-check.sh, after check()) ---------------------------------------------------
+
+ROLLING_USERS = int(os.environ.get("CLUSTER_ROLLING_USERS", "60"))
+ROLLING_SENDERS = int(os.environ.get("CLUSTER_ROLLING_SENDERS", "6"))
+ROLLING_READERS = int(os.environ.get("CLUSTER_ROLLING_READERS", "3"))
+ROLLING_PAUSE = float(os.environ.get("CLUSTER_ROLLING_PAUSE", "2"))  # seconds of load before, between and after restarts
+
+
+class Tally:
+    """Every request of the rolling restart's load: an answer other than the expected one, or a connection error,
+    is a failure (no client retry hides one)."""
+
+    def __init__(self):
+        self.ok = 0
+        self.failures = []
+
+    def record(self, what, status, expected):
+        if status in expected:
+            self.ok += 1
+        else:
+            self.failures.append(f"{now():.1f}s {what}: {status}")
+
+
+async def strict_sender(index, tally, ledger, stop, users):
+    """Sends peer texts through nginx, one attempt each. Each carries client_msg_id and Idempotency-Key: nginx may
+    resend a POST to the next node when the first failed before answering (`proxy_next_upstream ... non_idempotent`),
+    and the resend is then a duplicate (200), never a second message."""
+    rng = random.Random(SEED * 7 + index)
+    connection = Connection(LB_PORT)
+    n = 0
+    while not stop.is_set():
+        n += 1
+        a, b = rng.sample(users, 2)
+        client_msg_id = f"k{RUN}-r{index}-{n}"
+        body = {"from": a, "conversation_type": "peer", "to": b, "type": 1, "body": {"text": f"rolling {client_msg_id}"},
+                "client_msg_id": client_msg_id}
+        try:
+            status, _, answer = await connection.request("POST", "/v1/messages", body, {"Idempotency-Key": client_msg_id})
+        except (OSError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as error:
+            status, answer = type(error).__name__, None
+        tally.record("POST /v1/messages", status, (200, 201))
+        if status in (200, 201) and answer:
+            ledger.acked[client_msg_id] = (("peer", tuple(sorted((a, b)))), answer["message_id"], answer.get("seq"), 0)
+            ledger.recipients[client_msg_id] = [a, b]
+        await asyncio.sleep(0.02)
+    connection.close()
+
+
+async def strict_reader(index, tally, stop, users):
+    """Reads through nginx (a user, a conversation page, the app's event log), one attempt each."""
+    rng = random.Random(SEED * 11 + index)
+    connection = Connection(LB_PORT)
+    while not stop.is_set():
+        a, b = rng.sample(users, 2)
+        path = rng.choice([f"/v1/users/{a}", f"/v1/users/{a}/conversations/peer/{b}/messages?limit=20",
+                           "/v1/events/log?limit=10"])
+        try:
+            status, _, _ = await connection.request("GET", path)
+        except (OSError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as error:
+            status = type(error).__name__
+        tally.record(f"GET {path.split('?')[0]}", status, (200,))
+        await asyncio.sleep(0.02)
+    connection.close()
+
+
+async def rolling():
+    """Restarts node 1, 2 and 3 in turn with SIGTERM (each ready again before the next) under sends, reads and open
+    streams through nginx; every request must succeed and every stream resume exactly where it left off."""
+    users = [f"r{RUN}-{i}" for i in range(1, ROLLING_USERS + 1)]
+    await call("POST", "/v1/users/import", {"users": [{"user_id": u} for u in users]}, headers={"Idempotency-Key": f"i{RUN}"})
+    streams = {u: Stream(u) for u in users}
+    tasks = [asyncio.create_task(s.run()) for s in streams.values()]
+    for s in streams.values():
+        await asyncio.wait_for(s.opened.wait(), 30)
+    await asyncio.sleep(1)  # presence rows written
+    log(f"rolling restart: {len(streams)} streams through nginx, {ROLLING_SENDERS} senders, {ROLLING_READERS} readers")
+    tally, ledger, stop = Tally(), Ledger(), asyncio.Event()
+    load_started = now()
+    workers = [asyncio.create_task(strict_sender(i, tally, ledger, stop, users)) for i in range(ROLLING_SENDERS)]
+    workers += [asyncio.create_task(strict_reader(i, tally, stop, users)) for i in range(ROLLING_READERS)]
+    restarts = []
+    for node in range(1, len(NODE_PORTS) + 1):
+        await asyncio.sleep(ROLLING_PAUSE)
+        began = now()
+        await cluster_command("restart", str(node))
+        restarts.append(round(now() - began, 1))
+        log(f"node {node} restarted with SIGTERM and ready again in {restarts[-1]} s; {tally.ok} requests so far, "
+            f"{len(tally.failures)} failed")
+    await asyncio.sleep(ROLLING_PAUSE)
+    stop.set()
+    await asyncio.gather(*workers)
+    load_seconds = now() - load_started
+
+    # Every stream must reach its user's log head, then match it exactly.
+    logs = dict(zip(users, await bounded([paged(f"/v1/users/{u}/events/log", streams[u].start) for u in users])))
+    targets = {u: int(logs[u][-1]["id"]) if logs[u] else streams[u].start for u in users}
+    caught_up_by = now() + 30
+    while now() < caught_up_by and any(streams[u].last() < targets[u] for u in users):
+        await asyncio.sleep(0.2)
+    after = await statuses(users)
+    for s in streams.values():
+        s.stopping = True
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+    inexact, examples = 0, []
+    for u in users:
+        expected = [int(e["id"]) for e in logs[u]]
+        if streams[u].received != expected:
+            inexact += 1
+            if len(examples) < 3:
+                examples.append({"user": u, "received_tail": streams[u].received[-5:], "expected_tail": expected[-5:]})
+    # Presence: a user whose stream moved to another node within the handover never read offline.
+    flaps = sum(1 for u in users for e in logs[u]
+                if e["type"] == "user.status_updated" and e["data"]["status"]["online_status"] != "online")
+    conversations = sorted({v[0] for v in ledger.acked.values()})
+    histories = dict(zip(conversations, await bounded([history(c) for c in conversations])))
+    stored = {}
+    for items in histories.values():
+        for item in items:
+            stored.setdefault(item.get("client_msg_id") or "", []).append(item["message_id"])
+    lost = [cid for cid, v in ledger.acked.items() if stored.get(cid) != [v[1]]]
+    not_streamed = sum(1 for cid, recipients in ledger.recipients.items() for r in recipients if cid not in streams[r].arrivals)
+    stream_errors = [e for s in streams.values() for e in s.errors]
+    figures = {
+        "rolling_restart_s_per_node": restarts, "rolling_load_s": round(load_seconds, 1),
+        "rolling_requests": tally.ok + len(tally.failures), "rolling_requests_failed": len(tally.failures),
+        "rolling_sends_acknowledged": len(ledger.acked), "rolling_sends_lost_or_twice": len(lost),
+        "rolling_deliveries_not_streamed": not_streamed,
+        "rolling_streams": len(streams), "rolling_stream_ends_by_drain": sum(s.clean_ends for s in streams.values()),
+        "rolling_stream_errors": len(stream_errors), "rolling_streams_inexact": inexact,
+        "rolling_resume_mismatches": sum(len(s.resume_mismatches) for s in streams.values()),
+        "rolling_presence_offline_events": flaps,
+        "rolling_users_offline_after": sum(1 for u in users if after[u]["online_status"] != "online"),
+        "run_s": round(now(), 1),
+    }
+    print("{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in figures.items()) + "\n}")
+    problems = []
+    if tally.failures:
+        problems.append(f"{len(tally.failures)} failed requests: {tally.failures[:5]}")
+    if stream_errors:
+        problems.append(f"{len(stream_errors)} stream errors: {stream_errors[:5]}")
+    if inexact or figures["rolling_resume_mismatches"]:
+        problems.append(f"streams not exact: {examples}")
+    if lost or not_streamed:
+        problems.append(f"sends: {lost[:3]} lost or stored twice, {not_streamed} deliveries not streamed")
+    if figures["rolling_stream_ends_by_drain"] < len(streams):
+        problems.append("fewer streams were ended by a draining node than there are streams")
+    if flaps or figures["rolling_users_offline_after"]:
+        problems.append(f"presence: {flaps} offline events, {figures['rolling_users_offline_after']} users offline after")
+    for p in problems:
+        log(f"FAILED: {p}")
+    return 1 if problems else 0
+
+
+# --- the upgrade (scripts/upgrade-check.sh) -----------------------------------------------------------------------
+
+async def upgrade(new_binary):
+    """The nodes run the previous release. Under sends, reads and open streams through nginx: the new binary's
+    `parley migrate` runs while they serve, they keep serving (writing into the migrated schema), then each is
+    replaced by a node of the new binary (SIGTERM, start). Every request must succeed; what the old nodes wrote must
+    read back through the new ones, and every stream must match its user's log exactly."""
+    users = [f"v{RUN}-{i}" for i in range(1, ROLLING_USERS + 1)]
+    await call("PATCH", "/v1/settings", {"rate_limit_app_rps": 100000, "user_send_rate_per_s": 1000})
+    await call("POST", "/v1/users/import", {"users": [{"user_id": u} for u in users]}, headers={"Idempotency-Key": f"i{RUN}"})
+    group_id = f"gv-{RUN}"
+    await call("POST", "/v1/groups", {"group_id": group_id, "operator": users[0], "members": users[1:20]},
+               headers={"Idempotency-Key": f"g{RUN}"})
+    streams = {u: Stream(u) for u in users}
+    tasks = [asyncio.create_task(s.run()) for s in streams.values()]
+    for s in streams.values():
+        await asyncio.wait_for(s.opened.wait(), 30)
+    tally, ledger, stop = Tally(), Ledger(), asyncio.Event()
+    phases = {}
+
+    def mark(phase):
+        phases[phase] = len(ledger.acked)
+        log(f"{phase}: {len(ledger.acked)} sends acknowledged, {tally.ok} requests, {len(tally.failures)} failed")
+
+    workers = [asyncio.create_task(strict_sender(i, tally, ledger, stop, users)) for i in range(ROLLING_SENDERS)]
+    workers += [asyncio.create_task(strict_reader(i, tally, stop, users)) for i in range(ROLLING_READERS)]
+    await asyncio.sleep(ROLLING_PAUSE * 2)
+    mark("old nodes, old schema")
+    began = now()
+    migrate = await asyncio.create_subprocess_exec(
+        new_binary, "migrate", "--data-dir", os.path.join(CLUSTER_DIR, "migrate"), cwd=ROOT,
+        env=dict(os.environ, DATABASE_URL=ENV["DATABASE_URL"], PARLEY_LOG_LEVEL="info"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    output = (await migrate.communicate())[0].decode()
+    migrate_s = round(now() - began, 1)
+    if migrate.returncode != 0:
+        raise RuntimeError(f"parley migrate failed: {output[-2000:]}")
+    applied = re.findall(r"applied ([0-9]+_[a-z0-9_]+\.sql)", output)
+    log(f"new binary's migrate took {migrate_s} s while the old nodes served: {len(applied)} migrations {applied}")
+    await asyncio.sleep(ROLLING_PAUSE)
+    mark("old nodes, new schema")
+    restarts = []
+    for node in range(1, len(NODE_PORTS) + 1):
+        began = now()
+        await cluster_command("restart", str(node), binary=new_binary)
+        restarts.append(round(now() - began, 1))
+        # Past nginx's fail_timeout (2 s): an old node resets the connections it had as it stops, and nginx then
+        # counts the node restarted before it as down for 2 s too; with two nodes both would be out at once.
+        await asyncio.sleep(ROLLING_PAUSE * 2)
+    mark("new nodes")
+    stop.set()
+    await asyncio.gather(*workers)
+    # A group message and a read through the new nodes of what the old ones wrote.
+    await call("POST", "/v1/messages", {"from": users[0], "conversation_type": "group", "to": group_id, "type": 1,
+                                        "body": {"text": "after the upgrade"}, "client_msg_id": f"k{RUN}-group"})
+
+    logs = dict(zip(users, await bounded([paged(f"/v1/users/{u}/events/log", streams[u].start) for u in users])))
+    targets = {u: int(logs[u][-1]["id"]) if logs[u] else streams[u].start for u in users}
+    caught_up_by = now() + 30
+    while now() < caught_up_by and any(streams[u].last() < targets[u] for u in users):
+        await asyncio.sleep(0.2)
+    for s in streams.values():
+        s.stopping = True
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+    inexact = sum(1 for u in users if streams[u].received != [int(e["id"]) for e in logs[u]])
+    conversations = sorted({v[0] for v in ledger.acked.values()})
+    histories = dict(zip(conversations, await bounded([history(c) for c in conversations])))
+    stored = {}
+    for items in histories.values():
+        for item in items:
+            stored.setdefault(item.get("client_msg_id") or "", []).append(item["message_id"])
+    order = list(ledger.acked)  # acknowledgement order: phases[...] counts index into it
+    missing_by_phase = {}
+    bounds = [0, phases["old nodes, old schema"], phases["old nodes, new schema"], len(order)]
+    for name, (a, b) in zip(["old_schema", "old_binary_new_schema", "rolling_and_new"], zip(bounds, bounds[1:])):
+        missing_by_phase[name] = sum(1 for cid in order[a:b] if stored.get(cid) != [ledger.acked[cid][1]])
+    group_items = await history(("group", group_id))
+    # The previous release stops its live hub before its listener: a stream that reaches an old node as it shuts down
+    # is refused with 429 (too_many_streams) and the client reconnects (to another node) and resumes; this release
+    # ends its streams first and refuses connections instead (docs/operations.md#shutdown). Anything else is a failure.
+    stream_errors = [e for s in streams.values() for e in s.errors]
+    refused_by_old = [e for e in stream_errors if e.endswith("stream answered 429")]
+    stream_errors = [e for e in stream_errors if e not in refused_by_old]
+    figures = {
+        "upgrade_migrate_s": migrate_s, "upgrade_migrations_applied": len(applied),
+        "upgrade_restart_s_per_node": restarts,
+        "upgrade_sends_by_phase": {"old_schema": bounds[1], "old_binary_new_schema": bounds[2] - bounds[1],
+                                   "rolling_and_new": bounds[3] - bounds[2]},
+        "upgrade_sends_not_read_back_by_phase": missing_by_phase,
+        "upgrade_requests": tally.ok + len(tally.failures), "upgrade_requests_failed": len(tally.failures),
+        "upgrade_stream_errors": len(stream_errors), "upgrade_stream_opens_refused_by_stopping_old_nodes": len(refused_by_old),
+        "upgrade_streams_inexact": inexact,
+        "upgrade_events_read_back": sum(len(v) for v in logs.values()),
+        "upgrade_group_message_read_back": any(i.get("client_msg_id") == f"k{RUN}-group" for i in group_items),
+        "run_s": round(now(), 1),
+    }
+    print("{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in figures.items()) + "\n}")
+    problems = []
+    if tally.failures:
+        problems.append(f"{len(tally.failures)} failed requests: {tally.failures[:5]}")
+    if stream_errors:
+        problems.append(f"{len(stream_errors)} stream errors: {stream_errors[:5]}")
+    if inexact:
+        problems.append(f"{inexact} streams do not match their user's log")
+    if any(missing_by_phase.values()) or min(figures["upgrade_sends_by_phase"].values()) == 0:
+        problems.append(f"sends: {figures['upgrade_sends_by_phase']} acknowledged, not read back {missing_by_phase}")
+    if not applied:
+        problems.append("the new binary applied no migration: the database was not the previous release's")
+    if not figures["upgrade_group_message_read_back"]:
+        problems.append("the group message sent after the upgrade is not in the group's history")
+    for p in problems:
+        log(f"FAILED: {p}")
+    return 1 if problems else 0
+
+
 def cpu_seconds(roots):
     """CPU seconds of each named process tree (own time plus reaped children), and the machine's busy and total."""
     hz = os.sysconf("SC_CLK_TCK")
@@ -797,6 +1080,10 @@ async def measure(seconds, warmup):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 3 and sys.argv[2] == "upgrade":
+        sys.exit(asyncio.run(upgrade(sys.argv[3])))
+    if len(sys.argv) > 2 and sys.argv[2] == "rolling":
+        sys.exit(asyncio.run(rolling()))
     if len(sys.argv) > 2 and sys.argv[2] == "measure":
         sys.exit(asyncio.run(measure(float(sys.argv[3]), float(sys.argv[4]) if len(sys.argv) > 4 else 0)))
     sys.exit(asyncio.run(check()))

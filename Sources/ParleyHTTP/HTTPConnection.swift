@@ -210,8 +210,17 @@ final class HTTPConnection: EventLoop.Watcher {
     }
 
     @exclusivity(unchecked) private var headDeadlineArmed = true
+    /// A request has started on this connection (a fresh one, idle at shutdown, may still be sending its first).
+    @exclusivity(unchecked) private var servedRequest = false
+
+    /// Bytes wait in the socket (a request this loop has not read yet).
+    private func hasUnreadInput() -> Bool {
+        var byte: UInt8 = 0
+        return recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) > 0
+    }
 
     private func begin(_ head: HTTPRequestHead) {
+        servedRequest = true
         phase = .readingBody
         let pending = server.begin(head) { server.nextRequestID(loop: loop) }
         parser.setBodyLimit(pending.bodyLimit)
@@ -490,11 +499,15 @@ final class HTTPConnection: EventLoop.Watcher {
         close()
     }
 
-    /// Shutdown: idle connections close now; busy ones close after their response; streams end.
+    /// Shutdown: idle connections close now; busy ones close after their response (`Connection: close`); streams end.
+    /// An idle connection whose next request is already in the socket, or that has not sent its first one yet (it was
+    /// accepted from the backlog as the listener closed), is served instead: closing it would fail a request the
+    /// client has sent, which a proxy may not retry elsewhere (a POST).
     func drain() {
         closeAfterResponse = true
         switch phase {
-        case .awaitingHead where isIdle, .lingering: close()
+        case .awaitingHead where isIdle && (servedRequest && !hasUnreadInput()), .lingering: close()
+        case .awaitingHead where isIdle: deadline = min(deadline == 0 ? Int64.max : deadline, loop.nowMillis + 1000)
         case .streaming: streamFinish()
         default: break
         }

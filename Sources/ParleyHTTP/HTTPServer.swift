@@ -216,35 +216,58 @@ public final class HTTPServer: Sendable {
     /// Number of open client connections.
     public var connectionCount: Int { openConnections.load(ordering: .relaxed) }
 
-    /// Graceful stop: stop accepting, close idle connections and streams, let in-flight requests finish
-    /// (up to `shutdownGrace`), then close what is left and stop the loops. Returns when everything is closed.
+    /// Graceful stop (docs/operations.md#shutdown): stop listening, so new connections are refused and a balancer
+    /// tries another node; close idle connections, end streams, and let in-flight requests finish with
+    /// `Connection: close` (up to `shutdownGrace`); then close what is left and stop the loops. Returns when everything
+    /// is closed.
     public func shutdown() {
         let already = state.withLock { stopped -> Bool in
             defer { stopped = true }
             return stopped
         }
         if already { return }
+        let started = EventLoop.monotonicMillis()
         draining.store(true, ordering: .releasing)
-        let fd = listenFD
-        for loop in loops {
-            loop.execute { loop in
-                loop.deregister(fd: fd)
-                loop.drainConnections()
-            }
-        }
-        let grace = configuration.shutdownGrace
-        let deadline = EventLoop.monotonicMillis() + grace.components.seconds * 1000
+        stopListening()
+        let busyAtStart = inFlightRequests.load(ordering: .acquiring)
+        for loop in loops { loop.execute { loop in loop.drainConnections() } }
+        let deadline = started + configuration.shutdownGrace.millis
         while EventLoop.monotonicMillis() < deadline
             && (openConnections.load(ordering: .acquiring) > 0 || inFlightRequests.load(ordering: .acquiring) > 0)
         {
             usleep(10_000)
         }
+        let cutOff = openConnections.load(ordering: .acquiring)
         for loop in loops { loop.execute { loop in loop.closeAllConnections() } }
         for loop in loops { loop.stop() }
         for loop in loops { loop.join() }
-        close(listenFD)
-        logger.info("msg=stopped")
+        logger.info(
+            "msg=stopped in_flight_at_drain=\(busyAtStart) connections_cut_off=\(cutOff) ms=\(EventLoop.monotonicMillis() - started)")
         logger.flush()
+    }
+
+    /// Closes the listening socket once every loop has let go of it. Each loop first accepts what already waits in
+    /// the backlog (those clients have sent, or are sending, a request: they get their answer, with
+    /// `Connection: close`); after the close the kernel refuses new connections at once, which a proxy treats as
+    /// "try the next server" (nginx `proxy_next_upstream error`), instead of letting them wait for a dead accept.
+    private func stopListening() {
+        let released = LockedValue(0)
+        let fd = listenFD
+        for loop in loops {
+            loop.execute { [self] loop in
+                Acceptor(server: self).handle(events: 0, loop: loop)
+                loop.deregister(fd: fd)
+                released.withLock { $0 += 1 }
+            }
+        }
+        // Bounded: a loop runs its jobs within one turn (well under a second even when busy). The socket is closed only
+        // after every loop let go of it, or its number could be reused by a new socket that a late loop then deregisters.
+        var waits = 0
+        while released.withLock({ $0 }) < loops.count && waits < 2_500 {
+            usleep(2_000)
+            waits += 1
+        }
+        close(fd)
     }
 
     /// Blocks the calling thread until SIGINT or SIGTERM arrives (self-pipe; works whatever the thread masks).
@@ -333,9 +356,8 @@ final class Acceptor: EventLoop.Watcher {
         for _ in 0..<64 {
             let fd = parley_accept4(server.listenFD)
             if fd < 0 { return }  // EAGAIN (another loop took it), or a transient error
-            if server.openConnections.load(ordering: .relaxed) >= server.configuration.maxConnections
-                || server.draining.load(ordering: .relaxed)
-            {
+            // While draining too: a connection still in the backlog is served (its response says `Connection: close`).
+            if server.openConnections.load(ordering: .relaxed) >= server.configuration.maxConnections {
                 close(fd)
                 continue
             }

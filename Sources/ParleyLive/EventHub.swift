@@ -54,6 +54,8 @@ package final class EventHub: CommitObserver {
         var peerAppeared = false
         /// Ephemeral events heard (any node's, this one's included): written to the open user streams of their users.
         var ephemeral: [EphemeralEvents.Received] = []
+        /// The node is draining (``endStreams()``): end every stream with the short retry hint.
+        var endStreams = false
     }
 
     private struct Inbox {
@@ -80,6 +82,14 @@ package final class EventHub: CommitObserver {
     static let pageSize = 200
     static let catchUpPages = 5
     static let pingFrame = Array(": ping\n\n".utf8)
+    /// What a draining node writes last on each stream: reconnect soon (a client that honours `retry:` waits this
+    /// long; the stream's first frame said 3 s, for failures), to another node, where `Last-Event-ID` resumes it.
+    static let drainRetryMillis = 500
+    static let drainFrame = Array("retry: \(drainRetryMillis)\n\n".utf8)
+    /// How long after its streams ended a draining node keeps their presence rows: their users reconnect elsewhere
+    /// within the retry hint, so settling the rows afterwards finds them online there and announces no change,
+    /// instead of an `offline` and an `online` a second apart.
+    static let presenceHandoverMillis: Int64 = 2_000
     static let reservationTimeoutMillis: Int64 = 30_000
 
     let heartbeatMillis: Int
@@ -89,6 +99,15 @@ package final class EventHub: CommitObserver {
     private let listener = LockedValue<PostgresListener?>(nil)
     /// Set by `start`, cleared by `stop`: the pool and clock the presence writes use.
     private let services = LockedValue<Services?>(nil)
+    /// Set by ``endStreams()``: when (monotonic ms) the hub was told to end its streams, and, once it has, how many
+    /// it ended, and how many of them were user streams with presence (their rows are settled together by `stop`,
+    /// after the handover).
+    private struct Drain {
+        var startedAt: Int64
+        var ended: (streams: Int, presence: Int)?
+    }
+    private let drain = LockedValue<Drain?>(nil)
+    private var isDraining: Bool { drain.withLock { $0 != nil } }
     static let heartbeatIntervalMillis: Int64 = 5_000
 
     /// Told, on the listener's thread, of each app another node says has new events (the node wires the readers that
@@ -130,6 +149,15 @@ package final class EventHub: CommitObserver {
     func subscribe(_ subscription: Subscription, on stream: ResponseStream, reservation: Reservation) {
         let id = reservation.id
         let key = reservation.key
+        if isDraining {
+            // Opened on a connection the drain let finish: the client is told to come back soon, to another node.
+            inbox.withState { inbox in
+                if inbox.unconfirmed.removeValue(forKey: id) != nil { inbox.release(key) }
+            }
+            stream.write(Self.drainFrame)
+            stream.close()
+            return
+        }
         let presence = subscription.userID.flatMap { userID in
             services.withLock { $0 }.map { UserStreamPresence(userID: userID, streamID: "\(nodeID):\(id)", services: $0) }
         }
@@ -157,7 +185,8 @@ package final class EventHub: CommitObserver {
                 inbox.round.departed.append((subscription.appID, id))
                 inbox.release(key)
             }
-            presence?.close(appID: subscription.appID)
+            // A draining node settles its streams' presence together, after the handover (`stop`).
+            if !isDraining { presence?.close(appID: subscription.appID) }
             inbox.poke()
         }
         inbox.poke()
@@ -239,15 +268,42 @@ package final class EventHub: CommitObserver {
         inbox.poke()
     }
 
-    /// Closes every stream (clients resume with `Last-Event-ID`) and stops the thread.
+    /// The first step of a node's drain (docs/operations.md#shutdown): ends every open stream with a short `retry:`
+    /// hint, so its client reconnects at once through the balancer (to another node) and resumes with `Last-Event-ID`;
+    /// streams that open from now on end the same way. The hub keeps running (in-flight requests' events still reach
+    /// the other nodes' hubs by its notifications) until `stop`. Returns the number of streams ended, once the hub has
+    /// ended them (within 2 s).
+    @discardableResult
+    package func endStreams() -> Int {
+        drain.withLock { $0 = $0 ?? Drain(startedAt: EventLoop.monotonicMillis()) }
+        guard inbox.post({ $0.round.endStreams = true }) else { return 0 }
+        var waits = 0
+        while waits < 200, drain.withLock({ $0?.ended == nil }) {
+            usleep(10_000)
+            waits += 1
+        }
+        return drain.withLock { $0?.ended?.streams } ?? 0
+    }
+
+    /// Closes every stream (clients resume with `Last-Event-ID`), stops the thread, and leaves the cluster: this node's
+    /// stream rows are settled for presence (after the handover, when it drained) and its heartbeat row removed, so
+    /// the other nodes stop counting it at once rather than after ``StreamPresence/nodeTimeoutMillis``.
     package func stop() {
         listener.withLock { $0.take() }?.stop()
         inbox.stop()
-        // The closed streams' own presence updates may find the pool gone: settle this node's rows now.
-        if let services = services.withLock({ $0.take() }) {
-            do { try StreamPresence.nodeGone(nodeID, services: services) } catch {
-                logger.warning("msg=\"stream presence not settled at shutdown\" error=\"\(error)\"")
-            }
+        guard let services = services.withLock({ $0.take() }) else { return }
+        if let drained = drain.withLock({ $0 }), (drained.ended?.presence ?? 0) > 0 {
+            let wait = drained.startedAt + Self.presenceHandoverMillis - EventLoop.monotonicMillis()
+            if wait > 0 { usleep(UInt32(min(wait, Self.presenceHandoverMillis)) * 1000) }
+        }
+        let started = EventLoop.monotonicMillis()
+        do {
+            // The closed streams' own presence updates may find the pool gone: settle this node's rows now.
+            try StreamPresence.nodeGone(nodeID, services: services)
+            try services.pool.withConnection { try StreamPresence.leave(nodeID: nodeID, on: $0) }
+            logger.info("msg=\"left the cluster\" node=\(nodeID) ms=\(EventLoop.monotonicMillis() - started)")
+        } catch {
+            logger.warning("msg=\"stream presence not settled at shutdown\" error=\"\(error)\"")
         }
     }
 
@@ -297,6 +353,7 @@ package final class EventHub: CommitObserver {
         // listener would only receive its own). Learnt from the heartbeats, and at once from a starting node's hello.
         var peersUntil: Int64 = 0
         var greeted = false
+        var streamsEnded = false
         while true {
             let now = EventLoop.monotonicMillis()
             let taken = inbox.take(waitMillis: Int(max(0, min(nextHeartbeat, nextSweep) - now))) { inbox in
@@ -325,6 +382,18 @@ package final class EventHub: CommitObserver {
                 let appID = subscriber.subscription.appID
                 feeds[appID, default: Feed(head: subscriber.subscription.head)].subscribers[id] = subscriber
                 apps.insert(appID)
+            }
+            if batch.endStreams && !streamsEnded {
+                streamsEnded = true
+                let ended = endAll(&feeds)
+                audience = MemberAudience()
+                drain.withLock { $0?.ended = ended }
+                logger.info(
+                    "msg=\"streams ended for the drain\" streams=\(ended.streams) presence_streams=\(ended.presence) retry_ms=\(Self.drainRetryMillis)"
+                )
+            } else if streamsEnded && !feeds.isEmpty {
+                // A stream that subscribed as the drain began.
+                _ = endAll(&feeds)
             }
             if apps.contains("*") || EventLoop.monotonicMillis() >= nextSweep {
                 apps.formUnion(feeds.keys)
@@ -371,6 +440,21 @@ package final class EventHub: CommitObserver {
             }
             if !retry.isEmpty { inbox.poke() }
         }
+    }
+
+    /// Ends every stream with the drain's retry hint; returns how many, and how many of them made their user online.
+    private func endAll(_ feeds: inout [String: Feed]) -> (streams: Int, presence: Int) {
+        var ended = (streams: 0, presence: 0)
+        for feed in feeds.values {
+            for subscriber in feed.subscribers.values {
+                subscriber.stream.write(Self.drainFrame)
+                subscriber.stream.close()
+                ended.streams += 1
+                if subscriber.subscription.countsPresence { ended.presence += 1 }
+            }
+        }
+        feeds = [:]
+        return ended
     }
 
     /// Catches subscribers up to the feed head, then reads and delivers the app's new events. Returns true when a

@@ -105,6 +105,11 @@ package enum StreamPresence {
         return try db.query("SELECT count(*) FROM live_nodes WHERE node_id <> \(nodeID) AND seen_at >= \(cutoff)").decodeFirst(Int64.self) ?? 0
     }
 
+    /// Forgets the heartbeat of a node that is stopping: the others stop counting it (and notifying it) at once.
+    static func leave(nodeID: String, on db: PostgresConnection) throws {
+        try db.query("DELETE FROM live_nodes WHERE node_id = \(nodeID)")
+    }
+
     /// The nodes that hold stream rows but stopped beating (crashed, killed), and forgets their heartbeats.
     static func deadNodes(on db: PostgresConnection) throws -> [String] {
         let cutoff = Timestamp.wallMillis() - nodeTimeoutMillis

@@ -146,13 +146,15 @@ public final class ParleyApp: Sendable {
                 handlerError: { error, request in ProblemRendering.handlerError(error, request: request, logger: httpLogger) },
                 requestCompleted: { metrics.record($0) },
                 connectionsChanged: { metrics.connections($0) })
+            // The hub before the listener: in a rolling restart the balancer sends streams the moment the port
+            // accepts, and a stream the hub took before it started would not be recorded for presence.
+            hub.start(database: serving, pgLogger: pgLogger, services: services)
             server = try HTTPServer(
                 configuration: http, router: routes, executor: PoolExecutor(pool: pool), hooks: hooks, logger: httpLogger)
             services.sequencer.start(database: serving, pgLogger: pgLogger)
             writer.start(database: serving, pgLogger: pgLogger)
             services.webhooks.dispatcher.start(database: serving, pgLogger: pgLogger)
             push.start(database: serving, pgLogger: pgLogger)
-            hub.start(database: serving, pgLogger: pgLogger, services: services)
             services.timers.start(services: services)
             jobs.start(services: services)
         } catch {
@@ -217,15 +219,31 @@ public final class ParleyApp: Sendable {
         shutdown()
     }
 
-    /// Stops accepting, finishes in-flight requests (≤ 10 s), closes the pool, then stops the embedded cluster.
+    /// The graceful drain (docs/operations.md#shutdown), each phase logged with its duration: `/readyz` answers 503;
+    /// event streams end with a short `retry:` hint (clients resume on another node with `Last-Event-ID`); the
+    /// listener closes (new connections are refused, so a balancer tries the next node), idle connections close, and
+    /// in-flight requests finish with `Connection: close` (at most the server's shutdown grace, 10 s); the node leaves
+    /// the cluster (its streams' presence is settled after the handover, its heartbeat row removed); then the
+    /// background workers, the pool and the embedded cluster stop.
     public func shutdown() {
-        if stopping.set() { return }
-        hub.stop()
+        if stopping.set() { return }  // from here on /readyz answers 503
+        let started = EventLoop.monotonicMillis()
+        var phaseStarted = started
+        func phaseDone(_ phase: String, _ detail: String = "") {
+            let now = EventLoop.monotonicMillis()
+            logger.info("msg=\"shutdown phase done\" phase=\(phase) ms=\(now - phaseStarted)\(detail)")
+            phaseStarted = now
+        }
+        let streams = hub.endStreams()
+        phaseDone("streams_ended", " streams=\(streams)")
         server.shutdown()
+        phaseDone("http_drained")
         // Its connections are closed: a transfer still reading or writing a body ends with them.
         services.shutdownTransfers()
         health.probeExecutor.shutdown()
         health.probe.close()
+        hub.stop()
+        phaseDone("cluster_left")
         // In-flight answers wait for the sequencer (and sends for the message writer): stop them after the server.
         writer.stop()
         services.sequencer.stop()
@@ -234,8 +252,10 @@ public final class ParleyApp: Sendable {
         services.timers.stop()
         jobs.stop()
         pool.shutdown()
+        phaseDone("workers_stopped")
         embedded?.stop()
-        logger.info("msg=stopped")
+        if embedded != nil { phaseDone("embedded_postgres_stopped") }
+        logger.info("msg=stopped ms=\(EventLoop.monotonicMillis() - started)")
         logger.flush()
     }
 }
