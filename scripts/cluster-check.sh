@@ -34,25 +34,9 @@ if [[ ${CLUSTER_SKIP_BUILD:-0} != 1 ]]; then
     swift build -c release --product parley >/tmp/parley-cluster-build.log 2>&1 \
         || { tail -n 40 /tmp/parley-cluster-build.log >&2; exit 1; }
 fi
-export CLUSTER_DIR
-CLUSTER_DIR=$(mktemp -d -t parley-cluster.XXXXXX)
-cleanup() {
-    local status=$?
-    trap - EXIT INT TERM
-    bash scripts/cluster.sh down || true
-    if [[ $status -ne 0 ]]; then
-        for f in "$CLUSTER_DIR"/node*.log; do
-            log "last warnings of $(basename "$f"):"
-            grep -E 'level=(warn|error)' "$f" | tail -n 5 >&2 || true
-        done
-    fi
-    if [[ ${CLUSTER_KEEP:-0} == 1 ]]; then log "kept $CLUSTER_DIR"; else rm -rf "$CLUSTER_DIR"; fi
-    exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-ulimit -n 20000 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+CLUSTER_SCRATCH_KEEP=${CLUSTER_KEEP:-0}
+# shellcheck source=scripts/cluster-scratch.sh
+source scripts/cluster-scratch.sh parley-cluster
 
 CLUSTER_LOG_LEVEL=info bash scripts/cluster.sh up 3
 

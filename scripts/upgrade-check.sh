@@ -46,25 +46,9 @@ if [[ ! -x $OLD_BINARY ]]; then
 fi
 [[ -d $CACHE/src/Migrations ]] || { log "no Migrations in $CACHE/src"; exit 1; }
 
-export CLUSTER_DIR
-CLUSTER_DIR=$(mktemp -d -t parley-upgrade.XXXXXX)
-cleanup() {
-    local status=$?
-    trap - EXIT INT TERM
-    bash scripts/cluster.sh down || true
-    if [[ $status -ne 0 ]]; then
-        for f in "$CLUSTER_DIR"/node*.log; do
-            log "last warnings of $(basename "$f"):"
-            grep -E 'level=(warn|error)' "$f" | tail -n 5 >&2 || true
-        done
-    fi
-    if [[ ${UPGRADE_KEEP:-0} == 1 ]]; then log "kept $CLUSTER_DIR"; else rm -rf "$CLUSTER_DIR"; fi
-    exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-ulimit -n 20000 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+CLUSTER_SCRATCH_KEEP=${UPGRADE_KEEP:-0}
+# shellcheck source=scripts/cluster-scratch.sh
+source scripts/cluster-scratch.sh parley-upgrade
 
 CLUSTER_BINARY=$OLD_BINARY CLUSTER_LOG_LEVEL=info bash scripts/cluster.sh up 2
 old_versions=$(ls "$CACHE/src/Migrations"/[0-9]*.sql | wc -l)
