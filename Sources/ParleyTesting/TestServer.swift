@@ -85,7 +85,7 @@ public final class TestServer: @unchecked Sendable {
 
     /// Starts the app on `database` (nil: its own embedded cluster) once a server slot is free.
     private static func launch(_ configuration: Configuration, database: PostgresConfiguration?, transport: Transport?) throws -> TestServer {
-        slots.acquire()
+        try slots.acquire()
         do {
             let app = try ParleyApp(configuration: configuration, database: database, output: { _ in })
             return TestServer(app: app, database: database ?? app.database, transport: transport ?? defaultTransport)
@@ -215,7 +215,11 @@ final class CountingSlots: Sendable {
 
     init(_ count: Int) { available = LockedValue(count) }
 
-    func acquire() {
+    /// Waits for a slot; after `limitSeconds` it throws rather than hang the whole test run. A test that waits that
+    /// long is in a cycle: slot holders that need cooperative threads while the waiters block those threads, or a
+    /// test holding several servers while others wait for theirs (hold at most two per test).
+    func acquire(limitSeconds: Int = 180) throws {
+        let deadline = ContinuousClock.now + .seconds(limitSeconds)
         while true {
             let got = available.withLock { n -> Bool in
                 if n > 0 {
@@ -225,6 +229,9 @@ final class CountingSlots: Sendable {
                 return false
             }
             if got { return }
+            if ContinuousClock.now > deadline {
+                throw TestFailure("no test server slot came free in \(limitSeconds) s: the running tests hold every slot and wait")
+            }
             usleep(5_000)
         }
     }

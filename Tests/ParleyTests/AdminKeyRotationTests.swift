@@ -32,6 +32,8 @@ struct AdminKeyRotationTests: ProblemAssertions {
             $0.secondaryAdminKey = old
         }
         defer { during.stop() }
+        // At most two servers at once: test servers share four slots, and a test holding three waits on the others.
+        before.stop()
         var newCursor = ""
         for key in [old, new] {
             newCursor = try Self.firstPageCursor(during, key: key)
@@ -43,6 +45,7 @@ struct AdminKeyRotationTests: ProblemAssertions {
             #expect(next.status == 200, "\(next.text)")
             #expect(next.json?["items"]?.arrayValue?.count == 1)
         }
+        during.stop()
         // Nodes not yet changed (step 1 of several nodes: the new key added as the secondary one) accept what the
         // changed ones signed with the key they share.
         let staged = try TestServer.start(database: before.database) {
@@ -52,6 +55,7 @@ struct AdminKeyRotationTests: ProblemAssertions {
         defer { staged.stop() }
         #expect(try staged.request(.get, "/v1/apps?limit=1&cursor=\(newCursor)", bearer: new).status == 200)
 
+        staged.stop()
         // After the change: the old key is refused with the usual problem, and so are its cursors.
         let after = try TestServer.start(database: before.database) { $0.adminKey = new }
         defer { after.stop() }
