@@ -378,6 +378,48 @@ function summarize(event) {
   return ids.join(", ");
 }
 
+// MARK: - Shared by every screen script (console.js, and the scripts index.html loads after it)
+
+/** Adds a screen and its link in the navigation; the other scripts of the console register theirs with this. Scripts
+ * load deferred, in order, and the first screen is drawn at DOMContentLoaded, after all of them registered. */
+function registerScreen(name, title, render, { adminOnly = false } = {}) {
+  screens[name] = render;
+  if (document.querySelector(`#nav a[data-screen="${name}"]`)) return;
+  $("nav").append(h("a", { href: `#${name}`, "data-screen": name, "data-admin-only": adminOnly }, title));
+}
+
+/** Keeps a screen's state (selected item, filters) in the URL so a link to it can be shared: replaces the query part of
+ * the hash without drawing the screen again. Never put a credential here. */
+function setScreenParams(values) {
+  const [name] = location.hash.slice(1).split("?");
+  const query = queryString(values);
+  history.replaceState(null, "", `#${name}${query}`);
+}
+
+/** Asks before a destructive action. With `typeToConfirm` (deletes), the operator must type that id; resolves to
+ * whether to go on. A modal <dialog>: focus stays in it, Escape cancels. */
+function confirmDestructive(question, typeToConfirm) {
+  return new Promise((resolve) => {
+    const input = typeToConfirm === undefined ? null
+      : h("input", { id: "confirm-typed", name: "confirm-typed", autocomplete: "off", spellcheck: "false" });
+    const confirmButton = h("button", { type: "submit", class: "danger", disabled: input !== null }, "Confirm");
+    const cancelButton = h("button", { type: "button", class: "secondary" }, "Cancel");
+    const dialog = h("dialog", { "aria-labelledby": "confirm-question", class: "confirm" },
+      h("form", { method: "dialog" },
+        h("p", { id: "confirm-question" }, question),
+        input ? h("label", { for: "confirm-typed" }, "Type ", h("code", {}, typeToConfirm), " to confirm", input) : null,
+        h("p", { class: "actions" }, confirmButton, " ", cancelButton)));
+    if (input) input.addEventListener("input", () => { confirmButton.disabled = input.value !== typeToConfirm; });
+    let answer = false;
+    confirmButton.addEventListener("click", () => { answer = input === null || input.value === typeToConfirm; });
+    cancelButton.addEventListener("click", () => dialog.close());
+    dialog.addEventListener("close", () => { dialog.remove(); resolve(answer); });
+    document.body.append(dialog);
+    dialog.showModal();
+    (input || cancelButton).focus();
+  });
+}
+
 // MARK: - Screens
 
 function screenHeading(text) {
@@ -773,4 +815,5 @@ function init() {
   route();
 }
 
-init();
+// Deferred scripts all run before DOMContentLoaded: the screens they register exist when the first one is drawn.
+document.addEventListener("DOMContentLoaded", init);

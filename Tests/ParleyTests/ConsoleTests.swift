@@ -1,3 +1,4 @@
+import Foundation
 import ParleyCore
 import ParleyHTTP
 import ParleyTesting
@@ -87,7 +88,31 @@ struct ConsoleTests {
     @Test func noWarningWhenEveryAssetIsThere() {
         let directory = String(Self.repositoryFile("index.html").dropLast("/index.html".count))
         let assets = ConsoleRoutes.load(overrideDirectory: directory)
-        #expect(assets.keys.sorted() == ["console.css", "console.js", "index.html"])
+        #expect(ConsoleRoutes.requiredAssets.allSatisfy { assets[$0] != nil })
         #expect(ConsoleRoutes.missingAssetsWarning(assets: assets, overrideDirectory: directory) == nil)
+    }
+
+    /// The page may be split into more scripts: every plainly named script or style beside index.html is served, and
+    /// nothing else (other extensions, hidden files, names with capitals or dots).
+    @Test func scriptsBesideThePageAreServedAndNothingElse() throws {
+        let directory = "/tmp/parley-console-assets-\(getpid())"
+        mkdir(directory, 0o700)
+        defer {
+            for name in ["index.html", "console.js", "console.css", "charts-2.js", "Notes.js", "secret.txt", ".hidden.js"] {
+                unlink(directory + "/" + name)
+            }
+            rmdir(directory)
+        }
+        for name in ["index.html", "console.js", "console.css", "charts-2.js", "Notes.js", "secret.txt", ".hidden.js"] {
+            FileManager.default.createFile(atPath: directory + "/" + name, contents: Data("// \(name)\n".utf8))
+        }
+        let assets = ConsoleRoutes.load(overrideDirectory: directory)
+        #expect(assets.keys.sorted() == ["charts-2.js", "console.css", "console.js", "index.html"])
+        let served = ConsoleRoutes.response(for: "charts-2.js", assets: assets, requestID: "r1")
+        #expect(served.status == 200)
+        #expect(served.headers["Content-Type"] == "text/javascript; charset=utf-8")
+        for name in ["Notes.js", "secret.txt", ".hidden.js", "missing.js"] {
+            #expect(ConsoleRoutes.response(for: name, assets: assets, requestID: "r1").status == 404, "\(name)")
+        }
     }
 }
