@@ -30,6 +30,7 @@ admin_key=$(cat "$data/admin_key")
 set +e
 timeout 150 "$venv/bin/python" scripts/console_check.py "http://127.0.0.1:$port" "$app_key" "$admin_key" "$shots"
 status=$?
+[ "$status" -ne 0 ] || { timeout 150 "$venv/bin/python" scripts/console_check_ops.py "http://127.0.0.1:$port" "$app_key" "$admin_key" "$shots"; status=$?; }
 set -e
 if [ "$status" -ne 0 ]; then
   echo "== server log (last 40 lines)"; tail -n 40 "$log"
