@@ -161,8 +161,24 @@
     }
     return {
       element: h("div", {}, container, more),
-      reload: () => { container.replaceChildren(); cursor = null; first = true; return next(); },
+      reload: () => { fill(container); cursor = null; first = true; return next(); },
     };
+  }
+
+  /** Loads with new filters; when the API refuses them, the previous ones come back (in the URL too), so later
+   * reloads of the list do not repeat the refused request. */
+  async function reverting(revert, load) {
+    try {
+      await load();
+    } catch (error) {
+      revert();
+      throw error;
+    }
+  }
+
+  /** replaceChildren() that skips absent parts and flattens lists, as h() does for its children. */
+  function fill(container, ...children) {
+    container.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
   }
 
   function focusHeading(container) {
@@ -199,7 +215,7 @@
       if (!await confirmDestructive(`Destroy room ${roomID}? Its members are removed and its attributes deleted.`, roomID)) return;
       await api("DELETE", path("/v1/rooms/{room_id}", roomID));
       notify(`Room ${roomID} destroyed.`);
-      detail.replaceChildren();
+      fill(detail);
       keep(undefined);
       await roomList.reload();
     }
@@ -227,7 +243,7 @@
         (cursor) => api("GET", path("/v1/rooms/{room_id}/member_attributes", roomID), { query: { limit: 50, cursor } }),
         (items) => wideTable([["user_id", "User id", code], ["attributes", "Attributes", (v) => json(v)]], items, null, "Member attributes"),
         "No member holds member attributes.");
-      detail.replaceChildren(
+      fill(detail, 
         h("h3", {}, "Room ", h("code", {}, roomID)),
         describe({ ...room, online_count: online.count }),
         h("p", {}, rowButton("Destroy this room", `Destroy room ${roomID}`, () => guarded(() => destroy(roomID)), "danger")),
@@ -278,10 +294,11 @@
       }),
       opsForm("Search rooms", [field("room-q", "Room id prefix or name", { type: "search", value: q, "data-field": "q" })], "Search",
         async (values) => {
+          const previous = q;
           q = values["room-q"];
           keep(undefined);
-          detail.replaceChildren();
-          await roomList.reload();
+          fill(detail);
+          await reverting(() => { q = previous; keep(undefined); }, roomList.reload);
         }),
       roomList.element, detail);
     await roomList.reload();
@@ -314,7 +331,7 @@
 
     async function search() {
       if (!filters.user) {
-        results.replaceChildren(empty("Enter a user id above to list that user's calls."));
+        fill(results, empty("Enter a user id above to list that user's calls."));
         return;
       }
       const callList = pages(
@@ -327,7 +344,7 @@
           (call) => [rowButton("Inspect", `Inspect call ${call.call_id}`, () => guarded(() => inspect(call.call_id)), "secondary")],
           `Calls of ${filters.user}`),
         `No ${filters.state || ""} calls for ${filters.user}.`);
-      results.replaceChildren(callList.element);
+      fill(results, callList.element);
       await callList.reload();
     }
 
@@ -357,7 +374,7 @@
       } else if (call.state === "started") {
         endControls.push(empty("This call has nobody pending and nobody accepted who could end it."));
       }
-      detail.replaceChildren(
+      fill(detail, 
         h("h3", {}, "Call ", h("code", {}, callID)),
         describe(call, { users: () => "see below" }),
         wideTable(
@@ -373,10 +390,11 @@
         field("call-user", "User id", { value: filters.user, "data-field": "user_id" }),
         filterSelect("call-state", "State", ["started", "ended"], filters.state, "state"),
       ], "List calls", async (values) => {
+        const previous = filters;
         filters = { user: values["call-user"].trim(), state: values["call-state"] };
         keep(undefined);
-        detail.replaceChildren();
-        await search();
+        fill(detail);
+        await reverting(() => { filters = previous; keep(undefined); }, search);
       }),
       opsForm("Open a call", [field("call-id", "Call id", { required: true, "data-field": "call_id" })], "Open",
         (values) => inspect(values["call-id"].trim())),
@@ -450,8 +468,8 @@
       notify(`Endpoint ${webhookID} deleted.`);
       if (state.webhook === webhookID) {
         state = { status: "", kind: "", event_type: "" };
-        detail.replaceChildren();
-        deliveryDetail.replaceChildren();
+        fill(detail);
+        fill(deliveryDetail);
       }
       keep();
       await endpointList.reload();
@@ -495,7 +513,7 @@
         const delivery = await api("GET", path("/v1/webhooks/{webhook_id}/deliveries/{delivery_id}", webhookID, deliveryID));
         state.delivery = deliveryID;
         keep();
-        deliveryDetail.replaceChildren(
+        fill(deliveryDetail, 
           h("h3", {}, "Delivery ", h("code", {}, deliveryID)),
           describe(delivery, { attempts: (a) => `${a.length}` }),
           delivery.attempts.length
@@ -505,13 +523,13 @@
         focusHeading(deliveryDetail);
       }
 
-      detail.replaceChildren(
+      fill(detail, 
         h("h3", {}, "Endpoint ", h("code", {}, webhookID)),
         describe(hook, { secret: () => h("details", {}, h("summary", {}, "Signing secret"), h("code", {}, hook.secret)) }),
         h("p", { class: "toolbar" },
           button("Ping", () => guarded(async () => {
             const result = await api("POST", path("/v1/webhooks/{webhook_id}/ping", webhookID));
-            pingResult.replaceChildren(h("p", { class: result.ok ? "ok" : "bad" },
+            fill(pingResult, h("p", { class: result.ok ? "ok" : "bad" },
               `Ping: ${result.ok ? "acknowledged" : "failed"}; HTTP ${result.status_code ?? "none"}, ${result.duration_ms} ms${result.error ? `, ${result.error}` : ""}.`));
             await deliveries.reload();
           })),
@@ -544,9 +562,10 @@
           filterSelect("delivery-kind", "Kind", ["after", "before", "ping"], state.kind, "kind"),
           field("delivery-event-type", "Event type (exact)", { value: state.event_type, "data-field": "event_type" }),
         ], "Filter", async (values) => {
+          const previous = { ...state };
           Object.assign(state, { status: values["delivery-status"], kind: values["delivery-kind"], event_type: values["delivery-event-type"].trim() });
           keep();
-          await deliveries.reload();
+          await reverting(() => { Object.assign(state, previous); keep(); }, deliveries.reload);
         }),
         deliveries.element);
       await deliveries.reload();
@@ -583,7 +602,7 @@
     async function showSettings() {
       const settings = await api("GET", "/v1/settings");
       const p = settings.push || {};
-      settingsBox.replaceChildren(
+      fill(settingsBox, 
         h("p", {}, p.enabled && p.gateway_url ? `Push is on: ${p.format} requests to ${p.gateway_url}.`
           : "Push is off: nothing is planned or recorded until it is enabled with a gateway URL."),
         opsForm("Push settings", [
@@ -626,17 +645,17 @@
       const item = await api("GET", path("/v1/push/attempts/{attempt_id}", attemptID));
       attempt = attemptID;
       keep();
-      attemptDetail.replaceChildren(h("h3", {}, "Attempt ", h("code", {}, attemptID)), describe(item));
+      fill(attemptDetail, h("h3", {}, "Attempt ", h("code", {}, attemptID)), describe(item));
       focusHeading(attemptDetail);
     }
 
     async function showDevices() {
       if (!deviceUser) {
-        deviceBox.replaceChildren(empty("Enter a user id to list that user's push devices."));
+        fill(deviceBox, empty("Enter a user id to list that user's push devices."));
         return;
       }
       const page = await api("GET", path("/v1/users/{user_id}/devices", deviceUser));
-      deviceBox.replaceChildren(
+      fill(deviceBox, 
         page.items.length
           ? wideTable(
             [["device_id", "Device", code], ["platform", "Platform"], ["provider", "Provider"], ["app_id", "App id"], ["voip", "VoIP", yesNo],
@@ -665,15 +684,15 @@
     }
 
     function renderTest(result) {
-      testResult.replaceChildren(
+      fill(testResult, 
         h("h4", {}, "Decisions"),
         result.decisions.length
           ? wideTable([["device_id", "Device", code], ["platform", "Platform"], ["provider", "Provider"], ["selected", "Selected", yesNo],
             ["reason", "Reason"]], result.decisions, null, "Push decisions")
           : empty("The user has no devices: no push would be sent."),
         h("h4", {}, "Gateway request"), result.request ? json(result.request) : empty("None: no device is selected."),
-        result.response ? [h("h4", {}, "Gateway response"), json(result.response)] : null,
-        result.attempt ? [h("h4", {}, "Recorded attempt"), describe(result.attempt)] : null);
+        ...(result.response ? [h("h4", {}, "Gateway response"), json(result.response)] : []),
+        ...(result.attempt ? [h("h4", {}, "Recorded attempt"), describe(result.attempt)] : []));
     }
 
     main.append(
@@ -686,19 +705,21 @@
           filterSelect("attempt-kind", "Kind", ["message", "revoke", "call", "call_cancel", "broadcast", "application", "test"], filters.kind, "kind"),
           filterSelect("attempt-status", "Status", ["pending", "sent", "rejected", "failed", "suppressed"], filters.status, "status"),
         ], "Filter", async (values) => {
+          const previous = filters;
           filters = { user_id: values["attempt-user"].trim(), message_id: values["attempt-message"].trim(), call_id: values["attempt-call"].trim(),
             kind: values["attempt-kind"], status: values["attempt-status"] };
           attempt = undefined;
           keep();
-          await attempts.reload();
+          await reverting(() => { filters = previous; keep(); }, attempts.reload);
         }),
         attempts.element, attemptDetail),
       section("Devices",
         opsForm("Show devices", [field("device-user", "User id", { required: true, value: deviceUser, "data-field": "user_id" })], "Show devices",
           async (values) => {
+            const previous = deviceUser;
             deviceUser = values["device-user"].trim();
             keep();
-            await showDevices();
+            await reverting(() => { deviceUser = previous; keep(); }, showDevices);
           }),
         deviceBox),
       section("Test a push",
@@ -769,7 +790,7 @@
       doc = type;
       keep();
       const entry = await eventTypeDoc(type);
-      docBox.replaceChildren(h("h3", {}, "Event type ", h("code", {}, type)),
+      fill(docBox, h("h3", {}, "Event type ", h("code", {}, type)),
         entry ? [h("p", {}, entry.description || entry.summary), entry.data ? h("p", { class: "muted" }, entry.data) : null,
           h("p", { class: "muted" }, "From the server's OpenAPI document (", h("a", { href: "/openapi.json" }, "/openapi.json"), ", its webhooks).")]
           : empty(`${type} is not described in this server's OpenAPI document.`));
@@ -779,7 +800,7 @@
     function showEvent(event) {
       shown = event.id;
       keep();
-      eventBox.replaceChildren(h("h3", {}, "Event ", h("code", {}, event.id), " ", event.type), describe(event));
+      fill(eventBox, h("h3", {}, "Event ", h("code", {}, event.id), " ", event.type), describe(event));
       focusHeading(eventBox);
     }
 
@@ -809,7 +830,7 @@
     }
 
     async function reload() {
-      rows.replaceChildren();
+      fill(rows);
       trimmed.hidden = true;
       after = null;
       seen = [];
@@ -824,12 +845,13 @@
         field("log-room", "Room id", { value: filters.room_id, "data-field": "room_id" }),
         field("log-after", "After event id (empty: the earliest)", { value: filters.after, inputmode: "numeric", "data-field": "after" }),
       ], "Show events", async (values) => {
+        const previous = filters;
         filters = { types: values["log-types"].replace(/\s+/g, ""), user_id: values["log-user"].trim(), group_id: values["log-group"].trim(),
           room_id: values["log-room"].trim(), after: values["log-after"].trim() };
         shown = undefined;
-        eventBox.replaceChildren();
+        fill(eventBox);
         keep();
-        await reload();
+        await reverting(() => { filters = previous; keep(); }, reload);
       }),
       h("p", { class: "muted" }, "Events are kept for the app's event_retention_hours (72 h by default), oldest first; the API reads forward from an event id."),
       trimmed, rows, newer, eventBox, docBox);
@@ -866,7 +888,7 @@
       const file = await api("GET", path("/v1/files/{file_id}/meta", fileID));
       selected = fileID;
       keep();
-      detail.replaceChildren(
+      fill(detail, 
         h("h3", {}, "File ", h("code", {}, fileID)),
         file.thumbnail_url ? h("img", { src: file.thumbnail_url, alt: file.file_name, class: "thumb", width: file.thumbnail_width, height: file.thumbnail_height }) : null,
         describe(file, { url: (u) => h("a", { href: u, download: file.file_name }, "Download (signed URL)"),
@@ -881,7 +903,7 @@
       notify(`File ${fileID} deleted.`);
       if (selected === fileID) {
         selected = undefined;
-        detail.replaceChildren();
+        fill(detail);
       }
       keep();
       await fileList.reload();
@@ -914,11 +936,12 @@
         field("file-user", "Owner user id", { value: filters.user_id, "data-field": "user_id" }),
         filterSelect("file-kind", "Kind", ["image", "file", "audio", "video"], filters.kind, "kind"),
       ], "Filter", async (values) => {
+        const previous = filters;
         filters = { user_id: values["file-user"].trim(), kind: values["file-kind"] };
         selected = undefined;
-        detail.replaceChildren();
+        fill(detail);
         keep();
-        await fileList.reload();
+        await reverting(() => { filters = previous; keep(); }, fileList.reload);
       }),
       fileList.element, detail);
     await fileList.reload();
@@ -969,7 +992,7 @@
       const report = await api("GET", path("/v1/reports/{report_id}", reportID));
       selected = reportID;
       keep();
-      detail.replaceChildren(
+      fill(detail, 
         h("h3", {}, "Report ", h("code", {}, reportID), ` (${report.status})`),
         describe(report, { reports: (r) => `${r.length} on this target (below)`, target: targetText, target_snapshot: (s) => json(s),
           actions: (a) => (a.length ? json(a) : "none yet") }),
@@ -1006,11 +1029,12 @@
           filterSelect("report-reason", "Reason", ["spam", "abuse", "sexual", "violence", "illegal", "other", "automod"], filters.reason, "reason"),
           field("report-user", "Reported user id", { value: filters.user_id, "data-field": "user_id" }),
         ], "Filter", async (values) => {
+          const previous = filters;
           filters = { status: values["report-status"], target_type: values["report-target"], reason: values["report-reason"], user_id: values["report-user"].trim() };
           selected = undefined;
-          detail.replaceChildren();
+          fill(detail);
           keep();
-          await queue.reload();
+          await reverting(() => { filters = previous; keep(); }, queue.reload);
         }),
         queue.element, detail,
         opsForm("File a report", [
@@ -1036,10 +1060,11 @@
           field("log-from", "From", { type: "datetime-local", value: localInput(logFilters.log_from), "data-field": "from" }),
           field("log-to", "To", { type: "datetime-local", value: localInput(logFilters.log_to), "data-field": "to" }),
         ], "Filter", async (values) => {
+          const previous = logFilters;
           logFilters = { log_user: values["log-user-id"].trim(), log_action: values["log-action"].trim(), log_moderator: values["log-moderator"].trim(),
             log_from: ms(values["log-from"]) ?? "", log_to: ms(values["log-to"]) ?? "" };
           keep();
-          await log.reload();
+          await reverting(() => { logFilters = previous; keep(); }, log.reload);
         }),
         log.element),
       section("Remove a user's messages",
@@ -1059,7 +1084,7 @@
             conversation_type: values["remove-conv-type"] || undefined, conversation_id: values["remove-conv-id"] || undefined };
           if (!dryRun && !await confirmDestructive(`${body.mode === "delete" ? "Delete" : "Hide"} the messages of ${body.user_id}?`, body.user_id)) return;
           const job = await api("POST", "/v1/moderation/remove_messages", { body });
-          jobResult.replaceChildren(h("p", {}, `Job ${job.job_id} ${job.state}: `, h("a", { href: `#jobs?job=${encodeURIComponent(job.job_id)}` }, "follow it on the Jobs screen")));
+          fill(jobResult, h("p", {}, `Job ${job.job_id} ${job.state}: `, h("a", { href: `#jobs?job=${encodeURIComponent(job.job_id)}` }, "follow it on the Jobs screen")));
         }),
         jobResult));
     await Promise.all([queue.reload(), log.reload()]);
@@ -1104,7 +1129,7 @@
       notify(`Blocklist ${name} deleted.`);
       if (selected === name) {
         selected = undefined;
-        detail.replaceChildren();
+        fill(detail);
       }
       keep();
       await lists.reload();
@@ -1119,7 +1144,7 @@
       const item = await api("GET", path("/v1/blocklists/{name}", name));
       selected = name;
       keep();
-      detail.replaceChildren(
+      fill(detail, 
         h("h3", {}, "Blocklist ", h("code", {}, name)),
         opsForm("Edit blocklist", [
           select("bl-edit-type", "Type", ["word", "regex", "domain", "email"], item.type),
@@ -1173,7 +1198,7 @@
         ], "Test", async (values) => {
           const names = splitList(values["bl-test-names"]);
           const result = await api("POST", "/v1/blocklists/test", { body: { text: values["bl-test-text"], names: names.length ? names : undefined } });
-          testResult.replaceChildren(
+          fill(testResult, 
             h("p", {}, result.action ? `Strongest action: ${result.action}.` : "Nothing matched: the text passes."),
             result.matches.length ? wideTable([["blocklist", "List", code], ["entry", "Entry", code], ["start", "Start byte"], ["end", "End byte"]],
               result.matches, null, "Matches") : null);
@@ -1277,13 +1302,13 @@
         h("p", { class: "toolbar" },
           button("Dry run now", () => guarded(async () => {
             const run = await api("POST", "/v1/retention/runs", { body: { dry_run: true } });
-            runResult.replaceChildren(h("p", {}, `A run now would purge ${run.messages_purged} messages and ${run.files_purged} files (${run.held_skipped} held).`));
+            fill(runResult, h("p", {}, `A run now would purge ${run.messages_purged} messages and ${run.files_purged} files (${run.held_skipped} held).`));
             await runs.reload();
           }), "secondary"),
           button("Purge now", () => guarded(async () => {
             if (!await confirmDestructive("Run every policy now? Purged messages cannot be read again.")) return;
             const run = await api("POST", "/v1/retention/runs", { body: { dry_run: false } });
-            runResult.replaceChildren(h("p", {}, `Run ${run.run_id} started.`));
+            fill(runResult, h("p", {}, `Run ${run.run_id} started.`));
             await runs.reload();
           }), "danger")),
         runResult, runs.element));
@@ -1323,7 +1348,7 @@
       const job = await api("GET", path("/v1/jobs/{job_id}", jobID));
       selected = jobID;
       keep();
-      detail.replaceChildren(
+      fill(detail, 
         h("h3", {}, "Job ", h("code", {}, jobID)),
         job.progress && job.progress.total ? h("progress", { max: job.progress.total, value: Math.min(job.progress.done, job.progress.total),
           "aria-label": `Progress of job ${jobID}` }) : null,
@@ -1339,11 +1364,12 @@
         field("job-kind", "Kind", { value: filters.kind, "data-field": "kind" }),
         filterSelect("job-state", "State", ["queued", "running", "succeeded", "failed", "cancelled"], filters.state, "state"),
       ], "Filter", async (values) => {
+        const previous = filters;
         filters = { kind: values["job-kind"].trim(), state: values["job-state"] };
         selected = undefined;
-        detail.replaceChildren();
+        fill(detail);
         keep();
-        await jobList.reload();
+        await reverting(() => { filters = previous; keep(); }, jobList.reload);
       }),
       jobList.element, detail);
     await jobList.reload();

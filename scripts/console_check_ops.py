@@ -166,7 +166,7 @@ class OpsCheck:
         page.click("dialog.confirm button[type=submit]")
         page.wait_for_selector("dialog.confirm", state="detached")
 
-    def problem(self, page, label, fills, field=None, text=None, requests=1):
+    def problem(self, page, label, fills, field=None, text=None, requests=1, confirm=False):
         """Submits a form with a bad value and checks the problem is shown, and on the field when it names one."""
         self.expected_failures += requests
         for selector, value in fills.items():
@@ -177,6 +177,8 @@ class OpsCheck:
             else:
                 page.fill(selector, value)
         self.submit(page, label)
+        if confirm:
+            self.confirm(page)
         page.wait_for_selector("#problem:not([hidden])")
         shown = page.inner_text("#problem")
         assert "undefined" not in shown and "null" not in shown, shown
@@ -440,7 +442,7 @@ class OpsCheck:
         page.click(f"button[aria-label='Review report {report['report_id']}']")
         page.wait_for_selector(f"section[aria-label='Selected report'] h3:has-text('{report['report_id']}')")
         assert f"report={report['report_id']}" in page.url and "status=open" in page.url, page.url
-        self.problem(page, "Decide", {"select:#report-action": "mute_user"}, text="duration")
+        self.problem(page, "Decide", {"select:#report-action": "mute_user"}, text="duration", confirm=True)
         page.select_option("#report-action", "warn_user")
         page.fill("#report-text", "please stop")
         page.fill("#report-moderator", "ops-check")
@@ -686,7 +688,8 @@ class OpsCheck:
         # Before an app is chosen, an app screen says what to do instead of calling the API.
         self.open(page, "rooms")
         page.wait_for_selector("main p.empty a[href='#apps']")
-        self.open(page, "apps")
+        page.click('#nav a[href="#apps"]')
+        page.wait_for_selector("#screen-title:text-is('Apps and keys')")
         page.click("main tr:has(code:text-is('default')) button:text('Act for this app')")
         page.wait_for_selector("#identity-text:has-text('acting for app default')")
         # Each screen from a URL holding its filters and selection: the reload draws it from the URL alone.
