@@ -359,8 +359,8 @@
           async (values) => {
             if (!await confirmDestructive(`End call ${callID} for everyone?`)) return;
             await api("POST", path("/v1/calls/{call_id}/end", callID), { body: { operator: values["call-end-operator"] } });
-            notify(`Call ${callID} ended.`);
             await inspect(callID);
+            notify(`Call ${callID} ended.`);
           }));
       } else if (call.state === "started" && pending.length) {
         // A general call ends once nobody is pending: withdrawing the caller's invitations ends it.
@@ -368,8 +368,8 @@
           if (!await confirmDestructive(`End call ${callID}? The pending invitations of ${call.caller_id} are withdrawn.`)) return;
           const result = await api("POST", path("/v1/calls/{call_id}/cancel", callID), { body: { operator: call.caller_id } });
           batchProblems(result);
-          notify(`Invitations of call ${callID} cancelled.`);
           await inspect(callID);
+          notify(`Invitations of call ${callID} cancelled.`);
         }), "danger")));
       } else if (call.state === "started") {
         endControls.push(empty("This call has nobody pending and nobody accepted who could end it."));
@@ -478,8 +478,8 @@
     async function setEnabled(hook, enabled) {
       if (!enabled && !await confirmDestructive(`Disable endpoint ${hook.webhook_id}? Events written while it is disabled get no delivery.`)) return;
       await api("PATCH", path("/v1/webhooks/{webhook_id}", hook.webhook_id), { body: { enabled } });
-      notify(`Endpoint ${hook.webhook_id} ${enabled ? "re-enabled (failure count reset)" : "disabled"}.`);
       await Promise.all([endpointList.reload(), open()]);
+      notify(`Endpoint ${hook.webhook_id} ${enabled ? "re-enabled (failure count reset)" : "disabled"}.`);
     }
 
     async function open() {
@@ -505,8 +505,8 @@
 
       async function retry(deliveryID) {
         const delivery = await api("POST", path("/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/retry", webhookID, deliveryID));
-        notify(`Delivery ${deliveryID} queued again (${delivery.status}).`);
         await deliveries.reload();
+        notify(`Delivery ${deliveryID} queued again (${delivery.status}).`);
       }
 
       async function showDelivery(deliveryID) {
@@ -539,22 +539,22 @@
           button("Rotate secret", () => guarded(async () => {
             if (!await confirmDestructive(`Rotate the secret of ${webhookID}? The old one keeps signing for 24 h.`)) return;
             await api("POST", path("/v1/webhooks/{webhook_id}/rotate_secret", webhookID), { body: {} });
-            notify("Secret rotated: the new one is shown under “Signing secret”.");
             await open();
+            notify("Secret rotated: the new one is shown under “Signing secret”.");
           }), "secondary"),
           rowButton("Delete", `Delete endpoint ${webhookID}`, () => guarded(() => remove(webhookID)), "danger")),
         pingResult,
         opsForm("Edit endpoint", webhookFields("hook-edit", hook), "Save", async (values, element) => {
           await api("PATCH", path("/v1/webhooks/{webhook_id}", webhookID), { body: webhookBody("hook-edit", values, element) });
-          notify(`Endpoint ${webhookID} saved.`);
           await Promise.all([endpointList.reload(), open()]);
+          notify(`Endpoint ${webhookID} saved.`);
         }),
         opsForm("Recover missed events", [
           field("hook-since", "Since (an event id, or an RFC 3339 time)", { required: true, "data-field": "since" }),
         ], "Recover", async (values) => {
           const result = await api("POST", path("/v1/webhooks/{webhook_id}/recover", webhookID), { body: { since: values["hook-since"].trim() } });
-          notify(`${result.created} deliver${result.created === 1 ? "y" : "ies"} recovered.`);
           await deliveries.reload();
+          notify(`${result.created} deliver${result.created === 1 ? "y" : "ies"} recovered.`);
         }),
         h("h4", {}, "Deliveries"),
         opsForm("Filter deliveries", [
@@ -577,8 +577,8 @@
       opsForm("New endpoint", webhookFields("hook-new"), "Create endpoint", async (values, element) => {
         const created = await api("POST", "/v1/webhooks", { body: webhookBody("hook-new", values, element) });
         element.reset();
-        notify(h("p", { class: "secret" }, `Endpoint ${created.webhook_id} created. Its signing secret: `, h("code", {}, created.secret)));
         await endpointList.reload();
+        notify(h("p", { class: "secret" }, `Endpoint ${created.webhook_id} created. Its signing secret: `, h("code", {}, created.secret)));
       }),
       endpointList.element, detail, deliveryDetail);
     await endpointList.reload();
@@ -624,8 +624,8 @@
           };
           if (values["push-secret"]) body.secret = values["push-secret"];
           await api("PATCH", "/v1/settings", { body: { push: body } });
-          notify("Push settings saved.");
           await showSettings();
+          notify("Push settings saved.");
         }));
       settingsBox.querySelector("#push-format").dataset.field = "push.format";
     }
@@ -664,8 +664,8 @@
             (device) => [rowButton("Delete", `Delete device ${device.device_id}`, () => guarded(async () => {
               if (!await confirmDestructive(`Delete device ${device.device_id} of ${deviceUser}? It gets no more pushes.`, device.device_id)) return;
               await api("DELETE", path("/v1/users/{user_id}/devices/{device_id}", deviceUser, device.device_id));
-              notify(`Device ${device.device_id} deleted.`);
               await showDevices();
+              notify(`Device ${device.device_id} deleted.`);
             }), "danger")], `Devices of ${deviceUser}`)
           : empty(`${deviceUser} has no devices: a client registers one with POST /v1/users/{user_id}/devices (or the form below).`),
         opsForm("Register a device", [
@@ -678,8 +678,8 @@
           await api("POST", path("/v1/users/{user_id}/devices", deviceUser), { body: {
             platform: values["device-platform"], provider: values["device-provider"], push_key: values["device-push-key"],
             app_id: values["device-app-id"], voip: element.querySelector("#device-voip").checked } });
-          notify(`Device registered for ${deviceUser}.`);
           await showDevices();
+          notify(`Device registered for ${deviceUser}.`);
         }));
     }
 
@@ -929,8 +929,8 @@
       ], "Upload", async (values, element) => {
         const file = await upload(element, values["file-owner"].trim());
         element.reset();
-        notify(`File ${file.file_id} uploaded.`);
         await fileList.reload();
+        notify(`File ${file.file_id} uploaded.`);
       }),
       opsForm("Filter files", [
         field("file-user", "Owner user id", { value: filters.user_id, "data-field": "user_id" }),
@@ -1010,8 +1010,8 @@
             const body = { action, duration_s: int(values["report-duration"]), text: values["report-text"] || undefined,
               group_id: values["report-group"] || undefined, note: values["report-note"] || undefined, moderator: values["report-moderator"] || undefined };
             const closed = await api("POST", path("/v1/reports/{report_id}/actions", reportID), { body });
-            notify(`Report ${reportID} ${closed.status}.`);
             await Promise.all([queue.reload(), log.reload(), review(reportID)]);
+            notify(`Report ${reportID} ${closed.status}.`);
           })
           : empty("This report is closed; a new report on the target opens the queue again."),
         h("h4", {}, "Reports on the same target"),
@@ -1049,8 +1049,8 @@
             comment: values["new-report-comment"] || undefined, target: { type, [`${type}_id`]: values["new-report-target"].trim() } };
           const report = await api("POST", "/v1/reports", { body });
           element.reset();
-          notify(`Report ${report.report_id} filed.`);
           await queue.reload();
+          notify(`Report ${report.report_id} filed.`);
         })),
       section("Moderation log",
         opsForm("Filter the log", [
@@ -1155,8 +1155,8 @@
           await api("PATCH", path("/v1/blocklists/{name}", name), { body: {
             type: values["bl-edit-type"], action: values["bl-edit-action"], applies_to: chosenAppliesTo("bl-edit", element),
             entries: String(values["bl-edit-entries"]).split("\n").map((s) => s.trim()).filter(Boolean) } });
-          notify(`Blocklist ${name} saved.`);
           await Promise.all([lists.reload(), open(name)]);
+          notify(`Blocklist ${name} saved.`);
         }),
         h("h4", {}, `Entries (${item.entry_count}, as stored: normalised)`),
         wideTable([["entry", "Entry", code]], item.entries.map((entry) => ({ entry })),
@@ -1187,8 +1187,8 @@
           name: values["bl-name"], type: values["bl-type"], action: values["bl-action"], applies_to: chosenAppliesTo("bl-new", element),
           entries: String(values["bl-entries"]).split("\n").map((s) => s.trim()).filter(Boolean) } });
         element.reset();
-        notify(`Blocklist ${created.name} created with ${created.entry_count} entries.`);
         await lists.reload();
+        notify(`Blocklist ${created.name} created with ${created.entry_count} entries.`);
       }),
       lists.element, detail,
       section("Try a text",
@@ -1249,8 +1249,8 @@
         (policy) => [rowButton("Delete", `Delete policy ${policy.policy_id}`, () => guarded(async () => {
           if (!await confirmDestructive(`Delete the policy of ${scopeText(policy.scope)}?`, policy.policy_id)) return;
           await api("DELETE", path("/v1/retention/policies/{policy_id}", policy.policy_id));
-          notify(`Policy ${policy.policy_id} deleted.`);
           await policies.reload();
+          notify(`Policy ${policy.policy_id} deleted.`);
         }), "danger")], "Retention policies"),
       "No policies: messages are kept as the app setting history_retention_days says (0 = forever). Add one above.");
     const holds = pages(
@@ -1261,8 +1261,8 @@
         (hold) => [rowButton("Release", `Release hold ${hold.hold_id}`, () => guarded(async () => {
           if (!await confirmDestructive(`Release the hold on ${scopeText(hold.scope)}? Its messages can be purged again.`, hold.hold_id)) return;
           await api("DELETE", path("/v1/retention/holds/{hold_id}", hold.hold_id));
-          notify(`Hold ${hold.hold_id} released.`);
           await holds.reload();
+          notify(`Hold ${hold.hold_id} released.`);
         }), "danger")], "Legal holds"),
       "No legal holds.");
     const runs = pages(
@@ -1283,8 +1283,8 @@
           const policy = await api("POST", "/v1/retention/policies", { body: {
             scope: scopeBody("policy", values), max_age_days: int(values["policy-days"]),
             purge_files: element.querySelector("#policy-purge-files").checked } });
-          notify(`Policy ${policy.policy_id} saved for ${scopeText(policy.scope)}.`);
           await policies.reload();
+          notify(`Policy ${policy.policy_id} saved for ${scopeText(policy.scope)}.`);
         }),
         policies.element),
       section("Legal holds",
@@ -1294,8 +1294,8 @@
         ], "Place hold", async (values, element) => {
           const hold = await api("POST", "/v1/retention/holds", { body: { scope: scopeBody("hold", values), reason: values["hold-reason"] || undefined } });
           element.reset();
-          notify(`Hold ${hold.hold_id} placed on ${scopeText(hold.scope)}.`);
           await holds.reload();
+          notify(`Hold ${hold.hold_id} placed on ${scopeText(hold.scope)}.`);
         }),
         holds.element),
       section("Runs",
@@ -1340,8 +1340,8 @@
     async function cancel(jobID) {
       if (!await confirmDestructive(`Cancel job ${jobID}? What its finished steps did stays done.`)) return;
       const job = await api("DELETE", path("/v1/jobs/{job_id}", jobID));
-      notify(`Job ${jobID} ${job && job.state === "cancelled" ? "cancelled" : "asked to stop"}.`);
       await Promise.all([jobList.reload(), inspect(jobID)]);
+      notify(`Job ${jobID} ${job && job.state === "cancelled" ? "cancelled" : "asked to stop"}.`);
     }
 
     async function inspect(jobID) {
