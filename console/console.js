@@ -519,7 +519,9 @@ function summarize(event) {
   const data = event.data || {};
   const message = data.message || (data.body ? data : null);
   if (message && message.body) {
-    const text = message.body.text !== undefined ? `“${message.body.text}”` : `type ${message.type}`;
+    const text = message.type === 31 ? revokeWords(message.from, message.body)
+      : message.type === 32 ? tipsWords(message.body)
+        : message.body.text !== undefined ? `“${message.body.text}”` : `type ${message.type}`;
     return `${message.from} → ${message.conversation_type} ${message.to || ""}: ${text}`;
   }
   const ids = ["user_id", "group_id", "room_id", "call_id", "operator"]
@@ -1120,7 +1122,7 @@ async function groupDetail(group, detail, dismissed) {
   detail.replaceChildren(
     h("h3", { tabindex: "-1" }, "Group ", h("code", {}, groupID), group.name ? ` (${group.name})` : ""),
     summary,
-    closed ? emptyState("This group is dismissed: its members and history can be read, nothing can be changed.") : [
+    ...(closed ? [emptyState("This group is dismissed: its members and history can be read, nothing can be changed.")] : [
       form("Add members", [field("invite-ids", "User ids (comma separated)", { required: true, "data-field": "user_ids" })], "Add", async (values, element) => {
         const batch = await api("POST", groupPath("/v1/groups/{group_id}/members/invite"), { body: { user_ids: idList(values["invite-ids"]) } });
         await reload();
@@ -1144,7 +1146,7 @@ async function groupDetail(group, detail, dismissed) {
         await reload();
         if (!showBatchFailures(batch, "The mute was not set")) notify(`Mute of ${userID} in ${groupID} updated.`);
       }),
-    ],
+    ]),
     memberList.element,
     h("p", { class: "actions" },
       h("a", { href: `#conversation?user=${encodeURIComponent(group.owner_id)}&type=group&id=${encodeURIComponent(groupID)}` },
