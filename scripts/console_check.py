@@ -412,7 +412,7 @@ class Check:
         by_alice = self.send("alice", "group", "team", "a slip of the keyboard")
         self.api("POST", f"/v1/messages/{by_alice['message_id']}/revoke", {"operator": "alice"})
         root = self.send("bob", "group", "team", "lunch at noon?")
-        self.send("carol", "group", "team", "count me in", reply_to=root["message_id"])
+        self.send("alice", "group", "team", "count me in", reply_to=root["message_id"])
         self.api("POST", f"/v1/messages/{root['message_id']}/reactions", {"user_id": "alice", "reaction_type": "thumbs_up"})
         victims = [self.send("bob", "group", "team", f"to be {what}") for what in ("revoked", "deleted")]
         self.open_conversation(page, "alice", "group", "team")
