@@ -621,13 +621,15 @@ function pagedList(load, renderRows, empty) {
 /** The per-item failures of a batch answer (`{results: [{id, ok, error: {code, message}}]}`, docs/errors.md) shown as
  * one problem, each failed id with the server's words; nothing when every item succeeded. */
 function showBatchFailures(batch, title) {
-  const failed = (batch && batch.results || []).filter((result) => !result.ok);
+  const results = (batch && batch.results) || [];
+  const failed = results.filter((result) => !result.ok);
   if (!failed.length) return false;
-  showProblem(new Problem(200, {
-    title,
-    errors: failed.map((result) => ({ field: result.id, message: `${result.error.message} (code ${result.error.code})` })),
-  }));
-  $("problem").querySelector("h2").textContent = `${title}: ${failed.length} of ${batch.results.length}`;
+  const box = $("problem");
+  box.replaceChildren(
+    h("h2", {}, `${title}: ${failed.length} of ${results.length}`),
+    h("ul", {}, failed.map((result) =>
+      h("li", {}, h("code", {}, result.id), `: ${result.error.message} (code ${result.error.code})`))));
+  box.hidden = false;
   return true;
 }
 
