@@ -193,7 +193,10 @@ class Check:
         self.search(page)
         self.settings(page, "#settings", "")
 
-        print("stats and health")
+        print("apps with the app key: managed with the admin key; stats and health")
+        assert page.is_hidden("#nav a[href='#apps']"), "the Apps link is shown to an app key"
+        page.goto(self.base + "/console#apps")
+        page.wait_for_selector("main .empty:has-text('managed with the server admin key')")
         self.screen(page, "#stats", "Stats and health")
         page.wait_for_selector("dl.stats dt:text('users total')")
         self.shot(page, "12-stats")
