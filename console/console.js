@@ -525,7 +525,7 @@ function summarize(event) {
     return `${message.from} → ${message.conversation_type} ${message.to || ""}: ${text}`;
   }
   const ids = ["user_id", "group_id", "room_id", "call_id", "operator"]
-    .map((key) => data[key] ?? data.user?.[key] ?? data.group?.[key])
+    .map((key) => data[key] ?? data.user?.[key] ?? data.group?.[key] ?? data.device?.[key])
     .filter((value) => typeof value === "string");
   return ids.join(", ");
 }
