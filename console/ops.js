@@ -9,17 +9,6 @@
 
   // MARK: - Small helpers shared by the screens below
 
-  /** With the admin key and no app chosen, app routes would answer 400: say what to do instead of calling them. */
-  function needsApp(main) {
-    if (session.appID) return false;
-    main.append(h("p", { class: "empty" }, "Choose the app to act for first: on ",
-      h("a", { href: "#apps" }, "Apps and keys"), ", press “Act for this app”."));
-    return true;
-  }
-
-  function empty(...children) {
-    return h("p", { class: "empty" }, ...children);
-  }
 
   /** A button whose accessible name says which row it acts on ("Destroy" alone is ambiguous in a table). */
   function rowButton(text, name, onclick, className) {
@@ -101,70 +90,6 @@
     return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}`;
   }
 
-  // MARK: - Problems on the fields they name
-
-  /** Marks the controls a problem's `errors[].field` names (`body.push.timeout_ms` → data-field `push.timeout_ms`),
-   * with the message beside the control and tied to it by aria-describedby; the whole problem is still shown on top. */
-  function markFieldErrors(formElement, error) {
-    clearFieldErrors(formElement);
-    const errors = error instanceof Problem && Array.isArray(error.problem.errors) ? error.problem.errors : [];
-    for (const item of errors) {
-      const name = String(item.field || "").replace(/^(body|query|path)\./, "");
-      const control = [...formElement.querySelectorAll("[data-field]")]
-        .find((c) => name === c.dataset.field || name.startsWith(`${c.dataset.field}.`) || name.startsWith(`${c.dataset.field}[`));
-      if (!control) continue;
-      const message = h("span", { class: "field-error", id: `${control.id}-error` }, item.message || "invalid");
-      control.setAttribute("aria-invalid", "true");
-      control.setAttribute("aria-describedby", message.id);
-      control.closest("label").append(message);
-    }
-    const first = formElement.querySelector("[aria-invalid='true']");
-    if (first) first.focus();
-  }
-
-  function clearFieldErrors(formElement) {
-    for (const message of formElement.querySelectorAll(".field-error")) message.remove();
-    for (const control of formElement.querySelectorAll("[aria-invalid]")) {
-      control.removeAttribute("aria-invalid");
-      control.removeAttribute("aria-describedby");
-    }
-  }
-
-  /** form() whose problems are also shown on the fields they name. */
-  function opsForm(label, children, submitText, action) {
-    return form(label, children, submitText, async (values, element) => {
-      clearFieldErrors(element);
-      try {
-        await action(values, element);
-      } catch (error) {
-        markFieldErrors(element, error);
-        throw error;
-      }
-    });
-  }
-
-  /** A list with "Load more" over `next_cursor`, and an empty state that says what to do when nothing matched. */
-  function pages(load, render, emptyText) {
-    const container = h("div", {});
-    const more = button("Load more", () => guarded(() => next()), "secondary");
-    more.hidden = true;
-    let cursor = null;
-    let first = true;
-    async function next() {
-      const page = await load(cursor);
-      const items = page.items || [];
-      if (first && items.length === 0) container.append(empty(emptyText));
-      else if (items.length) container.append(render(items));
-      first = false;
-      cursor = page.next_cursor || null;
-      more.hidden = cursor === null;
-    }
-    return {
-      element: h("div", {}, container, more),
-      reload: () => { fill(container); cursor = null; first = true; return next(); },
-    };
-  }
-
   /** Loads with new filters; when the API refuses them, the previous ones come back (in the URL too), so later
    * reloads of the list do not repeat the refused request. */
   async function reverting(revert, load) {
@@ -192,10 +117,9 @@
 
   async function rooms(main, params) {
     main.append(screenHeading("Rooms"));
-    if (needsApp(main)) return;
     const detail = h("section", { "aria-label": "Selected room" });
     let q = params.get("q") || "";
-    const roomList = pages(
+    const roomList = pagedList(
       (cursor) => api("GET", "/v1/rooms", { query: { q, limit: PAGE, cursor } }),
       (items) => wideTable(
         [["room_id", "Room id", code], ["name", "Name"], ["member_count", "Members"], ["created_by", "Creator"],
@@ -217,7 +141,7 @@
       notify(`Room ${roomID} destroyed.`);
       fill(detail);
       keep(undefined);
-      await roomList.reload();
+      await roomList.first();
     }
 
     async function inspect(roomID) {
@@ -227,7 +151,7 @@
         api("GET", path("/v1/rooms/{room_id}/online_count", roomID)),
       ]);
       keep(roomID);
-      const members = pages(
+      const members = pagedList(
         (cursor) => api("GET", path("/v1/rooms/{room_id}/members", roomID), { query: { limit: 50, cursor } }),
         (items) => wideTable(
           [["user_id", "User id", code], ["name", "Name"], ["extended_data", "Extended data"], ["entered_at", "Entered", time]],
@@ -239,7 +163,7 @@
             await inspect(roomID);
           }), "danger")], "Room members"),
         "Nobody is in the room.");
-      const memberAttributes = pages(
+      const memberAttributes = pagedList(
         (cursor) => api("GET", path("/v1/rooms/{room_id}/member_attributes", roomID), { query: { limit: 50, cursor } }),
         (items) => wideTable([["user_id", "User id", code], ["attributes", "Attributes", (v) => json(v)]], items, null, "Member attributes"),
         "No member holds member attributes.");
@@ -261,8 +185,8 @@
               batchProblems(result);
               await inspect(roomID);
             }), "danger")], "Room attributes")
-          : empty("No attributes. Set one with the form below."),
-        opsForm("Set a room attribute", [
+          : emptyState("No attributes. Set one with the form below."),
+        form("Set a room attribute", [
           field("room-attr-key", "Key", { required: true, "data-field": "attributes" }),
           field("room-attr-value", "Value", { "data-field": "attributes" }),
           field("room-attr-operator", "Operator (user id, optional)", { "data-field": "operator" }),
@@ -274,12 +198,12 @@
           notify(`Attribute ${values["room-attr-key"]} set.`);
         }),
         h("h4", {}, "Member attributes"), memberAttributes.element);
-      await Promise.all([members.reload(), memberAttributes.reload()]);
+      await Promise.all([members.first(), memberAttributes.first()]);
       focusHeading(detail);
     }
 
     main.append(
-      opsForm("New room", [
+      form("New room", [
         field("room-id", "Room id (optional)", { "data-field": "room_id" }),
         field("room-name", "Name", { "data-field": "name" }),
         field("room-creator", "Creator (user id, enters it)", { "data-field": "creator" }),
@@ -289,10 +213,10 @@
           creator: values["room-creator"] || undefined, destroy_delay_s: int(values["room-delay"]) };
         const room = await api("POST", "/v1/rooms", { body });
         element.reset();
-        await roomList.reload();
+        await roomList.first();
         notify(`Room ${room.room_id} created.`);
       }),
-      opsForm("Search rooms", [field("room-q", "Room id prefix or name", { type: "search", value: q, "data-field": "q" })], "Search",
+      form("Search rooms", [field("room-q", "Room id prefix or name", { type: "search", value: q, "data-field": "q" })], "Search",
         async (values) => {
           const previous = q;
           q = values["room-q"];
@@ -301,7 +225,7 @@
           await reverting(() => { q = previous; keep(undefined); }, roomList.reload);
         }),
       roomList.element, detail);
-    await roomList.reload();
+    await roomList.first();
     if (params.get("room")) await inspect(params.get("room"));
   }
 
@@ -319,7 +243,6 @@
 
   async function calls(main, params) {
     main.append(screenHeading("Calls"));
-    if (needsApp(main)) return;
     main.append(h("p", { class: "muted" }, "The API lists calls per user: enter a user to see the calls they are or were in, or open a call by its id."));
     const detail = h("section", { "aria-label": "Selected call" });
     const results = h("div", {});
@@ -331,10 +254,10 @@
 
     async function search() {
       if (!filters.user) {
-        fill(results, empty("Enter a user id above to list that user's calls."));
+        fill(results, emptyState("Enter a user id above to list that user's calls."));
         return;
       }
-      const callList = pages(
+      const callList = pagedList(
         (cursor) => api("GET", path("/v1/users/{user_id}/calls", filters.user), { query: { state: filters.state, limit: PAGE, cursor } }),
         (items) => wideTable(
           [["call_id", "Call id", code], ["mode", "Mode"], ["state", "State"], ["caller_id", "Caller"],
@@ -345,7 +268,7 @@
           `Calls of ${filters.user}`),
         `No ${filters.state || ""} calls for ${filters.user}.`);
       fill(results, callList.element);
-      await callList.reload();
+      await callList.first();
     }
 
     async function inspect(callID) {
@@ -355,7 +278,7 @@
       const pending = call.users.filter((u) => ["inviting", "received", "not_yet_received"].includes(u.state));
       const endControls = [];
       if (call.state === "started" && call.mode === "advanced" && accepted.length) {
-        endControls.push(opsForm("End the call", [select("call-end-operator", "As (an accepted user)", accepted, accepted[0])], "End call",
+        endControls.push(form("End the call", [select("call-end-operator", "As (an accepted user)", accepted, accepted[0])], "End call",
           async (values) => {
             if (!await confirmDestructive(`End call ${callID} for everyone?`)) return;
             await api("POST", path("/v1/calls/{call_id}/end", callID), { body: { operator: values["call-end-operator"] } });
@@ -372,7 +295,7 @@
           notify(`Invitations of call ${callID} cancelled.`);
         }), "danger")));
       } else if (call.state === "started") {
-        endControls.push(empty("This call has nobody pending and nobody accepted who could end it."));
+        endControls.push(emptyState("This call has nobody pending and nobody accepted who could end it."));
       }
       fill(detail, 
         h("h3", {}, "Call ", h("code", {}, callID)),
@@ -386,7 +309,7 @@
     }
 
     main.append(
-      opsForm("Find calls", [
+      form("Find calls", [
         field("call-user", "User id", { value: filters.user, "data-field": "user_id" }),
         filterSelect("call-state", "State", ["started", "ended"], filters.state, "state"),
       ], "List calls", async (values) => {
@@ -396,7 +319,7 @@
         fill(detail);
         await reverting(() => { filters = previous; keep(undefined); }, search);
       }),
-      opsForm("Open a call", [field("call-id", "Call id", { required: true, "data-field": "call_id" })], "Open",
+      form("Open a call", [field("call-id", "Call id", { required: true, "data-field": "call_id" })], "Open",
         (values) => inspect(values["call-id"].trim())),
       results, detail);
     await search();
@@ -437,7 +360,6 @@
 
   async function webhooks(main, params) {
     main.append(screenHeading("Webhooks"));
-    if (needsApp(main)) return;
     const detail = h("section", { "aria-label": "Selected endpoint" });
     const deliveryDetail = h("section", { "aria-label": "Selected delivery" });
     let state = {
@@ -446,7 +368,7 @@
     };
     const keep = () => setScreenParams(state);
 
-    const endpointList = pages(
+    const endpointList = pagedList(
       (cursor) => api("GET", "/v1/webhooks", { query: { limit: PAGE, cursor } }),
       (items) => wideTable(
         [["webhook_id", "Id", code], ["url", "URL", code], ["event_types", "Events", list],
@@ -472,13 +394,13 @@
         fill(deliveryDetail);
       }
       keep();
-      await endpointList.reload();
+      await endpointList.first();
     }
 
     async function setEnabled(hook, enabled) {
       if (!enabled && !await confirmDestructive(`Disable endpoint ${hook.webhook_id}? Events written while it is disabled get no delivery.`)) return;
       await api("PATCH", path("/v1/webhooks/{webhook_id}", hook.webhook_id), { body: { enabled } });
-      await Promise.all([endpointList.reload(), open()]);
+      await Promise.all([endpointList.first(), open()]);
       notify(`Endpoint ${hook.webhook_id} ${enabled ? "re-enabled (failure count reset)" : "disabled"}.`);
     }
 
@@ -487,7 +409,7 @@
       const hook = await api("GET", path("/v1/webhooks/{webhook_id}", webhookID));
       keep();
       const pingResult = h("div", { role: "status" });
-      const deliveries = pages(
+      const deliveries = pagedList(
         (cursor) => api("GET", path("/v1/webhooks/{webhook_id}/deliveries", webhookID), {
           query: { status: state.status, kind: state.kind, event_type: state.event_type, limit: PAGE, cursor } }),
         (items) => wideTable(
@@ -505,7 +427,7 @@
 
       async function retry(deliveryID) {
         const delivery = await api("POST", path("/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/retry", webhookID, deliveryID));
-        await deliveries.reload();
+        await deliveries.first();
         notify(`Delivery ${deliveryID} queued again (${delivery.status}).`);
       }
 
@@ -519,7 +441,7 @@
           delivery.attempts.length
             ? wideTable([["at", "At", time], ["status_code", "HTTP status"], ["error", "Error"], ["duration_ms", "Duration (ms)"]],
               delivery.attempts, null, "Attempts")
-            : empty("No attempt yet."));
+            : emptyState("No attempt yet."));
         focusHeading(deliveryDetail);
       }
 
@@ -531,7 +453,7 @@
             const result = await api("POST", path("/v1/webhooks/{webhook_id}/ping", webhookID));
             fill(pingResult, h("p", { class: result.ok ? "ok" : "bad" },
               `Ping: ${result.ok ? "acknowledged" : "failed"}; HTTP ${result.status_code ?? "none"}, ${result.duration_ms} ms${result.error ? `, ${result.error}` : ""}.`));
-            await deliveries.reload();
+            await deliveries.first();
           })),
           hook.enabled
             ? button("Disable", () => guarded(() => setEnabled(hook, false)), "danger")
@@ -544,20 +466,20 @@
           }), "secondary"),
           rowButton("Delete", `Delete endpoint ${webhookID}`, () => guarded(() => remove(webhookID)), "danger")),
         pingResult,
-        opsForm("Edit endpoint", webhookFields("hook-edit", hook), "Save", async (values, element) => {
+        form("Edit endpoint", webhookFields("hook-edit", hook), "Save", async (values, element) => {
           await api("PATCH", path("/v1/webhooks/{webhook_id}", webhookID), { body: webhookBody("hook-edit", values, element) });
-          await Promise.all([endpointList.reload(), open()]);
+          await Promise.all([endpointList.first(), open()]);
           notify(`Endpoint ${webhookID} saved.`);
         }),
-        opsForm("Recover missed events", [
+        form("Recover missed events", [
           field("hook-since", "Since (an event id, or an RFC 3339 time)", { required: true, "data-field": "since" }),
         ], "Recover", async (values) => {
           const result = await api("POST", path("/v1/webhooks/{webhook_id}/recover", webhookID), { body: { since: values["hook-since"].trim() } });
-          await deliveries.reload();
+          await deliveries.first();
           notify(`${result.created} deliver${result.created === 1 ? "y" : "ies"} recovered.`);
         }),
         h("h4", {}, "Deliveries"),
-        opsForm("Filter deliveries", [
+        form("Filter deliveries", [
           filterSelect("delivery-status", "Status", DELIVERY_STATUSES, state.status, "status"),
           filterSelect("delivery-kind", "Kind", ["after", "before", "ping"], state.kind, "kind"),
           field("delivery-event-type", "Event type (exact)", { value: state.event_type, "data-field": "event_type" }),
@@ -568,20 +490,20 @@
           await reverting(() => { Object.assign(state, previous); keep(); }, deliveries.reload);
         }),
         deliveries.element);
-      await deliveries.reload();
+      await deliveries.first();
       focusHeading(detail);
       if (state.delivery) await showDelivery(state.delivery);
     }
 
     main.append(
-      opsForm("New endpoint", webhookFields("hook-new"), "Create endpoint", async (values, element) => {
+      form("New endpoint", webhookFields("hook-new"), "Create endpoint", async (values, element) => {
         const created = await api("POST", "/v1/webhooks", { body: webhookBody("hook-new", values, element) });
         element.reset();
-        await endpointList.reload();
+        await endpointList.first();
         notify(h("p", { class: "secret" }, `Endpoint ${created.webhook_id} created. Its signing secret: `, h("code", {}, created.secret)));
       }),
       endpointList.element, detail, deliveryDetail);
-    await endpointList.reload();
+    await endpointList.first();
     if (state.webhook) await open();
   }
 
@@ -589,7 +511,6 @@
 
   async function push(main, params) {
     main.append(screenHeading("Push"));
-    if (needsApp(main)) return;
     let filters = Object.fromEntries(["user_id", "message_id", "call_id", "kind", "status"].map((k) => [k, params.get(k) || ""]));
     let deviceUser = params.get("devices") || "";
     let attempt = params.get("attempt") || undefined;
@@ -605,7 +526,7 @@
       fill(settingsBox, 
         h("p", {}, p.enabled && p.gateway_url ? `Push is on: ${p.format} requests to ${p.gateway_url}.`
           : "Push is off: nothing is planned or recorded until it is enabled with a gateway URL."),
-        opsForm("Push settings", [
+        form("Push settings", [
           checkbox("push-enabled", "Enabled", p.enabled, { "data-field": "push.enabled" }),
           field("push-gateway", "Gateway URL", { type: "url", value: p.gateway_url || "", "data-field": "push.gateway_url" }),
           select("push-format", "Format", ["matrix", "generic"], p.format || "matrix"),
@@ -630,7 +551,7 @@
       settingsBox.querySelector("#push-format").dataset.field = "push.format";
     }
 
-    const attempts = pages(
+    const attempts = pagedList(
       (cursor) => api("GET", "/v1/push/attempts", { query: { ...filters, limit: PAGE, cursor } }),
       (items) => wideTable(
         [["attempt_id", "Attempt", code], ["kind", "Kind"], ["user_id", "User"], ["status", "Status"], ["reason", "Decision / reason"],
@@ -651,7 +572,7 @@
 
     async function showDevices() {
       if (!deviceUser) {
-        fill(deviceBox, empty("Enter a user id to list that user's push devices."));
+        fill(deviceBox, emptyState("Enter a user id to list that user's push devices."));
         return;
       }
       const page = await api("GET", path("/v1/users/{user_id}/devices", deviceUser));
@@ -667,8 +588,8 @@
               await showDevices();
               notify(`Device ${device.device_id} deleted.`);
             }), "danger")], `Devices of ${deviceUser}`)
-          : empty(`${deviceUser} has no devices: a client registers one with POST /v1/users/{user_id}/devices (or the form below).`),
-        opsForm("Register a device", [
+          : emptyState(`${deviceUser} has no devices: a client registers one with POST /v1/users/{user_id}/devices (or the form below).`),
+        form("Register a device", [
           select("device-platform", "Platform", ["ios", "android", "web", "win", "macos", "linux", "ipados", "ohos", "miniprogram", "unknown"], "android"),
           select("device-provider", "Provider", ["fcm", "apns", "hms", "honor", "xiaomi", "oppo", "vivo", "meizu", "webpush"], "fcm"),
           field("device-push-key", "Push key", { required: true, "data-field": "push_key" }),
@@ -689,8 +610,8 @@
         result.decisions.length
           ? wideTable([["device_id", "Device", code], ["platform", "Platform"], ["provider", "Provider"], ["selected", "Selected", yesNo],
             ["reason", "Reason"]], result.decisions, null, "Push decisions")
-          : empty("The user has no devices: no push would be sent."),
-        h("h4", {}, "Gateway request"), result.request ? json(result.request) : empty("None: no device is selected."),
+          : emptyState("The user has no devices: no push would be sent."),
+        h("h4", {}, "Gateway request"), result.request ? json(result.request) : emptyState("None: no device is selected."),
         ...(result.response ? [h("h4", {}, "Gateway response"), json(result.response)] : []),
         ...(result.attempt ? [h("h4", {}, "Recorded attempt"), describe(result.attempt)] : []));
     }
@@ -698,7 +619,7 @@
     main.append(
       section("Settings", settingsBox),
       section("Attempts",
-        opsForm("Filter attempts", [
+        form("Filter attempts", [
           field("attempt-user", "User id", { value: filters.user_id, "data-field": "user_id" }),
           field("attempt-message", "Message id", { value: filters.message_id, "data-field": "message_id" }),
           field("attempt-call", "Call id", { value: filters.call_id, "data-field": "call_id" }),
@@ -714,7 +635,7 @@
         }),
         attempts.element, attemptDetail),
       section("Devices",
-        opsForm("Show devices", [field("device-user", "User id", { required: true, value: deviceUser, "data-field": "user_id" })], "Show devices",
+        form("Show devices", [field("device-user", "User id", { required: true, value: deviceUser, "data-field": "user_id" })], "Show devices",
           async (values) => {
             const previous = deviceUser;
             deviceUser = values["device-user"].trim();
@@ -724,7 +645,7 @@
         deviceBox),
       section("Test a push",
         h("p", { class: "muted" }, "What the bridge would do for one recipient: a dry run sends nothing. Give a text (sent as “From” in a peer or group conversation), or a stored message id, or a call id."),
-        opsForm("Push test", [
+        form("Push test", [
           field("test-user", "Recipient user id", { required: true, "data-field": "user_id" }),
           field("test-from", "From (for a text)", { "data-field": "message.from" }),
           select("test-type", "Conversation", ["peer", "group"], "peer"),
@@ -743,10 +664,10 @@
           }
           if (!body.dry_run && !await confirmDestructive(`Really send a test push to ${body.user_id}'s devices?`)) return;
           renderTest(await api("POST", "/v1/push/test", { body }));
-          if (!body.dry_run) await attempts.reload();
+          if (!body.dry_run) await attempts.first();
         }),
         testResult));
-    await Promise.all([showSettings(), attempts.reload(), showDevices()]);
+    await Promise.all([showSettings(), attempts.first(), showDevices()]);
     if (attempt) await inspectAttempt(attempt);
   }
 
@@ -765,7 +686,6 @@
 
   async function eventlog(main, params) {
     main.append(screenHeading("Event log"));
-    if (needsApp(main)) return;
     const keys = ["types", "user_id", "group_id", "room_id", "after"];
     let filters = Object.fromEntries(keys.map((k) => [k, params.get(k) || ""]));
     let doc = params.get("doc") || undefined;
@@ -793,7 +713,7 @@
       fill(docBox, h("h3", {}, "Event type ", h("code", {}, type)),
         entry ? [h("p", {}, entry.description || entry.summary), entry.data ? h("p", { class: "muted" }, entry.data) : null,
           h("p", { class: "muted" }, "From the server's OpenAPI document (", h("a", { href: "/openapi.json" }, "/openapi.json"), ", its webhooks).")]
-          : empty(`${type} is not described in this server's OpenAPI document.`));
+          : emptyState(`${type} is not described in this server's OpenAPI document.`));
       focusHeading(docBox);
     }
 
@@ -821,7 +741,7 @@
           (event) => [rowButton("Data", `Data of event ${event.id}`, () => showEvent(event), "secondary")],
           "Events"));
       } else if (after === null) {
-        rows.append(empty("No events match. Widen the filters, or start from the earliest event (leave “After” empty)."));
+        rows.append(emptyState("No events match. Widen the filters, or start from the earliest event (leave “After” empty)."));
       }
       // The log has no end: keep the newest id so "Newer events" asks for what was written since.
       if (page.next_cursor) after = page.next_cursor;
@@ -838,7 +758,7 @@
     }
 
     main.append(
-      opsForm("Filter events", [
+      form("Filter events", [
         field("log-types", "Types (comma separated; message.* and * allowed)", { value: filters.types, "data-field": "types" }),
         field("log-user", "User id (audience)", { value: filters.user_id, "data-field": "user_id" }),
         field("log-group", "Group id", { value: filters.group_id, "data-field": "group_id" }),
@@ -867,12 +787,11 @@
 
   async function files(main, params) {
     main.append(screenHeading("Files"));
-    if (needsApp(main)) return;
     let filters = { user_id: params.get("user_id") || "", kind: params.get("kind") || "" };
     let selected = params.get("file") || undefined;
     const keep = () => setScreenParams({ ...filters, file: selected });
     const detail = h("section", { "aria-label": "Selected file" });
-    const fileList = pages(
+    const fileList = pagedList(
       (cursor) => api("GET", "/v1/files", { query: { ...filters, limit: PAGE, cursor } }),
       (items) => wideTable(
         [["file_id", "File id", code], ["file_name", "Name"], ["kind", "Kind"], ["file_size", "Size", formatBytes], ["owner_id", "Owner"],
@@ -906,7 +825,7 @@
         fill(detail);
       }
       keep();
-      await fileList.reload();
+      await fileList.first();
     }
 
     /** Upload sends the raw bytes: api() speaks JSON only, so this one request is made with fetch and the same headers. */
@@ -923,16 +842,16 @@
     }
 
     main.append(
-      opsForm("Upload a file", [
+      form("Upload a file", [
         h("label", { for: "file-upload" }, "File", h("input", { id: "file-upload", name: "file-upload", type: "file", "data-field": "file" })),
         field("file-owner", "Owner user id (empty: the app)", { "data-field": "user_id" }),
       ], "Upload", async (values, element) => {
         const file = await upload(element, values["file-owner"].trim());
         element.reset();
-        await fileList.reload();
+        await fileList.first();
         notify(`File ${file.file_id} uploaded.`);
       }),
-      opsForm("Filter files", [
+      form("Filter files", [
         field("file-user", "Owner user id", { value: filters.user_id, "data-field": "user_id" }),
         filterSelect("file-kind", "Kind", ["image", "file", "audio", "video"], filters.kind, "kind"),
       ], "Filter", async (values) => {
@@ -944,7 +863,7 @@
         await reverting(() => { filters = previous; keep(); }, fileList.reload);
       }),
       fileList.element, detail);
-    await fileList.reload();
+    await fileList.first();
     if (selected) await inspect(selected);
   }
 
@@ -958,7 +877,6 @@
 
   async function moderation(main, params) {
     main.append(screenHeading("Moderation"));
-    if (needsApp(main)) return;
     let filters = { status: params.get("status") ?? "open", target_type: params.get("target_type") || "", reason: params.get("reason") || "",
       user_id: params.get("user_id") || "" };
     let logFilters = { log_user: params.get("log_user") || "", log_action: params.get("log_action") || "",
@@ -968,7 +886,7 @@
     const detail = h("section", { "aria-label": "Selected report" });
     const jobResult = h("div", { role: "status" });
 
-    const queue = pages(
+    const queue = pagedList(
       (cursor) => api("GET", "/v1/reports", { query: { ...filters, limit: PAGE, cursor } }),
       (items) => wideTable(
         [["report_id", "Report", code], ["status", "Status"], ["reason", "Reason"], ["target", "Target", targetText],
@@ -978,7 +896,7 @@
         "Reports"),
       "The queue is empty: no report matches. Users file reports with POST /v1/reports; blocklists that flag file them too.");
 
-    const log = pages(
+    const log = pagedList(
       (cursor) => api("GET", "/v1/moderation/log", { query: {
         user_id: logFilters.log_user, action: logFilters.log_action, moderator: logFilters.log_moderator,
         from: logFilters.log_from, to: logFilters.log_to, limit: PAGE, cursor } }),
@@ -997,7 +915,7 @@
         describe(report, { reports: (r) => `${r.length} on this target (below)`, target: targetText, target_snapshot: (s) => json(s),
           actions: (a) => (a.length ? json(a) : "none yet") }),
         report.status === "open"
-          ? opsForm("Decide", [
+          ? form("Decide", [
             select("report-action", "Action", REPORT_ACTIONS, "dismiss"),
             field("report-duration", "Duration (s; mute, ban)", { type: "number", "data-field": "duration_s" }),
             field("report-text", "Warning text (warn)", { "data-field": "text" }),
@@ -1010,10 +928,10 @@
             const body = { action, duration_s: int(values["report-duration"]), text: values["report-text"] || undefined,
               group_id: values["report-group"] || undefined, note: values["report-note"] || undefined, moderator: values["report-moderator"] || undefined };
             const closed = await api("POST", path("/v1/reports/{report_id}/actions", reportID), { body });
-            await Promise.all([queue.reload(), log.reload(), review(reportID)]);
+            await Promise.all([queue.first(), log.first(), review(reportID)]);
             notify(`Report ${reportID} ${closed.status}.`);
           })
-          : empty("This report is closed; a new report on the target opens the queue again."),
+          : emptyState("This report is closed; a new report on the target opens the queue again."),
         h("h4", {}, "Reports on the same target"),
         wideTable([["report_id", "Report", code], ["status", "Status"], ["reason", "Reason"], ["reporter_id", "Reporter"], ["comment", "Comment"],
           ["created_at", "Filed", time]], report.reports || [], null, "Reports on the target"));
@@ -1023,7 +941,7 @@
 
     main.append(
       section("Review queue",
-        opsForm("Filter reports", [
+        form("Filter reports", [
           filterSelect("report-status", "Status", ["open", "resolved", "dismissed"], filters.status, "status"),
           filterSelect("report-target", "Target", ["message", "user", "group"], filters.target_type, "target_type"),
           filterSelect("report-reason", "Reason", ["spam", "abuse", "sexual", "violence", "illegal", "other", "automod"], filters.reason, "reason"),
@@ -1037,7 +955,7 @@
           await reverting(() => { filters = previous; keep(); }, queue.reload);
         }),
         queue.element, detail,
-        opsForm("File a report", [
+        form("File a report", [
           field("new-report-reporter", "Reporter user id", { "data-field": "reporter_id" }),
           select("new-report-type", "Target type", ["message", "user", "group"], "user"),
           field("new-report-target", "Target id (message, user or group)", { required: true, "data-field": "target" }),
@@ -1049,11 +967,11 @@
             comment: values["new-report-comment"] || undefined, target: { type, [`${type}_id`]: values["new-report-target"].trim() } };
           const report = await api("POST", "/v1/reports", { body });
           element.reset();
-          await queue.reload();
+          await queue.first();
           notify(`Report ${report.report_id} filed.`);
         })),
       section("Moderation log",
-        opsForm("Filter the log", [
+        form("Filter the log", [
           field("log-user-id", "User id", { value: logFilters.log_user, "data-field": "user_id" }),
           field("log-action", "Action", { value: logFilters.log_action, "data-field": "action" }),
           field("log-moderator", "Moderator", { value: logFilters.log_moderator, "data-field": "moderator" }),
@@ -1069,7 +987,7 @@
         log.element),
       section("Remove a user's messages",
         h("p", { class: "muted" }, "Starts a remove_messages job; a dry run (the default) only counts. Follow it on the Jobs screen."),
-        opsForm("Remove messages", [
+        form("Remove messages", [
           field("remove-user", "User id", { required: true, "data-field": "user_id" }),
           field("remove-from", "From", { type: "datetime-local", "data-field": "from" }),
           field("remove-to", "To", { type: "datetime-local", "data-field": "to" }),
@@ -1087,7 +1005,7 @@
           fill(jobResult, h("p", {}, `Job ${job.job_id} ${job.state}: `, h("a", { href: `#jobs?job=${encodeURIComponent(job.job_id)}` }, "follow it on the Jobs screen")));
         }),
         jobResult));
-    await Promise.all([queue.reload(), log.reload()]);
+    await Promise.all([queue.first(), log.first()]);
     if (selected) await review(selected);
   }
 
@@ -1106,12 +1024,11 @@
 
   async function blocklists(main, params) {
     main.append(screenHeading("Blocklists"));
-    if (needsApp(main)) return;
     let selected = params.get("list") || undefined;
     const keep = () => setScreenParams({ list: selected });
     const detail = h("section", { "aria-label": "Selected blocklist" });
     const testResult = h("div", { role: "status" });
-    const lists = pages(
+    const lists = pagedList(
       (cursor) => api("GET", "/v1/blocklists", { query: { cursor } }),
       (items) => wideTable(
         [["name", "Name", code], ["type", "Type"], ["action", "Action"], ["applies_to", "Applies to", list], ["entry_count", "Entries"],
@@ -1132,12 +1049,12 @@
         fill(detail);
       }
       keep();
-      await lists.reload();
+      await lists.first();
     }
 
     async function saveEntries(name, entries) {
       await api("PATCH", path("/v1/blocklists/{name}", name), { body: { entries } });
-      await Promise.all([lists.reload(), open(name)]);
+      await Promise.all([lists.first(), open(name)]);
     }
 
     async function open(name) {
@@ -1146,7 +1063,7 @@
       keep();
       fill(detail, 
         h("h3", {}, "Blocklist ", h("code", {}, name)),
-        opsForm("Edit blocklist", [
+        form("Edit blocklist", [
           select("bl-edit-type", "Type", ["word", "regex", "domain", "email"], item.type),
           select("bl-edit-action", "Action", ["block", "shadow_block", "mask", "flag"], item.action),
           appliesTo("bl-edit", item.applies_to),
@@ -1155,7 +1072,7 @@
           await api("PATCH", path("/v1/blocklists/{name}", name), { body: {
             type: values["bl-edit-type"], action: values["bl-edit-action"], applies_to: chosenAppliesTo("bl-edit", element),
             entries: String(values["bl-edit-entries"]).split("\n").map((s) => s.trim()).filter(Boolean) } });
-          await Promise.all([lists.reload(), open(name)]);
+          await Promise.all([lists.first(), open(name)]);
           notify(`Blocklist ${name} saved.`);
         }),
         h("h4", {}, `Entries (${item.entry_count}, as stored: normalised)`),
@@ -1166,7 +1083,7 @@
             await saveEntries(name, item.entries.filter((e) => e !== row.entry));
             notify(`Entry removed from ${name}.`);
           }), "danger")], "Entries"),
-        opsForm("Add an entry", [field("bl-add-entry", "Entry", { required: true, "data-field": "entries" })], "Add entry", async (values) => {
+        form("Add an entry", [field("bl-add-entry", "Entry", { required: true, "data-field": "entries" })], "Add entry", async (values) => {
           await saveEntries(name, [...item.entries, values["bl-add-entry"]]);
           notify(`Entry added to ${name}.`);
         }),
@@ -1176,7 +1093,7 @@
     }
 
     main.append(
-      opsForm("New blocklist", [
+      form("New blocklist", [
         field("bl-name", "Name", { required: true, "data-field": "name" }),
         select("bl-type", "Type", ["word", "regex", "domain", "email"], "word"),
         select("bl-action", "Action", ["block", "shadow_block", "mask", "flag"], "block"),
@@ -1187,12 +1104,12 @@
           name: values["bl-name"], type: values["bl-type"], action: values["bl-action"], applies_to: chosenAppliesTo("bl-new", element),
           entries: String(values["bl-entries"]).split("\n").map((s) => s.trim()).filter(Boolean) } });
         element.reset();
-        await lists.reload();
+        await lists.first();
         notify(`Blocklist ${created.name} created with ${created.entry_count} entries.`);
       }),
       lists.element, detail,
       section("Try a text",
-        opsForm("Test blocklists", [
+        form("Test blocklists", [
           textarea("bl-test-text", "Text", "", { required: true, rows: 2, "data-field": "text" }),
           field("bl-test-names", "Only these lists (comma separated; empty: all)", { "data-field": "names" }),
         ], "Test", async (values) => {
@@ -1204,7 +1121,7 @@
               result.matches, null, "Matches") : null);
         }),
         testResult));
-    await lists.reload();
+    await lists.first();
     if (selected) await open(selected);
   }
 
@@ -1238,9 +1155,8 @@
 
   async function retention(main) {
     main.append(screenHeading("Retention"));
-    if (needsApp(main)) return;
     const runResult = h("div", { role: "status" });
-    const policies = pages(
+    const policies = pagedList(
       (cursor) => api("GET", "/v1/retention/policies", { query: { limit: PAGE, cursor } }),
       (items) => wideTable(
         [["policy_id", "Policy", code], ["scope", "Scope", scopeText], ["max_age_days", "Max age (days)"], ["purge_files", "Purge files", yesNo],
@@ -1249,11 +1165,11 @@
         (policy) => [rowButton("Delete", `Delete policy ${policy.policy_id}`, () => guarded(async () => {
           if (!await confirmDestructive(`Delete the policy of ${scopeText(policy.scope)}?`, policy.policy_id)) return;
           await api("DELETE", path("/v1/retention/policies/{policy_id}", policy.policy_id));
-          await policies.reload();
+          await policies.first();
           notify(`Policy ${policy.policy_id} deleted.`);
         }), "danger")], "Retention policies"),
       "No policies: messages are kept as the app setting history_retention_days says (0 = forever). Add one above.");
-    const holds = pages(
+    const holds = pagedList(
       (cursor) => api("GET", "/v1/retention/holds", { query: { limit: PAGE, cursor } }),
       (items) => wideTable(
         [["hold_id", "Hold", code], ["scope", "Scope", scopeText], ["reason", "Reason"], ["created_at", "Placed", time]],
@@ -1261,11 +1177,11 @@
         (hold) => [rowButton("Release", `Release hold ${hold.hold_id}`, () => guarded(async () => {
           if (!await confirmDestructive(`Release the hold on ${scopeText(hold.scope)}? Its messages can be purged again.`, hold.hold_id)) return;
           await api("DELETE", path("/v1/retention/holds/{hold_id}", hold.hold_id));
-          await holds.reload();
+          await holds.first();
           notify(`Hold ${hold.hold_id} released.`);
         }), "danger")], "Legal holds"),
       "No legal holds.");
-    const runs = pages(
+    const runs = pagedList(
       (cursor) => api("GET", "/v1/retention/runs", { query: { limit: PAGE, cursor } }),
       (items) => wideTable(
         [["run_id", "Run", code], ["dry_run", "Dry run", yesNo], ["started_at", "Started", time], ["finished_at", "Finished", time],
@@ -1275,7 +1191,7 @@
 
     main.append(
       section("Policies",
-        opsForm("Set a policy", [
+        form("Set a policy", [
           ...scopeFields("policy", ["app", "peer", "group", "room"]),
           field("policy-days", "Max age (days, 1–3650)", { type: "number", required: true, "data-field": "max_age_days" }),
           checkbox("policy-purge-files", "Also delete the files only purged messages named", true, { "data-field": "purge_files" }),
@@ -1283,18 +1199,18 @@
           const policy = await api("POST", "/v1/retention/policies", { body: {
             scope: scopeBody("policy", values), max_age_days: int(values["policy-days"]),
             purge_files: element.querySelector("#policy-purge-files").checked } });
-          await policies.reload();
+          await policies.first();
           notify(`Policy ${policy.policy_id} saved for ${scopeText(policy.scope)}.`);
         }),
         policies.element),
       section("Legal holds",
-        opsForm("Place a hold", [
+        form("Place a hold", [
           ...scopeFields("hold", ["user", "peer", "group", "room"]),
           field("hold-reason", "Reason", { "data-field": "reason" }),
         ], "Place hold", async (values, element) => {
           const hold = await api("POST", "/v1/retention/holds", { body: { scope: scopeBody("hold", values), reason: values["hold-reason"] || undefined } });
           element.reset();
-          await holds.reload();
+          await holds.first();
           notify(`Hold ${hold.hold_id} placed on ${scopeText(hold.scope)}.`);
         }),
         holds.element),
@@ -1303,29 +1219,28 @@
           button("Dry run now", () => guarded(async () => {
             const run = await api("POST", "/v1/retention/runs", { body: { dry_run: true } });
             fill(runResult, h("p", {}, `A run now would purge ${run.messages_purged} messages and ${run.files_purged} files (${run.held_skipped} held).`));
-            await runs.reload();
+            await runs.first();
           }), "secondary"),
           button("Purge now", () => guarded(async () => {
             if (!await confirmDestructive("Run every policy now? Purged messages cannot be read again.")) return;
             const run = await api("POST", "/v1/retention/runs", { body: { dry_run: false } });
             fill(runResult, h("p", {}, `Run ${run.run_id} started.`));
-            await runs.reload();
+            await runs.first();
           }), "danger")),
         runResult, runs.element));
-    await Promise.all([policies.reload(), holds.reload(), runs.reload()]);
+    await Promise.all([policies.first(), holds.first(), runs.first()]);
   }
 
   // MARK: - Jobs
 
   async function jobs(main, params) {
     main.append(screenHeading("Jobs"));
-    if (needsApp(main)) return;
     let filters = { kind: params.get("kind") || "", state: params.get("state") || "" };
     let selected = params.get("job") || undefined;
     const keep = () => setScreenParams({ ...filters, job: selected });
     const detail = h("section", { "aria-label": "Selected job" });
     const progress = (p) => (p ? `${p.done ?? 0}${p.total !== null && p.total !== undefined ? ` / ${p.total}` : ""}` : "");
-    const jobList = pages(
+    const jobList = pagedList(
       (cursor) => api("GET", "/v1/jobs", { query: { ...filters, limit: PAGE, cursor } }),
       (items) => wideTable(
         [["job_id", "Job", code], ["kind", "Kind"], ["state", "State"], ["progress", "Progress", progress], ["created_at", "Created", time],
@@ -1340,7 +1255,7 @@
     async function cancel(jobID) {
       if (!await confirmDestructive(`Cancel job ${jobID}? What its finished steps did stays done.`)) return;
       const job = await api("DELETE", path("/v1/jobs/{job_id}", jobID));
-      await Promise.all([jobList.reload(), inspect(jobID)]);
+      await Promise.all([jobList.first(), inspect(jobID)]);
       notify(`Job ${jobID} ${job && job.state === "cancelled" ? "cancelled" : "asked to stop"}.`);
     }
 
@@ -1360,7 +1275,7 @@
     }
 
     main.append(
-      opsForm("Filter jobs", [
+      form("Filter jobs", [
         field("job-kind", "Kind", { value: filters.kind, "data-field": "kind" }),
         filterSelect("job-state", "State", ["queued", "running", "succeeded", "failed", "cancelled"], filters.state, "state"),
       ], "Filter", async (values) => {
@@ -1372,7 +1287,7 @@
         await reverting(() => { filters = previous; keep(); }, jobList.reload);
       }),
       jobList.element, detail);
-    await jobList.reload();
+    await jobList.first();
     if (selected) await inspect(selected);
   }
 
