@@ -17,9 +17,9 @@ CREATE TABLE stats_minutes (
 CREATE INDEX stats_minutes_minute ON stats_minutes (minute);
 
 -- * `stats_samples` — the minutes the sampler ran in, one row each (cluster-wide, not per app): a series bucket without
---   a sample reads as null, not 0. The row is also the sampler's claim: a node samples only when its conditional
---   upsert of the minute's row returns it (`sampled_at` at least most of an interval old), so one node of the cluster
---   samples per interval (Sources/Parley/Ops/StatsSampler.swift).
+--   a sample reads as null, not 0. The rows are also the sampler's claim: under a transaction advisory lock, a node
+--   samples only when no mark of this minute or the one before is less than most of an interval old, so one node of
+--   the cluster samples per interval (Sources/Parley/Ops/StatsSampler.swift).
 CREATE TABLE stats_samples (
     minute     bigint PRIMARY KEY,
     sampled_at bigint NOT NULL,

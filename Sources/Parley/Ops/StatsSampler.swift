@@ -7,9 +7,10 @@ import ParleyPostgres
 ///
 /// A timer kind (``TimerKind``) running on every node every `PARLEY_STATS_SAMPLE_MS` (60 s):
 /// - each node adds its own HTTP error counts (``AppErrorTally``) with an upsert that adds: only it knows them;
-/// - one node per interval samples: the timers' claim rule (a conditional upsert that returns the row to one node
-///   only) on the minute's row of `stats_samples`, in the pass's transaction, so the other nodes' claims wait for it
-///   and then find the minute sampled. The pass reads every app at once, a fixed handful of statements whatever the
+/// - one node per interval samples: in the pass's transaction it takes the sampler's advisory lock without waiting
+///   (as the push bridge owns an app's planning: ``PushStore``), so a node finding it held skips the pass, and then
+///   claims the interval: it marks the minute in `stats_samples` unless a mark of this minute or the one before is
+///   less than most of an interval old. The lock serialises the claims, the marks say who sampled last. The pass reads every app at once, a fixed handful of statements whatever the
 ///   number of apps: the stream and backlog gauges, and the counts of the previous and the current minute (messages,
 ///   push, webhook latency), recounted in full so a minute first sampled while partial ends complete. A pass is
 ///   idempotent, so a pass repeated (a test-clock advance, a clock skew between nodes) writes the same figures.
@@ -60,7 +61,7 @@ struct StatsSampler {
     func pass(services: Services, now: Int64) throws -> Bool {
         let minute = now - now % 60_000
         // Most of an interval: a pass whose tick came a little early still samples; two nodes cannot both claim one
-        // interval (the second claim waits for the first's commit and then finds the row too recent).
+        // interval (the lock lets one claim at a time, and the next finds the first's mark).
         let gap = max(1, everyMillis * 9 / 10)
         return try services.pool.transaction { db in
             guard try StatsMinutesStore.claim(minute: minute, now: now, gapMillis: gap, node: node, on: db) else { return false }

@@ -77,15 +77,24 @@ enum StatsMinutesStore {
     /// The gauges (max within a minute: a second sample of the same minute keeps the larger value).
     static let gauges = ["active_users", "streams_open", "webhook_backlog"]
 
-    /// Claims the sampling of the interval for `node`: records that `minute` (the start of `now`'s minute) was sampled,
-    /// unless a node did so less than `gapMillis` ago. True when this node is to sample. In the sampler's transaction:
-    /// a concurrent claim of the same minute waits for it, then finds the row too recent and returns nothing.
+    /// The advisory-lock class of the sampler (ASCII "STAT"); the object is 0.
+    static let lockClass: Int32 = 0x5354_4154
+
+    /// Claims the sampling of the interval for `node`, in the sampler's transaction: takes the sampler's transaction
+    /// advisory lock without waiting (a node sampling right now keeps it), then records that `minute` (the start of
+    /// `now`'s minute) was sampled, unless a node sampled less than `gapMillis` ago (this minute or the one before; a
+    /// mark far in the future, from a clock that went back, does not count). True when this node is to sample.
     static func claim(minute: Int64, now: Int64, gapMillis: Int64, node: String, on db: PostgresConnection) throws -> Bool {
-        try db.query(
+        guard try db.query("SELECT pg_try_advisory_xact_lock(\(Int(lockClass))::int, 0)").decodeFirst(Bool.self) ?? false else {
+            return false
+        }
+        return try db.query(
             """
-            INSERT INTO stats_samples AS s (minute, sampled_at, node) VALUES (\(minute), \(now), \(node))
+            INSERT INTO stats_samples AS s (minute, sampled_at, node)
+            SELECT \(minute), \(now), \(node)
+            WHERE NOT EXISTS (SELECT 1 FROM stats_samples WHERE minute >= \(minute - 60_000)
+                                AND sampled_at > \(now - gapMillis) AND sampled_at <= \(now + 3_600_000))
             ON CONFLICT (minute) DO UPDATE SET sampled_at = excluded.sampled_at, node = excluded.node
-            WHERE s.sampled_at <= \(now - gapMillis) OR s.sampled_at > \(now + 3_600_000)
             RETURNING minute
             """
         ).decodeFirst(Int64.self) != nil
