@@ -74,6 +74,7 @@ TABLE_OWNERS = {
     "Calls": ["calls", "call_users"],
     "Reports": ["reports", "automod_strikes"],
     "Live": ["live_nodes", "user_streams"],
+    "Ops": ["stats_minutes", "stats_samples"],
 }
 OWNER = {table: folder for folder, tables in TABLE_OWNERS.items() for table in tables}
 # Writes into another folder's table, each deliberate: (writer, table) -> why.

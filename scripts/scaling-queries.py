@@ -54,6 +54,7 @@ NODE_LOCAL = {
     "live_nodes": "one row per node of the cluster, swept by every node: kept on the coordinator",
     "schema_migrations": "the migrator's bookkeeping (Sources/ParleyPostgres/Migrator.swift): coordinator only",
     "schema_functions": "the migrator's bookkeeping of Migrations/functions: coordinator only",
+    "stats_samples": "the minutes the activity sampler ran in, one row each for the cluster (Sources/Parley/Ops/StatsSampler.swift): coordinator only",
 }
 
 # Statements the heuristic reads wrongly: (file, owner, digest prefix) -> (class, reason). Keep each with its reason.

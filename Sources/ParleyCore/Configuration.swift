@@ -157,6 +157,16 @@ public struct Configuration: Sendable {
                 return true
             }, effective: { String($0.databaseTimeoutMillis) }),
         Setting(
+            "PARLEY_STATS_SAMPLE_MS", flag: "--stats-sample-ms", default: "60000",
+            meaning:
+                "milliseconds between passes of the activity sampler behind GET /v1/stats/series (one node of the cluster samples per pass; every node adds its HTTP error counts)",
+            accepts: "an integer from 100 to 60000", guide: "operations.md#activity-series",
+            apply: { config, value in
+                guard let ms = Int(value), (100...60_000).contains(ms) else { return false }
+                config.statsSampleMillis = ms
+                return true
+            }, effective: { String($0.statsSampleMillis) }),
+        Setting(
             "PARLEY_WEBHOOK_ALLOW_PRIVATE", flag: "--webhook-allow-private", default: "0",
             meaning: "1 lets webhooks, hooks and the push gateway reach loopback, private and link-local addresses", accepts: "0 or 1",
             apply: { config, value in yesOrNo(value, ["1", "true"], ["0", "false"]) { config.webhookAllowPrivate = $0 } },
@@ -257,6 +267,9 @@ public struct Configuration: Sendable {
     /// abandoned and the request answered 503 (`PostgresConfiguration.responseTimeout`). While the database does not
     /// answer, an API request fails within about twice this, well within 5 s (docs/reliability.md#a-stalled-database).
     public var databaseTimeoutMillis = 2_000
+    /// Interval of the activity sampler (docs/operations.md#activity-series): at most a minute, so every minute is
+    /// sampled; tests shorten it.
+    public var statsSampleMillis = 60_000
     /// A request head must arrive within this, and a body must not stall for longer, else 408 `7000015` and the
     /// connection closes (the HTTP server's `headerTimeout` and `bodyTimeout`; tests shorten them).
     /// Webhook and hook destinations in loopback, private, link-local and metadata ranges are refused unless this is

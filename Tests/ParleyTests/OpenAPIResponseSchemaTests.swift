@@ -38,7 +38,7 @@ struct OpenAPIResponseSchemaTests {
         "RoomMemberAttributes", "RoomMemberAttributesPage", "RoomMemberAttributesBatchResult", "Message", "MessagePage",
         "MessageReply", "Mentions", "MessageBatchSendResult", "MessageBroadcastAccepted", "Conversation",
         "ConversationPage", "MentionState", "ConversationReadAllResult", "UnreadCount", "Event", "EventLogPage",
-        "BatchResult", "BatchResultItem", "BatchItemError", "Problem", "FieldError", "Stats", "TestClock",
+        "BatchResult", "BatchResultItem", "BatchItemError", "Problem", "FieldError", "Stats", "StatsSeries", "TestClock",
         "HealthStatus", "ReadyStatus", "OpenAPIDocument", "Webhook", "WebhookList", "WebhookPingResult", "Delivery",
         "DeliveryDetail", "DeliveryList", "PushAttempt", "PushAttemptList", "PushTestResult", "PushTestDecision",
         "PushGatewayRequest", "PushGatewayResponse", "PushMatrixNotifyRequest", "PushMatrixNotification", "PushMatrixContent",
@@ -148,6 +148,8 @@ struct OpenAPIResponseSchemaTests {
         c.call(.get, "/v1/settings", status: 200)
         c.call(.patch, "/v1/settings", json: #"{"revoke_window_s":300,"push":{"event_id_only":true}}"#, status: 200)
         c.call(.get, "/v1/stats", status: 200)
+        c.call(.get, "/v1/stats/series", status: 200)
+        c.call(.get, "/v1/stats/series", query: "range=7d&metrics=messages,http_5xx", status: 200)
         c.call(.get, "/v1/test/clock", as: .admin, status: 200)
         c.call(.post, "/v1/test/clock/advance", as: .admin, json: #"{"ms":1}"#, status: 200)
     }

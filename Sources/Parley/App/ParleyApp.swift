@@ -97,7 +97,9 @@ public final class ParleyApp: Sendable {
             }
             let services = Services(
                 pool: pool, clock: ServerClock(testClock: configuration.testClock), adminKey: adminKey, metrics: Metrics(),
-                logger: logger, configuration: configuration, stopping: stopping, timerKinds: TimerKinds.all, observers: observers,
+                logger: logger, configuration: configuration, stopping: stopping,
+                timerKinds: TimerKinds.all + [StatsSampler(everyMillis: Int64(configuration.statsSampleMillis)).kind],
+                observers: observers,
                 tokenSubject: { appID, userID, now, db in
                     try UserStore.authState(appID: appID, userID: userID, on: db).map {
                         TokenSubject(
@@ -250,6 +252,8 @@ public final class ParleyApp: Sendable {
         services.webhooks.dispatcher.stop()
         push.stop()
         services.timers.stop()
+        // The HTTP error counts of the minute so far (docs/operations.md#activity-series): the pool still runs.
+        _ = try? StatsSampler.flushErrors(services: services)
         jobs.stop()
         pool.shutdown()
         phaseDone("workers_stopped")

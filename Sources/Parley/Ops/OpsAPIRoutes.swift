@@ -91,6 +91,48 @@ enum OpsAPIRoutes {
             return Reply.json(o.finish())
         }
 
+        api.add(.get, "/v1/stats/series", .app, "getStatsSeries") { ctx in
+            var query = ctx.query()
+            let rangeName = query.choice("range", StatsSeries.ranges.map(\.name)) ?? "1h"
+            var metrics = StatsSeries.metrics
+            if let listed = query.list("metrics", maxItems: StatsSeries.metrics.count * 2) {
+                let unknown = listed.filter { !StatsSeries.metrics.contains($0) }
+                if !unknown.isEmpty || listed.isEmpty {
+                    query.addError("metrics", "must be a comma-separated list of " + StatsSeries.metrics.joined(separator: ", "))
+                } else {
+                    metrics = StatsSeries.metrics.filter(listed.contains)
+                }
+            }
+            try query.check()
+            let range = StatsSeries.ranges.first { $0.name == rangeName }!
+            let answer = try StatsSeries.series(appID: ctx.appID, range: range, metrics: metrics, now: ctx.now, on: ctx.db)
+            var w = JSONWriter()
+            w.object { w in
+                w.key("range")
+                w.writeString(range.name)
+                w.key("step_s")
+                w.writeInt(range.stepMillis / 1000)
+                w.key("from")
+                w.writeInt(answer.from)
+                w.key("to")
+                w.writeInt(answer.to)
+                w.key("generated_at")
+                w.writeInt(ctx.now)
+                w.key("series")
+                w.object { w in
+                    for (metric, values) in answer.series {
+                        w.key(metric)
+                        w.array { w in
+                            for value in values {
+                                if let value { w.writeInt(Int64(value.rounded())) } else { w.writeNull() }
+                            }
+                        }
+                    }
+                }
+            }
+            return Reply.json(w.bytes)
+        }
+
         api.addAdmin(.get, "/v1/test/clock", "getTestClock") { ctx in
             try clockResponse(ctx)
         }

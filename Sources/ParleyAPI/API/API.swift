@@ -12,6 +12,8 @@ package final class Services: Sendable {
     package let rateLimiter: RateLimiter
     package let cursors: CursorCodec
     package let metrics: Metrics
+    /// This node's 4xx and 5xx answers per app and minute, until the stats sampler adds them to `stats_minutes`.
+    package let appErrors = AppErrorTally()
     package let logger: Logger
     package let configuration: Configuration
     package let stopping: StopFlag

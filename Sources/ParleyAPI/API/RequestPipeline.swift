@@ -66,7 +66,7 @@ enum RequestPipeline {
         authenticate, resolveApp, rateLimit, readClock, replayIdempotent, requireJSON, limitBody, refuseNUL, routeUserLimit,
     ]
     /// The steps after it, in order, on every answer.
-    static let after: [After] = [storeIdempotent, addHeaders, publishEvents]
+    static let after: [After] = [storeIdempotent, addHeaders, countErrors, publishEvents]
 
     static func run(_ initial: Exchange, _ handler: (Exchange) throws -> Response) -> Response {
         var exchange = initial
@@ -268,6 +268,16 @@ enum RequestPipeline {
             var response = response
             for (name, value) in headers { response.headers.add(name, value) }
             if let appID { response.logContext = "app=\(appID)" }
+            return response
+        }
+    }
+
+    /// A 4xx or 5xx answer in an identified app is counted for the app's activity series (``AppErrorTally``).
+    static func countErrors(_ x: Exchange, _ response: Response) -> Response {
+        guard let appID = x.appID else { return response }
+        let (tally, clock) = (x.services.appErrors, x.services.clock)
+        return response.whenSettled { response in
+            tally.record(appID: appID, status: response.status, now: clock.now())
             return response
         }
     }
