@@ -96,14 +96,17 @@ function showFieldErrors(formElement, error) {
 }
 
 /** The control a problem's field name points at: its `data-field`, or for nested names (`body.x`, `push.timeout_ms`,
- * `/push/timeout_ms`) the longest match from the end. */
+ * `/push/timeout_ms`, `scope.user_id`) the longest match from the end, else the control of an enclosing object
+ * (one control may hold a whole `scope`). */
 function controlForField(formElement, name) {
   if (typeof name !== "string") return null;
-  const parts = name.replace(/^\//, "").split(/[./]/).filter(Boolean);
-  for (let start = 0; start < parts.length; start += 1) {
-    const candidate = parts.slice(start).join(".");
-    const control = formElement.querySelector(`[data-field="${CSS.escape(candidate)}"]`);
-    if (control) return control;
+  const parts = name.replace(/^\//, "").split(/[./[\]]/).filter(Boolean);
+  for (let end = parts.length; end > 0; end -= 1) {
+    for (let start = 0; start < end; start += 1) {
+      const candidate = parts.slice(start, end).join(".");
+      const control = formElement.querySelector(`[data-field="${CSS.escape(candidate)}"]`);
+      if (control) return control;
+    }
   }
   return null;
 }

@@ -222,7 +222,7 @@
           q = values["room-q"];
           keep(undefined);
           fill(detail);
-          await reverting(() => { q = previous; keep(undefined); }, roomList.reload);
+          await reverting(() => { q = previous; keep(undefined); }, roomList.first);
         }),
       roomList.element, detail);
     await roomList.first();
@@ -487,7 +487,7 @@
           const previous = { ...state };
           Object.assign(state, { status: values["delivery-status"], kind: values["delivery-kind"], event_type: values["delivery-event-type"].trim() });
           keep();
-          await reverting(() => { Object.assign(state, previous); keep(); }, deliveries.reload);
+          await reverting(() => { Object.assign(state, previous); keep(); }, deliveries.first);
         }),
         deliveries.element);
       await deliveries.first();
@@ -631,7 +631,7 @@
             kind: values["attempt-kind"], status: values["attempt-status"] };
           attempt = undefined;
           keep();
-          await reverting(() => { filters = previous; keep(); }, attempts.reload);
+          await reverting(() => { filters = previous; keep(); }, attempts.first);
         }),
         attempts.element, attemptDetail),
       section("Devices",
@@ -860,7 +860,7 @@
         selected = undefined;
         fill(detail);
         keep();
-        await reverting(() => { filters = previous; keep(); }, fileList.reload);
+        await reverting(() => { filters = previous; keep(); }, fileList.first);
       }),
       fileList.element, detail);
     await fileList.first();
@@ -952,7 +952,7 @@
           selected = undefined;
           fill(detail);
           keep();
-          await reverting(() => { filters = previous; keep(); }, queue.reload);
+          await reverting(() => { filters = previous; keep(); }, queue.first);
         }),
         queue.element, detail,
         form("File a report", [
@@ -982,7 +982,7 @@
           logFilters = { log_user: values["log-user-id"].trim(), log_action: values["log-action"].trim(), log_moderator: values["log-moderator"].trim(),
             log_from: ms(values["log-from"]) ?? "", log_to: ms(values["log-to"]) ?? "" };
           keep();
-          await reverting(() => { logFilters = previous; keep(); }, log.reload);
+          await reverting(() => { logFilters = previous; keep(); }, log.first);
         }),
         log.element),
       section("Remove a user's messages",
@@ -1284,7 +1284,7 @@
         selected = undefined;
         fill(detail);
         keep();
-        await reverting(() => { filters = previous; keep(); }, jobList.reload);
+        await reverting(() => { filters = previous; keep(); }, jobList.first);
       }),
       jobList.element, detail);
     await jobList.first();
