@@ -36,3 +36,4 @@ if [ "$status" -ne 0 ]; then
   echo "== server log (last 40 lines)"; tail -n 40 "$log"
   echo "the console check failed (exit $status)"; exit "$status"
 fi
+echo "console-check: both browser checks passed in ${SECONDS} s of wall time (server start included; the target is under 180 s)"

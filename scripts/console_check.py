@@ -595,14 +595,12 @@ class Check:
         page.set_viewport_size({"width": 1280, "height": 800})
 
 
-def main():
-    started = time.monotonic()
-    base, app_key, admin_key, shots = sys.argv[1:5]
-    os.makedirs(shots, exist_ok=True)
+def drive(check, failure_name):
+    """Runs `check.run(page)` in Debian's Chromium, headless; on a failure saves the page as `failure_name` in the
+    screenshot directory and prints what the console said. console_check_ops.py drives its check with this too."""
     executable = os.environ.get("CHROMIUM") or shutil.which("chromium")
     if not executable:
         sys.exit("no chromium executable (apt-get install chromium, or set CHROMIUM)")
-    check = Check(base, app_key, admin_key, shots)
     with sync_playwright() as playwright:
         # --no-sandbox: CI runs as root, where Chromium refuses its sandbox; containers often have a tiny /dev/shm.
         browser = playwright.chromium.launch(executable_path=executable, headless=True, args=["--no-sandbox", "--disable-dev-shm-usage"],
@@ -615,11 +613,19 @@ def main():
                 check.run(page)
             except Exception:
                 # What the page showed when the check failed, and what the console said before it.
-                page.screenshot(path=os.path.join(shots, "failure.png"), full_page=True)
+                page.screenshot(path=os.path.join(check.shots, failure_name), full_page=True)
                 print("\n".join(check.errors) or "no console errors", file=sys.stderr)
                 raise
         finally:
             browser.close()
+
+
+def main():
+    started = time.monotonic()
+    base, app_key, admin_key, shots = sys.argv[1:5]
+    os.makedirs(shots, exist_ok=True)
+    check = Check(base, app_key, admin_key, shots)
+    drive(check, "failure.png")
     print(f"  {len(check.screenshots)} screenshots in {shots}")
     print(f"console check passed in {time.monotonic() - started:.1f} s")
 

@@ -18,15 +18,13 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
 import time
 import urllib.error
 import urllib.request
 
-from playwright.sync_api import sync_playwright
+from console_check import drive
 
-STEP_TIMEOUT_MS = 10_000
 LONG_ID = "x" * 40  # over every id's 32-byte limit: a 400 naming the field
 
 SCREENS = [("rooms", "Rooms"), ("calls", "Calls"), ("webhooks", "Webhooks"), ("push", "Push"), ("eventlog", "Event log"),
@@ -764,25 +762,7 @@ def main():
     started = time.monotonic()
     base, app_key, admin_key, shots = sys.argv[1:5]
     os.makedirs(shots, exist_ok=True)
-    executable = os.environ.get("CHROMIUM") or shutil.which("chromium")
-    if not executable:
-        sys.exit("no chromium executable (apt-get install chromium, or set CHROMIUM)")
-    check = OpsCheck(base, app_key, admin_key, shots)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=["--no-sandbox", "--disable-dev-shm-usage"],
-                                             timeout=30_000)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.set_default_timeout(STEP_TIMEOUT_MS)
-            check.watch(page)
-            try:
-                check.run(page)
-            except Exception:
-                page.screenshot(path=os.path.join(shots, "ops-failure.png"), full_page=True)
-                print("\n".join(check.errors) or "no console errors", file=sys.stderr)
-                raise
-        finally:
-            browser.close()
+    drive(OpsCheck(base, app_key, admin_key, shots), "ops-failure.png")
     print(f"console operations check passed in {time.monotonic() - started:.1f} s")
 
 
