@@ -450,12 +450,15 @@ final class HTTPConnection: EventLoop.Watcher {
             append(bytes)
             stream.writtenBytes.add(bytes.count, ordering: .relaxed)
         }
-        if output.count - outputOffset > stream.maxBufferedBytes {
-            server.logger.debug("msg=\"slow stream closed\" fd=\(fd)")
-            close()
-            return
-        }
+        // The bound is on what the socket would not take: one write larger than it (a page of big events) still goes
+        // out to a client that reads, and only a client that leaves more than it waiting is cut
+        // (docs/events.md#slow-consumers).
         flush()
+        if case .closed = phase { return }
+        if output.count - outputOffset > stream.maxBufferedBytes {
+            server.logger.debug("msg=\"slow stream closed\" fd=\(fd) waiting_bytes=\(output.count - outputOffset)")
+            close()
+        }
     }
 
     func streamFinish() {
