@@ -273,6 +273,9 @@ public struct Configuration: Sendable {
     /// Tests only (no setting reads it): bytes a stream may queue for a client that does not read before the server
     /// closes it (the HTTP server's `streamBufferLimit`, 1 MiB); nil keeps the default.
     public var streamBufferLimit: Int?
+    /// Tests only: the kernel send buffer of a streaming connection (the HTTP server's `streamSendBuffer`); nil leaves
+    /// the kernel's autotuning.
+    public var streamSendBuffer: Int?
     /// How long one exchange with PostgreSQL (a statement, a connect) may wait for its answer before the connection is
     /// abandoned and the request answered 503 (`PostgresConfiguration.responseTimeout`). While the database does not
     /// answer, an API request fails within about twice this, well within 5 s (docs/reliability.md#a-stalled-database).

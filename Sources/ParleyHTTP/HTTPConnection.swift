@@ -336,6 +336,9 @@ final class HTTPConnection: EventLoop.Watcher {
                 loop: loop, connection: id, maxBufferedBytes: server.configuration.streamBufferLimit,
                 declaredLength: response.headers["Content-Length"].flatMap { Int($0) })
             phase = isHead ? .writing : .streaming(s)
+            if !isHead, var size = server.configuration.streamSendBuffer.map(Int32.init) {
+                setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+            }
             if isHead { s.markClosed() } else { start(s) }
         }
         server.completed(pending, response: response)

@@ -30,6 +30,10 @@ public struct HTTPServerConfiguration: Sendable {
     public var shutdownGrace: Duration = .seconds(10)
     /// Bytes a streaming response may queue for a slow client before the connection is closed.
     public var streamBufferLimit: Int = 1024 * 1024
+    /// The kernel send buffer (`SO_SNDBUF`) of a connection once it streams; nil leaves the kernel's autotuning (up
+    /// to `net.ipv4.tcp_wmem`'s maximum, 4 MiB by default), which a client that stops reading fills before
+    /// `streamBufferLimit` starts counting. Tests set it small so that a stalled client is cut after little data.
+    public var streamSendBuffer: Int?
     /// Send CORS headers on every response and answer preflights (any origin).
     public var cors: Bool = true
     /// The response headers a browser script may read (`Access-Control-Expose-Headers`); the application's own.

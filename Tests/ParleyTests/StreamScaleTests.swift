@@ -47,7 +47,7 @@ struct StreamScaleTests: ProblemAssertions {
             for path in ["/v1/events", "/v1/users/u1/events"] {
                 let refused = try app.request(.get, path)
                 Self.expectProblem(refused, 503, .streamCapacityReached, path)
-                #expect(refused.headers["Retry-After"] == "5", path)
+                #expect(refused.headers["Retry-After"] == "5", "\(path)")
             }
             #expect(try app.request(.get, "/v1/users/u1").status == 200, "ordinary requests still work")
             streams.removeLast().close()
@@ -63,10 +63,10 @@ struct StreamScaleTests: ProblemAssertions {
     }
 
     /// A client that stops reading is cut once the server's buffer for it passes `streamBufferLimit` (lowered here to
-    /// 64 KiB), while another stream of the same app receives every event promptly; reconnecting with the id of the
-    /// last event it fully received, it gets every later event exactly once, in order.
+    /// 64 KiB, over a 16 KiB kernel send buffer), while another stream of the same app receives every event promptly;
+    /// reconnecting with the id of the last event it fully received, it gets every later event exactly once, in order.
     @Test func aStalledClientIsCutWithoutSlowingOthersAndResumesExactly() throws {
-        try withApp(configure: { $0.streamBufferLimit = 64 * 1024 }, unthrottled: true) { server, app in
+        try withApp(configure: Self.smallStreamBuffers, unthrottled: true) { server, app in
             let start = try LiveStreams.head(app)
             let stalled = try RawStream(port: server.port, path: "/v1/events", bearer: app.key, receiveBuffer: 2048)
             defer { stalled.close() }
@@ -97,8 +97,12 @@ struct StreamScaleTests: ProblemAssertions {
             }
             var receivedAt: [ContinuousClock.Instant] = []
             var healthyIDs: [Int64] = []
-            while done.wait(timeout: .now()) == .timedOut || healthyIDs.count < progress.withLock({ $0.batches }) * perBatch {
-                guard let event = try LiveStreams.nextEvent(healthy, timeout: .seconds(10)) else { break }
+            var writerDone = false
+            let deadline = ContinuousClock.now + .seconds(60)
+            while ContinuousClock.now < deadline {
+                if !writerDone { writerDone = done.wait(timeout: .now()) == .success }
+                if writerDone && healthyIDs.count >= progress.withLock({ $0.batches }) * perBatch { break }
+                guard let event = try? LiveStreams.nextEvent(healthy, timeout: .milliseconds(500)) else { continue }
                 healthyIDs.append(Int64(event.id!)!)
                 receivedAt.append(.now)
             }
@@ -129,7 +133,7 @@ struct StreamScaleTests: ProblemAssertions {
                 again.append(Int64(event.id!)!)
             }
             #expect(again == expected, "every later event exactly once, in order (\(again.count) of \(expected.count))")
-            #expect((try? resumed.nextEvent(timeout: .milliseconds(300))) == nil, "and nothing more")
+            #expect((try? LiveStreams.nextEvent(resumed, timeout: .milliseconds(300))) == nil, "and nothing more")
         }
     }
 
@@ -162,7 +166,8 @@ struct StreamScaleTests: ProblemAssertions {
 
             let replaysBefore = server.app.hub.replayQueries.load(ordering: .relaxed)
             let stormStarted = ContinuousClock.now
-            streams = try Self.openAll(server, apps, perApp: perApp) { String(lastSeen[$0]) }
+            let resumeIDs = lastSeen
+            streams = try Self.openAll(server, apps, perApp: perApp) { String(resumeIDs[$0]) }
             let reconnected = ContinuousClock.now - stormStarted
             #expect(streams.allSatisfy { $0.status == 200 })
             try Self.renameAll(apps, times: 3, tag: "after")
@@ -187,6 +192,12 @@ struct StreamScaleTests: ProblemAssertions {
     }
 
     // MARK: - Helpers
+
+    /// Small stream buffers, so a stalled client is cut after ~100 KB instead of the ~5 MiB of the defaults.
+    static func smallStreamBuffers(_ configuration: inout Configuration) {
+        configuration.streamBufferLimit = 64 * 1024
+        configuration.streamSendBuffer = 16 * 1024
+    }
 
     /// Opens `perApp` app streams on each app from 8 threads at once; `lastEventID(index)` for stream `index`.
     static func openAll(

@@ -133,6 +133,7 @@ public final class ParleyApp: Sendable {
             http.headerTimeout = .milliseconds(configuration.requestHeadTimeoutMillis)
             http.bodyTimeout = .milliseconds(configuration.requestBodyTimeoutMillis)
             if let limit = configuration.streamBufferLimit { http.streamBufferLimit = limit }
+            http.streamSendBuffer = configuration.streamSendBuffer
             // CORS: what browser consoles and browser tus clients (docs/files.md#resumable-uploads-tus) may read and send.
             http.corsExposedHeaders = [
                 "X-Request-Id", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Retry-After", "WWW-Authenticate",
