@@ -1,4 +1,5 @@
 #include "CParleyShims.h"
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -82,15 +83,29 @@ pid_t parley_spawn(const char *path, char *const argv[], char *const envp[], int
     _exit(127);
 }
 
-long parley_raise_nofile_limit(void) {
+long parley_raise_nofile_limit(long *before, long *hard) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return -1;
+    if (before != NULL) *before = rl.rlim_cur == RLIM_INFINITY ? -1 : (long)rl.rlim_cur;
+    if (hard != NULL) *hard = rl.rlim_max == RLIM_INFINITY ? -1 : (long)rl.rlim_max;
     if (rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
         getrlimit(RLIMIT_NOFILE, &rl);
     }
-    return (long)rl.rlim_cur;
+    return rl.rlim_cur == RLIM_INFINITY ? -1 : (long)rl.rlim_cur;
+}
+
+int parley_count_open_files(void) {
+    DIR *dir = opendir("/proc/self/fd");
+    if (dir == NULL) return -1;
+    int count = 0;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        if (entry->d_name[0] != '.') count++;
+    }
+    closedir(dir);
+    return count - 1; /* the directory's own descriptor */
 }
 
 static volatile int parley_term_fd = -1;

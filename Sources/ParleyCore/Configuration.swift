@@ -148,6 +148,16 @@ public struct Configuration: Sendable {
                 return true
             }, effective: { String($0.sseHeartbeatMillis) }),
         Setting(
+            "PARLEY_FD_RESERVE", flag: "--fd-reserve", default: "2 per pool connection + 128",
+            meaning:
+                "file descriptors kept free of client connections for the database connections, outbound webhooks and push, files and ordinary requests: past the open-files limit less this, a new event stream is 503 7000020",
+            accepts: "an integer from 16 to 1000000", guide: "scaling.md#open-files",
+            apply: { config, value in
+                guard let n = Int(value), (16...1_000_000).contains(n) else { return false }
+                config.descriptorReserve = n
+                return true
+            }, effective: { String($0.effectiveDescriptorReserve) }),
+        Setting(
             "PARLEY_DB_TIMEOUT_MS", flag: "--db-timeout-ms", default: "2000",
             meaning: "milliseconds one statement or connect may wait for PostgreSQL; past it the request gets 503 7000010",
             accepts: "an integer from 100 to 60000", guide: "reliability.md#a-stalled-database",
@@ -263,6 +273,19 @@ public struct Configuration: Sendable {
     /// Interval of the `: ping` comment on idle SSE streams (15 s, docs/events.md#live-streams-server-sent-events;
     /// tests shorten it).
     public var sseHeartbeatMillis = 15_000
+    /// Descriptors kept free of client connections (docs/scaling.md#open-files); nil: ``effectiveDescriptorReserve``'s
+    /// default.
+    public var descriptorReserve: Int?
+    /// The reserve in force: the setting, else one descriptor per pool connection and one per pool thread's outbound
+    /// connection or file, plus 128 for the 7 dedicated database connections, the listener and the loops' epoll and
+    /// wake descriptors, the embedded PostgreSQL's pipes, webhook and push deliveries, and ordinary requests' connections.
+    public var effectiveDescriptorReserve: Int { descriptorReserve ?? 2 * poolSize + 128 }
+    /// Tests only (no setting reads it): bytes a stream may queue for a client that does not read before the server
+    /// closes it (the HTTP server's `streamBufferLimit`, 1 MiB); nil keeps the default.
+    public var streamBufferLimit: Int?
+    /// Tests only: the kernel send buffer of a streaming connection (the HTTP server's `streamSendBuffer`); nil leaves
+    /// the kernel's autotuning.
+    public var streamSendBuffer: Int?
     /// How long one exchange with PostgreSQL (a statement, a connect) may wait for its answer before the connection is
     /// abandoned and the request answered 503 (`PostgresConfiguration.responseTimeout`). While the database does not
     /// answer, an API request fails within about twice this, well within 5 s (docs/reliability.md#a-stalled-database).

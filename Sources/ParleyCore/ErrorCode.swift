@@ -218,6 +218,9 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
     /// A malformed HTTP request that is not a validation error of a field (missing `Host` on HTTP/1.1, conflicting
     /// `Content-Length`/`Transfer-Encoding`, a bad chunk size, bad percent-encoding in the path or query).
     public static let badRequest = ErrorCode(7000019, "bad_request", 400)
+    /// The node holds all the event streams its open-files limit allows less its reserve (`PARLEY_FD_RESERVE`); with
+    /// `Retry-After`: reconnect later, or through the balancer to another node.
+    public static let streamCapacityReached = ErrorCode(7000020, "stream_capacity_reached", 503)
     /// The user_id exists (active or soft-deleted).
     public static let userAlreadyExists = ErrorCode(7000101, "user_already_exists", 409)
     /// The user is banned.
@@ -383,6 +386,7 @@ public struct ErrorCode: Hashable, Sendable, CustomStringConvertible {
         .notImplemented,
         .httpVersionNotSupported,
         .badRequest,
+        .streamCapacityReached,
         .userAlreadyExists,
         .userBanned,
         .subscriptionLimit,

@@ -336,6 +336,9 @@ final class HTTPConnection: EventLoop.Watcher {
                 loop: loop, connection: id, maxBufferedBytes: server.configuration.streamBufferLimit,
                 declaredLength: response.headers["Content-Length"].flatMap { Int($0) })
             phase = isHead ? .writing : .streaming(s)
+            if !isHead, var size = server.configuration.streamSendBuffer.map(Int32.init) {
+                setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+            }
             if isHead { s.markClosed() } else { start(s) }
         }
         server.completed(pending, response: response)
@@ -450,12 +453,15 @@ final class HTTPConnection: EventLoop.Watcher {
             append(bytes)
             stream.writtenBytes.add(bytes.count, ordering: .relaxed)
         }
-        if output.count - outputOffset > stream.maxBufferedBytes {
-            server.logger.debug("msg=\"slow stream closed\" fd=\(fd)")
-            close()
-            return
-        }
+        // The bound is on what the socket would not take: one write larger than it (a page of big events) still goes
+        // out to a client that reads, and only a client that leaves more than it waiting is cut
+        // (docs/events.md#slow-consumers).
         flush()
+        if case .closed = phase { return }
+        if output.count - outputOffset > stream.maxBufferedBytes {
+            server.logger.debug("msg=\"slow stream closed\" fd=\(fd) waiting_bytes=\(output.count - outputOffset)")
+            close()
+        }
     }
 
     func streamFinish() {

@@ -10,8 +10,9 @@ public struct HTTPServerConfiguration: Sendable {
     public var port: Int = 8080
     /// Event-loop threads; default one per core.
     public var loopCount: Int = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
-    /// Open connections beyond this are closed as soon as they are accepted.
-    public var maxConnections: Int = 16_384
+    /// Open connections beyond this are closed as soon as they are accepted. The open-files limit bounds them too
+    /// (`HTTPServer.openFilesLimit`; event streams stop at it less a reserve, docs/scaling.md#open-files).
+    public var maxConnections: Int = 65_536
     public var limits = HTTPParserLimits()
     /// The request line and headers must arrive within this (from the first byte, or from accept).
     public var headerTimeout: Duration = .seconds(10)
@@ -29,6 +30,10 @@ public struct HTTPServerConfiguration: Sendable {
     public var shutdownGrace: Duration = .seconds(10)
     /// Bytes a streaming response may queue for a slow client before the connection is closed.
     public var streamBufferLimit: Int = 1024 * 1024
+    /// The kernel send buffer (`SO_SNDBUF`) of a connection once it streams; nil leaves the kernel's autotuning (up
+    /// to `net.ipv4.tcp_wmem`'s maximum, 4 MiB by default), which a client that stops reading fills before
+    /// `streamBufferLimit` starts counting. Tests set it small so that a stalled client is cut after little data.
+    public var streamSendBuffer: Int?
     /// Send CORS headers on every response and answer preflights (any origin).
     public var cors: Bool = true
     /// The response headers a browser script may read (`Access-Control-Expose-Headers`); the application's own.
@@ -159,6 +164,10 @@ public final class HTTPServer: Sendable {
     let corsHeaders: [UInt8]
     let preflightHeaders: [UInt8]
     private let state = LockedValue<Bool>(false)  // stopped
+    /// The soft open-files limit (RLIMIT_NOFILE) after start raised it to the hard limit; `Int.max` when unlimited.
+    public let openFilesLimit: Int
+    /// Descriptors the process held when the server started, before its listener (counted once from /proc/self/fd).
+    public let descriptorsAtStart: Int
 
     /// Binds the listening socket and starts the loops. Throws when the address cannot be bound.
     public init(
@@ -166,7 +175,16 @@ public final class HTTPServer: Sendable {
         hooks: HTTPServerHooks = HTTPServerHooks(), logger: Logger = Logger(label: "http")
     ) throws {
         parley_ignore_sigpipe()
-        _ = parley_raise_nofile_limit()
+        var softBefore = 0
+        var hard = 0
+        let soft = parley_raise_nofile_limit(&softBefore, &hard)
+        openFilesLimit = soft < 0 ? Int.max : soft
+        descriptorsAtStart = max(0, Int(parley_count_open_files()))
+        // One line, both values: an operator sees at once whether the hard limit (the unit's LimitNOFILE, the
+        // container's ulimit) or only the soft one was low (docs/scaling.md#open-files).
+        logger.info(
+            "msg=\"open files limit\" soft_before=\(Self.limitText(softBefore)) soft=\(Self.limitText(soft)) hard=\(Self.limitText(hard)) open_at_start=\(descriptorsAtStart)"
+        )
         self.configuration = configuration
         self.router = router
         self.executor = executor
@@ -205,6 +223,8 @@ public final class HTTPServer: Sendable {
         }
         logger.info("msg=listening address=\(configuration.host):\(port) loops=\(loops.count)")
     }
+
+    private static func limitText(_ value: Int) -> String { value < 0 ? "unlimited" : String(value) }
 
     private let loopCursor = Atomic<Int>(0)
 

@@ -5,6 +5,7 @@ import ParleyDomains
 import ParleyHTTP
 import ParleyPostgres
 import ParleySync
+import Synchronization
 
 /// The live fan-out of one node (docs/scaling.md#event-fan-out): reads each new event of the log once and hands it to
 /// every interested SSE stream of this node, without a thread or a database connection per stream.
@@ -114,8 +115,18 @@ package final class EventHub: CommitObserver {
     /// keep their own cursors, the webhook dispatcher and the push bridge, so they need not wait for their poll).
     private let remoteEvents: @Sendable (_ appID: String) -> Void
 
-    package init(heartbeatMillis: Int, logger: Logger, remoteEvents: @escaping @Sendable (_ appID: String) -> Void = { _ in }) {
+    /// Whether the node's descriptors allow one more stream (docs/scaling.md#open-files).
+    package let capacity: StreamCapacity
+    /// Reads of the log that caught streams up (backlogs of new and resumed streams), since start: one per page,
+    /// shared by every stream that page serves.
+    package let replayQueries = Atomic<Int>(0)
+
+    package init(
+        heartbeatMillis: Int, logger: Logger, descriptorReserve: Int = 0,
+        remoteEvents: @escaping @Sendable (_ appID: String) -> Void = { _ in }
+    ) {
         self.heartbeatMillis = heartbeatMillis
+        capacity = StreamCapacity(reserve: descriptorReserve)
         self.logger = logger
         self.remoteEvents = remoteEvents
     }
@@ -473,23 +484,32 @@ package final class EventHub: CommitObserver {
     private func pump(
         _ feed: inout Feed, appID: String, local: [LiveEvent], readLog: Bool, audience: inout MemberAudience, db: PostgresConnection
     ) throws -> Bool {
-        var behind = false
-        for (id, subscriber) in feed.subscribers {
-            var pages = 0
-            while feed.subscribers[id] != nil, subscriber.cursor < feed.head {
-                if pages == Self.catchUpPages {
-                    behind = true
-                    break
-                }
-                pages += 1
-                let page = try EventLog.readLive(
-                    appID: appID, after: subscriber.cursor, upTo: feed.head, limit: Self.pageSize, on: db)
-                let members = try observe(page, appID: appID, audience: &audience, db: db)
-                var userFrames = UserFrames(page)
+        // The backlogs of new and resumed subscribers, coalesced: each read starts at the lowest cursor still behind and
+        // serves every subscriber whose cursor lies inside the page it returns, so a reconnect storm of streams resuming
+        // from the same place costs one query per page and pass, not one per stream (docs/scaling.md#reconnect-storms).
+        // Each subscriber still takes at most `catchUpPages` pages per pass, so one large backlog stalls no one.
+        var served: [UInt64: Int] = [:]
+        while true {
+            var lowest: Int64?
+            for (id, subscriber) in feed.subscribers where subscriber.cursor < feed.head && served[id, default: 0] < Self.catchUpPages {
+                lowest = min(lowest ?? subscriber.cursor, subscriber.cursor)
+            }
+            guard let from = lowest else { break }
+            let page = try EventLog.readLive(appID: appID, after: from, upTo: feed.head, limit: Self.pageSize, on: db)
+            replayQueries.add(1, ordering: .relaxed)
+            // A short page read everything up to the head; a full one up to its last event.
+            let complete = page.count < Self.pageSize
+            let end = complete ? feed.head : page[page.count - 1].id
+            let members = try observe(page, appID: appID, audience: &audience, db: db)
+            var userFrames = UserFrames(page)
+            for (id, subscriber) in feed.subscribers
+            where subscriber.cursor >= from && subscriber.cursor < end && served[id, default: 0] < Self.catchUpPages {
+                served[id, default: 0] += 1
                 deliver(page, members, &userFrames, to: id, subscriber, in: &feed)
-                if page.count < Self.pageSize, feed.subscribers[id] != nil { subscriber.cursor = feed.head }
+                if complete, feed.subscribers[id] != nil { subscriber.cursor = feed.head }
             }
         }
+        let behind = feed.subscribers.values.contains { $0.cursor < feed.head }
         // The run of local events that follows the head without a gap: anything after a gap comes from the log.
         let (run, gapFollows) = StreamDelivery.localRun(local, after: feed.head)
         for start in stride(from: 0, to: run.count, by: Self.pageSize) {

@@ -66,6 +66,12 @@ package enum LiveRoutes {
     ) throws -> Response {
         let (head, trimPoint) = try EventLog.bounds(appID: ctx.appID, on: ctx.db)
         let position = try ResumePosition.parse(resume, head: head, trimPoint: trimPoint)
+        // Descriptors first: a node out of them refuses every new stream, whoever asks (docs/scaling.md#open-files).
+        guard hub.capacity.admitsStream else {
+            throw APIError.retryLater(
+                .streamCapacityReached, "this node holds all the streams its open files allow; retry later or on another node",
+                retryAfterSeconds: StreamCapacity.retryAfterSeconds)
+        }
         guard let reservation = hub.reserve(key, limit: limit) else {
             throw APIError(.tooManyStreams, "at most \(limit) open streams here; close one first")
         }

@@ -43,8 +43,13 @@ static const int PARLEY_EPOLL_CTL_DEL = EPOLL_CTL_DEL;
 pid_t parley_spawn(const char *path, char *const argv[], char *const envp[], int uid, int gid,
                    int pdeathsig, int stdout_fd, int stderr_fd, const char *cwd);
 
-/* Raises the soft RLIMIT_NOFILE to the hard limit; returns the new soft limit. */
-long parley_raise_nofile_limit(void);
+/* Raises the soft RLIMIT_NOFILE to the hard limit; returns the new soft limit (-1: unlimited or unknown) and, when
+   the pointers are not NULL, stores the soft limit before and the hard limit. */
+long parley_raise_nofile_limit(long *before, long *hard);
+
+/* The descriptors this process has open (entries of /proc/self/fd); -1 when they cannot be read. Scans a directory:
+   for start-up, not per request. */
+int parley_count_open_files(void);
 
 
 

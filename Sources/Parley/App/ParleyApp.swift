@@ -92,7 +92,10 @@ public final class ParleyApp: Sendable {
             // the node's readers of the log in one list, filled below once the push bridge exists (it is made after the
             // services: it shares their transport). Another node's events reach them at once, not at their next poll.
             let observers = CommitObservers()
-            let hub = EventHub(heartbeatMillis: configuration.sseHeartbeatMillis, logger: logger.named("live")) { appID in
+            let hub = EventHub(
+                heartbeatMillis: configuration.sseHeartbeatMillis, logger: logger.named("live"),
+                descriptorReserve: configuration.effectiveDescriptorReserve
+            ) { appID in
                 observers.storedElsewhere(appID: appID)
             }
             let services = Services(
@@ -131,6 +134,8 @@ public final class ParleyApp: Sendable {
             http.port = configuration.listenPort
             http.headerTimeout = .milliseconds(configuration.requestHeadTimeoutMillis)
             http.bodyTimeout = .milliseconds(configuration.requestBodyTimeoutMillis)
+            if let limit = configuration.streamBufferLimit { http.streamBufferLimit = limit }
+            http.streamSendBuffer = configuration.streamSendBuffer
             // CORS: what browser consoles and browser tus clients (docs/files.md#resumable-uploads-tus) may read and send.
             http.corsExposedHeaders = [
                 "X-Request-Id", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Retry-After", "WWW-Authenticate",
@@ -147,12 +152,18 @@ public final class ParleyApp: Sendable {
                 problem: { problem, requestID in ProblemRendering.serverProblem(problem, requestID: requestID) },
                 handlerError: { error, request in ProblemRendering.handlerError(error, request: request, logger: httpLogger) },
                 requestCompleted: { metrics.record($0) },
-                connectionsChanged: { metrics.connections($0) })
+                connectionsChanged: { count in
+                    metrics.connections(count)
+                    hub.capacity.connectionsChanged(count)
+                })
             // The hub before the listener: in a rolling restart the balancer sends streams the moment the port
             // accepts, and a stream the hub took before it started would not be recorded for presence.
             hub.start(database: serving, pgLogger: pgLogger, services: services)
             server = try HTTPServer(
                 configuration: http, router: routes, executor: PoolExecutor(pool: pool), hooks: hooks, logger: httpLogger)
+            let streamCap = hub.capacity.start(openFiles: server.openFilesLimit, atStart: server.descriptorsAtStart)
+            logger.named("live").info(
+                "msg=\"stream capacity\" connections=\(streamCap == Int.max ? "unlimited" : String(streamCap)) fd_reserve=\(hub.capacity.reserve)")
             services.sequencer.start(database: serving, pgLogger: pgLogger)
             writer.start(database: serving, pgLogger: pgLogger)
             services.webhooks.dispatcher.start(database: serving, pgLogger: pgLogger)
