@@ -20,20 +20,7 @@ SETUPS=${BENCH_CLUSTER_SETUPS:-1 3 3a}
 SENDERS=${CLUSTER_SENDERS:-16}
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
-require_tools nginx
-require_pgbench
-command -v python3 >/dev/null || install_package python3
-ulimit -n 20000 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-on_exit() {
-    local status=$?
-    [[ -n ${CLUSTER_DIR:-} ]] && bash "$ROOT/scripts/cluster.sh" down >/dev/null 2>&1
-    (exit "$status")
-    cleanup
-}
-trap on_exit EXIT
-
-build_parley
-export CLUSTER_BINARY=$SCRATCH/release/parley NGINX CLUSTER_DIR
+cluster_bench_setup
 declare -A RESULT
 for round in $(seq "$ROUNDS"); do
     for setup in $SETUPS; do

@@ -339,6 +339,26 @@ CREATE TABLE bench_counter_rows (seq bigint PRIMARY KEY, body text NOT NULL);"
         || die "could not $1 the reference tables"
 }
 
+# --- Clusters of scripts/cluster.sh (cluster.sh, sse-scale.sh) --------------------------------------------------------
+
+cluster_bench_setup() {  # the tools, an open files limit for many connections, and at exit the cluster of $CLUSTER_DIR
+                         # (if one is up) stopped before the usual cleanup; then the release build
+    require_tools nginx
+    require_pgbench
+    command -v python3 >/dev/null || install_package python3
+    ulimit -n 20000 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+    trap stop_cluster_then_cleanup EXIT
+    build_parley
+    export CLUSTER_BINARY=$SCRATCH/release/parley NGINX CLUSTER_DIR
+}
+
+stop_cluster_then_cleanup() {
+    local status=$?
+    [[ -n ${CLUSTER_DIR:-} ]] && bash "$ROOT/scripts/cluster.sh" down >/dev/null 2>&1
+    (exit "$status")
+    cleanup
+}
+
 # --- Fixtures through the API ----------------------------------------------------------------------------------------
 import_users() {  # count: users u1..u<count> (name "User <i>"), 100 per request
     local count=$1 first last

@@ -100,6 +100,8 @@ package final class EventHub: CommitObserver {
     private let listener = LockedValue<PostgresListener?>(nil)
     /// Set by `start`, cleared by `stop`: the pool and clock the presence writes use.
     private let services = LockedValue<Services?>(nil)
+    /// Set by `start`: applies the user streams' opens and closes to presence, many per transaction.
+    private let presenceWriter = LockedValue<StreamPresenceWriter?>(nil)
     /// Set by ``endStreams()``: when (monotonic ms) the hub was told to end its streams, and, once it has, how many
     /// it ended, and how many of them were user streams with presence (their rows are settled together by `stop`,
     /// after the handover).
@@ -120,6 +122,8 @@ package final class EventHub: CommitObserver {
     /// Reads of the log that caught streams up (backlogs of new and resumed streams), since start: one per page,
     /// shared by every stream that page serves.
     package let replayQueries = Atomic<Int>(0)
+    /// The catch-up reads so far (the `parley_sse_replay_reads_total` metric).
+    package var replayReads: Int { replayQueries.load(ordering: .relaxed) }
 
     package init(
         heartbeatMillis: Int, logger: Logger, descriptorReserve: Int = 0,
@@ -170,7 +174,7 @@ package final class EventHub: CommitObserver {
             return
         }
         let presence = subscription.userID.flatMap { userID in
-            services.withLock { $0 }.map { UserStreamPresence(userID: userID, streamID: "\(nodeID):\(id)", services: $0) }
+            presenceWriter.withLock { $0 }.map { UserStreamPresence(userID: userID, streamID: "\(nodeID):\(id)", writer: $0) }
         }
         // The hub is woken once the stream's close handler is in place (below).
         let confirmed = inbox.ifRunning { inbox -> Bool in
@@ -250,6 +254,7 @@ package final class EventHub: CommitObserver {
     /// Starts the hub thread (reading on its own connection to `database`) and the listener for other nodes.
     package func start(database: PostgresConfiguration, pgLogger: PostgresLogger, services: Services) {
         self.services.withLock { $0 = services }
+        presenceWriter.withLock { $0 = StreamPresenceWriter(services: services) }
         inbox.start(name: "parley-hub") { [self] _ in
             run(DedicatedConnection(database, applicationName: "parley-hub", logger: pgLogger))
         }
@@ -348,6 +353,9 @@ package final class EventHub: CommitObserver {
     private struct Feed {
         var head: Int64
         var subscribers: [UInt64: Subscriber] = [:]
+        /// Every subscriber whose cursor may be below the head (new and resumed ones; ids of closed ones until the next
+        /// pump prunes them): the catch-up looks only at these, not at the thousands of streams already at the head.
+        var catchingUp: Set<UInt64> = []
     }
 
     private func run(_ connection: DedicatedConnection) {
@@ -355,7 +363,12 @@ package final class EventHub: CommitObserver {
         var audience = MemberAudience()
         var db = connection
         var outage = OutageLog(logger: logger, what: "live hub read")
-        var nextHeartbeat = EventLoop.monotonicMillis() + Int64(heartbeatMillis)
+        // Heartbeats go out a slice of the streams at a time, one slice a second, so every stream still gets one per
+        // `heartbeatMillis` but 19,000 streams are not pinged in one burst (each burst delayed a node's requests by up
+        // to a second; docs/scaling.md#idle-streams-at-scale).
+        let heartbeatSlices = max(1, heartbeatMillis / 1000)
+        var heartbeatSlice = 0
+        var nextHeartbeat = EventLoop.monotonicMillis() + Int64(heartbeatMillis / heartbeatSlices)
         var nextSweep = EventLoop.monotonicMillis() + 1000
         var nextNodeBeat: Int64 = 0
         var retry: Set<String> = []
@@ -392,6 +405,7 @@ package final class EventHub: CommitObserver {
             for (id, subscriber) in batch.newcomers where !subscriber.stream.isClosed {
                 let appID = subscriber.subscription.appID
                 feeds[appID, default: Feed(head: subscriber.subscription.head)].subscribers[id] = subscriber
+                feeds[appID]!.catchingUp.insert(id)
                 apps.insert(appID)
             }
             if batch.endStreams && !streamsEnded {
@@ -446,8 +460,13 @@ package final class EventHub: CommitObserver {
                 Wakeup.sleep(millis: 200)
             }
             if EventLoop.monotonicMillis() >= nextHeartbeat {
-                for feed in feeds.values { for subscriber in feed.subscribers.values { subscriber.stream.write(Self.pingFrame) } }
-                nextHeartbeat = EventLoop.monotonicMillis() + Int64(heartbeatMillis)
+                for feed in feeds.values {
+                    for (id, subscriber) in feed.subscribers where id % UInt64(heartbeatSlices) == UInt64(heartbeatSlice) {
+                        subscriber.stream.write(Self.pingFrame)
+                    }
+                }
+                heartbeatSlice = (heartbeatSlice + 1) % heartbeatSlices
+                nextHeartbeat = EventLoop.monotonicMillis() + Int64(heartbeatMillis / heartbeatSlices)
             }
             if !retry.isEmpty { inbox.poke() }
         }
@@ -484,32 +503,52 @@ package final class EventHub: CommitObserver {
     private func pump(
         _ feed: inout Feed, appID: String, local: [LiveEvent], readLog: Bool, audience: inout MemberAudience, db: PostgresConnection
     ) throws -> Bool {
-        // The backlogs of new and resumed subscribers, coalesced: each read starts at the lowest cursor still behind and
-        // serves every subscriber whose cursor lies inside the page it returns, so a reconnect storm of streams resuming
-        // from the same place costs one query per page and pass, not one per stream (docs/scaling.md#reconnect-storms).
-        // Each subscriber still takes at most `catchUpPages` pages per pass, so one large backlog stalls no one.
-        var served: [UInt64: Int] = [:]
-        while true {
-            var lowest: Int64?
-            for (id, subscriber) in feed.subscribers where subscriber.cursor < feed.head && served[id, default: 0] < Self.catchUpPages {
-                lowest = min(lowest ?? subscriber.cursor, subscriber.cursor)
-            }
-            guard let from = lowest else { break }
+        // The backlogs of new and resumed subscribers, coalesced: the subscribers behind, sorted by cursor once per pass,
+        // are walked as a wave. Each read starts at the wave's cursor (or the lowest cursor not reached yet) and serves
+        // every subscriber whose cursor lies inside the page it returns; those it moves on form the wave of the next
+        // read. So a reconnect storm of streams resuming from nearby places costs one query per page and pass, not one
+        // per stream, and no subscriber is looked at twice per page (docs/scaling.md#reconnect-storms). Each subscriber
+        // still takes at most `catchUpPages` pages per pass, so one large backlog stalls no one.
+        let waiting = feed.catchingUp.compactMap { id -> (id: UInt64, subscriber: Subscriber)? in
+            guard let subscriber = feed.subscribers[id], subscriber.cursor < feed.head else { return nil }
+            return (id, subscriber)
+        }.sorted { $0.subscriber.cursor < $1.subscriber.cursor }
+        var reached = 0
+        var wave: [(id: UInt64, subscriber: Subscriber, pages: Int)] = []
+        while let from = wave.first?.subscriber.cursor ?? (reached < waiting.count ? waiting[reached].subscriber.cursor : nil) {
             let page = try EventLog.readLive(appID: appID, after: from, upTo: feed.head, limit: Self.pageSize, on: db)
             replayQueries.add(1, ordering: .relaxed)
             // A short page read everything up to the head; a full one up to its last event.
             let complete = page.count < Self.pageSize
             let end = complete ? feed.head : page[page.count - 1].id
+            while reached < waiting.count, waiting[reached].subscriber.cursor < end {
+                wave.append((waiting[reached].id, waiting[reached].subscriber, 0))
+                reached += 1
+            }
             let members = try observe(page, appID: appID, audience: &audience, db: db)
             var userFrames = UserFrames(page)
-            for (id, subscriber) in feed.subscribers
-            where subscriber.cursor >= from && subscriber.cursor < end && served[id, default: 0] < Self.catchUpPages {
-                served[id, default: 0] += 1
-                deliver(page, members, &userFrames, to: id, subscriber, in: &feed)
-                if complete, feed.subscribers[id] != nil { subscriber.cursor = feed.head }
+            let reach = StreamDelivery.Reach(page)
+            var moved: [(id: UInt64, subscriber: Subscriber, pages: Int)] = []
+            for (id, subscriber, pages) in wave where feed.subscribers[id] != nil {
+                if !page.isEmpty {
+                    if reach.mayTouch(subscriber.subscription) {
+                        deliver(page, members, &userFrames, to: id, subscriber, in: &feed)
+                    } else {
+                        subscriber.cursor = max(subscriber.cursor, page[page.count - 1].id)  // nothing of the page is for it
+                    }
+                }
+                guard feed.subscribers[id] != nil else { continue }
+                if complete { subscriber.cursor = feed.head }
+                // Every subscriber of the wave was at `from`: those still behind are now at `end`, together.
+                if subscriber.cursor < feed.head && pages + 1 < Self.catchUpPages { moved.append((id, subscriber, pages + 1)) }
             }
+            wave = moved
         }
-        let behind = feed.subscribers.values.contains { $0.cursor < feed.head }
+        // Those at the head now follow it with everyone else (``deliverToAll``); closed ones are forgotten.
+        let head = feed.head
+        let subscribers = feed.subscribers
+        feed.catchingUp = feed.catchingUp.filter { id in subscribers[id].map { $0.cursor < head } ?? false }
+        let behind = !feed.catchingUp.isEmpty
         // The run of local events that follows the head without a gap: anything after a gap comes from the log.
         let (run, gapFollows) = StreamDelivery.localRun(local, after: feed.head)
         for start in stride(from: 0, to: run.count, by: Self.pageSize) {
@@ -528,13 +567,22 @@ package final class EventHub: CommitObserver {
     private func deliverToAll(_ page: [LiveEvent], appID: String, in feed: inout Feed, audience: inout MemberAudience, db: PostgresConnection)
         throws
     {
+        // The sweep reads every feed each second and mostly finds nothing: no pass over its streams then (at 19,000
+        // idle streams the empty passes were most of a node's idle CPU; docs/scaling.md#idle-streams-at-scale).
+        guard !page.isEmpty else { return }
         let members = try observe(page, appID: appID, audience: &audience, db: db)
         // One set of user-view frames for the page, shared by every subscriber.
         var userFrames = UserFrames(page)
         // A copy of the table: delivering may close (remove) subscribers. A subscriber still catching up (its cursor
         // below the head) gets these events from the log with its backlog, in order, on a later pass.
         let head = feed.head
+        let reach = StreamDelivery.Reach(page)
+        let lastID = page[page.count - 1].id
         for (id, subscriber) in feed.subscribers where subscriber.cursor >= head {
+            guard reach.mayTouch(subscriber.subscription) else {
+                subscriber.cursor = max(subscriber.cursor, lastID)
+                continue
+            }
             deliver(page, members, &userFrames, to: id, subscriber, in: &feed)
         }
         if let last = page.last { feed.head = last.id }
@@ -561,7 +609,8 @@ package final class EventHub: CommitObserver {
             members[index]?.contains(userID) ?? false
         }
         subscriber.cursor = pass.cursor
-        subscriber.stream.write(pass.frames)
+        // Most streams of an app see none of a page's events (another user's message): no write, no lock taken.
+        if !pass.frames.isEmpty { subscriber.stream.write(pass.frames) }
         guard pass.closes else { return }
         subscriber.presence?.endedByLogout()
         subscriber.stream.close()

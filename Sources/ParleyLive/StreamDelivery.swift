@@ -35,6 +35,35 @@ enum StreamDelivery {
         return pass
     }
 
+    /// Which user streams a page can touch at all: the users named by its events (audience, a deleted user) unless an
+    /// event is written to a group's or room's members. Any other user stream sees nothing of the page and is not
+    /// closed by it, so its pass would only move its cursor to the page's last event: the hub does just that, without
+    /// the pass (an app with 19,000 idle user streams and one user's message: one set lookup per stream, no filter
+    /// matching, no frames).
+    struct Reach {
+        private let users: Set<String>
+        private let everyone: Bool
+
+        init(_ page: [LiveEvent]) {
+            everyone = page.contains { MemberAudience.key(of: $0) != nil }
+            var users = Set<String>()
+            if !everyone {
+                for event in page {
+                    users.formUnion(event.audience)
+                    if let deleted = event.deletedUserID { users.insert(deleted) }
+                }
+            }
+            self.users = users
+        }
+
+        /// False only when ``pass(_:after:to:userFrames:wasMember:)`` would give `subscription` no frames, no close,
+        /// and the page's last id as its cursor.
+        func mayTouch(_ subscription: EventHub.Subscription) -> Bool {
+            guard let userID = subscription.userID, !everyone else { return true }
+            return users.contains(userID)
+        }
+    }
+
     /// Whether `event` ends a user stream (docs/events.md#live-streams-server-sent-events): its user was kicked on the
     /// stream's platform (every platform when the event names none), or deleted. App streams never end this way.
     static func isClosed(_ subscription: EventHub.Subscription, by event: LiveEvent) -> Bool {

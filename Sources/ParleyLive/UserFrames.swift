@@ -11,6 +11,8 @@ import ParleyAPI
 struct UserFrames {
     private let page: [LiveEvent]
     private var rendered: [Rendered?]
+    /// User-view frames rendered so far: at most two per event whatever the number of streams (the test's witness).
+    private(set) var renders = 0
 
     private struct Rendered {
         /// Nil when the stored data did not parse (never written by Parley): user streams then get no frame for it
@@ -35,6 +37,7 @@ struct UserFrames {
         let isSender = view.sender == userID
         if let frame = isSender ? entry.sender : entry.others { return frame }
         let frame = view.data(for: userID).map(event.frame(data:)) ?? event.frame
+        renders += 1
         if isSender { entry.sender = frame } else { entry.others = frame }
         return frame
     }

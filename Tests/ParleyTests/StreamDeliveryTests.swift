@@ -134,6 +134,59 @@ struct StreamDeliveryTests {
         #expect(Self.ids(Array(receiver.utf8)) == [1])
     }
 
+    /// A group message to 1,000 members' streams: the sender's view and the others' view are each rendered once for
+    /// the page, not once per stream, and every stream gets the frame of its own view.
+    @Test func aPageRendersEachUserViewOncePerEventWhateverTheStreams() {
+        let data = #"{"message":{"from":"u1","push":{"title":"t"},"suppressed":false}}"#
+        let members = Set((1...1000).map { "u\($0)" })
+        let page = [
+            Self.event(1, "message.sent", groupID: "g1", toMembers: true, data: data),
+            Self.event(2, "friend.added", audience: Array(members)),
+        ]
+        var userFrames = UserFrames(page)
+        var bodies: [String: Int] = [:]
+        for user in members.sorted() {
+            let pass = StreamDelivery.pass(page, after: 0, to: Self.userStream(user), userFrames: &userFrames) { _, member in
+                members.contains(member)
+            }
+            #expect(Self.ids(pass.frames) == [1, 2])
+            bodies[String(decoding: pass.frames, as: UTF8.self), default: 0] += 1
+        }
+        #expect(userFrames.renders == 2, "one render for the sender's view, one for everyone else's")
+        #expect(bodies.count == 2 && bodies.values.sorted() == [1, 999])
+    }
+
+    /// The hub skips the pass of a user stream a page cannot touch: for every kind of page, a stream `Reach` says is
+    /// untouched gets, from the full pass, no frames, no close, and the page's last id as its cursor.
+    @Test func aStreamThePageCannotTouchWouldOnlyMoveItsCursor() {
+        let pages: [[LiveEvent]] = [
+            [Self.event(1, "message.sent", audience: ["u1", "u2"], data: #"{"message":{"from":"u1"}}"#)],
+            [Self.event(1, "friend.added", audience: ["u3"]), Self.event(2, "user.deleted", deletedUserID: "u4")],
+            [Self.event(1, "user.kicked", audience: ["u5"], kickedPlatforms: ["ios"])],
+            [Self.event(1, "group.member_joined", groupID: "g1", toMembers: true), Self.event(2, "friend.added", audience: ["u1"])],
+            [Self.event(1, "room.message", roomID: "r1", toMembers: true)],
+            [Self.event(1, "app.settings_updated")],
+        ]
+        let users = (1...6).map { "u\($0)" }
+        for page in pages {
+            let reach = StreamDelivery.Reach(page)
+            #expect(reach.mayTouch(Self.appStream()), "app streams see every page")
+            for user in users {
+                let stream = Self.userStream(user)
+                var userFrames = UserFrames(page)
+                let pass = StreamDelivery.pass(page, after: 0, to: stream, userFrames: &userFrames) { _, _ in true }
+                if !reach.mayTouch(stream) {
+                    #expect(pass == StreamDelivery.PagePass(frames: [], cursor: page[page.count - 1].id, closes: false))
+                }
+                if !pass.frames.isEmpty || pass.closes { #expect(reach.mayTouch(stream)) }
+            }
+        }
+        // Untouched: a user outside the audiences of a page written to no members.
+        #expect(!StreamDelivery.Reach(pages[0]).mayTouch(Self.userStream("u3")))
+        #expect(StreamDelivery.Reach(pages[1]).mayTouch(Self.userStream("u4")), "the deleted user's streams close")
+        #expect(StreamDelivery.Reach(pages[3]).mayTouch(Self.userStream("u6")), "any user may be a member")
+    }
+
     // MARK: - The writer's events
 
     @Test func localEventsFollowingTheHeadSkipTheLog() {

@@ -37,6 +37,10 @@ enum OpsAPIRoutes {
             text += Metrics.family("parley_sse_streams_open", "gauge", "Open SSE streams.")
             let streams = hub.openStreams()
             text += "parley_sse_streams_open{kind=\"user\"} \(streams.user)\nparley_sse_streams_open{kind=\"app\"} \(streams.app)\n"
+            text += Metrics.metric(
+                "parley_sse_replay_reads_total", "counter",
+                "Event log reads by the stream hub for streams behind the head (resumes, catch-up); one read serves every stream in its range.",
+                hub.replayReads)
             let gauges = StatsService.gauges(pool: services.pool, now: services.clock.now())
             if let queue = gauges.webhookQueue {
                 text += services.webhooks.metrics.render(queueDepth: Int(queue.depth), oldestPendingSeconds: Double(queue.oldestMillis) / 1000)
