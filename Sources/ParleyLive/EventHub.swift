@@ -530,13 +530,7 @@ package final class EventHub: CommitObserver {
             let reach = StreamDelivery.Reach(page)
             var moved: [(id: UInt64, subscriber: Subscriber, pages: Int)] = []
             for (id, subscriber, pages) in wave where feed.subscribers[id] != nil {
-                if !page.isEmpty {
-                    if reach.mayTouch(subscriber.subscription) {
-                        deliver(page, members, &userFrames, to: id, subscriber, in: &feed)
-                    } else {
-                        subscriber.cursor = max(subscriber.cursor, page[page.count - 1].id)  // nothing of the page is for it
-                    }
-                }
+                deliver(page, members, reach, &userFrames, to: id, subscriber, in: &feed)
                 guard feed.subscribers[id] != nil else { continue }
                 if complete { subscriber.cursor = feed.head }
                 // Every subscriber of the wave was at `from`: those still behind are now at `end`, together.
@@ -577,13 +571,8 @@ package final class EventHub: CommitObserver {
         // below the head) gets these events from the log with its backlog, in order, on a later pass.
         let head = feed.head
         let reach = StreamDelivery.Reach(page)
-        let lastID = page[page.count - 1].id
         for (id, subscriber) in feed.subscribers where subscriber.cursor >= head {
-            guard reach.mayTouch(subscriber.subscription) else {
-                subscriber.cursor = max(subscriber.cursor, lastID)
-                continue
-            }
-            deliver(page, members, &userFrames, to: id, subscriber, in: &feed)
+            deliver(page, members, reach, &userFrames, to: id, subscriber, in: &feed)
         }
         if let last = page.last { feed.head = last.id }
     }
@@ -602,9 +591,15 @@ package final class EventHub: CommitObserver {
     /// user's view (docs/events.md#two-views-of-the-same-event) from `userFrames`; applies the closing rules (the
     /// frames before a closing event, and that event's own, are written before the stream closes).
     private func deliver(
-        _ page: [LiveEvent], _ members: [MemberAudience.Members?], _ userFrames: inout UserFrames, to id: UInt64, _ subscriber: Subscriber,
-        in feed: inout Feed
+        _ page: [LiveEvent], _ members: [MemberAudience.Members?], _ reach: StreamDelivery.Reach, _ userFrames: inout UserFrames,
+        to id: UInt64, _ subscriber: Subscriber, in feed: inout Feed
     ) {
+        guard let last = page.last else { return }
+        // A stream the page cannot touch would only move its cursor: no pass (``StreamDelivery/Reach``).
+        guard reach.mayTouch(subscriber.subscription) else {
+            subscriber.cursor = max(subscriber.cursor, last.id)
+            return
+        }
         let pass = StreamDelivery.pass(page, after: subscriber.cursor, to: subscriber.subscription, userFrames: &userFrames) { index, userID in
             members[index]?.contains(userID) ?? false
         }
