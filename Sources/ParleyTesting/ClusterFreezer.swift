@@ -10,12 +10,7 @@ import ParleySync
 /// thaws after `maxFreeze` whatever the test does (so a test of code that would hang fails instead of hanging); and the
 /// test process thaws every cluster still frozen when it exits. Owner: `frozen` behind its lock.
 public final class ClusterFreezer: Sendable {
-    /// What `freeze` stops: a postmaster and its children as they are then, or exactly the processes given.
-    private enum Target {
-        case cluster(postmaster: pid_t)
-        case processes([pid_t])
-    }
-    private let target: Target
+    private let postmaster: pid_t
     private let maxFreeze: Duration
     /// The processes now stopped, and which freeze stopped them (a watchdog thaws only its own).
     private let frozen = LockedValue<(generation: Int, pids: [pid_t])>((0, []))
@@ -27,31 +22,22 @@ public final class ClusterFreezer: Sendable {
 
     /// Freezes the cluster of `postmaster`: the postmaster and its children.
     public init(postmaster: pid_t, maxFreeze: Duration = .seconds(20)) {
-        self.target = .cluster(postmaster: postmaster)
+        self.postmaster = postmaster
         self.maxFreeze = maxFreeze
         _ = Self.exitHandler
     }
 
-    /// Freezes exactly `processes` (the processes of a cluster whose postmaster is to be killed).
-    public init(processes: [pid_t], maxFreeze: Duration = .seconds(20)) {
-        self.target = .processes(processes)
-        self.maxFreeze = maxFreeze
-        _ = Self.exitHandler
-    }
+    /// The processes now stopped (empty: none was alive, or thawed).
+    public var frozenProcesses: [pid_t] { frozen.withLock { $0.pids } }
 
-    /// How many processes the last `freeze` stopped (0: none was alive).
-    public var frozenCount: Int { frozen.withLock { $0.pids.count } }
+    /// How many processes are now stopped.
+    public var frozenCount: Int { frozenProcesses.count }
 
-    /// Stops the postmaster first (so it forks no new process), then each of its children; or the given processes.
+    /// Stops the postmaster first (so it forks no new process), then each of its children.
     public func freeze() {
         var stopped: [pid_t] = []
-        switch target {
-        case .cluster(let postmaster):
-            if kill(postmaster, SIGSTOP) == 0 { stopped.append(postmaster) }
-            for child in Self.children(of: postmaster) where kill(child, SIGSTOP) == 0 { stopped.append(child) }
-        case .processes(let processes):
-            for pid in processes where kill(pid, SIGSTOP) == 0 { stopped.append(pid) }
-        }
+        if kill(postmaster, SIGSTOP) == 0 { stopped.append(postmaster) }
+        for child in Self.children(of: postmaster) where kill(child, SIGSTOP) == 0 { stopped.append(child) }
         let generation = frozen.withLock { state -> Int in
             state.generation += 1
             state.pids += stopped

@@ -176,10 +176,20 @@ struct DatabaseFaultTests {
         }
     }
 
-    /// How many processes have the System V shared memory segment `id` attached (0 when it is gone).
-    private static func attachments(ofSharedMemory id: Int32) -> Int {
-        var status = shmid_ds()
-        return shmctl(id, IPC_STAT, &status) == 0 ? Int(status.shm_nattch) : 0
+    /// Whether process `pid` has a System V shared memory segment mapped (PostgreSQL's is its only one). Read with
+    /// `read(2)` to the end: Foundation stops a /proc file after its first page, and the mapping is further down.
+    private static func attachesSharedMemory(_ pid: pid_t) -> Bool {
+        let fd = open("/proc/\(pid)/maps", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var maps: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n <= 0 { break }
+            maps += chunk[..<n]
+        }
+        return String(decoding: maps, as: UTF8.self).contains("/SYSV")
     }
 
     /// One round of ``serverStartsRightAfterKillNine()``; false when the previous cluster could not be held.
@@ -194,14 +204,12 @@ struct DatabaseFaultTests {
         #expect(created.status == 201)
         let pidFile = try String(contentsOfFile: data + "/pg/postmaster.pid", encoding: .utf8).split(separator: "\n")
         let postmaster = try #require(pidFile.first.flatMap { pid_t($0) })
-        // Line 7: the cluster's System V shared memory key and id; PostgreSQL refuses to start while it is attached.
-        let sharedMemoryID = pidFile.count > 6 ? pidFile[6].split(separator: " ").last.flatMap { Int32($0) } : nil
-        let children = ClusterFreezer.children(of: postmaster)
 
         first.kill(SIGKILL)
-        // Frozen only after Parley's death: the kernel continues a process group that is orphaned while stopped.
+        // Frozen only after Parley's death: the kernel continues a process group that is orphaned while stopped. The
+        // postmaster is stopped before its children are listed, so it forks none the freeze would miss.
         #expect(first.waitUntilDead())
-        let freezer = killPostmasterToo ? ClusterFreezer(processes: children) : ClusterFreezer(postmaster: postmaster)
+        let freezer = ClusterFreezer(postmaster: postmaster)
         freezer.freeze()
         defer { freezer.thaw() }
         if killPostmasterToo { kill(postmaster, SIGKILL) }
@@ -210,10 +218,10 @@ struct DatabaseFaultTests {
         // (an unlink in flight when they were sent completes first).
         usleep(100_000)
         let finished = !killPostmasterToo && !FileManager.default.fileExists(atPath: data + "/pg/postmaster.pid")
-        // With the postmaster killed, only held processes still attached to the shared memory keep the new server
-        // waiting; one that had already detached (exiting) holds nothing, and the new server rightly starts.
-        let detached = killPostmasterToo && sharedMemoryID.map { Self.attachments(ofSharedMemory: $0) == 0 } ?? false
-        guard freezer.frozenCount > 0, !finished, !detached else {
+        // With the postmaster killed, only held children still attached to the cluster's System V shared memory keep
+        // the new server waiting; those that had already detached (exiting) hold nothing, and it rightly starts.
+        let holdingMemory = freezer.frozenProcesses.filter { $0 != postmaster && Self.attachesSharedMemory($0) }
+        guard freezer.frozenCount > 0, !finished, !killPostmasterToo || !holdingMemory.isEmpty else {
             freezer.thaw()
             first.waitForExit()
             return false
