@@ -14,6 +14,10 @@
 #     room.member_joined/left frames on the streams against the churn ops answered 200 × streams;
 #   - CPU seconds over the load and the drain: parley, its PostgreSQL, the reader, the driver, machine busy of total,
 #     and which side was the bottleneck (the reader is one thread: near 1.0 core means the client limited the figures).
+# With BENCH_ROOM_GROUP=1 the same run measures a big group's fan-out instead: the members are a group's (created with
+# the app key, max_group_members raised to fit), the texts ordinary stored group messages, no churn; the end check is the
+# group's member count and member list. `BENCH_ROOM_GROUP=1 BENCH_ROOM_MEMBERS=10000 BENCH_ROOM_RATE=20 bench/rooms.sh`
+# is the 10,000-member group at 20 messages/s (target p99 < 200 ms).
 # Pieces: bench/rooms_reader.c (the streams: C, epoll, one thread; compiled here with `cc -O2`), bench/py/room_driver.py
 # (room setup, paced sends, churn, member checks, the analysis; stdlib asyncio). bench/py/room_fake_server.py is a
 # stand-in server to check those two without Parley (see bench/README.md); this script does not use it.
@@ -27,6 +31,10 @@
 # Environment (defaults; --quick changes the first four and BENCH_NO_RECORD, explicit values still win):
 #   BENCH_ROOM_MEMBERS=2000 (stream holders u1..uN, the room's permanent members; u1 creates the room and sends)
 #   BENCH_ROOM_RATE=200 (messages/s)   BENCH_ROOM_SECONDS=20   BENCH_ROOM_CHURN=1000 (users u<N+1>..u<N+CHURN>, 0: none)
+#   BENCH_ROOM_GROUP=0 (1: a group instead of a room, see above; BENCH_ROOM_CHURN then defaults to, and must be, 0)
+#   BENCH_ROOM_STALLED=0 (slow consumers: that many of the members' streams, the last ones, stop reading once open,
+#       with a 4 KiB receive buffer; the server must cut them and the others must not slow down; Parley's RSS before
+#       and after the load is recorded)
 #   BENCH_ROOM_CHURN_CYCLES=1          BENCH_ROOM_TEXT_BYTES=64 (text size, "rbm:<i>:" + padding)
 #   BENCH_ROOM_TYPES= (the streams' `types` filter; empty = every event, as a client would)
 #   BENCH_ROOM_DRAIN_TIMEOUT=60 (s to wait for the last deliveries)   BENCH_ROOM_STALL=5 (s without progress = done)
@@ -48,7 +56,15 @@ if ((QUICK)); then
 else
     MEMBERS=${BENCH_ROOM_MEMBERS:-2000} MSG_RATE=${BENCH_ROOM_RATE:-200} RUN_SECS=${BENCH_ROOM_SECONDS:-20} CHURN=${BENCH_ROOM_CHURN:-1000}
 fi
+GROUP=${BENCH_ROOM_GROUP:-0}
+if ((GROUP)); then
+    CHURN=${BENCH_ROOM_CHURN:-0}
+    ((CHURN == 0)) || { echo "BENCH_ROOM_GROUP=1 runs without churn (BENCH_ROOM_CHURN=0)" >&2; exit 2; }
+    export ROOM_DRIVER_GROUP=1
+fi
 CYCLES=${BENCH_ROOM_CHURN_CYCLES:-1}
+STALLED=${BENCH_ROOM_STALLED:-0}
+export READER_STALLED=$STALLED
 TEXT_BYTES=${BENCH_ROOM_TEXT_BYTES:-64}
 TYPES=${BENCH_ROOM_TYPES:-}
 DRAIN_TIMEOUT=${BENCH_ROOM_DRAIN_TIMEOUT:-60}
@@ -87,11 +103,20 @@ for k, v in json.loads(sys.argv[1]).items():
 rf() { echo "${R[$1]:-n/a}"; }
 af() { echo "${AN[$1]:-n/a}"; }
 
-# --- the room and its members ---------------------------------------------------------------------------------------
-log "room $ROOM: u1 creates it, u2..u$MEMBERS enter"
-SETUP=$(timeout 600 python3 "$ROOT/bench/py/room_driver.py" setup "$PORT" "$ROOM" "$MEMBERS" 2>"$TMP/setup.err") \
-    || { cat "$TMP/setup.err" >&2; die "room setup failed (does this build have the room routes of API.md §10?)"; }
-log "  $SETUP"
+# --- the room (or group) and its members ------------------------------------------------------------------------------
+if ((GROUP)); then
+    log "group $ROOM: u1 creates it with u2..u$MEMBERS"
+    api -X PATCH "$BASE/v1/settings" -d "{\"max_group_members\":$((MEMBERS > 2000 ? MEMBERS : 2000))}" >/dev/null
+    setup_started=$SECONDS
+    create_group "$ROOM" "$MEMBERS"
+    SETUP="{\"seconds\": $((SECONDS - setup_started))}"
+else
+    log "room $ROOM: u1 creates it, u2..u$MEMBERS enter"
+    SETUP=$(timeout 600 python3 "$ROOT/bench/py/room_driver.py" setup "$PORT" "$ROOM" "$MEMBERS" 2>"$TMP/setup.err") \
+        || { cat "$TMP/setup.err" >&2; die "room setup failed (does this build have the room routes of API.md §10?)"; }
+    log "  $SETUP"
+fi
+KIND=$( ((GROUP)) && echo group || echo room)
 
 # --- the streams ----------------------------------------------------------------------------------------------------
 QUERY="presence=false${TYPES:+&types=$TYPES}"
@@ -104,6 +129,7 @@ STARTED=$SECONDS
 for _ in $(seq 1200); do [[ -s $TMP/ready ]] && break; kill -0 "$READER_PID" 2>/dev/null || break; sleep 0.25; done
 [[ -s $TMP/ready ]] || { cat "$TMP/reader.out" >&2; die "the streams did not open within 300 s"; }
 read -r OPENED FAILED FIRST_FAILURE <"$TMP/ready"
+READING=$((OPENED - STALLED))  # the streams expected to receive every message
 OPEN_SECONDS=$((SECONDS - STARTED))
 log "  open $OPENED, failed $FAILED in ~${OPEN_SECONDS}s$( ((FAILED == 0)) || echo " (first failure: $FIRST_FAILURE)")"
 ((OPENED == MEMBERS)) || die "only $OPENED of $MEMBERS streams opened: $FIRST_FAILURE"
@@ -113,8 +139,13 @@ sleep 2  # the hub settles before the clock starts
 CPU_PEER_PID=$READER_PID
 CPU_PEER_NAME=reader
 progress() { tail -n 1 "$TMP/progress" 2>/dev/null || echo "0 0 0 0 0"; }  # "<ns> <message frames> <member frames> <open> <closed>"
-log "load: $MSG_RATE room messages/s from u1 for ${RUN_SECS}s ($MESSAGES messages, priority 2, unstored, ${TEXT_BYTES}-byte texts); churn: $CHURN users × $CYCLES enter/leave"
+if ((GROUP)); then
+    log "load: $MSG_RATE group messages/s from u1 for ${RUN_SECS}s ($MESSAGES messages, stored, ${TEXT_BYTES}-byte texts)"
+else
+    log "load: $MSG_RATE room messages/s from u1 for ${RUN_SECS}s ($MESSAGES messages, priority 2, unstored, ${TEXT_BYTES}-byte texts); churn: $CHURN users × $CYCLES enter/leave"
+fi
 CPU_BEFORE=$(cpu_snapshot)
+RSS_BEFORE=$(rss_kib "$PARLEY_PID" VmRSS)
 T_LOAD=$(date +%s.%N)
 RUN=$(timeout $((RUN_SECS + 300)) python3 "$ROOT/bench/py/room_driver.py" run "$PORT" "$ROOM" "$MEMBERS" "$MSG_RATE" "$RUN_SECS" "$CHURN" "$CYCLES" \
     "$TEXT_BYTES" "$TMP/sends" 2>"$TMP/run.err") || { cat "$TMP/run.err" >&2; die "the driver failed"; }
@@ -124,8 +155,9 @@ echo "$RUN" >"$TMP/run.json"
 load_json R "$RUN"
 
 # --- the drain: until every expected frame arrived, or nothing arrives for BENCH_ROOM_STALL s --------------------------
-WANT_MSG=$(($(rf sends_ok) * OPENED))
-WANT_MEMBER=$((($(rf churn_enter_ok) + $(rf churn_leave_ok)) * OPENED))
+RSS_AFTER=$(rss_kib "$PARLEY_PID" VmRSS)
+WANT_MSG=$(($(rf sends_ok) * READING))
+WANT_MEMBER=$((($(rf churn_enter_ok) + $(rf churn_leave_ok)) * READING))
 drain_start=$SECONDS last_change=$SECONDS prev=
 while :; do
     read -r _ got_msg got_member _ _ <<<"$(progress)"
@@ -177,20 +209,31 @@ SUMMARY=(
     "deliveries: $(af delivered) of $(af expected) expected ($(rf sends_ok) messages answered 201 of $(rf sends) × $(af streams) streams): missing $(af missing), duplicates $(af duplicates), streams closed early $(af closed_early), send errors $(rf send_errors); room.member_* frames $(af member_frames) of $(af member_frames_expected); every delivery made: $(yes_no "$EVERY")"
     "deliveries/s: **$(af deliveries_per_s)** (first send → last arrival, $(af span_s) s; offered $(af offered_per_s)/s; per second during the sends min $(af per_s_min) / median $(af per_s_median) / max $(af per_s_max))"
     "send → last stream: p50 **$(af p50_ms) ms**, p99 **$(af p99_ms) ms**, max $(af max_ms) ms over $(af complete_messages) messages (send → first stream p50 $(af first_p50_ms) / p99 $(af first_p99_ms) ms; POST round trip p50 $(rf send_rtt_p50_ms) / p99 $(rf send_rtt_p99_ms) ms); target p99 < 200 ms: $(yes_no "$P99_OK")"
-    "churn: $(rf churn_users) users, $(rf churn_enter_ok) enters + $(rf churn_leave_ok) leaves answered 200 of $(rf churn_ops) ops, errors $(rf churn_errors); at the end $(rf expected_members) members expected ($MEMBERS stream holders + $(rf churn_in_room) churn users in by the driver's bookkeeping): online_count $(rf online_count), member_count $(rf member_count), member list $(rf listed) (missing $(rf listed_missing), unexpected $(rf listed_unexpected)); target no error and the count exact: $(yes_no "$CHURN_OK")"
+    "$( ((GROUP)) && echo "members at the end: member_count $(rf member_count), member list $(rf listed) (missing $(rf listed_missing), unexpected $(rf listed_unexpected)) of $MEMBERS; exact: $(yes_no "$CHURN_OK")" || echo "churn: $(rf churn_users) users, $(rf churn_enter_ok) enters + $(rf churn_leave_ok) leaves answered 200 of $(rf churn_ops) ops, errors $(rf churn_errors); at the end $(rf expected_members) members expected ($MEMBERS stream holders + $(rf churn_in_room) churn users in by the driver's bookkeeping): online_count $(rf online_count), member_count $(rf member_count), member list $(rf listed) (missing $(rf listed_missing), unexpected $(rf listed_unexpected)); target no error and the count exact: $(yes_no "$CHURN_OK")")"
     "cpu over load + drain (${ALL_S} s): $(cpu_line "$CPU_ALL" "$ALL_S"); bottleneck: $BOTTLENECK"
 )
+if ((STALLED)); then
+    SUMMARY+=("slow consumers: $STALLED of the $OPENED streams stopped reading once open (4 KiB receive buffer): cut by the server $(af stalled_cut), still open at the end $(af stalled_still_open); the other $(af streams) streams are the figures above; Parley RSS $(mib "$RSS_BEFORE") before the load, $(mib "$RSS_AFTER") at its end; every slow consumer cut: $(yes_no "$( [[ $(af stalled_cut) == "$STALLED" ]] && echo 1 || echo 0)")")
+fi
 for line in "${SUMMARY[@]}"; do log "$line"; done
 
 SECTION=$(
-    echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — rooms: $MEMBERS members with a user stream each, $MSG_RATE unstored room messages/s for ${RUN_SECS} s, enter/leave churn of $CHURN users"
+    if ((GROUP)); then
+        echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — big group: $MEMBERS members with a user stream each, $MSG_RATE stored group messages/s for ${RUN_SECS} s (bench/rooms.sh, BENCH_ROOM_GROUP=1)"
+    else
+        echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — rooms: $MEMBERS members with a user stream each, $MSG_RATE unstored room messages/s for ${RUN_SECS} s, enter/leave churn of $CHURN users"
+    fi
     echo
     machine_lines
     echo "- load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared with other sessions' builds: read the CPU line)"
-    echo "- parley: release build, embedded PostgreSQL 15, log level error, app rate limit 100000/s; $((MEMBERS + CHURN)) users; room \`$ROOM\` created by u1, u2..u$MEMBERS entered before the streams opened (setup: $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["seconds"])' "$SETUP") s)"
+    if ((GROUP)); then
+        echo "- parley: release build, embedded PostgreSQL 15, log level error, app rate limit 100000/s; $MEMBERS users; group \`$ROOM\` created by u1 with u2..u$MEMBERS (499 at creation, the rest invited 100 per call) before the streams opened (setup: $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["seconds"])' "$SETUP") s)"
+    else
+        echo "- parley: release build, embedded PostgreSQL 15, log level error, app rate limit 100000/s; $((MEMBERS + CHURN)) users; room \`$ROOM\` created by u1, u2..u$MEMBERS entered before the streams opened (setup: $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["seconds"])' "$SETUP") s)"
+    fi
     echo "- streams: bench/rooms_reader.c (C, epoll, one thread, same machine), one per member, \`GET /v1/users/u<i>/events?$QUERY\` with the app key; $OPENED opened in ~${OPEN_SECONDS} s; a frame counts by its \`event:\` line, a message by the marker \`rbm:<i>:\` its text starts with; arrival = CLOCK_MONOTONIC after the read that completed the line"
-    echo "- sends: bench/py/room_driver.py (asyncio, one process), \`POST /v1/messages\` from u1, \`conversation_type\` room, type 1, ${TEXT_BYTES}-byte text, \`priority\` 2, no \`storage\` (unstored), open loop at $MSG_RATE/s for ${RUN_SECS} s on a pool of keep-alive connections (peak $(rf send_connections_peak), at most $(rf send_late_max_ms) ms behind schedule); latency = the last (first) stream's arrival − the moment just before the POST was written, same clock"
-    echo "- churn: the same driver, u$((MEMBERS + 1))..u$((MEMBERS + CHURN)) (no streams), each $CYCLES × enter then leave, every other one entering once more and staying, $(rf churn_ops) ops spread evenly over the ${RUN_SECS} s, one user's ops in order (peak $(rf churn_connections_peak) connections); expected members at the end = $MEMBERS + the churn users its 200 answers leave in"
+    echo "- sends: bench/py/room_driver.py (asyncio, one process), \`POST /v1/messages\` from u1, \`conversation_type\` $KIND, type 1, ${TEXT_BYTES}-byte text, $( ((GROUP)) && echo "stored (an ordinary group message)" || echo "\`priority\` 2, no \`storage\` (unstored)"), open loop at $MSG_RATE/s for ${RUN_SECS} s on a pool of keep-alive connections (peak $(rf send_connections_peak), at most $(rf send_late_max_ms) ms behind schedule); latency = the last (first) stream's arrival − the moment just before the POST was written, same clock"
+    ((CHURN == 0)) || echo "- churn: the same driver, u$((MEMBERS + 1))..u$((MEMBERS + CHURN)) (no streams), each $CYCLES × enter then leave, every other one entering once more and staying, $(rf churn_ops) ops spread evenly over the ${RUN_SECS} s, one user's ops in order (peak $(rf churn_connections_peak) connections); expected members at the end = $MEMBERS + the churn users its 200 answers leave in"
     echo "- cpu: seconds from /proc (parley, its PostgreSQL processes, the reader, machine busy of total, $(nproc) CPUs) and the driver's getrusage, over the load (${LOAD_S} s) and over load + drain (${ALL_S} s, drained ${DRAIN_S} s after the driver's end)"
     [[ -n $TYPES ]] && echo "- the streams filter \`types=$TYPES\`"
     [[ -n ${BENCH_NOTE:-} ]] && echo "- note: $BENCH_NOTE"

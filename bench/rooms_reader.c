@@ -18,6 +18,12 @@
  * that bench/py/room_driver.py puts at the start of each message text. Each (stream, idx) is recorded once
  * (a second sighting counts as a duplicate). Arrival time = CLOCK_MONOTONIC right after the read() that
  * completed the data line (the same clock as Python's time.monotonic_ns() in the driver).
+ *
+ * Slow consumers (bench/rooms.sh BENCH_ROOM_STALLED): with READER_STALLED=N in the environment the last N streams
+ * are stalled clients: their receive buffer is set to 4 KiB before they connect, and once open (their `retry:`
+ * line) they are never read again while the load runs, so the server's queue for them grows until it cuts them.
+ * Nothing they hold is counted as a delivery. At the end each is read to its end for at most 5 s: an end of stream
+ * means the server cut it ("stalled_cut"), data still coming means it did not.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -53,6 +59,7 @@ struct conn {
     size_t llen, lcap;
     int oversize; /* the current line went past LINE_MAX_BYTES and is being skipped */
     uint32_t msgs, joined, left, pings;
+    int stalled; /* a slow consumer: not read once open (READER_STALLED) */
 };
 
 static volatile sig_atomic_t stop_flag = 0;
@@ -71,9 +78,10 @@ static uint8_t *seen;          /* nconns * maxmsg bits */
 static uint32_t *msg_count;    /* streams that got idx */
 static uint64_t *msg_first, *msg_last;
 static uint64_t t_read;        /* time of the current read */
+static int epfd;
 static uint64_t total_msgs, total_join, total_left, total_other, total_pings, dups, unmarked, out_of_range,
     oversize_lines, bytes_in, reads;
-static int opened, failed, closed_early, opening;
+static int opened, failed, closed_early, opening, nstalled;
 static char first_failure[256];
 
 static void fail_conn(int i, const char *why) {
@@ -99,6 +107,7 @@ static void fail_conn(int i, const char *why) {
 
 static void record(int i, long idx) {
     struct conn *c = &conns[i];
+    if (c->stalled) return; /* what a slow consumer got before it stopped reading is not a delivery */
     c->msgs++;
     total_msgs++;
     if (idx < 0 || idx >= maxmsg) { out_of_range++; return; }
@@ -141,8 +150,8 @@ static void line_done(int i, const char *p, size_t n) {
             record(i, idx);
             break;
         }
-        case T_JOIN: c->joined++; total_join++; break;
-        case T_LEFT: c->left++; total_left++; break;
+        case T_JOIN: if (!c->stalled) { c->joined++; total_join++; } break;
+        case T_LEFT: if (!c->stalled) { c->left++; total_left++; } break;
         default: total_other++; break;
         }
         return;
@@ -151,6 +160,7 @@ static void line_done(int i, const char *p, size_t n) {
         c->state = S_OPEN;
         opened++;
         opening--;
+        if (c->stalled) epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL); /* from now on it reads nothing */
     }
     /* "id:" lines and anything else: nothing to count */
 }
@@ -264,6 +274,10 @@ static int open_conn(int i, struct sockaddr_in *addr, const char *req, size_t re
     c->fd = fd;
     c->state = S_HEAD;
     opening++;
+    if (c->stalled) { /* before connect: the window the client announces stays small */
+        int small = 4096;
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    }
     if (connect(fd, (struct sockaddr *)addr, sizeof *addr) != 0) { fail_conn(i, strerror(errno)); return -1; }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -358,12 +372,19 @@ int main(int argc, char **argv) {
     msg_first = calloc((size_t)maxmsg, sizeof *msg_first);
     msg_last = calloc((size_t)maxmsg, sizeof *msg_last);
     if (!conns || !seen || !msg_count || !msg_first || !msg_last) { perror("calloc"); return 2; }
-    for (int i = 0; i < nconns; i++) conns[i].fd = -1;
+    const char *stalled_env = getenv("READER_STALLED");
+    nstalled = stalled_env ? atoi(stalled_env) : 0;
+    if (nstalled < 0 || nstalled >= nconns) { fprintf(stderr, "READER_STALLED must be below COUNT\n"); return 2; }
+    for (int i = 0; i < nconns; i++) {
+        conns[i].fd = -1;
+        conns[i].stalled = i >= nconns - nstalled;
+    }
 
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
     int ep = epoll_create1(0);
     if (ep < 0) { perror("epoll_create1"); return 2; }
+    epfd = ep;
 
     size_t bufcap = 256 * 1024;
     char *buf = malloc(bufcap);
@@ -400,6 +421,24 @@ int main(int argc, char **argv) {
     }
     write_progress(progress_file, now_ns());
 
+    /* The slow consumers, read to their end: an end of stream within 5 s means the server had cut them. */
+    int stalled_cut = 0, stalled_open = 0;
+    uint64_t stalled_bytes = 0;
+    for (int i = nconns - nstalled; i < nconns; i++) {
+        struct conn *c = &conns[i];
+        if (c->state != S_OPEN) continue; /* never opened, or failed: counted as such */
+        uint64_t until = now_ns() + 5000000000ull;
+        int ended = 0;
+        while (!ended && now_ns() < until) {
+            ssize_t r = read(c->fd, buf, bufcap);
+            if (r > 0) { stalled_bytes += (uint64_t)r; continue; }
+            if (r == 0 || (errno != EAGAIN && errno != EINTR)) { ended = 1; break; }
+            usleep(1000);
+        }
+        if (ended) stalled_cut++;
+        else stalled_open++;
+    }
+
     /* results */
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", result_file);
@@ -410,7 +449,7 @@ int main(int argc, char **argv) {
     int open_now = 0;
     for (int i = 0; i < nconns; i++) {
         struct conn *c = &conns[i];
-        if (c->state != S_OPEN && !(c->state == S_DEAD && (c->msgs || c->joined || c->left))) continue;
+        if (c->stalled || (c->state != S_OPEN && !(c->state == S_DEAD && (c->msgs || c->joined || c->left)))) continue;
         if (c->state == S_OPEN) open_now++;
         if (c->msgs < min_msgs) min_msgs = c->msgs;
         if (c->msgs > max_msgs) max_msgs = c->msgs;
@@ -423,6 +462,8 @@ int main(int argc, char **argv) {
     getrusage(RUSAGE_SELF, &ru);
     fprintf(f, "streams %d\nopened %d\nfailed %d\nclosed_early %d\nopen_at_end %d\n", nconns, opened, failed, closed_early, open_now);
     fprintf(f, "first_failure %s\n", first_failure[0] ? first_failure : "-");
+    fprintf(f, "stalled %d\nstalled_cut %d\nstalled_still_open %d\nstalled_bytes_at_end %llu\n", nstalled, stalled_cut, stalled_open,
+            (unsigned long long)stalled_bytes);
     fprintf(f, "message_frames %llu\njoined_frames %llu\nleft_frames %llu\nother_frames %llu\npings %llu\n",
             (unsigned long long)total_msgs, (unsigned long long)total_join, (unsigned long long)total_left,
             (unsigned long long)total_other, (unsigned long long)total_pings);

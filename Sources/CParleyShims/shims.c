@@ -126,6 +126,13 @@ int parley_install_term_handler(int write_fd) {
     sa.sa_flags = SA_RESTART;
     if (sigaction(SIGINT, &sa, NULL) != 0) return -1;
     if (sigaction(SIGTERM, &sa, NULL) != 0) return -1;
+    /* The calling (waiting) thread takes them: a process started with SIGTERM blocked (the mask is inherited across
+       exec, from whatever thread of the parent spawned it) would otherwise hold the signal pending for ever. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
     return 0;
 }
 

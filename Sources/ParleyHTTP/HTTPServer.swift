@@ -13,6 +13,10 @@ public struct HTTPServerConfiguration: Sendable {
     /// Open connections beyond this are closed as soon as they are accepted. The open-files limit bounds them too
     /// (`HTTPServer.openFilesLimit`; event streams stop at it less a reserve, docs/scaling.md#open-files).
     public var maxConnections: Int = 65_536
+    /// Descriptors never given to client connections: a connection accepted while the open ones would leave fewer
+    /// than this below the open-files limit (less what the process held at start) is closed at once, so the process
+    /// keeps descriptors for its database and outbound connections instead of meeting `EMFILE` (docs/scaling.md#open-files).
+    public var descriptorsKeptFree: Int = 64
     public var limits = HTTPParserLimits()
     /// The request line and headers must arrive within this (from the first byte, or from accept).
     public var headerTimeout: Duration = .seconds(10)
@@ -168,6 +172,17 @@ public final class HTTPServer: Sendable {
     public let openFilesLimit: Int
     /// Descriptors the process held when the server started, before its listener (counted once from /proc/self/fd).
     public let descriptorsAtStart: Int
+    /// Client connections held at most: `maxConnections`, and no more than the open-files limit allows less the
+    /// descriptors held at start and `descriptorsKeptFree`.
+    public let connectionLimit: Int
+    /// A descriptor held in reserve (on /dev/null) for the one case the limit cannot prevent, `accept` failing with
+    /// `EMFILE`/`ENFILE` (descriptors used elsewhere in the process): it is closed, the waiting connection accepted
+    /// and closed at once, and the reserve taken again; without that the listener would stay readable and the loops
+    /// spin on it. -1 while not held. Owner: `spare`'s lock.
+    private let spare = LockedValue<Int32>(-1)
+    /// Connections closed at accept (over the limit, or out of descriptors), for the log's rate limit.
+    private let refused = Atomic<Int>(0)
+    private let refusedLogged = Atomic<Int64>(0)
 
     /// Binds the listening socket and starts the loops. Throws when the address cannot be bound.
     public init(
@@ -180,10 +195,14 @@ public final class HTTPServer: Sendable {
         let soft = parley_raise_nofile_limit(&softBefore, &hard)
         openFilesLimit = soft < 0 ? Int.max : soft
         descriptorsAtStart = max(0, Int(parley_count_open_files()))
+        connectionLimit =
+            openFilesLimit == Int.max
+            ? configuration.maxConnections
+            : min(configuration.maxConnections, max(1, openFilesLimit - descriptorsAtStart - configuration.descriptorsKeptFree))
         // One line, both values: an operator sees at once whether the hard limit (the unit's LimitNOFILE, the
         // container's ulimit) or only the soft one was low (docs/scaling.md#open-files).
         logger.info(
-            "msg=\"open files limit\" soft_before=\(Self.limitText(softBefore)) soft=\(Self.limitText(soft)) hard=\(Self.limitText(hard)) open_at_start=\(descriptorsAtStart)"
+            "msg=\"open files limit\" soft_before=\(Self.limitText(softBefore)) soft=\(Self.limitText(soft)) hard=\(Self.limitText(hard)) open_at_start=\(descriptorsAtStart) connection_limit=\(connectionLimit)"
         )
         self.configuration = configuration
         self.router = router
@@ -210,6 +229,7 @@ public final class HTTPServer: Sendable {
         var loops: [EventLoop] = []
         for i in 0..<max(1, configuration.loopCount) { loops.append(try EventLoop(index: i)) }
         self.loops = loops
+        spare.withLock { $0 = open("/dev/null", O_RDONLY | O_CLOEXEC) }
         for loop in loops {
             loop.start()
             let fd = listenFD
@@ -225,6 +245,32 @@ public final class HTTPServer: Sendable {
     }
 
     private static func limitText(_ value: Int) -> String { value < 0 ? "unlimited" : String(value) }
+
+    /// `accept` failed with `EMFILE`/`ENFILE`: frees the spare descriptor, accepts one waiting connection and closes it
+    /// (its client sees the connection end and retries, elsewhere behind a balancer), then takes the spare again.
+    /// Returns whether a connection was taken off the backlog (false: nothing more to do until descriptors free up).
+    func shedOneConnection() -> Bool {
+        let shed = spare.withLock { spare -> Bool in
+            guard spare >= 0 else { return false }
+            close(spare)
+            let fd = parley_accept4(listenFD)
+            if fd >= 0 { close(fd) }
+            spare = open("/dev/null", O_RDONLY | O_CLOEXEC)
+            return fd >= 0
+        }
+        if shed { noteRefused(reason: "out of file descriptors") }
+        return shed
+    }
+
+    /// Counts a connection closed at accept and logs it, at most once every 10 s with the count since the last line.
+    func noteRefused(reason: String) {
+        let count = refused.add(1, ordering: .relaxed).newValue
+        let now = EventLoop.monotonicMillis()
+        let last = refusedLogged.load(ordering: .relaxed)
+        guard now - last >= 10_000, refusedLogged.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged else { return }
+        logger.warning(
+            "msg=\"connections closed at accept\" reason=\"\(reason)\" total=\(count) open=\(connectionCount) connection_limit=\(connectionLimit)")
+    }
 
     private let loopCursor = Atomic<Int>(0)
 
@@ -288,6 +334,10 @@ public final class HTTPServer: Sendable {
             waits += 1
         }
         close(fd)
+        spare.withLock { spare in
+            if spare >= 0 { close(spare) }
+            spare = -1
+        }
     }
 
     /// Blocks the calling thread until SIGINT or SIGTERM arrives (self-pipe; works whatever the thread masks).
@@ -375,10 +425,19 @@ final class Acceptor: EventLoop.Watcher {
     func handle(events: UInt32, loop: EventLoop) {
         for _ in 0..<64 {
             let fd = parley_accept4(server.listenFD)
-            if fd < 0 { return }  // EAGAIN (another loop took it), or a transient error
-            // While draining too: a connection still in the backlog is served (its response says `Connection: close`).
-            if server.openConnections.load(ordering: .relaxed) >= server.configuration.maxConnections {
+            if fd < 0 {
+                // Out of descriptors: the connection stays in the backlog and the listener readable, so shed it.
+                let error = errno
+                if error == EMFILE || error == ENFILE, server.shedOneConnection() { continue }
+                return  // EAGAIN (another loop took it), or a transient error
+            }
+            // Counted here, not when its loop adopts it: a burst dealt to the other loop would otherwise pass the limit
+            // before any of it is counted. While draining too: a connection still in the backlog is served (its
+            // response says `Connection: close`).
+            if server.openConnections.add(1, ordering: .relaxed).newValue > server.connectionLimit {
+                server.openConnections.subtract(1, ordering: .relaxed)
                 close(fd)
+                server.noteRefused(reason: "connection limit")
                 continue
             }
             var one: Int32 = 1
@@ -395,16 +454,16 @@ final class Acceptor: EventLoop.Watcher {
         }
     }
 
-    /// Registers an accepted socket on `loop` (its owner from now on).
+    /// Registers an accepted socket on `loop` (its owner from now on); the acceptor has counted it already.
     static func adopt(fd: Int32, server: HTTPServer, loop: EventLoop) {
         let connection = HTTPConnection(fd: fd, server: server, loop: loop)
         let generation = loop.register(fd: fd, events: PARLEY_EPOLLIN | PARLEY_EPOLLRDHUP, watcher: connection)
         if generation == 0 {
             close(fd)
+            server.hooks.connectionsChanged(server.openConnections.subtract(1, ordering: .relaxed).newValue)
             return
         }
         connection.generation = generation
-        let count = server.openConnections.add(1, ordering: .relaxed).newValue
-        server.hooks.connectionsChanged(count)
+        server.hooks.connectionsChanged(server.openConnections.load(ordering: .relaxed))
     }
 }

@@ -37,8 +37,12 @@ public final class ParleyProcess: @unchecked Sendable {
         return nil
     }
 
+    /// util-linux's `prlimit`, which runs a command under the limits given (it sets them and execs: same pid).
+    public static let prlimitPath = "/usr/bin/prlimit"
+
     /// Starts `parley serve` and waits (≤ 60 s) until it logs that it is ready; throws with its log if it exits first.
-    public static func start(executable: String, dataDirectory: String, adminKey: String) throws -> ParleyProcess {
+    /// `openFiles`: its hard and soft RLIMIT_NOFILE (through ``prlimitPath``).
+    public static func start(executable: String, dataDirectory: String, adminKey: String, openFiles: Int? = nil) throws -> ParleyProcess {
         let logFile = dataDirectory + "/parley.log"
         _ = FileManager.default.createFile(atPath: logFile, contents: nil)
         let offset = (try? FileManager.default.attributesOfItem(atPath: logFile)[.size] as? UInt64) ?? 0
@@ -46,8 +50,13 @@ public final class ParleyProcess: @unchecked Sendable {
         defer { try? log.close() }
         try log.seekToEnd()
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = ["serve"]
+        if let openFiles {
+            process.executableURL = URL(fileURLWithPath: prlimitPath)
+            process.arguments = ["--nofile=\(openFiles):\(openFiles)", "--", executable, "serve"]
+        } else {
+            process.executableURL = URL(fileURLWithPath: executable)
+            process.arguments = ["serve"]
+        }
         // Only what it needs: nothing of the test's environment (a DATABASE_URL) leaks in.
         process.environment = [
             "PATH": "/usr/local/bin:/usr/bin:/bin", "PARLEY_DATA_DIR": dataDirectory, "PARLEY_LISTEN": "127.0.0.1:0",

@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import Glibc
 import ParleyHTTP
 import ParleySync
@@ -60,6 +61,89 @@ struct StreamScaleTests: ProblemAssertions {
                     return status == 200
                 }, "a stream fits again once one closed (last status \(status))")
         }
+    }
+
+    /// A node whose open-files limit is reached by plain connections (no streams: a flood of idle sockets) closes the
+    /// ones past its connection limit at accept, without spinning on the listener, keeps descriptors for its database
+    /// (a request on a connection opened before the flood still reads and writes), and serves new connections once the
+    /// flood ends. A `parley serve` process under `prlimit`, so that its limit is small and the test process's is not.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: ParleyProcess.prlimitPath), "needs util-linux prlimit"))
+    func aFloodOfConnectionsPastTheOpenFilesLimitIsClosedAtAcceptAndTheNodeKeepsServing() throws {
+        let executable = try #require(ParleyProcess.executablePath, "the parley executable is not built beside the tests")
+        let data = try TestDatabase.makeDataDirectory()
+        let adminKey = "test-admin-key-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        let node = try ParleyProcess.start(executable: executable, dataDirectory: data, adminKey: adminKey, openFiles: 300)
+        defer {
+            node.kill(SIGKILL)
+            node.waitForExit()
+        }
+        let log = try String(contentsOfFile: node.logFile, encoding: .utf8)
+        let limitText = try #require(log.range(of: "connection_limit=").map { log[$0.upperBound...].prefix { $0.isNumber } })
+        let limit = try #require(Int(limitText))
+        #expect(limit > 50 && limit < 300 - 64, "300 less what was open at start and the descriptors kept free: \(limit)")
+
+        let admin: HTTPHeaders = ["Authorization": "Bearer \(adminKey)", "Content-Type": "application/json"]
+        let inApp: HTTPHeaders = ["Authorization": "Bearer \(adminKey)", "Content-Type": "application/json", "Parley-App-Id": "flood"]
+        let before = try HTTPClientConnection(host: "127.0.0.1", port: node.port, timeout: .seconds(30))
+        defer { before.close() }
+        #expect(try before.send(method: .post, path: "/v1/apps", headers: admin, body: #"{"app_id":"flood","name":"f"}"#).status == 201)
+
+        // Twice the limit in idle sockets: those past it are accepted and closed at once.
+        var flood: [Int32] = []
+        defer { for fd in flood { close(fd) } }
+        for _ in 0..<(2 * limit) {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = in_port_t(UInt16(node.port).bigEndian)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            if connected == 0 { flood.append(fd) } else { close(fd) }
+        }
+        // The server sends nothing on these: a peek that finds the end of the stream (or a reset) means it closed one.
+        func closedByTheServer(_ fd: Int32) -> Bool {
+            var byte: UInt8 = 0
+            let n = recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
+            return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+        }
+        var cut = 0
+        #expect(
+            eventually(timeout: .seconds(10), every: .milliseconds(50)) {
+                cut = flood.filter(closedByTheServer).count
+                return cut >= flood.count - limit
+            }, "\(cut) of \(flood.count) closed, the limit \(limit)")
+
+        // No spinning on the listener while the flood holds: under half a core over a second.
+        let cpuBefore = try Self.cpuSeconds(of: node.pid)
+        usleep(1_000_000)
+        #expect(try Self.cpuSeconds(of: node.pid) - cpuBefore < 0.5)
+        // The database still has its descriptors: a write and a read on the connection opened before the flood.
+        let user = try before.send(
+            method: .post, path: "/v1/users", headers: inApp, body: #"{"user_id":"kept"}"#)
+        #expect(user.status == 201, "\(String(decoding: user.body, as: UTF8.self))")
+        #expect(try before.send(method: .get, path: "/v1/users/kept", headers: inApp).status == 200)
+
+        for fd in flood { close(fd) }
+        flood = []
+        #expect(
+            try eventually(timeout: .seconds(10), every: .milliseconds(100)) {
+                let fresh = try? HTTPClientConnection(host: "127.0.0.1", port: node.port, timeout: .seconds(5))
+                defer { fresh?.close() }
+                return (try? fresh?.send(method: .get, path: "/readyz"))??.status == 200
+            }, "new connections are served once the flood is gone")
+        // The test runner blocks SIGTERM in the thread that started the node; the node takes it all the same.
+        node.kill(SIGTERM)
+        #expect(node.waitUntilDead(seconds: 20), "a SIGTERM stops the node")
+    }
+
+    /// User plus system CPU seconds of process `pid` so far (/proc/<pid>/stat, in clock ticks).
+    private static func cpuSeconds(of pid: pid_t) throws -> Double {
+        let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
+        let fields = stat[stat.index(after: try #require(stat.lastIndex(of: ")")))...].split(separator: " ")
+        // After the name: state is field 3 of stat(5); utime and stime are fields 14 and 15.
+        return Double((Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
     /// A client that stops reading is cut once the server's buffer for it passes `streamBufferLimit` (lowered here to

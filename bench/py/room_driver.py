@@ -17,6 +17,9 @@ usage:
         The driver's own bookkeeping (200 responses) says who is in the room at the end.
       Then, after every request answered: online_count, the room's member_count and the member list (paged) against
       the stream holders u1..u<MEMBERS> plus the churn users the bookkeeping has in. Prints one JSON line.
+      With ROOM_DRIVER_GROUP=1 the conversation is the group ROOM instead (bench/rooms.sh with BENCH_ROOM_GROUP=1): the
+      texts are ordinary stored group messages (no priority, no storage field), CHURN must be 0, and the end check is
+      the group's member_count against MEMBERS.
   room_driver.py analyze SEND_LOG READER_RESULT PROGRESS_FILE RUN_JSON
       Joins the send log with the reader's per-message arrivals: deliveries, missing, duplicates, send → last stream
       latency p50/p99/max, deliveries/s. Prints one JSON line.
@@ -32,6 +35,7 @@ import sys
 import time
 
 KEY = os.environ.get("PARLEY_KEY", "")
+GROUP = os.environ.get("ROOM_DRIVER_GROUP") == "1"
 REQUEST_TIMEOUT = 60.0
 
 
@@ -214,10 +218,17 @@ async def room_member_count(conn, room):
     return json.loads(body)["member_count"]
 
 
-async def member_list(conn, room):
+async def group_member_count(conn, group):
+    status, body = await conn.call("GET", f"/v1/groups/{group}/member_count")
+    if status != 200:
+        raise HTTPError(f"GET group member_count: {problem(status, body)}")
+    return json.loads(body)["member_count"]
+
+
+async def member_list(conn, room, kind="rooms"):
     ids, cursor = [], None
     for _ in range(10000):  # bounded: 100 per page
-        path = f"/v1/rooms/{room}/members?limit=100" + (f"&cursor={cursor}" if cursor else "")
+        path = f"/v1/{kind}/{room}/members?limit=100" + (f"&cursor={cursor}" if cursor else "")
         status, body = await conn.call("GET", path)
         if status != 200:
             raise HTTPError(f"GET members: {problem(status, body)}")
@@ -268,8 +279,9 @@ async def run(port, room, members, rate, seconds, churn, cycles, text_bytes, sen
     async def send(i, due):
         text = f"rbm:{i}:"
         text += " " + "x" * max(0, text_bytes - len(text) - 1) if text_bytes > len(text) else ""
-        body = json.dumps({"from": "u1", "conversation_type": "room", "to": room, "type": 1, "body": {"text": text},
-                           "priority": 2}, separators=(",", ":")).encode()
+        message = {"from": "u1", "conversation_type": "group", "to": room, "type": 1, "body": {"text": text}} if GROUP else \
+            {"from": "u1", "conversation_type": "room", "to": room, "type": 1, "body": {"text": text}, "priority": 2}
+        body = json.dumps(message, separators=(",", ":")).encode()
         try:
             conn = await send_pool.get()
         except Exception as error:  # noqa: BLE001
@@ -285,8 +297,8 @@ async def run(port, room, members, rate, seconds, churn, cycles, text_bytes, sen
             ok = keep
             if status != 201:
                 count(send_errors, problem(status, answer))
-            elif b'"stored":false' not in answer.replace(b" ", b""):
-                anomalies.append(f"send {i}: answer without stored:false: {answer[:200]!r}")
+            elif (b'"stored":false' in answer.replace(b" ", b"")) != (not GROUP):
+                anomalies.append(f"send {i}: answer with an unexpected stored flag: {answer[:200]!r}")
             sends[i] = (due, written, answered, status)
         except Exception as error:  # noqa: BLE001 - counted
             count(send_errors, type(error).__name__)
@@ -351,9 +363,13 @@ async def run(port, room, members, rate, seconds, churn, cycles, text_bytes, sen
     # The checks, after every request answered.
     conn = await Conn(port).open()
     expected = {f"u{i}" for i in range(1, members + 1)} | in_room
-    count_now = await online_count(conn, room)
-    member_count = await room_member_count(conn, room)
-    listed = await member_list(conn, room)
+    if GROUP:  # a group has no online count: its member count stands in
+        member_count = await group_member_count(conn, room)
+        count_now, listed = member_count, await member_list(conn, room, "groups")
+    else:
+        count_now = await online_count(conn, room)
+        member_count = await room_member_count(conn, room)
+        listed = await member_list(conn, room)
     conn.close()
     listed_set = set(listed)
     send_pool.close()
@@ -405,7 +421,10 @@ def analyze(send_log, reader_result, progress_file, run_json):
             arrivals[int(parts[1])] = (int(parts[2]), int(parts[3]), int(parts[4]))
         else:
             info[parts[0]] = " ".join(parts[1:])
-    streams = int(info["opened"])  # a stream the server closed early misses what came after: those count as missing
+    # A stream the server closed early misses what came after: those count as missing. Slow consumers (stalled on
+    # purpose) are not expected to receive anything.
+    stalled_open = int(info.get("stalled_cut", 0)) + int(info.get("stalled_still_open", 0))
+    streams = int(info["opened"]) - stalled_open
     ok = [i for i, s in sends.items() if s[3] == 201]
     expected = len(ok) * streams
     delivered = sum(arrivals.get(i, (0, 0, 0))[0] for i in ok)
@@ -450,7 +469,8 @@ def analyze(send_log, reader_result, progress_file, run_json):
         "per_stream_member_min": int(info["per_stream_member_min"]), "per_stream_member_max": int(info["per_stream_member_max"]),
         "per_stream_messages_min": int(info["per_stream_messages_min"]), "per_stream_messages_max": int(info["per_stream_messages_max"]),
         "other_frames": int(info["other_frames"]), "bytes": int(info["bytes"]), "reads": int(info["reads"]),
-        "closed_early": int(info["closed_early"]), "reader_cpu_s": round(float(info["cpu_user_s"]) + float(info["cpu_sys_s"]), 2),
+        "closed_early": int(info["closed_early"]), "stalled": int(info.get("stalled", 0)), "stalled_open": stalled_open,
+        "stalled_cut": int(info.get("stalled_cut", 0)), "stalled_still_open": int(info.get("stalled_still_open", 0)), "reader_cpu_s": round(float(info["cpu_user_s"]) + float(info["cpu_sys_s"]), 2),
     }))
 
 
@@ -460,6 +480,8 @@ def main():
         asyncio.run(setup(int(args[0]), args[1], int(args[2])))
     elif command == "run":
         port, room, members, rate, seconds, churn, cycles, text_bytes, send_log = args
+        if GROUP and int(churn):
+            raise SystemExit("a group run has no churn (CHURN must be 0)")
         asyncio.run(run(int(port), room, int(members), float(rate), float(seconds), int(churn), int(cycles),
                         int(text_bytes), send_log))
     elif command == "analyze":

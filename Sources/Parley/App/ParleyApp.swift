@@ -136,6 +136,9 @@ public final class ParleyApp: Sendable {
             http.bodyTimeout = .milliseconds(configuration.requestBodyTimeoutMillis)
             if let limit = configuration.streamBufferLimit { http.streamBufferLimit = limit }
             http.streamSendBuffer = configuration.streamSendBuffer
+            // Streams stop at the whole reserve (503); ordinary requests may use half of it, the other half is never
+            // given to client connections: the database and outbound connections' share (docs/scaling.md#open-files).
+            http.descriptorsKeptFree = max(32, hub.capacity.reserve / 2)
             // CORS: what browser consoles and browser tus clients (docs/files.md#resumable-uploads-tus) may read and send.
             http.corsExposedHeaders = [
                 "X-Request-Id", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Retry-After", "WWW-Authenticate",
