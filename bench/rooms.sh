@@ -212,8 +212,9 @@ SUMMARY=(
     "$( ((GROUP)) && echo "members at the end: member_count $(rf member_count), member list $(rf listed) (missing $(rf listed_missing), unexpected $(rf listed_unexpected)) of $MEMBERS; exact: $(yes_no "$CHURN_OK")" || echo "churn: $(rf churn_users) users, $(rf churn_enter_ok) enters + $(rf churn_leave_ok) leaves answered 200 of $(rf churn_ops) ops, errors $(rf churn_errors); at the end $(rf expected_members) members expected ($MEMBERS stream holders + $(rf churn_in_room) churn users in by the driver's bookkeeping): online_count $(rf online_count), member_count $(rf member_count), member list $(rf listed) (missing $(rf listed_missing), unexpected $(rf listed_unexpected)); target no error and the count exact: $(yes_no "$CHURN_OK")")"
     "cpu over load + drain (${ALL_S} s): $(cpu_line "$CPU_ALL" "$ALL_S"); bottleneck: $BOTTLENECK"
 )
+SUMMARY+=("Parley RSS $(mib "$RSS_BEFORE") before the load (streams open), $(mib "$RSS_AFTER") at the end of the sends")
 if ((STALLED)); then
-    SUMMARY+=("slow consumers: $STALLED of the $OPENED streams stopped reading once open (4 KiB receive buffer): cut by the server $(af stalled_cut), still open at the end $(af stalled_still_open); the other $(af streams) streams are the figures above; Parley RSS $(mib "$RSS_BEFORE") before the load, $(mib "$RSS_AFTER") at its end; every slow consumer cut: $(yes_no "$( [[ $(af stalled_cut) == "$STALLED" ]] && echo 1 || echo 0)")")
+    SUMMARY+=("slow consumers: $STALLED of the $OPENED streams stopped reading once open (4 KiB receive buffer): cut by the server $(af stalled_cut), still open at the end $(af stalled_still_open); the other $(af streams) streams are the figures above; every slow consumer cut: $(yes_no "$( [[ $(af stalled_cut) == "$STALLED" ]] && echo 1 || echo 0)")")
 fi
 for line in "${SUMMARY[@]}"; do log "$line"; done
 
@@ -227,7 +228,7 @@ SECTION=$(
     machine_lines
     echo "- load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared with other sessions' builds: read the CPU line)"
     if ((GROUP)); then
-        echo "- parley: release build, embedded PostgreSQL 15, log level error, app rate limit 100000/s; $MEMBERS users; group \`$ROOM\` created by u1 with u2..u$MEMBERS (499 at creation, the rest invited 100 per call) before the streams opened (setup: $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["seconds"])' "$SETUP") s)"
+        echo "- parley: release build, embedded PostgreSQL 15, log level error, app rate limit 100000/s; $MEMBERS users; group \`$ROOM\` created by u1 with u2..u$MEMBERS (up to 499 at creation, the rest invited 100 per call) before the streams opened (setup: $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["seconds"])' "$SETUP") s)"
     else
         echo "- parley: release build, embedded PostgreSQL 15, log level error, app rate limit 100000/s; $((MEMBERS + CHURN)) users; room \`$ROOM\` created by u1, u2..u$MEMBERS entered before the streams opened (setup: $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["seconds"])' "$SETUP") s)"
     fi

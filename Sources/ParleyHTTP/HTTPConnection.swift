@@ -346,11 +346,28 @@ final class HTTPConnection: EventLoop.Watcher {
     }
 
     private func append(_ bytes: [UInt8]) {
+        startOverIfSent()
+        output.append(contentsOf: bytes)
+    }
+
+    /// Once everything queued went out, the buffer starts over (kept unless it grew past 64 KiB).
+    private func startOverIfSent() {
         if outputOffset == output.count {
             output.removeAll(keepingCapacity: output.capacity <= 64 * 1024)
             outputOffset = 0
         }
-        output.append(contentsOf: bytes)
+    }
+
+    /// Appends a chunk's size line: `count` in hex, then CRLF.
+    private func appendChunkSizeLine(_ count: Int) {
+        var shift = max(0, (Int.bitWidth - count.leadingZeroBitCount + 3) / 4 - 1) * 4
+        while shift >= 0 {
+            let digit = UInt8((count >> shift) & 0xF)
+            output.append(digit < 10 ? 0x30 + digit : 0x57 + digit)
+            shift -= 4
+        }
+        output.append(0x0D)
+        output.append(0x0A)
     }
 
     /// Writes as much queued output as the socket takes; arms EPOLLOUT only while bytes remain.
@@ -445,10 +462,13 @@ final class HTTPConnection: EventLoop.Watcher {
         guard case .streaming(let stream) = phase else { return }
         stream.queued.subtract(bytes.count, ordering: .relaxed)
         if stream.chunked {
-            // The chunk goes straight into the output buffer (size line, bytes, CRLF): one copy of the bytes, not two.
-            append(Array(String(bytes.count, radix: 16).utf8) + [0x0D, 0x0A])
+            // The chunk goes straight into the output buffer (size line, bytes, CRLF): one copy of the bytes, and no
+            // allocation for the size line (a big group's message is one such write per member stream).
+            startOverIfSent()
+            appendChunkSizeLine(bytes.count)
             output.append(contentsOf: bytes)
-            output.append(contentsOf: [0x0D, 0x0A])
+            output.append(0x0D)
+            output.append(0x0A)
         } else {
             append(bytes)
             stream.writtenBytes.add(bytes.count, ordering: .relaxed)

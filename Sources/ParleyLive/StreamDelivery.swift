@@ -26,7 +26,12 @@ enum StreamDelivery {
         for (index, event) in page.enumerated() where event.id > pass.cursor {
             let visible = subscription.filter.matches(event) { userID, _ in wasMember(index, userID) }
             pass.cursor = event.id
-            if visible { pass.frames.append(contentsOf: subscription.userID.map { userFrames.frame(index, for: $0) } ?? event.frame) }
+            if visible {
+                let frame = subscription.userID.map { userFrames.frame(index, for: $0) } ?? event.frame
+                // The first frame is shared, not copied (arrays copy on write): a stream that gets one event of the
+                // page, as every member's stream does for a group message, costs no allocation here.
+                if pass.frames.isEmpty { pass.frames = frame } else { pass.frames.append(contentsOf: frame) }
+            }
             if isClosed(subscription, by: event) {
                 pass.closes = true
                 return pass
