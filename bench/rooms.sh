@@ -218,6 +218,34 @@ if ((STALLED)); then
 fi
 for line in "${SUMMARY[@]}"; do log "$line"; done
 
+# --- the physical limit (group runs): the same reader, frames and schedule against a server that only fans out -----
+if ((GROUP)); then
+    cc -O2 -Wall -o "$TMP/fanout_floor" "$ROOT/bench/fanout_floor.c" || die "could not compile bench/fanout_floor.c"
+    FRAME_BYTES=$(awk -v b="$(af bytes)" -v f="$(af message_frames)" -v n="$OPENED" 'BEGIN { printf "%d", (f > 0 ? (b - 30 * n) / f : 700) }')
+    FLOOR_PORT=$(free_port)
+    log "physical limit: bench/fanout_floor.c (one thread, one write per stream per message, ${FRAME_BYTES}-byte frames as Parley's averaged) to $MEMBERS streams of the same reader"
+    "$TMP/fanout_floor" "$FLOOR_PORT" "$MEMBERS" "$MSG_RATE" "$RUN_SECS" "$FRAME_BYTES" "$TMP/floor.sends" >"$TMP/floor.out" 2>&1 &
+    FLOOR_PID=$!
+    PIDS=("$FLOOR_PID" "${PIDS[@]}")
+    sleep 0.3
+    READER_STALLED=0 "$TMP/rooms_reader" "$FLOOR_PORT" - 1 "$MEMBERS" "$MESSAGES" - "$TMP/floor.ready" "$TMP/floor.progress" \
+        "$TMP/floor.result" $((RUN_SECS + 600)) >"$TMP/floor.reader.out" 2>&1 &
+    FLOOR_READER_PID=$!
+    PIDS=("$FLOOR_READER_PID" "${PIDS[@]}")
+    wait "$FLOOR_PID" || die "the fan-out floor failed: $(cat "$TMP/floor.out")"
+    stop_pid "$FLOOR_READER_PID"
+    forget_pid "$FLOOR_READER_PID"
+    forget_pid "$FLOOR_PID"
+    read -r _ FLOOR_SERVER_CPU _ FLOOR_WRITES _ FLOOR_SHORT <"$TMP/floor.out"
+    floor_t0=$(head -n 1 "$TMP/floor.sends" | cut -d' ' -f2)
+    echo "{\"t0_ns\": $floor_t0, \"t_schedule_end_ns\": $((floor_t0 + RUN_SECS * 1000000000)), \"send_rate\": $MSG_RATE, \"churn_enter_ok\": 0, \"churn_leave_ok\": 0}" >"$TMP/floor.run.json"
+    declare -A FL
+    load_json FL "$(python3 "$ROOT/bench/py/room_driver.py" analyze "$TMP/floor.sends" "$TMP/floor.result" "$TMP/floor.progress" "$TMP/floor.run.json")"
+    fl() { echo "${FL[$1]:-n/a}"; }
+    SUMMARY+=("physical limit in the same run (bench/fanout_floor.c: one thread writing ${FRAME_BYTES}-byte frames, one write per stream per message, no database; the same reader): $(fl delivered) of $(fl expected) delivered, $(fl deliveries_per_s)/s; due → last stream p50 $(fl p50_ms) / p99 $(fl p99_ms) / max $(fl max_ms) ms; its CPU $FLOOR_SERVER_CPU s ($(awk -v c="$FLOOR_SERVER_CPU" -v d="$(fl delivered)" 'BEGIN { printf "%.2f", (d > 0 ? c * 1e6 / d : 0) }') µs per delivery; Parley $(awk -v v="$CPU_ALL" -v d="$(af delivered)" 'BEGIN { split(v, c, " "); printf "%.2f", (d > 0 ? c[1] * 1e6 / d : 0) }') µs, its PostgreSQL $(awk -v v="$CPU_ALL" -v d="$(af delivered)" 'BEGIN { split(v, c, " "); printf "%.2f", (d > 0 ? c[2] * 1e6 / d : 0) }') µs), the reader $(fl reader_cpu_s) s; short writes $FLOOR_SHORT of $FLOOR_WRITES")
+    log "${SUMMARY[-1]}"
+fi
+
 SECTION=$(
     if ((GROUP)); then
         echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — big group: $MEMBERS members with a user stream each, $MSG_RATE stored group messages/s for ${RUN_SECS} s (bench/rooms.sh, BENCH_ROOM_GROUP=1)"
