@@ -75,13 +75,9 @@ public final class ClusterFreezer: Sendable {
     public static func children(of parent: pid_t) -> [pid_t] {
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
         return entries.compactMap { name -> pid_t? in
-            guard let pid = pid_t(name),
-                let stat = try? String(contentsOfFile: "/proc/\(name)/stat", encoding: .utf8),
-                let close = stat.lastIndex(of: ")")
-            else { return nil }
-            let fields = stat[stat.index(after: close)...].split(separator: " ")
-            // After the name: state, then the parent's pid.
-            guard fields.count > 1, pid_t(fields[1]) == parent else { return nil }
+            guard let pid = pid_t(name), let fields = processStatFields(of: pid), fields.count > 1, pid_t(fields[1]) == parent else {
+                return nil
+            }
             return pid
         }
     }

@@ -92,10 +92,8 @@ public final class ParleyProcess: @unchecked Sendable {
     /// none of `waitForExit`'s latency. True when it died in time.
     public func waitUntilDead(seconds: Double = 5) -> Bool {
         eventually(timeout: .milliseconds(Int(seconds * 1000)), every: .microseconds(100)) {
-            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else {
-                return true
-            }
-            return stat[stat.index(after: close)...].split(separator: " ").first == "Z"
+            guard let fields = processStatFields(of: pid) else { return true }
+            return fields.first == "Z"
         }
     }
 

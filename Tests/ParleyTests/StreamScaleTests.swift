@@ -140,9 +140,7 @@ struct StreamScaleTests: ProblemAssertions {
 
     /// User plus system CPU seconds of process `pid` so far (/proc/<pid>/stat, in clock ticks).
     private static func cpuSeconds(of pid: pid_t) throws -> Double {
-        let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
-        let fields = stat[stat.index(after: try #require(stat.lastIndex(of: ")")))...].split(separator: " ")
-        // After the name: state is field 3 of stat(5); utime and stime are fields 14 and 15.
+        let fields = try #require(processStatFields(of: pid))
         return Double((Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
