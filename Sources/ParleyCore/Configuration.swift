@@ -158,6 +158,16 @@ public struct Configuration: Sendable {
                 return true
             }, effective: { String($0.effectiveDescriptorReserve) }),
         Setting(
+            "PARLEY_HISTORY_CACHE_MB", flag: "--history-cache-mb", default: "64",
+            meaning:
+                "MiB of rendered newest history pages each node keeps, served without a query until a change to their conversation; 0 turns the cache off",
+            accepts: "an integer from 0 to 65536", guide: "scaling.md#history-cache",
+            apply: { config, value in
+                guard let mb = Int(value), (0...65_536).contains(mb) else { return false }
+                config.historyCacheBytes = mb << 20
+                return true
+            }, effective: { String($0.historyCacheBytes >> 20) }),
+        Setting(
             "PARLEY_DB_TIMEOUT_MS", flag: "--db-timeout-ms", default: "2000",
             meaning: "milliseconds one statement or connect may wait for PostgreSQL; past it the request gets 503 7000010",
             accepts: "an integer from 100 to 60000", guide: "reliability.md#a-stalled-database",
@@ -286,6 +296,8 @@ public struct Configuration: Sendable {
     /// Tests only: the kernel send buffer of a streaming connection (the HTTP server's `streamSendBuffer`); nil leaves
     /// the kernel's autotuning.
     public var streamSendBuffer: Int?
+    /// Bytes of rendered history pages the node keeps (docs/scaling.md#history-cache); 0: no cache.
+    public var historyCacheBytes = 64 << 20
     /// How long one exchange with PostgreSQL (a statement, a connect) may wait for its answer before the connection is
     /// abandoned and the request answered 503 (`PostgresConfiguration.responseTimeout`). While the database does not
     /// answer, an API request fails within about twice this, well within 5 s (docs/reliability.md#a-stalled-database).

@@ -75,7 +75,7 @@ package final class EventHub: CommitObserver {
         }
     }
 
-    static let channel = "parley_events"
+    static let channel = CommitObservers.channel
     /// The subject of the notification a node sends when it starts, so that the others notify it from then on.
     static let hello = "+"
     /// Events read per query; a subscriber catching up reads at most `catchUpPages` pages per pass, so one large
@@ -116,6 +116,8 @@ package final class EventHub: CommitObserver {
     /// Told, on the listener's thread, of each app another node says has new events (the node wires the readers that
     /// keep their own cursors, the webhook dispatcher and the push bridge, so they need not wait for their poll).
     private let remoteEvents: @Sendable (_ appID: String) -> Void
+    /// Told when the listener has reconnected: notices sent while it was away are lost.
+    private let notificationsMissed: @Sendable () -> Void
 
     /// Whether the node's descriptors allow one more stream (docs/scaling.md#open-files).
     package let capacity: StreamCapacity
@@ -127,12 +129,14 @@ package final class EventHub: CommitObserver {
 
     package init(
         heartbeatMillis: Int, logger: Logger, descriptorReserve: Int = 0,
-        remoteEvents: @escaping @Sendable (_ appID: String) -> Void = { _ in }
+        remoteEvents: @escaping @Sendable (_ appID: String) -> Void = { _ in },
+        notificationsMissed: @escaping @Sendable () -> Void = {}
     ) {
         self.heartbeatMillis = heartbeatMillis
         capacity = StreamCapacity(reserve: descriptorReserve)
         self.logger = logger
         self.remoteEvents = remoteEvents
+        self.notificationsMissed = notificationsMissed
     }
 
     // MARK: - Any thread
@@ -261,7 +265,10 @@ package final class EventHub: CommitObserver {
         let nodeID = self.nodeID
         let notified = PostgresListener(
             configuration: database, channels: [Self.channel, EphemeralEvents.channel], logger: pgLogger,
-            onReconnect: { [self] in pokeAll() },
+            onReconnect: { [self] in
+                notificationsMissed()
+                pokeAll()
+            },
             onNotification: { [self] channel, payload in
                 if channel == EphemeralEvents.channel {
                     guard let event = EphemeralEvents.parse(payload) else { return }

@@ -94,10 +94,9 @@ public final class ParleyApp: Sendable {
             let observers = CommitObservers()
             let hub = EventHub(
                 heartbeatMillis: configuration.sseHeartbeatMillis, logger: logger.named("live"),
-                descriptorReserve: configuration.effectiveDescriptorReserve
-            ) { appID in
-                observers.storedElsewhere(appID: appID)
-            }
+                descriptorReserve: configuration.effectiveDescriptorReserve,
+                remoteEvents: { appID in observers.storedElsewhere(appID: appID) },
+                notificationsMissed: { observers.notificationsMissed() })
             let services = Services(
                 pool: pool, clock: ServerClock(testClock: configuration.testClock), adminKey: adminKey, metrics: Metrics(),
                 logger: logger, configuration: configuration, stopping: stopping,
@@ -114,7 +113,8 @@ public final class ParleyApp: Sendable {
             let push = PushBridge(
                 transport: services.webhooks.transport, clock: services.clock, apps: services.apps, logger: logger.named("push"),
                 eventsWritten: { services.sequencer.poke($0) })
-            observers.set([hub, services.webhooks.dispatcher, push])
+            // The history cache first: a send's pages are dropped before anything else hears of it.
+            observers.set([services.historyCache, hub, services.webhooks.dispatcher, push])
             self.push = push
             // Batches the writer commits may hold pushable messages and events for webhook endpoints (handed over in memory).
             let writer = MessageWriter(

@@ -41,6 +41,14 @@ enum OpsAPIRoutes {
                 "parley_sse_replay_reads_total", "counter",
                 "Event log reads by the stream hub for streams behind the head (resumes, catch-up); one read serves every stream in its range.",
                 hub.replayReads)
+            let cache = services.historyCache.figures
+            text += Metrics.metric(
+                "parley_history_cache_hits_total", "counter", "Newest history pages served from this node's cache, without a query.",
+                cache.hits)
+            text += Metrics.metric(
+                "parley_history_cache_misses_total", "counter", "Newest history pages read from the database (and kept when allowed).",
+                cache.misses)
+            text += Metrics.metric("parley_history_cache_bytes", "gauge", "Bytes of rendered history pages this node keeps.", cache.bytes)
             let gauges = StatsService.gauges(pool: services.pool, now: services.clock.now())
             if let queue = gauges.webhookQueue {
                 text += services.webhooks.metrics.render(queueDepth: Int(queue.depth), oldestPendingSeconds: Double(queue.oldestMillis) / 1000)

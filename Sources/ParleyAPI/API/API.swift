@@ -20,6 +20,8 @@ package final class Services: Sendable {
     package let timers: Timers
     package let sequencer: EventSequencer
     package let webhooks: Webhooks
+    /// The newest pages of history this node has read (docs/scaling.md#history-cache).
+    package let historyCache: HistoryCache
     /// The keys of signed file URLs (docs/files.md#signed-urls): derived from the admin key, so every node verifies the
     /// URLs every other node signed. The first signs; the one of the secondary admin key, while set, still verifies.
     package let fileURLKeys: [[UInt8]]
@@ -49,8 +51,14 @@ package final class Services: Sendable {
         self.configuration = configuration
         self.stopping = stopping
         timers = Timers(kinds: timerKinds)
-        // The log only says which apps got events; the node's readers of the log (the app layer's list) are told.
-        let sequencer = EventSequencer(logger: logger.named("events")) { appID in observers.stored(appID: appID) }
+        // The log only says which apps got events; the node's readers of the log (the app layer's list) are told. The
+        // history cache first, with what the events were about, before the request that wrote them is answered.
+        let historyCache = HistoryCache(budgetBytes: configuration.historyCacheBytes)
+        self.historyCache = historyCache
+        let sequencer = EventSequencer(logger: logger.named("events")) { appID, changes in
+            historyCache.invalidate(appID: appID, changes: changes)
+            observers.stored(appID: appID)
+        }
         self.sequencer = sequencer
         webhooks = Webhooks(
             configuration: configuration, clock: clock, logger: logger.named("webhooks"), eventsWritten: { sequencer.publish($0, then: $1) },

@@ -1,3 +1,4 @@
+import ParleyPostgres
 import ParleySync
 
 /// A reader of this node that follows the event log (the live hub, the webhook dispatcher, the push bridge): told of
@@ -11,10 +12,14 @@ package protocol CommitObserver: Sendable {
     func stored(appID: String)
     /// Another node said it has events of `appID` (the live hub's listener heard it); by default as ``stored(appID:)``.
     func storedElsewhere(appID: String)
+    /// The listener lost its connection: other nodes' notices may have been missed while it was away (by default
+    /// nothing: the readers that keep cursors re-read the log anyway).
+    func notificationsMissed()
 }
 
 extension CommitObserver {
     package func storedElsewhere(appID: String) { stored(appID: appID) }
+    package func notificationsMissed() {}
 }
 
 /// The node's commit observers, one list for every source of commits (the message writer, the sequencer, other
@@ -38,5 +43,21 @@ package final class CommitObservers: Sendable {
 
     package func storedElsewhere(appID: String) {
         for observer in list.withLock({ $0 }) { observer.storedElsewhere(appID: appID) }
+    }
+
+    package func notificationsMissed() {
+        for observer in list.withLock({ $0 }) { observer.notificationsMissed() }
+    }
+
+    /// The channel on which nodes tell each other "app X has new events" (`<node> <app>`; the live hub sends and
+    /// hears them).
+    package static let channel = "parley_events"
+
+    /// Tells the other nodes that `appID` changed without an event (an import, a job's step, a retention batch), as
+    /// if it had new events, so that they drop what they keep of it; this node's history cache is dropped at once.
+    /// `-` is no node's id: this node's hub hears it too and re-reads the app's log, finding nothing new.
+    package static func changedWithoutEvents(appID: String, services: Services, on db: PostgresConnection) {
+        services.historyCache.dropApp(appID)
+        _ = try? db.query("SELECT pg_notify(\(channel), \("- " + appID))")
     }
 }

@@ -115,7 +115,8 @@ public enum EventLog {
     }
 
     /// Gives the committed pending events of `appID` their ids, in one transaction on `db` (the sequencer's own
-    /// connection); returns the new head, or nil when nothing was pending.
+    /// connection); returns the new head and what the events were about (their types and ordering keys, each pair
+    /// once: what the history cache drops), or nil when nothing was pending.
     ///
     /// The head row is locked first (nodes sequencing the same app queue here, never on a writer's commit), then
     /// one statement, with a fresh snapshot that sees every writer committed before the lock was granted, moves the
@@ -125,7 +126,7 @@ public enum EventLog {
     /// `joined_event` of the member and history rows of that group or room with that `joined_xact`, the first leave
     /// event (`group.member_left`, `room.member_left` / `room.destroyed`) the `left_event` of the history rows with
     /// that `left_xact`.
-    static func sequence(appID: String, on db: PostgresConnection) throws -> Int64? {
+    static func sequence(appID: String, on db: PostgresConnection) throws -> (head: Int64, changes: [(type: String, orderKey: String)])? {
         try db.transaction { db in
             guard
                 let before = try db.query(
@@ -190,13 +191,21 @@ public enum EventLog {
                     )
                     SELECT (SELECT count(*) FROM numbered),
                            (SELECT json_agg(json_build_object('id', group_id, 'xact', xact::text, 'event', id)) FROM joins)::text,
-                           (SELECT json_agg(json_build_object('id', room_id, 'xact', xact::text, 'event', id)) FROM room_joins)::text
+                           (SELECT json_agg(json_build_object('id', room_id, 'xact', xact::text, 'event', id)) FROM room_joins)::text,
+                           (SELECT coalesce(array_agg(DISTINCT type || ' ' || order_key), '{}') FROM numbered)
                     """
-                ).decodeFirst((Int64, String?, String?).self)
-            guard let (moved, groupJoins, roomJoins) = row else { return nil }
+                ).decodeFirst((Int64, String?, String?, [String]).self)
+            guard let (moved, groupJoins, roomJoins, changes) = row else { return nil }
             if moved == 0 { return nil }
             try stampLateLeavers(appID: appID, groupJoins: groupJoins, roomJoins: roomJoins, on: db)
-            return before + moved
+            // An event type has no space: the first one ends it.
+            return (
+                before + moved,
+                changes.map { pair in
+                    let space = pair.firstIndex(of: " ") ?? pair.endIndex
+                    return (String(pair[..<space]), space == pair.endIndex ? "" : String(pair[pair.index(after: space)...]))
+                }
+            )
         }
     }
 

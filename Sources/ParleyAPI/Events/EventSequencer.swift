@@ -43,12 +43,13 @@ package final class EventSequencer: Sendable {
     static let sweepMillis: Int64 = 1_000
 
     private let inbox = WorkerInbox(Requests())
-    /// Told, on the sequencer thread, of each app that got new ids (the node wires the live hub here, which tells
-    /// the other nodes): the event log does not know who reads it.
-    private let sequenced: @Sendable (_ appID: String) -> Void
+    /// Told, on the sequencer thread, of each app that got new ids, with what its events were about (types and
+    /// ordering keys; the node wires the history cache and the live hub here, which tells the other nodes): the event
+    /// log does not know who reads it.
+    private let sequenced: @Sendable (_ appID: String, _ changes: [(type: String, orderKey: String)]) -> Void
     private let logger: Logger
 
-    init(logger: Logger, sequenced: @escaping @Sendable (_ appID: String) -> Void) {
+    init(logger: Logger, sequenced: @escaping @Sendable (_ appID: String, _ changes: [(type: String, orderKey: String)]) -> Void) {
         self.sequenced = sequenced
         self.logger = logger
     }
@@ -129,7 +130,7 @@ package final class EventSequencer: Sendable {
                 let connection = try db.get()
                 if sweep { round.apps.formUnion(try EventLog.appsWithPending(on: connection)) }
                 for appID in round.apps.sorted() {
-                    if try EventLog.sequence(appID: appID, on: connection) != nil { sequenced(appID) }
+                    if let numbered = try EventLog.sequence(appID: appID, on: connection) { sequenced(appID, numbered.changes) }
                     for waiter in round.waiters.removeValue(forKey: appID) ?? [] { waiter.done() }
                 }
                 for waiter in round.waitersForAll { waiter.done() }

@@ -97,6 +97,8 @@ package final class JobRunner: Sendable {
                 fail(services: services, appID: appID, job: job, APIError(.internalError, "the job failed on an internal error"))
                 return true
             }
+            // A step may change history without an event (a moderation job's hiding, an import's messages).
+            _ = try? services.pool.withConnection { db in CommitObservers.changedWithoutEvents(appID: appID, services: services, on: db) }
             services.sequencer.poke(appID)
             switch result {
             case .advanced:

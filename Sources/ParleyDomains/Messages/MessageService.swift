@@ -347,6 +347,12 @@ extension MessageService {
         return rows
     }
 
+    /// How events name the conversation of `type` between `userID` and `id` (their ordering key, `peer:<a> <b>`,
+    /// `group:<id>`, `room:<id>`): the history cache's conversation.
+    static func conversationKey(_ type: ConversationType, _ userID: String, _ id: String) -> String {
+        type.rawValue + ":" + MessageStore.thread(type, userID, id)
+    }
+
     /// The snapshots of a combine message from `position` on.
     func combined(_ combineID: String, from position: Int, limit: Int) throws -> [(position: Int, json: [UInt8])] {
         try MessageStore.combined(appID: appID, combineID: combineID, from: position, limit: limit, on: db)

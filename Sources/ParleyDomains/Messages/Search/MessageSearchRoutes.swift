@@ -73,7 +73,7 @@ package enum MessageSearchRoutes {
                 list: list,
                 values: [.int(try last.integer(.timestamp)), .int(try last.sequence() ?? 0), .string(try last[.messageID].string)])
         }
-        return try MessageRoutes.page(rows, count: pageCount, nextCursor: next, viewer: MessageViewer(ctx))
+        return Reply.json(try MessageRoutes.page(rows, count: pageCount, nextCursor: next, viewer: MessageViewer(ctx)))
     }
 
     /// A comma-separated list of integers in `range` (400 naming `name` otherwise); nil when absent.

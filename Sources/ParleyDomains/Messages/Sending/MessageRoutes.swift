@@ -386,23 +386,37 @@ package enum MessageRoutes {
         h.afterSeq = max(h.afterSeq, try floor())
         let limit = h.limit
         h.limit = limit + 1
-        let rows = try MessageService(ctx).history(type, id: id, viewer: userID, query: h)
-        let pageCount = min(rows.count, limit)
-        let viewer = MessageViewer(ctx)
-        var next: String?
-        if rows.count > limit, let seq = try MessageRow(rows[pageCount - 1]).sequence() {
-            next = ctx.cursors.encode(list: list, values: [.int(seq)])
+        let read = { () throws -> (bytes: [UInt8], keep: Bool) in
+            let rows = try MessageService(ctx).history(type, id: id, viewer: userID, query: h)
+            let pageCount = min(rows.count, limit)
+            var next: String?
+            if rows.count > limit, let seq = try MessageRow(rows[pageCount - 1]).sequence() {
+                next = ctx.cursors.encode(list: list, values: [.int(seq)])
+            }
+            // An empty page is not kept: no rows is also how the statement says the read was not allowed.
+            return (try page(rows, count: pageCount, nextCursor: next, viewer: MessageViewer(ctx)), pageCount > 0)
         }
-        return try page(rows, count: pageCount, nextCursor: next, viewer: viewer)
+        // The newest page of a peer or group conversation, as most reads ask for it, comes from the node's cache
+        // (docs/scaling.md#history-cache); rooms have their own recent-message cache.
+        let newest =
+            type != .room && cursor == nil && afterSeq == nil && beforeSeq == nil && startAt == nil && endAt == nil && types == nil
+            && !h.forward
+        guard newest else { return Reply.json(try read().bytes) }
+        // File URLs in the page are signed for the base the request reached (docs/files.md#signed-urls): a view too.
+        let urlBase = ctx.services.configuration.publicURL == nil ? FileURLSigner.base(of: ctx.request) : ""
+        let key = HistoryCache.Key(
+            appID: ctx.appID, conversation: MessageService.conversationKey(type, userID ?? "", id),
+            view: "\(userID ?? "")\u{0}\(ctx.tokenUserID ?? "")\u{0}\(h.includeHidden)\u{0}\(limit)\u{0}\(urlBase)")
+        return Reply.json(try ctx.services.historyCache.page(key, read: read))
     }
 
     /// A list page (docs/api.md) of the first `count` message rows as `viewer` sees them. The hot read: the rows go
     /// straight from libpq's buffer into one response buffer (the `Reply.list` shape).
-    static func page(_ rows: PostgresResult, count: Int, nextCursor next: String?, viewer: MessageViewer) throws -> Response {
+    static func page(_ rows: PostgresResult, count: Int, nextCursor next: String?, viewer: MessageViewer) throws -> [UInt8] {
         var w = JSONWriter(capacity: 1024 + count * 1024)
         w.beginObject()
         try MessageRow.writeItems(rows, count: count, nextCursor: .some(next), to: &w, viewer)
         w.endObject()
-        return Reply.json(w.bytes)
+        return w.bytes
     }
 }

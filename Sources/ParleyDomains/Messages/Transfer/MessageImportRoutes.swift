@@ -34,6 +34,9 @@ package enum MessageImportRoutes {
             poke()
             return Reply.accepted(created)
         }
+        // An import writes no events: the app's cached history pages go, here and on the other nodes, once its lines
+        // are committed (also when it fails part way).
+        defer { CommitObservers.changedWithoutEvents(appID: ctx.appID, services: ctx.services, on: ctx.db) }
         let importer = MessageImport(appID: ctx.appID, now: ctx.now, textMaxBytes: textMaxBytes)
         let numbered = lines.enumerated().map { (number: $0.offset, bytes: $0.element) }
         return Reply.batch(try importer.results(numbered[...], firstIndex: 0, urls: urls, on: ctx.db))
