@@ -102,6 +102,20 @@ package final class HistoryCache: CommitObserver {
 
     package var isEnabled: Bool { budgetBytes > 0 }
 
+    /// The page of `key` when it is kept and fresh (a hit); nil otherwise, counting nothing: the read that follows
+    /// (``page(_:read:)``) counts the miss.
+    package func cached(_ key: Key) -> [UInt8]? {
+        guard isEnabled else { return nil }
+        let now = EventLoop.monotonicMillis()
+        return state.withLock { state -> [UInt8]? in
+            guard let page = state.pages[key.appID]?[key.conversation]?[key.view], now - page.filledAt < Self.maxAgeMillis else { return nil }
+            state.tick += 1
+            state.pages[key.appID]?[key.conversation]?[key.view]?.lastServed = state.tick
+            state.hits += 1
+            return page.bytes
+        }
+    }
+
     /// The page of `key`: cached, or `read` (which returns the page and whether it may be kept; it runs outside the
     /// lock) and kept when nothing dropped it meanwhile.
     package func page(_ key: Key, read: () throws -> (bytes: [UInt8], keep: Bool)) rethrows -> [UInt8] {

@@ -39,7 +39,17 @@ package enum MessageRoutes {
             try combined(ctx)
         }
 
-        api.add(.get, "/v1/users/{user_id}/conversations/{type}/{id}/messages", .appOrSelf, "listConversationMessages") { ctx in
+        api.add(
+            .get, "/v1/users/{user_id}/conversations/{type}/{id}/messages", .appOrSelf, "listConversationMessages",
+            onEventLoop: { caller in
+                let path = caller.request.pathParameters
+                let type: ConversationType? = path["type"] == "peer" ? .peer : path["type"] == "group" ? .group : nil
+                guard let type, let userID = path["user_id"], IdentifierKind.userID.problem(userID) == nil, let id = path["id"],
+                    (type == .peer ? IdentifierKind.userID : .groupID).problem(id) == nil
+                else { throw NeedsConnection() }
+                return try cachedNewestPage(caller, type: type, id: id, viewer: userID)
+            }
+        ) { ctx in
             let userID = try ctx.pathID("user_id", .userID)
             let type = ctx.path("type")
             guard type == "peer" || type == "group" else { throw APIError.invalidParam("type", "must be peer or group") }
@@ -47,7 +57,15 @@ package enum MessageRoutes {
             return try history(ctx, type: type == "peer" ? .peer : .group, id: id, viewer: userID)
         }
 
-        api.add(.get, "/v1/groups/{group_id}/messages", .appOrUser, "listGroupMessages") { ctx in
+        api.add(
+            .get, "/v1/groups/{group_id}/messages", .appOrUser, "listGroupMessages",
+            onEventLoop: { caller in
+                guard let id = caller.request.pathParameters["group_id"], IdentifierKind.groupID.problem(id) == nil else {
+                    throw NeedsConnection()
+                }
+                return try cachedNewestPage(caller, type: .group, id: id, viewer: caller.tokenUserID)
+            }
+        ) { ctx in
             // The app reads everything stored in the group; a member's token reads exactly its own view.
             try history(ctx, type: .group, id: try ctx.pathID("group_id", .groupID), viewer: ctx.tokenUserID)
         }
@@ -402,12 +420,35 @@ package enum MessageRoutes {
             type != .room && cursor == nil && afterSeq == nil && beforeSeq == nil && startAt == nil && endAt == nil && types == nil
             && !h.forward
         guard newest else { return Reply.json(try read().bytes) }
-        // File URLs in the page are signed for the base the request reached (docs/files.md#signed-urls): a view too.
-        let urlBase = ctx.services.configuration.publicURL == nil ? FileURLSigner.base(of: ctx.request) : ""
-        let key = HistoryCache.Key(
-            appID: ctx.appID, conversation: MessageService.conversationKey(type, userID ?? "", id),
-            view: "\(userID ?? "")\u{0}\(ctx.tokenUserID ?? "")\u{0}\(h.includeHidden)\u{0}\(limit)\u{0}\(urlBase)")
+        let key = newestPageKey(ctx, type: type, id: id, viewer: userID, limit: limit, includeHidden: h.includeHidden)
         return Reply.json(try ctx.services.historyCache.page(key, read: read))
+    }
+
+    /// The history cache's key of the newest page of `type` `id` as `viewer` sees it, read by `caller`.
+    private static func newestPageKey(
+        _ caller: some AppCaller, type: ConversationType, id: String, viewer: String?, limit: Int, includeHidden: Bool
+    ) -> HistoryCache.Key {
+        // File URLs in the page are signed for the base the request reached (docs/files.md#signed-urls): a view too.
+        let urlBase = caller.services.configuration.publicURL == nil ? FileURLSigner.base(of: caller.request) : ""
+        return HistoryCache.Key(
+            appID: caller.appID, conversation: MessageService.conversationKey(type, viewer ?? "", id),
+            view: "\(viewer ?? "")\u{0}\(caller.tokenUserID ?? "")\u{0}\(includeHidden)\u{0}\(limit)\u{0}\(urlBase)")
+    }
+
+    /// The newest page of a peer or group history from the node's cache, on the event loop that read the request (no
+    /// hand-off to a worker thread): answered there when the request is exactly that read (no parameter but `limit` and
+    /// `include_hidden`) and the page is kept; anything else — a miss, another form of the read, a problem to report —
+    /// runs on a worker (``NeedsConnection``), which reads the page and keeps it.
+    private static func cachedNewestPage(_ caller: CallerContext, type: ConversationType, id: String, viewer: String?) throws -> Response {
+        guard caller.request.query.allSatisfy({ $0.0 == "limit" || $0.0 == "include_hidden" }) else { throw NeedsConnection() }
+        var query = QueryReader(caller.request.query)
+        let limit = query.limit()
+        let includeHidden = query.bool("include_hidden") ?? false
+        guard (try? query.check()) != nil, !includeHidden || caller.isApp,
+            let page = caller.services.historyCache.cached(
+                newestPageKey(caller, type: type, id: id, viewer: viewer, limit: limit, includeHidden: includeHidden))
+        else { throw NeedsConnection() }
+        return Reply.json(page)
     }
 
     /// A list page (docs/api.md) of the first `count` message rows as `viewer` sees them. The hot read: the rows go
