@@ -56,8 +56,8 @@ package final class CommitObservers: Sendable {
     /// Tells the other nodes that `appID` changed without an event (an import, a job's step, a retention batch), as
     /// if it had new events, so that they drop what they keep of it; this node's history cache is dropped at once.
     /// `-` is no node's id: this node's hub hears it too and re-reads the app's log, finding nothing new.
-    package static func changedWithoutEvents(appID: String, services: Services, on db: PostgresConnection) {
-        services.historyCache.dropApp(appID)
+    package static func changedWithoutEvents(appID: String, cache: HistoryCache, on db: PostgresConnection) {
+        cache.dropApp(appID)
         _ = try? db.query("SELECT pg_notify(\(channel), \("- " + appID))")
     }
 }

@@ -14,7 +14,7 @@ import ParleySync
 /// `room:<id>`) drops that conversation's pages; an event known to show in no page drops nothing; any other drops
 /// every page of its app. Another node's events are known here only as "app X has new events" (its NOTIFY): they
 /// drop the app's pages. The few changes written without an event (an import, a job's step, a retention batch) drop
-/// their app's pages and notify the other nodes the same way (``CommitObservers/changedWithoutEvents(appID:services:on:)``).
+/// their app's pages and notify the other nodes the same way (``CommitObservers/changedWithoutEvents(appID:cache:on:)``).
 /// When the listener reconnects, notices may have been missed: everything goes. A page is served at most
 /// ``maxAgeMillis`` after it was read, which bounds what a notice never sent could leave behind.
 ///

@@ -98,7 +98,7 @@ package final class JobRunner: Sendable {
                 return true
             }
             // A step may change history without an event (a moderation job's hiding, an import's messages).
-            _ = try? services.pool.withConnection { db in CommitObservers.changedWithoutEvents(appID: appID, services: services, on: db) }
+            _ = try? services.pool.withConnection { db in CommitObservers.changedWithoutEvents(appID: appID, cache: services.historyCache, on: db) }
             services.sequencer.poke(appID)
             switch result {
             case .advanced:

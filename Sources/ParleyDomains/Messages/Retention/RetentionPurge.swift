@@ -89,7 +89,7 @@ package enum RetentionPurge {
                         let batch = try RetentionStore.purgeBatch(appID: appID, rule.selection, limit: batchSize, on: db)
                         run.messagesPurged += batch.count
                         // Its event comes with the run's end: the pages go with each batch.
-                        if batch.count > 0 { CommitObservers.changedWithoutEvents(appID: appID, services: services, on: db) }
+                        if batch.count > 0 { CommitObservers.changedWithoutEvents(appID: appID, cache: services.historyCache, on: db) }
                         if rule.purgeFiles && !batch.fileIDs.isEmpty {
                             run.filesPurged += Int64(
                                 try db.transaction { db in

@@ -36,7 +36,7 @@ package enum MessageImportRoutes {
         }
         // An import writes no events: the app's cached history pages go, here and on the other nodes, once its lines
         // are committed (also when it fails part way).
-        defer { CommitObservers.changedWithoutEvents(appID: ctx.appID, services: ctx.services, on: ctx.db) }
+        defer { CommitObservers.changedWithoutEvents(appID: ctx.appID, cache: ctx.services.historyCache, on: ctx.db) }
         let importer = MessageImport(appID: ctx.appID, now: ctx.now, textMaxBytes: textMaxBytes)
         let numbered = lines.enumerated().map { (number: $0.offset, bytes: $0.element) }
         return Reply.batch(try importer.results(numbered[...], firstIndex: 0, urls: urls, on: ctx.db))
