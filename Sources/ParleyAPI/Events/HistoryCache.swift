@@ -120,26 +120,14 @@ package final class HistoryCache: CommitObserver {
     /// lock) and kept when nothing dropped it meanwhile.
     package func page(_ key: Key, read: () throws -> (bytes: [UInt8], keep: Bool)) rethrows -> [UInt8] {
         guard isEnabled else { return try read().bytes }
+        if let page = cached(key) { return page }
         let now = EventLoop.monotonicMillis()
-        let lookup = state.withLock { state -> (page: [UInt8]?, fill: UInt64) in
-            state.tick += 1
-            if let page = state.pages[key.appID]?[key.conversation]?[key.view] {
-                if now - page.filledAt < Self.maxAgeMillis {
-                    state.pages[key.appID]?[key.conversation]?[key.view]?.lastServed = state.tick
-                    state.hits += 1
-                    return (page.bytes, 0)
-                }
-                state.bytes -= page.bytes.count
-                state.pages[key.appID]?[key.conversation]?[key.view] = nil
-            }
+        let fill = state.withLock { state -> UInt64 in
             state.misses += 1
-            let id = state.nextFill
-            state.nextFill += 1
-            state.fills[id] = Fill(appID: key.appID, conversation: key.conversation)
-            return (nil, id)
+            defer { state.nextFill += 1 }
+            state.fills[state.nextFill] = Fill(appID: key.appID, conversation: key.conversation)
+            return state.nextFill
         }
-        if let page = lookup.page { return page }
-        let fill = lookup.fill
         let result: (bytes: [UInt8], keep: Bool)
         do {
             result = try read()
