@@ -151,21 +151,28 @@ package final class HistoryCache: CommitObserver {
 
     /// Drops the least recently served pages until a quarter of the budget is free: one sort per many fills.
     private func evict() {
-        state.withLock { state in
-            var all: [(served: UInt64, appID: String, conversation: String, view: String, size: Int)] = []
+        // Listed under the lock, sorted outside it: the message writer's invalidations wait on this lock, and a large
+        // budget holds hundreds of thousands of pages.
+        var all = state.withLock { state in
+            var all: [(served: UInt64, appID: String, conversation: String, view: String)] = []
             for (appID, conversations) in state.pages {
                 for (conversation, views) in conversations {
-                    for (view, page) in views { all.append((page.lastServed, appID, conversation, view, page.bytes.count)) }
+                    for (view, page) in views { all.append((page.lastServed, appID, conversation, view)) }
                 }
             }
-            all.sort { $0.served < $1.served }
-            let target = budgetBytes - budgetBytes / 4
-            for page in all {
+            return all
+        }
+        all.sort { $0.served < $1.served }
+        let target = budgetBytes - budgetBytes / 4
+        state.withLock { state in
+            for entry in all {
                 if state.bytes <= target { break }
-                state.pages[page.appID]?[page.conversation]?[page.view] = nil
-                if state.pages[page.appID]?[page.conversation]?.isEmpty == true { state.pages[page.appID]?[page.conversation] = nil }
-                if state.pages[page.appID]?.isEmpty == true { state.pages[page.appID] = nil }
-                state.bytes -= page.size
+                // Served again since it was listed: it is no longer among the least recently served.
+                guard let page = state.pages[entry.appID]?[entry.conversation]?[entry.view], page.lastServed == entry.served else { continue }
+                state.pages[entry.appID]?[entry.conversation]?[entry.view] = nil
+                if state.pages[entry.appID]?[entry.conversation]?.isEmpty == true { state.pages[entry.appID]?[entry.conversation] = nil }
+                if state.pages[entry.appID]?.isEmpty == true { state.pages[entry.appID] = nil }
+                state.bytes -= page.bytes.count
             }
         }
     }
