@@ -251,6 +251,32 @@ struct HistoryCacheTests: GroupTestSupport {
         }
     }
 
+    /// The cached newest page answers only the read it is: a bad parameter, another form of the read or a caller
+    /// not allowed gets what the database path answers, however warm the cache.
+    @Test func aWarmCacheAnswersOnlyTheReadItHolds() throws {
+        try withApp(settings: #"{"rate_limit_user_rps":100000}"#, unthrottled: true) { server, app in
+            for id in ["a", "b"] { try app.createUser(id) }
+            for i in 0..<3 { _ = try MessageActions.send(app, "a", "b", "m\(i)") }
+            let path = "/v1/users/a/conversations/peer/b/messages"
+            for _ in 0..<3 { #expect(try app.request(.get, path).status == 200) }
+            #expect(try app.request(.get, path + "?include_hidden=true").status == 200)
+            Self.expectProblem(try app.request(.get, path + "?limit=0"), 400, .invalidParams)
+            Self.expectProblem(try app.request(.get, path + "?limit=abc"), 400, .invalidParams)
+            Self.expectProblem(try app.request(.get, path + "?include_hidden=maybe"), 400, .invalidParams)
+            Self.expectProblem(try app.request(.get, "/v1/users/a/conversations/room/b/messages"), 400, .invalidParams)
+            // Another form of the read is not the cached page: a limit of one, a forward read.
+            #expect(try app.request(.get, path + "?limit=1").json?["items"]?.arrayValue?.count == 1)
+            let forward = try app.request(.get, path + "?direction=forward").json?["items"]?.arrayValue ?? []
+            #expect(forward.compactMap { $0["seq"]?.intValue } == [1, 2, 3])
+            // A user's own token may read its view, never another's, and never include_hidden.
+            let tokenA = try app.token(for: "a")
+            #expect(try app.server.request(.get, path, bearer: tokenA).status == 200)
+            #expect(try app.server.request(.get, "/v1/users/b/conversations/peer/a/messages", bearer: tokenA).status == 403)
+            #expect(try app.server.request(.get, path + "?include_hidden=true", bearer: tokenA).status == 403)
+            #expect(try app.server.request(.get, path, bearer: "not-a-token").status == 401)
+        }
+    }
+
     // MARK: - Two nodes
 
     /// Pages cached on one node go when another node changes the app (its notification), with an event or without

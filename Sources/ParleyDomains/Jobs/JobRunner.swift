@@ -81,8 +81,12 @@ package final class JobRunner: Sendable {
             let stepStart = EventLoop.monotonicMillis()
             do {
                 result = try services.pool.withConnection { db in
-                    try JobService(db: db, appID: appID, now: services.clock.now()).step(
+                    let result = try JobService(db: db, appID: appID, now: services.clock.now()).step(
                         job.jobID, attempt: job.attempt, kind: kind, leaseMillis: leaseMillis)
+                    // The step committed; it may have changed history without an event (a moderation job's hiding, an
+                    // import's messages): the notice goes on the same connection.
+                    if case .lost = result {} else { CommitObservers.changedWithoutEvents(appID: appID, cache: services.historyCache, on: db) }
+                    return result
                 }
             } catch let error as APIError {
                 fail(services: services, appID: appID, job: job, error)
@@ -97,8 +101,6 @@ package final class JobRunner: Sendable {
                 fail(services: services, appID: appID, job: job, APIError(.internalError, "the job failed on an internal error"))
                 return true
             }
-            // A step may change history without an event (a moderation job's hiding, an import's messages).
-            _ = try? services.pool.withConnection { db in CommitObservers.changedWithoutEvents(appID: appID, cache: services.historyCache, on: db) }
             services.sequencer.poke(appID)
             switch result {
             case .advanced:
